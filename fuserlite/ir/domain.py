@@ -1,0 +1,155 @@
+"""IterDomain, the Split/Merge transforms between them, and TensorDomain.
+
+IterDomains are IR nodes: compared by identity, numbered only by the printer.
+A transform records how loop IterDomains were derived from logical ones, so the
+TransformPrinter can show it and index lowering can invert it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fuserlite.ir.types import IterType, ParallelType
+
+if TYPE_CHECKING:
+    from fuserlite.ir.tensor import TensorView
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class IterDomain:
+    """One axis: extent, iteration type and parallel type."""
+
+    __slots__ = ("extent", "iter_type", "parallel_type", "definition", "owner")
+
+    def __init__(
+        self,
+        extent: int,
+        iter_type: IterType = IterType.ITERATION,
+        parallel_type: ParallelType = ParallelType.Serial,
+    ) -> None:
+        self.extent = int(extent)
+        self.iter_type = iter_type
+        self.parallel_type = parallel_type
+        self.definition: Split | Merge | None = None
+        self.owner: TensorView | None = None
+
+    @property
+    def is_broadcast(self) -> bool:
+        return self.iter_type is IterType.BROADCAST
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.iter_type is IterType.REDUCTION
+
+    @property
+    def is_iteration(self) -> bool:
+        return self.iter_type is IterType.ITERATION
+
+    @property
+    def is_device_parallel(self) -> bool:
+        return self.parallel_type.is_device
+
+    def parallelize(self, parallel_type: ParallelType | str) -> IterDomain:
+        """Bind this loop axis to a parallel type (checked against its TensorView)."""
+        from fuserlite.schedule.primitives import parallelize_axis
+
+        parallelize_axis(self, parallel_type)
+        return self
+
+    def clone(self) -> IterDomain:
+        """A fresh IterDomain with the same extent and types, no definition or owner."""
+        return IterDomain(self.extent, self.iter_type, self.parallel_type)
+
+    def __repr__(self) -> str:
+        return f"<IterDomain {self.iter_type.value}{self.parallel_type.value}{{{self.extent}}}>"
+
+
+class Split:
+    """in -> (outer, inner). Inner split: inner extent = factor; outer split: outer = factor."""
+
+    __slots__ = ("input", "factor", "inner_split", "outer", "inner")
+
+    def __init__(self, input: IterDomain, factor: int, inner_split: bool = True) -> None:
+        self.input = input
+        self.factor = int(factor)
+        self.inner_split = inner_split
+        if inner_split:
+            outer_extent, inner_extent = ceil_div(input.extent, factor), factor
+        else:
+            outer_extent, inner_extent = factor, ceil_div(input.extent, factor)
+        self.outer = IterDomain(outer_extent, input.iter_type)
+        self.inner = IterDomain(inner_extent, input.iter_type)
+        self.outer.definition = self
+        self.inner.definition = self
+
+    @property
+    def inputs(self) -> tuple[IterDomain, ...]:
+        return (self.input,)
+
+    @property
+    def outputs(self) -> tuple[IterDomain, ...]:
+        return (self.outer, self.inner)
+
+    @property
+    def divisible(self) -> bool:
+        """True when the split needs no tail predicate."""
+        return self.input.extent % self.factor == 0
+
+
+def merged_iter_type(a: IterType, b: IterType) -> IterType:
+    """Iteration type of merge(a, b); reduction with iteration is rejected earlier."""
+    if a is b:
+        return a
+    if IterType.BROADCAST in (a, b):
+        return b if a is IterType.BROADCAST else a
+    return IterType.ITERATION
+
+
+class Merge:
+    """(outer, inner) -> out with extent outer * inner."""
+
+    __slots__ = ("outer", "inner", "output")
+
+    def __init__(self, outer: IterDomain, inner: IterDomain) -> None:
+        self.outer = outer
+        self.inner = inner
+        self.output = IterDomain(
+            outer.extent * inner.extent, merged_iter_type(outer.iter_type, inner.iter_type)
+        )
+        self.output.definition = self
+
+    @property
+    def inputs(self) -> tuple[IterDomain, ...]:
+        return (self.outer, self.inner)
+
+    @property
+    def outputs(self) -> tuple[IterDomain, ...]:
+        return (self.output,)
+
+
+Transform = Split | Merge
+
+
+class TensorDomain:
+    """Logical, loop and optional allocation domains of one TensorView."""
+
+    __slots__ = ("logical", "loop", "allocation", "contiguity", "transforms")
+
+    def __init__(self, logical: list[IterDomain], contiguity: list[bool | None] | None = None):
+        self.logical = list(logical)
+        self.loop = list(logical)
+        self.allocation: list[IterDomain] | None = None
+        if contiguity is None:
+            contiguity = [None if not ax.is_iteration else True for ax in logical]
+        self.contiguity = list(contiguity)
+        self.transforms: list[Transform] = []
+
+    def ids_between_logical_and_loop(self) -> list[IterDomain]:
+        """Every IterDomain of this domain: logical ones first, then transform outputs."""
+        out = list(self.logical)
+        for t in self.transforms:
+            out.extend(t.outputs)
+        return out

@@ -1,0 +1,217 @@
+"""Fusion: a graph of TensorViews and expressions with inputs and outputs."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import TYPE_CHECKING
+
+from fuserlite.ir.domain import Merge, Split, TensorDomain
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.types import MemoryType
+
+if TYPE_CHECKING:
+    from fuserlite.ir.expr import Expr
+    from fuserlite.ir.tensor import TensorView
+
+_state = threading.local()
+
+
+def active_fusion() -> Fusion:
+    """The fusion of the innermost `with Fusion():` block."""
+    stack = getattr(_state, "stack", [])
+    if not stack:
+        raise FusionError("no active fusion: create tensors inside `with fl.Fusion() as fusion:`")
+    return stack[-1]
+
+
+class Fusion:
+    """A fusion: tensors in creation order, inputs, outputs, and the expressions between."""
+
+    def __init__(self) -> None:
+        self.tensors_created: list[TensorView] = []
+        self.inputs: list[TensorView] = []
+        self.outputs: list[TensorView] = []
+        self._next_number = 0
+        # Filled by the `segment` pass: the ordered steps of the lowered program.
+        self.segments: list | None = None
+
+    # -- context manager ----------------------------------------------------
+    def __enter__(self) -> Fusion:
+        if not hasattr(_state, "stack"):
+            _state.stack = []
+        _state.stack.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _state.stack.pop()
+
+    # -- building -----------------------------------------------------------
+    def register_tensor(self, tv: TensorView) -> int:
+        """Record a new TensorView and give it the next number."""
+        self.tensors_created.append(tv)
+        number = self._next_number
+        self._next_number += 1
+        return number
+
+    def _check_owned(self, tv: TensorView, what: str) -> None:
+        if getattr(tv, "fusion", None) is not self:
+            raise FusionError(f"{what}: {tv!r} belongs to another fusion")
+
+    def add_input(self, tv: TensorView) -> None:
+        """Mark a tensor as a fusion input (it must have no definition)."""
+        self._check_owned(tv, "add_input")
+        if tv.definition is not None:
+            raise FusionError(f"add_input: {tv.name} is computed by {tv.definition.op_name}")
+        if tv in self.inputs:
+            raise FusionError(f"add_input: {tv.name} is already an input")
+        self.inputs.append(tv)
+        tv.memory_type = MemoryType.GLOBAL
+
+    def add_output(self, tv: TensorView) -> None:
+        """Mark a tensor as a fusion output."""
+        self._check_owned(tv, "add_output")
+        if tv in self.outputs:
+            raise FusionError(f"add_output: {tv.name} is already an output")
+        self.outputs.append(tv)
+        tv.memory_type = MemoryType.GLOBAL
+
+    def replace_output(self, old: TensorView, new: TensorView) -> None:
+        """Make `new` the output in the place of `old`."""
+        self.outputs = [new if t is old else t for t in self.outputs]
+        new.memory_type = MemoryType.GLOBAL
+        if old not in self.inputs:
+            old.memory_type = MemoryType.LOCAL
+
+    # -- traversal ----------------------------------------------------------
+    def exprs(self) -> list[Expr]:
+        """Expressions reachable from the outputs, in a deterministic topological order."""
+        order: list[Expr] = []
+        seen: set[int] = set()
+        for out in self.outputs:
+            if out.definition is None or id(out.definition) in seen:
+                continue
+            # Iterative post-order DFS: long chains must not hit the recursion limit.
+            stack: list[tuple[Expr, int]] = [(out.definition, 0)]
+            seen.add(id(out.definition))
+            while stack:
+                expr, i = stack[-1]
+                if i < len(expr.inputs):
+                    stack[-1] = (expr, i + 1)
+                    d = expr.inputs[i].definition
+                    if d is not None and id(d) not in seen:
+                        seen.add(id(d))
+                        stack.append((d, 0))
+                else:
+                    stack.pop()
+                    order.append(expr)
+        return order
+
+    def tensors(self) -> list[TensorView]:
+        """Tensors in printing order: per expression, unseen inputs then outputs."""
+        seen: set[int] = set()
+        out: list[TensorView] = []
+
+        def visit(tv: TensorView) -> None:
+            if id(tv) not in seen:
+                seen.add(id(tv))
+                out.append(tv)
+
+        for tv in self.inputs:
+            if not tv.uses:
+                visit(tv)
+        for expr in self.exprs():
+            for tv in expr.inputs:
+                visit(tv)
+            for tv in expr.outputs:
+                visit(tv)
+        for tv in self.outputs:
+            visit(tv)
+        return out
+
+    # -- printing -----------------------------------------------------------
+    def print_math(self) -> str:
+        """The expressions, one per statement, in nvFuser's math dialect."""
+        from fuserlite.printer import print_math
+
+        return print_math(self)
+
+    def print_transforms(self) -> str:
+        """The TransformPrinter section: domains and transforms of every tensor."""
+        from fuserlite.printer import print_transforms
+
+        return print_transforms(self)
+
+    def __str__(self) -> str:
+        from fuserlite.printer import print_kernel
+
+        return print_kernel(self)
+
+    def __repr__(self) -> str:
+        return f"<Fusion inputs={[t.name for t in self.inputs]} outputs={[t.name for t in self.outputs]}>"
+
+    # -- copying ------------------------------------------------------------
+    def clone(self) -> tuple[Fusion, dict]:
+        """A deep copy with the same numbering; returns (copy, {old node: new node})."""
+        from fuserlite.ir.tensor import TensorView
+
+        new = Fusion()
+        mapping: dict = {}
+        for old in self.tensors_created:
+            logical = [ax.clone() for ax in old.domain.logical]
+            for a, b in zip(old.domain.logical, logical):
+                mapping[a] = b
+            tv = TensorView.__new__(TensorView)
+            tv.__dict__.update(old.__dict__)
+            tv.fusion = new
+            tv.domain = _clone_domain(old.domain, mapping)
+            for ax in tv.domain.ids_between_logical_and_loop():
+                ax.owner = tv
+            tv.definition = None
+            tv.uses = []
+            new.tensors_created.append(tv)
+            mapping[old] = tv
+        new._next_number = self._next_number
+        for expr in self._all_exprs():
+            e = copy.copy(expr)
+            e.inputs = [mapping[t] for t in expr.inputs]
+            e.outputs = [mapping[t] for t in expr.outputs]
+            for t in e.outputs:
+                t.definition = e
+            for t in e.inputs:
+                t.uses.append(e)
+            mapping[expr] = e
+        new.inputs = [mapping[t] for t in self.inputs]
+        new.outputs = [mapping[t] for t in self.outputs]
+        return new, mapping
+
+    def _all_exprs(self) -> list[Expr]:
+        """Every expression defining a created tensor, in topological order."""
+        exprs = self.exprs()
+        seen = {id(e) for e in exprs}
+        extra = []
+        for tv in self.tensors_created:
+            d = tv.definition
+            if d is not None and id(d) not in seen:
+                seen.add(id(d))
+                extra.append(d)
+        return exprs + extra
+
+
+def _clone_domain(old: TensorDomain, mapping: dict) -> TensorDomain:
+    dom = TensorDomain.__new__(TensorDomain)
+    dom.logical = [mapping[a] for a in old.logical]
+    dom.contiguity = list(old.contiguity)
+    dom.transforms = []
+    for t in old.transforms:
+        if isinstance(t, Split):
+            nt = Split(mapping[t.input], t.factor, t.inner_split)
+        else:
+            nt = Merge(mapping[t.outer], mapping[t.inner])
+        for a, b in zip(t.outputs, nt.outputs):
+            b.parallel_type = a.parallel_type
+            mapping[a] = b
+        dom.transforms.append(nt)
+    dom.loop = [mapping[a] for a in old.loop]
+    dom.allocation = None if old.allocation is None else [mapping[a] for a in old.allocation]
+    return dom

@@ -1,0 +1,127 @@
+"""IR values: iteration types, parallel types, data types, memory types."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+from fuserlite.ir.errors import FusionError
+
+
+class IterType(Enum):
+    """What an IterDomain iterates over: real data, a broadcast, or a reduction."""
+
+    ITERATION = "i"
+    BROADCAST = "b"
+    REDUCTION = "r"
+
+
+class ParallelType(Enum):
+    """How a loop axis is executed; the value is nvFuser's printed text."""
+
+    DIDx = "deviceIdx.x"
+    DIDy = "deviceIdx.y"
+    DIDz = "deviceIdx.z"
+    BIDx = "blockIdx.x"
+    BIDy = "blockIdx.y"
+    BIDz = "blockIdx.z"
+    TIDx = "threadIdx.x"
+    TIDy = "threadIdx.y"
+    TIDz = "threadIdx.z"
+    Unswitch = "US"
+    Unroll = "UR"
+    Vectorize = "V"
+    Serial = "S"
+
+    @property
+    def is_device(self) -> bool:
+        """True for deviceIdx.x/y/z."""
+        return self in DEVICE_PARALLEL_TYPES
+
+    @property
+    def is_block(self) -> bool:
+        return self in (ParallelType.BIDx, ParallelType.BIDy, ParallelType.BIDz)
+
+    @property
+    def is_thread(self) -> bool:
+        return self in (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
+
+    @classmethod
+    def parse(cls, text: str) -> ParallelType:
+        """Accept the enum name (DIDx), the printed text (deviceIdx.x) or a few aliases."""
+        key = text.strip()
+        for pt in cls:
+            if key in (pt.name, pt.value):
+                return pt
+        aliases = {"Serial": cls.Serial, "unswitch": cls.Unswitch, "unroll": cls.Unroll}
+        if key in aliases:
+            return aliases[key]
+        names = ", ".join(pt.name for pt in cls)
+        raise FusionError(f"unknown parallel type {text!r}; expected one of {names}")
+
+
+DEVICE_PARALLEL_TYPES = (ParallelType.DIDx, ParallelType.DIDy, ParallelType.DIDz)
+
+
+class DType(Enum):
+    """Element types; the value is nvFuser's printed name."""
+
+    float32 = "float"
+    float64 = "double"
+    float16 = "half"
+    int32 = "int"
+    int64 = "int64_t"
+    bool = "bool"
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The numpy dtype used to execute this type."""
+        return np.dtype(_NUMPY_NAMES[self])
+
+    @property
+    def itemsize(self) -> int:
+        return self.numpy.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.float32, DType.float64, DType.float16)
+
+    @classmethod
+    def parse(cls, value: str | DType | np.dtype) -> DType:
+        """Accept a DType, a name (float32, float), or a numpy dtype."""
+        if isinstance(value, DType):
+            return value
+        if not isinstance(value, str):
+            try:
+                name = np.dtype(value).name
+            except TypeError as exc:
+                raise FusionError(f"unknown dtype {value!r}") from exc
+            value = name
+        for dt in cls:
+            if value in (dt.name, dt.value):
+                return dt
+        names = ", ".join(dt.name for dt in cls)
+        raise FusionError(f"unknown dtype {value!r}; expected one of {names}")
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype) -> DType:
+        return cls.parse(np.dtype(dtype).name)
+
+
+_NUMPY_NAMES = {
+    DType.float32: "float32",
+    DType.float64: "float64",
+    DType.float16: "float16",
+    DType.int32: "int32",
+    DType.int64: "int64",
+    DType.bool: "bool",
+}
+
+
+class MemoryType(Enum):
+    """Where a TensorView lives: global (fusion inputs/outputs), local, or shared."""
+
+    GLOBAL = "g"
+    LOCAL = "l"
+    SHARED = "s"

@@ -1,0 +1,398 @@
+"""User-facing builders: each creates output TensorViews and the expression defining them.
+
+Operands align axis by axis on their data axes (reduction axes are not data).
+Extents must be equal, or one side a broadcast axis. A lower-rank operand is
+broadcast on its leading axes first, as numpy would.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+
+from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.expr import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    ExpandOp,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    ReductionOp,
+    ReductionOpType,
+    ReshapeOp,
+    UnaryOp,
+    UnaryOpType,
+)
+from fuserlite.ir.fusion import Fusion, active_fusion
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, IterType
+
+Scalar = int | float
+
+
+def _shape_text(tv: TensorView) -> str:
+    return f"{tv.name}{list(tv.shape)}"
+
+
+def data_axes(tv: TensorView) -> list[IterDomain]:
+    """The logical axes that hold data (every axis but reductions)."""
+    return [ax for ax in tv.domain.logical if not ax.is_reduction]
+
+
+def _new_axis(extent: int, iter_type: IterType = IterType.ITERATION) -> IterDomain:
+    return IterDomain(extent, iter_type)
+
+
+def tensor(
+    shape: Sequence[int],
+    dtype: DType | str = DType.float32,
+    contiguous: bool = True,
+    fusion: Fusion | None = None,
+) -> TensorView:
+    """A concrete, contiguous input tensor; an extent-1 axis is a broadcast axis."""
+    fusion = fusion or active_fusion()
+    try:
+        extents = [int(s) for s in shape]
+    except (TypeError, ValueError) as exc:
+        raise FusionError(f"tensor shape must be a list of integers, got {shape!r}") from exc
+    if any(e < 1 for e in extents):
+        raise FusionError(f"tensor shape {extents} has an extent below 1")
+    axes = [_new_axis(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in extents]
+    contiguity = [None if ax.is_broadcast else bool(contiguous) for ax in axes]
+    return TensorView(fusion, axes, DType.parse(dtype), contiguity)
+
+
+def _fusion_of(*operands) -> Fusion:
+    fusions = {id(t.fusion): t.fusion for t in operands if isinstance(t, TensorView)}
+    if not fusions:
+        raise FusionError("an op needs at least one tensor operand")
+    if len(fusions) > 1:
+        names = ", ".join(t.name for t in operands if isinstance(t, TensorView))
+        raise FusionError(f"operands {names} belong to different fusions")
+    return next(iter(fusions.values()))
+
+
+def _check_tensor(x, op: str) -> TensorView:
+    if not isinstance(x, TensorView):
+        raise FusionError(f"{op}: expected a tensor, got {x!r}")
+    return x
+
+
+def _out_like(tv: TensorView, dtype: DType | None = None) -> TensorView:
+    """A new tensor with tv's data axes (fresh IterDomains, same types)."""
+    axes = [_new_axis(ax.extent, ax.iter_type) for ax in data_axes(tv)]
+    return TensorView(tv.fusion, axes, dtype or tv.dtype)
+
+
+# -- pointwise ----------------------------------------------------------------
+def _unary(op: UnaryOpType, x: TensorView) -> TensorView:
+    x = _check_tensor(x, op.value)
+    dtype = (
+        x.dtype
+        if x.dtype.is_float or op in (UnaryOpType.neg, UnaryOpType.abs, UnaryOpType.relu)
+        else DType.float32
+    )
+    out = _out_like(x, dtype)
+    UnaryOp(op, out, x)
+    return out
+
+
+def neg(x: TensorView) -> TensorView:
+    """-x"""
+    return _unary(UnaryOpType.neg, x)
+
+
+def exp(x: TensorView) -> TensorView:
+    """e**x"""
+    return _unary(UnaryOpType.exp, x)
+
+
+def tanh(x: TensorView) -> TensorView:
+    """tanh(x)"""
+    return _unary(UnaryOpType.tanh, x)
+
+
+def relu(x: TensorView) -> TensorView:
+    """max(x, 0)"""
+    return _unary(UnaryOpType.relu, x)
+
+
+def abs(x: TensorView) -> TensorView:  # noqa: A001 - mirrors the op name
+    """|x|"""
+    return _unary(UnaryOpType.abs, x)
+
+
+def gelu(x: TensorView) -> TensorView:
+    """GELU, tanh approximation."""
+    return _unary(UnaryOpType.gelu, x)
+
+
+def sqrt(x: TensorView) -> TensorView:
+    """square root"""
+    return _unary(UnaryOpType.sqrt, x)
+
+
+def log(x: TensorView) -> TensorView:
+    """natural logarithm"""
+    return _unary(UnaryOpType.log, x)
+
+
+def _promote(a: TensorView | Scalar, b: TensorView | Scalar, op: BinaryOpType) -> DType:
+    dts = [t.dtype for t in (a, b) if isinstance(t, TensorView)]
+    if any(isinstance(t, float) for t in (a, b)) and not any(d.is_float for d in dts):
+        dts.append(DType.float32)
+    order = [DType.bool, DType.int32, DType.int64, DType.float16, DType.float32, DType.float64]
+    dtype = builtins.max(dts, key=order.index)
+    if op is BinaryOpType.div and not dtype.is_float:
+        dtype = DType.float32
+    return dtype
+
+
+def _align_ranks(a: TensorView, b: TensorView) -> tuple[TensorView, TensorView]:
+    ra, rb = len(a.shape), len(b.shape)
+    if ra < rb:
+        a = broadcast(a, [True] * (rb - ra) + [False] * ra)
+    elif rb < ra:
+        b = broadcast(b, [True] * (ra - rb) + [False] * rb)
+    return a, b
+
+
+def _binary(op: BinaryOpType, a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    for x in (a, b):
+        if not isinstance(x, (TensorView, int, float)):
+            raise FusionError(f"{op.value}: operands must be tensors or numbers, got {x!r}")
+    _fusion_of(a, b)
+    dtype = _promote(a, b, op)
+    if isinstance(a, TensorView) and isinstance(b, TensorView):
+        a, b = _align_ranks(a, b)
+        axes = []
+        for k, (x, y) in enumerate(zip(data_axes(a), data_axes(b))):
+            if x.is_broadcast and y.is_broadcast:
+                axes.append(_new_axis(builtins.max(x.extent, y.extent), IterType.BROADCAST))
+            elif x.is_broadcast or y.is_broadcast or x.extent == y.extent:
+                axes.append(_new_axis(y.extent if x.is_broadcast else x.extent))
+            else:
+                raise FusionError(
+                    f"{op.value}: shapes {_shape_text(a)} and {_shape_text(b)} do not broadcast: "
+                    f"axis {k} has extents {x.extent} and {y.extent}; make one of them a "
+                    "broadcast axis (extent 1) or use equal extents"
+                )
+        out = TensorView(a.fusion, axes, dtype)
+    else:
+        ref = a if isinstance(a, TensorView) else b
+        out = _out_like(ref, dtype)
+    BinaryOp(op, out, a, b)
+    return out
+
+
+def add(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a + b"""
+    return _binary(BinaryOpType.add, a, b)
+
+
+def sub(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a - b"""
+    return _binary(BinaryOpType.sub, a, b)
+
+
+def mul(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a * b"""
+    return _binary(BinaryOpType.mul, a, b)
+
+
+def div(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a / b (true division)"""
+    return _binary(BinaryOpType.div, a, b)
+
+
+def maximum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """Elementwise max(a, b)."""
+    return _binary(BinaryOpType.max, a, b)
+
+
+def minimum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """Elementwise min(a, b)."""
+    return _binary(BinaryOpType.min, a, b)
+
+
+def set(x: TensorView) -> TensorView:  # noqa: A001 - nvFuser's name for a copy
+    """A copy of x; between different shardings, a resharding."""
+    x = _check_tensor(x, "set")
+    out = _out_like(x)
+    LoadStoreOp(out, x)
+    return out
+
+
+# -- broadcast, reductions, views --------------------------------------------
+def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
+    """Insert broadcast axes where flags are True; False flags consume x's axes in order."""
+    x = _check_tensor(x, "broadcast")
+    flags = [bool(f) for f in flags]
+    src = data_axes(x)
+    if flags.count(False) != len(src):
+        raise FusionError(
+            f"broadcast: {_shape_text(x)} has {len(src)} axes but flags {flags} keep "
+            f"{flags.count(False)}; give one False per input axis"
+        )
+    it = iter(src)
+    axes = []
+    for f in flags:
+        if f:
+            axes.append(_new_axis(1, IterType.BROADCAST))
+        else:
+            ax = next(it)
+            axes.append(_new_axis(ax.extent, ax.iter_type))
+    out = TensorView(x.fusion, axes, x.dtype)
+    BroadcastOp(out, x, flags)
+    return out
+
+
+def _normalize_axes(x: TensorView, axes, op: str) -> list[int]:
+    n = len(x.shape)
+    if axes is None:
+        axes = list(range(n))
+    elif isinstance(axes, int):
+        axes = [axes]
+    out = []
+    for a in axes:
+        if not isinstance(a, int) or not -n <= a < n:
+            raise FusionError(f"{op}: {_shape_text(x)} has {n} axes; axis {a!r} is out of range")
+        out.append(a % n)
+    if len(out) != len(builtins.set(out)):
+        raise FusionError(f"{op}: axis listed twice in {list(axes)}")
+    return sorted(out)
+
+
+def _reduction(op: ReductionOpType, x: TensorView, axes, keepdim: bool) -> TensorView:
+    name = "sum" if op is ReductionOpType.sum else "max"
+    x = _check_tensor(x, name)
+    red = _normalize_axes(x, axes, name)
+    src = data_axes(x)
+    out_axes = [
+        _new_axis(ax.extent, IterType.REDUCTION if k in red else ax.iter_type)
+        for k, ax in enumerate(src)
+    ]
+    out = TensorView(x.fusion, out_axes, x.dtype)
+    if op is ReductionOpType.sum:
+        init = 0.0
+    else:
+        init = float("-inf") if x.dtype.is_float else float(-(2**31))
+    ReductionOp(op, out, x, red, init)
+    if keepdim:
+        return broadcast(out, [k in red for k in range(len(src))])
+    return out
+
+
+def sum(
+    x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
+) -> TensorView:  # noqa: A001
+    """Sum over `axes` (all axes by default)."""
+    return _reduction(ReductionOpType.sum, x, axes, keepdim)
+
+
+def max(
+    x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
+) -> TensorView:  # noqa: A001
+    """Max over `axes` (all by default); for an elementwise max use `maximum`."""
+    if isinstance(axes, TensorView):
+        raise FusionError(
+            "max(x, axes) is a reduction; use fl.maximum(a, b) for an elementwise max"
+        )
+    return _reduction(ReductionOpType.max, x, axes, keepdim)
+
+
+def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
+    """Materialize broadcast axes to `shape` (-1 keeps an axis); other axes must match."""
+    x = _check_tensor(x, "expand")
+    src = data_axes(x)
+    shape = [int(s) for s in shape]
+    if len(shape) != len(src):
+        raise FusionError(
+            f"expand: {_shape_text(x)} has {len(src)} axes, shape {shape} has {len(shape)}"
+        )
+    axes = []
+    for k, (ax, s) in enumerate(zip(src, shape)):
+        if s == -1 or s == ax.extent:
+            axes.append(_new_axis(ax.extent, ax.iter_type))
+        elif ax.is_broadcast and s >= 1:
+            axes.append(_new_axis(s))
+        else:
+            raise FusionError(
+                f"expand: {_shape_text(x)} axis {k} has extent {ax.extent} and is not a broadcast "
+                f"axis; it cannot be expanded to {s}"
+            )
+    out = TensorView(x.fusion, axes, x.dtype)
+    ExpandOp(out, x, [a.extent for a in axes])
+    return out
+
+
+def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
+    """View x's data with another shape (one -1 is inferred)."""
+    x = _check_tensor(x, "reshape")
+    total = 1
+    for e in x.shape:
+        total *= e
+    shape = [int(s) for s in shape]
+    if shape.count(-1) > 1:
+        raise FusionError(f"reshape: at most one -1 in {shape}")
+    known = 1
+    for s in shape:
+        if s != -1:
+            known *= s
+    if -1 in shape:
+        if known == 0 or total % known:
+            raise FusionError(f"reshape: cannot view {_shape_text(x)} as {shape}")
+        shape[shape.index(-1)] = total // known
+    if _prod(shape) != total or any(s < 1 for s in shape):
+        raise FusionError(f"reshape: cannot view {_shape_text(x)} ({total} elements) as {shape}")
+    axes = [_new_axis(s, IterType.BROADCAST if s == 1 else IterType.ITERATION) for s in shape]
+    out = TensorView(x.fusion, axes, x.dtype)
+    ReshapeOp(out, x, shape)
+    return out
+
+
+def _prod(shape: Sequence[int]) -> int:
+    p = 1
+    for s in shape:
+        p *= s
+    return p
+
+
+# -- matmul / linear ------------------------------------------------------------
+def matmul(a: TensorView, b: TensorView) -> TensorView:
+    """a[..., m, k] @ b[k, n] -> [..., m, n] (with a trailing reduction axis rk)."""
+    a, b = _check_tensor(a, "matmul"), _check_tensor(b, "matmul")
+    _fusion_of(a, b)
+    if len(a.shape) < 1 or len(b.shape) != 2 or a.shape[-1] != b.shape[0]:
+        raise FusionError(
+            f"matmul: {_shape_text(a)} @ {_shape_text(b)}: expects a[..., k] and b[k, n] "
+            "with equal k"
+        )
+    axes = [_new_axis(ax.extent, ax.iter_type) for ax in data_axes(a)[:-1]]
+    axes += [_new_axis(b.shape[1]), _new_axis(a.shape[-1], IterType.REDUCTION)]
+    out = TensorView(a.fusion, axes, _promote(a, b, BinaryOpType.mul))
+    MatmulOp([a, b], [out])
+    return out
+
+
+def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
+    """x[..., k] @ weight[n, k]^T (+ bias[n]) -> [..., n] (with a trailing reduction axis rk)."""
+    x, weight = _check_tensor(x, "linear"), _check_tensor(weight, "linear")
+    operands = [x, weight] + ([_check_tensor(bias, "linear")] if bias is not None else [])
+    _fusion_of(*operands)
+    if len(weight.shape) != 2 or len(x.shape) < 1 or x.shape[-1] != weight.shape[1]:
+        raise FusionError(
+            f"linear: {_shape_text(x)} and weight {_shape_text(weight)}: expects x[..., k] "
+            "and weight[n, k] with equal k"
+        )
+    n = weight.shape[0]
+    if bias is not None and bias.shape != (n,):
+        raise FusionError(f"linear: bias {_shape_text(bias)} must have shape [{n}]")
+    axes = [_new_axis(ax.extent, ax.iter_type) for ax in data_axes(x)[:-1]]
+    axes += [_new_axis(n), _new_axis(x.shape[-1], IterType.REDUCTION)]
+    out = TensorView(x.fusion, axes, _promote(x, weight, BinaryOpType.mul))
+    LinearOp(operands, [out])
+    return out

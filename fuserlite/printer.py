@@ -1,0 +1,203 @@
+"""Printing in nvFuser's TransformPrinter dialect (late 2024).
+
+Printing is a pure function of the IR. TensorViews print with their number
+(T<n>, given at creation, as in nvFuser). IterDomains are numbered here, in a
+fixed order: the logical axes of every tensor in creation order, then the
+outputs of each tensor's transforms in the order they were applied. The same
+fusion therefore always prints the same text, however it was built.
+"""
+
+from __future__ import annotations
+
+from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.expr import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    ExpandOp,
+    Expr,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    ReductionOp,
+    ReshapeOp,
+    UnaryOp,
+    UnaryOpType,
+)
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.tensor import TensorView
+
+
+class Namer:
+    """Assigns printer numbers to the IterDomains of one fusion."""
+
+    def __init__(self, fusion: Fusion) -> None:
+        self.numbers: dict[int, int] = {}
+        tensors = fusion.tensors_created
+        for tv in tensors:
+            for ax in tv.domain.logical:
+                self._add(ax)
+        for tv in tensors:
+            for t in tv.domain.transforms:
+                for ax in t.outputs:
+                    self._add(ax)
+
+    def _add(self, ax: IterDomain) -> None:
+        if id(ax) not in self.numbers:
+            self.numbers[id(ax)] = len(self.numbers)
+
+    def id(self, ax: IterDomain) -> str:
+        """`iS0{2}`, `bdeviceIdx.x1{1}`, `ithreadIdx.x25{128}`."""
+        n = self.numbers.get(id(ax))
+        if n is None:  # an axis built outside this fusion's tensors
+            n = len(self.numbers)
+            self.numbers[id(ax)] = n
+        return f"{ax.iter_type.value}{ax.parallel_type.value}{n}{{{ax.extent}}}"
+
+    def ids(self, axes: list[IterDomain]) -> str:
+        return ", ".join(self.id(ax) for ax in axes)
+
+    def tensor(self, tv: TensorView) -> str:
+        """`T3_l_float[ iS0{2} ] ca_pos( 2 ) produce_pos( 3 ) (DeviceMesh{0 1})`."""
+        axes = self.ids(tv.domain.loop)
+        text = (
+            f"{tv.name}_{tv.memory_type.value}_{tv.dtype.value}[ {axes} ]"
+            if axes
+            else (f"{tv.name}_{tv.memory_type.value}_{tv.dtype.value}[ ]")
+        )
+        if tv.compute_at_pos:
+            text += f" ca_pos( {tv.compute_at_pos} )"
+        if tv.produce_pos:
+            text += f" produce_pos( {tv.produce_pos} )"
+        if tv.mesh is not None:
+            text += f" ({tv.mesh})"
+        return text
+
+
+def tensor_text(tv: TensorView) -> str:
+    """One tensor as printed in its fusion."""
+    return Namer(tv.fusion).tensor(tv)
+
+
+def axis_text(ax: IterDomain) -> str:
+    """One IterDomain as printed in the fusion of its tensor."""
+    if ax.owner is None:
+        return f"{ax.iter_type.value}{ax.parallel_type.value}?{{{ax.extent}}}"
+    return Namer(ax.owner.fusion).id(ax)
+
+
+_BINARY_SYMBOLS = {
+    BinaryOpType.add: "+",
+    BinaryOpType.sub: "-",
+    BinaryOpType.mul: "*",
+    BinaryOpType.div: "/",
+}
+
+
+def _scalar(value: float) -> str:
+    if isinstance(value, (bool, int)):
+        return f"int64_t({value})"
+    return f"double({value!r})"
+
+
+def expr_text(expr: Expr, namer: Namer) -> str:
+    """One expression: the output line, then `   = ...`."""
+    t = namer.tensor
+    outs = "\n".join(t(o) for o in expr.outputs)
+    if hasattr(expr, "describe"):  # communications and other lowered nodes
+        return expr.describe(namer)
+    if isinstance(expr, LoadStoreOp):
+        cache = f", cache_op={expr.cache_op}" if expr.cache_op else ""
+        body = f"   = Set( {t(expr.input)}{cache} )"
+    elif isinstance(expr, UnaryOp):
+        if expr.op is UnaryOpType.neg:
+            body = f"   = -{t(expr.input)};"
+        else:
+            body = f"   = {expr.op.value}({t(expr.input)});"
+    elif isinstance(expr, BinaryOp):
+        lhs, rhs = (_scalar(x) if isinstance(x, (int, float)) else t(x) for x in expr.operands())
+        if expr.op in _BINARY_SYMBOLS:
+            body = f"   = {lhs}\n   {_BINARY_SYMBOLS[expr.op]} {rhs};"
+        else:
+            body = f"   = f{expr.op.value}({lhs}\n  , {rhs});"
+    elif isinstance(expr, BroadcastOp):
+        flags = ", ".join("true" if f else "false" for f in expr.flags)
+        body = f"   = broadcast( {t(expr.input)}, flags = {{{flags}}} )"
+    elif isinstance(expr, ReductionOp):
+        init = f"{expr.output.dtype.value}({_number(expr.init)})"
+        body = (
+            f"   = reduction( {t(expr.input)}, op = {expr.op.value}, "
+            f"initial value = {init}, allreduce = false )"
+        )
+    elif isinstance(expr, ExpandOp):
+        shape = ", ".join(str(s) for s in expr.shape)
+        body = f"   = expand( {t(expr.input)}, {{{shape}}} )"
+    elif isinstance(expr, ReshapeOp):
+        shape = ", ".join(str(s) for s in expr.shape)
+        body = f"   = view( {t(expr.input)}, {{{shape}}} )"
+    elif isinstance(expr, (LinearOp, MatmulOp)):
+        args = ",\n          ".join(t(i) for i in expr.inputs)
+        body = f"   = {expr.op_name}({args})"
+    else:
+        args = ", ".join(t(i) for i in expr.inputs)
+        body = f"   = {expr.op_name}( {args} )"
+    return f"{outs}\n{body}"
+
+
+def _number(value: float) -> str:
+    if value == float("inf"):
+        return "inf"
+    if value == float("-inf"):
+        return "-inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def _math_lines(fusion: Fusion, namer: Namer) -> list[str]:
+    return [expr_text(e, namer) for e in fusion.exprs()]
+
+
+def print_math(fusion: Fusion) -> str:
+    """The math of a fusion, wrapped in `%kernel_math { ... }`."""
+    namer = Namer(fusion)
+    body = "\n".join(_math_lines(fusion, namer))
+    return "%kernel_math {\n" + (body + "\n" if body else "") + "} // %kernel_math\n"
+
+
+def transforms_text(tv: TensorView, namer: Namer) -> str:
+    """The TransformPrinter block of one tensor."""
+    dom = tv.domain
+    lines = [namer.tensor(tv), f" logical domain : ({namer.ids(dom.logical)})"]
+    if dom.allocation is not None:
+        lines.append(f" allocation domain : ({namer.ids(dom.allocation)})")
+    contiguity = " ".join("n" if c is None else ("t" if c else "f") for c in dom.contiguity)
+    lines.append(f" contiguity: {contiguity}".rstrip())
+    for tr in dom.transforms:
+        if isinstance(tr, Split):
+            kind = "Split" if tr.inner_split else "Outer split"
+            lines.append(
+                f"  {kind}: {namer.id(tr.input)} by factor {tr.factor} -> "
+                f"{namer.id(tr.outer)}, {namer.id(tr.inner)}"
+            )
+        else:
+            lines.append(
+                f"  Merge: {namer.id(tr.outer)} and {namer.id(tr.inner)} -> {namer.id(tr.output)}"
+            )
+    lines.append(f" loop domain : ({namer.ids(dom.loop)})")
+    return "\n".join(lines)
+
+
+def print_transforms(fusion: Fusion) -> str:
+    """`TransformPrinter : ` and the block of every tensor, in printing order."""
+    namer = Namer(fusion)
+    blocks = [transforms_text(tv, namer) for tv in fusion.tensors()]
+    return "TransformPrinter : \n" + "".join(b + "\n" for b in blocks)
+
+
+def print_kernel(fusion: Fusion) -> str:
+    """The whole fusion as nvFuser prints a kernel: math, then TransformPrinter."""
+    namer = Namer(fusion)
+    math = "".join(line + "\n" for line in _math_lines(fusion, namer))
+    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in fusion.tensors())
+    return f"%kernel {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel\n"

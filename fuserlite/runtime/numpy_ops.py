@@ -1,0 +1,94 @@
+"""numpy semantics of every compute expression, shared by the reference evaluator
+and the per-device executor (which passes local shapes)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    ExpandOp,
+    Expr,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    ReductionOp,
+    ReductionOpType,
+    ReshapeOp,
+    UnaryOp,
+    UnaryOpType,
+)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
+
+
+_UNARY = {
+    UnaryOpType.neg: np.negative,
+    UnaryOpType.exp: np.exp,
+    UnaryOpType.tanh: np.tanh,
+    UnaryOpType.relu: lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    UnaryOpType.abs: np.abs,
+    UnaryOpType.gelu: _gelu,
+    UnaryOpType.sqrt: np.sqrt,
+    UnaryOpType.log: np.log,
+}
+
+_BINARY = {
+    BinaryOpType.add: np.add,
+    BinaryOpType.sub: np.subtract,
+    BinaryOpType.mul: np.multiply,
+    BinaryOpType.div: np.true_divide,
+    BinaryOpType.max: np.maximum,
+    BinaryOpType.min: np.minimum,
+}
+
+
+def eval_expr(expr: Expr, args: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
+    """Evaluate one single-output expression on arrays (global or local shards)."""
+    dtype = expr.output.dtype.numpy
+    with np.errstate(all="ignore"):
+        if isinstance(expr, LoadStoreOp):
+            out = args[0]
+        elif isinstance(expr, UnaryOp):
+            out = _UNARY[expr.op](args[0].astype(dtype, copy=False))
+        elif isinstance(expr, BinaryOp):
+            it = iter(args)
+            lhs, rhs = (
+                np.asarray(x, dtype)
+                if isinstance(x, (int, float))
+                else next(it).astype(dtype, copy=False)
+                for x in expr.operands()
+            )
+            out = _BINARY[expr.op](lhs, rhs)
+        elif isinstance(expr, BroadcastOp):
+            axes = tuple(k for k, f in enumerate(expr.flags) if f)
+            out = np.expand_dims(args[0], axes)
+        elif isinstance(expr, ReductionOp):
+            fn = np.sum if expr.op is ReductionOpType.sum else np.max
+            out = fn(args[0], axis=expr.axes)
+        elif isinstance(expr, ExpandOp):
+            out = np.broadcast_to(args[0], out_shape)
+        elif isinstance(expr, ReshapeOp):
+            out = args[0].reshape(out_shape)
+        elif isinstance(expr, LinearOp):
+            out = np.matmul(args[0], args[1].T)
+            if len(args) > 2:
+                out = out + args[2]
+        elif isinstance(expr, MatmulOp):
+            out = np.matmul(args[0], args[1])
+        else:
+            raise ExecutionError(f"no numpy evaluation for expression {expr!r}")
+    out = np.asarray(out).astype(dtype, copy=False)
+    if out.shape != tuple(out_shape):
+        raise ExecutionError(
+            f"{expr!r} produced shape {out.shape}, expected {tuple(out_shape)} for {expr.output.name}"
+        )
+    return out

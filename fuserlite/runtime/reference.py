@@ -1,0 +1,59 @@
+"""The reference evaluator: runs the unscheduled, unsharded fusion on whole arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.tensor import TensorView
+from fuserlite.runtime.numpy_ops import eval_expr
+
+
+def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Inputs must match the fusion's inputs in number, shape and dtype."""
+    if len(inputs) != len(fusion.inputs):
+        raise ExecutionError(f"the fusion takes {len(fusion.inputs)} inputs, got {len(inputs)}")
+    arrays = []
+    for tv, arr in zip(fusion.inputs, inputs):
+        a = np.asarray(arr)
+        if a.shape != tv.shape:
+            raise ExecutionError(
+                f"input {tv.name} has shape {list(tv.shape)}, got an array of shape {list(a.shape)}"
+            )
+        if a.dtype != tv.dtype.numpy:
+            raise ExecutionError(
+                f"input {tv.name} has dtype {tv.dtype.name}, got an array of dtype {a.dtype}"
+            )
+        arrays.append(a)
+    return arrays
+
+
+def evaluate(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Evaluate the fusion on global numpy arrays; returns one array per output."""
+    values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
+    for expr in fusion.exprs():
+        missing = [t.name for t in expr.inputs if t not in values]
+        if missing:
+            raise ExecutionError(
+                f"{expr.output.name} = {expr.op_name}(...) reads {', '.join(missing)}, which is "
+                "neither a fusion input nor computed; add it with fusion.add_input"
+            )
+        values[expr.output] = eval_expr(expr, [values[t] for t in expr.inputs], expr.output.shape)
+    return [values[t] for t in fusion.outputs]
+
+
+def random_inputs(fusion: Fusion, seed: int = 0) -> list[np.ndarray]:
+    """Seeded random inputs matching the fusion's inputs."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for tv in fusion.inputs:
+        if tv.dtype.is_float:
+            arrays.append(rng.standard_normal(tv.shape).astype(tv.dtype.numpy))
+        elif tv.dtype.name == "bool":
+            arrays.append(rng.integers(0, 2, tv.shape).astype(bool))
+        else:
+            arrays.append(rng.integers(-8, 8, tv.shape).astype(tv.dtype.numpy))
+    return arrays

@@ -1,0 +1,90 @@
+"""The validator: every IR invariant, checked in one place.
+
+`verify(fusion)` raises VerifyError listing each broken invariant with the
+tensor and axis at fault. The pipeline runs it after every pass.
+"""
+
+from __future__ import annotations
+
+from fuserlite.ir.errors import VerifyError
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.sharding import sharding_problem
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
+from fuserlite.printer import Namer
+
+
+def duplicate_parallel_types(tv: TensorView, namer: Namer) -> list[str]:
+    """nvFuser's check: one parallel type on two loop axes of one tensor."""
+    by_type: dict[ParallelType, list] = {}
+    for ax in tv.domain.loop:
+        if ax.parallel_type is not ParallelType.Serial:
+            by_type.setdefault(ax.parallel_type, []).append(ax)
+    return [
+        f"{tv.name}: found multiple loop IterDomains with the same parallel type "
+        f"({pt.value}): {namer.ids(axes)}"
+        for pt, axes in by_type.items()
+        if len(axes) > 1
+    ]
+
+
+def _loop_is_consistent(tv: TensorView) -> bool:
+    """The loop domain is exactly the leaves of the recorded transforms."""
+    leaves = {id(ax): ax for ax in tv.domain.logical}
+    for t in tv.domain.transforms:
+        for ax in t.inputs:
+            leaves.pop(id(ax), None)
+        for ax in t.outputs:
+            leaves[id(ax)] = ax
+    return {id(a) for a in tv.domain.loop} == set(leaves) and len(tv.domain.loop) == len(leaves)
+
+
+def fusion_has_mesh(fusion: Fusion) -> bool:
+    return any(tv.mesh is not None for tv in fusion.tensors())
+
+
+def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
+    """Every problem of one tensor's domains and sharding."""
+    problems = duplicate_parallel_types(tv, namer)
+    if not _loop_is_consistent(tv):
+        problems.append(f"{tv.name}: loop domain does not match its recorded transforms")
+    for pos, ax in enumerate(tv.domain.loop):
+        pt = ax.parallel_type
+        if pt.is_thread and ax.extent > 1024:
+            problems.append(
+                f"{tv.name} axis {pos} ({namer.id(ax)}): {pt.value} extent {ax.extent} exceeds 1024"
+            )
+        if not pt.is_device:
+            continue
+        if tv.mesh is None and mesh_inferable:
+            continue  # propagate-shardings gives it the mesh of its neighbours
+        why = sharding_problem(tv, ax)
+        if why is not None:
+            problems.append(f"{tv.name} axis {pos} ({namer.id(ax)}): {why}")
+    return problems
+
+
+def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
+    """Raise VerifyError if any invariant is broken.
+
+    Before sharding propagation a device-parallel tensor without a mesh is accepted
+    when some tensor of the fusion has one (it will be inherited); with
+    `require_mesh` every device-parallel tensor must have its own.
+    """
+    namer = Namer(fusion)
+    mesh_inferable = not require_mesh and fusion_has_mesh(fusion)
+    problems: list[str] = []
+    for tv in fusion.tensors():
+        problems.extend(tensor_problems(tv, namer, mesh_inferable))
+    for out in fusion.outputs:
+        if out.definition is None and out not in fusion.inputs:
+            problems.append(f"output {out.name} is neither computed nor an input")
+    for expr in fusion.exprs():
+        for tv in expr.inputs:
+            if tv.definition is None and tv not in fusion.inputs:
+                problems.append(
+                    f"{tv.name} is read by {expr.output.name} = {expr.op_name}(...) but is not "
+                    "a fusion input; add it with fusion.add_input"
+                )
+    if problems:
+        raise VerifyError("invalid fusion:\n  " + "\n  ".join(dict.fromkeys(problems)))
