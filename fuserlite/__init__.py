@@ -43,6 +43,7 @@ from fuserlite.ops import (
     tensor,
 )
 from fuserlite.runtime.reference import evaluate, random_inputs
+from fuserlite.text import load, parse, to_fus
 from fuserlite.verify import verify
 
 __version__ = "0.1.0"
@@ -72,6 +73,7 @@ __all__ = [
     "expand",
     "gelu",
     "linear",
+    "load",
     "log",
     "matmul",
     "max",
@@ -79,6 +81,7 @@ __all__ = [
     "minimum",
     "mul",
     "neg",
+    "parse",
     "random_inputs",
     "relu",
     "reshape",
@@ -88,5 +91,23 @@ __all__ = [
     "sum",
     "tanh",
     "tensor",
+    "to_fus",
     "verify",
 ]
+
+# Multi-device lowering and execution.
+from fuserlite.pipeline import Pipeline, lower  # noqa: E402
+from fuserlite.runtime.executor import FusionExecutor  # noqa: E402
+from fuserlite.runtime.validate import ValidationError, validate  # noqa: E402
+
+__all__ += ["FusionExecutor", "Pipeline", "ValidationError", "lower", "validate"]
+from fuserlite.spmd import (  # noqa: E402
+    all_gather,
+    all_reduce,
+    all_to_all,
+    local_sum,
+    reduce_scatter,
+    spmd_input,
+)
+
+__all__ += ["all_gather", "all_reduce", "all_to_all", "local_sum", "reduce_scatter", "spmd_input"]

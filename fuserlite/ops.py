@@ -379,10 +379,10 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
 
 
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
-    """x[..., k] @ weight[n, k]^T (+ bias[n]) -> [..., n] (with a trailing reduction axis rk)."""
+    """x[..., k] @ weight[n, k]^T (+ bias[n]) -> [..., n]; the product keeps a trailing rk axis."""
     x, weight = _check_tensor(x, "linear"), _check_tensor(weight, "linear")
-    operands = [x, weight] + ([_check_tensor(bias, "linear")] if bias is not None else [])
-    _fusion_of(*operands)
+    if bias is not None:
+        _fusion_of(x, weight, _check_tensor(bias, "linear"))
     if len(weight.shape) != 2 or len(x.shape) < 1 or x.shape[-1] != weight.shape[1]:
         raise FusionError(
             f"linear: {_shape_text(x)} and weight {_shape_text(weight)}: expects x[..., k] "
@@ -394,5 +394,7 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
     axes = [_new_axis(ax.extent, ax.iter_type) for ax in data_axes(x)[:-1]]
     axes += [_new_axis(n), _new_axis(x.shape[-1], IterType.REDUCTION)]
     out = TensorView(x.fusion, axes, _promote(x, weight, BinaryOpType.mul))
-    LinearOp(operands, [out])
-    return out
+    LinearOp([x, weight], [out])
+    # The bias is a separate add so that a row-parallel linear (partial sums over
+    # devices) adds it once, after the reduction, not once per device.
+    return out if bias is None else add(out, bias)

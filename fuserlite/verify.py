@@ -6,6 +6,7 @@ tensor and axis at fault. The pipeline runs it after every pass.
 
 from __future__ import annotations
 
+from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import sharding_problem
@@ -86,5 +87,31 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
                     f"{tv.name} is read by {expr.output.name} = {expr.op_name}(...) but is not "
                     "a fusion input; add it with fusion.add_input"
                 )
+    problems.extend(
+        layout_problems([e for e in fusion.exprs() if isinstance(e, Communication)], namer)
+    )
     if problems:
         raise VerifyError("invalid fusion:\n  " + "\n  ".join(dict.fromkeys(problems)))
+
+
+def layout_problems(comms: list[Communication], namer: Namer) -> list[str]:
+    """Seed 000: collectives must not mix pinned and free layouts."""
+
+    def name(c: Communication) -> str:
+        layout = "no layout" if c.layout is None else ("pinned" if c.layout.pinned else "free")
+        return f"{c.kind.value} {c.input.name} -> {c.output.name} ({layout})"
+
+    collectives = [c for c in comms if c.kind.is_collective]
+    assigned = [c for c in collectives if c.layout is not None]
+    problems = []
+    if assigned and len(assigned) != len(collectives):
+        missing = ", ".join(name(c) for c in collectives if c.layout is None)
+        problems.append(f"some collectives have a layout and others do not: {missing}")
+    reducing = [c for c in assigned if c.kind.is_allreduce_class]
+    if len({c.layout.pinned for c in reducing}) > 1:
+        problems.append(
+            "a mix of layout-pinned and free all-reduce-class collectives: "
+            + ", ".join(name(c) for c in reducing)
+            + "; run assign-layouts so that all are pinned or all are free"
+        )
+    return problems

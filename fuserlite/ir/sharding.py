@@ -120,3 +120,15 @@ def same_sharding(a: TensorView, b: TensorView) -> bool:
     sa = {pt: (s.data_index, s.is_partial) for pt, s in shardings(a).items()}
     sb = {pt: (s.data_index, s.is_partial) for pt, s in shardings(b).items()}
     return sa == sb
+
+
+def describe_sharding(tv: TensorView) -> str:
+    """`T3 on DeviceMesh{0 1}, sharded on axis 0 (deviceIdx.x)`, `replicated`, or `partial`."""
+    where = f"{tv.name} on {tv.mesh}" if tv.mesh is not None else f"{tv.name} (no mesh)"
+    parts = []
+    for pt, s in shardings(tv).items():
+        if s.is_partial:
+            parts.append(f"partial sums over reduction axis {s.logical_index} ({pt.value})")
+        else:
+            parts.append(f"sharded on axis {s.data_index} ({pt.value})")
+    return f"{where}, " + (", ".join(parts) if parts else "replicated")

@@ -1,0 +1,88 @@
+"""The pass pipeline: run passes by name, verify after each, dump on request.
+
+lowered = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouched
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import fuserlite.passes  # noqa: F401 - registers every pass
+from fuserlite.ir.errors import FuserliteError, VerifyError
+from fuserlite.ir.fusion import Fusion
+from fuserlite.passes.base import REGISTRY, Pass, make_pass
+from fuserlite.verify import verify
+
+DEFAULT_PASSES = (
+    "propagate-shardings",
+    "insert-reshardings",
+    "reorder-sharded-axis",
+    "segment",
+    "schedule-pointwise",
+    "lower-communications",
+    "assign-layouts",
+)
+
+
+class PassFailed(FuserliteError):
+    """A pass broke an invariant or raised; names the pass and the passes before it."""
+
+
+class Pipeline:
+    """An ordered list of passes with the validator between them."""
+
+    def __init__(
+        self,
+        passes: Sequence[Pass | str],
+        *,
+        verify_each: bool = True,
+        print_after: Sequence[str] = (),
+        print_after_all: bool = False,
+        dump: Callable[[str, Fusion], None] | None = None,
+    ) -> None:
+        self.passes = [p if isinstance(p, Pass) else make_pass(p) for p in passes]
+        self.verify_each = verify_each
+        unknown = [n for n in print_after if n not in REGISTRY]
+        if unknown:
+            raise PassFailed(f"--print-after names unknown pass {unknown[0]!r}")
+        self.print_after = set(print_after)
+        self.print_after_all = print_after_all
+        self.dump = dump or (lambda name, f: print(f"// ----- after {name} -----\n{f}"))
+
+    @classmethod
+    def default(cls, **kwargs) -> Pipeline:
+        """The default lowering pipeline (DESIGN.md §4)."""
+        return cls([p for p in DEFAULT_PASSES if p in REGISTRY], **kwargs)
+
+    def run(self, fusion: Fusion) -> Fusion:
+        """Verify the input, then run every pass on a copy; returns the copy."""
+        verify(fusion)
+        lowered, _ = fusion.clone()
+        ran: list[str] = []
+        for p in self.passes:
+            try:
+                p.run(lowered)
+                if self.verify_each:
+                    verify(lowered, require_mesh=True)
+            except VerifyError as exc:
+                raise PassFailed(_context(p, ran) + f"left an invalid fusion: {exc}") from exc
+            except FuserliteError:
+                raise
+            except Exception as exc:  # a bug in a pass: name it, keep the cause
+                raise PassFailed(
+                    _context(p, ran) + f"crashed: {type(exc).__name__}: {exc}"
+                ) from exc
+            ran.append(str(p))
+            if self.print_after_all or p.name in self.print_after:
+                self.dump(str(p), lowered)
+        return lowered
+
+
+def _context(p: Pass, ran: list[str]) -> str:
+    before = ", ".join(ran) if ran else "none"
+    return f"pass {p} (after: {before}) "
+
+
+def lower(fusion: Fusion, **kwargs) -> Fusion:
+    """Run the default pipeline on a copy of `fusion`."""
+    return Pipeline.default(**kwargs).run(fusion)

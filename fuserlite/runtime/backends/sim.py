@@ -1,0 +1,57 @@
+"""The `sim` backend: every device of the mesh lives in this process."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuserlite.ir.expr import ReductionOpType
+from fuserlite.runtime.communicator import Buffers, Communicator
+
+
+def _reduce(arrays: list[np.ndarray], op: ReductionOpType) -> np.ndarray:
+    # Left to right, the same order on every device: results are deterministic.
+    out = arrays[0].copy()
+    fn = np.add if op is ReductionOpType.sum else np.maximum
+    for a in arrays[1:]:
+        fn(out, a, out=out)
+    return out
+
+
+class SimCommunicator(Communicator):
+    """An in-process mesh: collectives are numpy concatenations and reductions."""
+
+    name = "sim"
+
+    def hosted(self, devices) -> list[int]:
+        return list(devices)
+
+    def allgather(self, team, bufs: Buffers) -> Buffers:
+        whole = np.concatenate([bufs[d] for d in team], axis=0)
+        return {d: whole for d in team}
+
+    def alltoall(self, team, bufs: Buffers) -> dict[int, list[np.ndarray]]:
+        chunks = {d: np.split(bufs[d], len(team), axis=0) for d in team}
+        return {dst: [chunks[src][j] for src in team] for j, dst in enumerate(team)}
+
+    def allreduce(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
+        total = _reduce([bufs[d] for d in team], op)
+        return {d: total for d in team}
+
+    def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
+        total = _reduce([bufs[d] for d in team], op)
+        return dict(zip(team, np.split(total, len(team), axis=0)))
+
+    def broadcast(self, team, root: int, bufs: Buffers) -> Buffers:
+        return {d: bufs[root] for d in team}
+
+    def scatter(self, team, root: int, receivers, bufs: Buffers) -> Buffers:
+        return dict(zip(receivers, np.split(bufs[root], len(receivers), axis=0)))
+
+    def gather(self, team, root: int, senders, bufs: Buffers) -> Buffers:
+        return {root: np.concatenate([bufs[d] for d in senders], axis=0)}
+
+    def reduce(self, team, root: int, senders, bufs: Buffers, op: ReductionOpType) -> Buffers:
+        return {root: _reduce([bufs[d] for d in senders], op)}
+
+    def sendrecv(self, pairs, bufs: Buffers) -> Buffers:
+        return {dst: bufs[src] for src, dst in pairs}

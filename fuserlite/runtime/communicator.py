@@ -1,0 +1,127 @@
+"""The Communicator interface and how each Communication runs on it.
+
+A backend moves numpy buffers between devices. Every method takes and returns
+{device: array} for the devices this process hosts (all of them for `sim`,
+one for `mpi`), and works on axis 0: the executor first lays each buffer out
+with its sharded axis outermost, as assign-layouts pinned it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuserlite.ir.communication import CommKind, Communication
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import ReductionOpType
+from fuserlite.ir.sharding import local_shape
+
+Buffers = dict[int, np.ndarray]
+
+
+class Communicator:
+    """Collectives over teams of devices; subclasses implement the data movement."""
+
+    name = "abstract"
+
+    def hosted(self, devices) -> list[int]:
+        """The devices among `devices` that this process holds data for."""
+        raise NotImplementedError
+
+    def allgather(self, team, bufs: Buffers) -> Buffers:
+        raise NotImplementedError
+
+    def alltoall(self, team, bufs: Buffers) -> dict[int, list[np.ndarray]]:
+        raise NotImplementedError
+
+    def allreduce(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
+        raise NotImplementedError
+
+    def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
+        raise NotImplementedError
+
+    def broadcast(self, team, root: int, bufs: Buffers) -> Buffers:
+        raise NotImplementedError
+
+    def scatter(self, team, root: int, receivers, bufs: Buffers) -> Buffers:
+        raise NotImplementedError
+
+    def gather(self, team, root: int, senders, bufs: Buffers) -> Buffers:
+        raise NotImplementedError
+
+    def reduce(self, team, root: int, senders, bufs: Buffers, op: ReductionOpType) -> Buffers:
+        raise NotImplementedError
+
+    def sendrecv(self, pairs, bufs: Buffers) -> Buffers:
+        raise NotImplementedError
+
+
+def _front(a: np.ndarray, axis: int | None) -> np.ndarray:
+    return np.ascontiguousarray(a if axis is None else np.moveaxis(a, axis, 0))
+
+
+def _back(a: np.ndarray, axis: int | None) -> np.ndarray:
+    return a if axis is None else np.moveaxis(a, 0, axis)
+
+
+def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
+    want = local_shape(comm.input)
+    for d in devices:
+        if d not in bufs:
+            raise ExecutionError(
+                f"{comm.kind.value} of {comm.input.name}: device {d} has no buffer"
+            )
+        if bufs[d].shape != want:
+            raise ExecutionError(
+                f"{comm.kind.value} {comm.input.name} -> {comm.output.name}: device {d} holds a "
+                f"buffer of shape {list(bufs[d].shape)}, expected {list(want)}"
+            )
+
+
+def run_communication(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
+    """Execute one Communication; returns the output shards of hosted output devices."""
+    k, team = comm.kind, comm.team
+    in_mesh, out_mesh = comm.input.mesh.devices, comm.output.mesh.devices
+    senders = backend.hosted(in_mesh)
+    _check_buffers(comm, bufs, senders)
+    a_in, a_out = comm.in_axis, comm.out_axis
+    if k is CommKind.Alias:
+        return {d: bufs[d] for d in backend.hosted(out_mesh)}
+    if k is CommKind.LocalSlice:
+        out = {}
+        for d in backend.hosted(out_mesh):
+            chunk = bufs[d].shape[a_out] // len(out_mesh)
+            i = out_mesh.index(d)
+            out[d] = np.take(bufs[d], np.arange(i * chunk, (i + 1) * chunk), axis=a_out)
+        return out
+    if k is CommKind.Allgather:
+        got = backend.allgather(team, {d: _front(bufs[d], a_in) for d in senders})
+        return {d: _back(v, a_in) for d, v in got.items()}
+    if k is CommKind.AllToAll:
+        moved = {d: _front(bufs[d], a_out) for d in senders}
+        concat_at = a_in + 1 if a_in < a_out else a_in
+        got = backend.alltoall(team, moved)
+        return {
+            d: _back(np.concatenate(chunks, axis=concat_at), a_out) for d, chunks in got.items()
+        }
+    if k is CommKind.Allreduce:
+        return backend.allreduce(team, {d: np.ascontiguousarray(bufs[d]) for d in senders}, comm.op)
+    if k is CommKind.ReduceScatter:
+        got = backend.reduce_scatter(team, {d: _front(bufs[d], a_out) for d in senders}, comm.op)
+        return {d: _back(v, a_out) for d, v in got.items()}
+    if k is CommKind.Broadcast:
+        got = backend.broadcast(team, comm.root, {d: bufs[d] for d in senders})
+        return {d: v for d, v in got.items() if d in out_mesh}
+    if k is CommKind.Scatter:
+        got = backend.scatter(
+            team, comm.root, out_mesh, {d: _front(bufs[d], a_out) for d in senders}
+        )
+        return {d: _back(v, a_out) for d, v in got.items()}
+    if k is CommKind.Gather:
+        got = backend.gather(team, comm.root, in_mesh, {d: _front(bufs[d], a_in) for d in senders})
+        return {d: _back(v, a_in) for d, v in got.items()}
+    if k is CommKind.Reduce:
+        return backend.reduce(team, comm.root, in_mesh, {d: bufs[d] for d in senders}, comm.op)
+    if k is CommKind.SendRecv:
+        pairs = list(zip(in_mesh, out_mesh))
+        return backend.sendrecv(pairs, {d: bufs[d] for d in senders})
+    raise ExecutionError(f"no implementation for communication kind {k.value}")

@@ -1,0 +1,135 @@
+"""insert-reshardings: make every expression local or a single resharding.
+
+Before: tensors have meshes and shardings (propagate-shardings ran).
+After: every expression other than a Set reads inputs sharded exactly as its
+output needs them (same mesh, the sharded output axis maps to the sharded
+input axis), so it computes locally. Where an input differs, a Set to the
+needed sharding is inserted before the expression; that Set is the only
+place data moves. A reduction over a device-parallel axis becomes a local
+partial reduction (output axis rDIDx) followed by a Set to the final sharding.
+Broadcast axes never take part: b and bDIDx are the same sharding (seed 004).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuserlite.passes.base import Pass, register
+
+from fuserlite.ir.axis_map import producer_to_consumer
+from fuserlite.ir.communication import Communication
+from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.expr import Expr, LoadStoreOp
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.sharding import shardings
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
+from fuserlite.schedule.shard import shard_axis
+
+Placement = tuple[DeviceMesh | None, dict[ParallelType, int]]
+
+
+def fresh_like(tv: TensorView, keep_reductions: bool = False) -> TensorView:
+    """A new local tensor with tv's axes (fresh IterDomains), unsharded, no mesh."""
+    axes = [
+        IterDomain(ax.extent, ax.iter_type)
+        for ax in tv.domain.logical
+        if keep_reductions or not ax.is_reduction
+    ]
+    return TensorView(tv.fusion, axes, tv.dtype)
+
+
+def _shard(tv: TensorView, mesh: DeviceMesh | None, axes: dict[ParallelType, int]) -> None:
+    if mesh is not None:
+        tv.set_device_mesh(mesh)
+    for pt, li in axes.items():
+        shard_axis(tv, li, mesh, pt)
+
+
+def _placement(tv: TensorView) -> Placement:
+    """Mesh and {parallel type: logical axis} of every sharding, partial ones included."""
+    return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items()}
+
+
+def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
+    """If `expr` reduces a sharded axis, make it write a partial tensor; return the
+    tensor whose sharding the expression computes in."""
+    out = expr.output
+    partial_axes: dict[ParallelType, int] = {}
+    for producer in expr.inputs:
+        if producer.mesh is None or producer.mesh != out.mesh:
+            continue
+        amap = producer_to_consumer(expr, producer)
+        for pt, s in shardings(producer).items():
+            target = amap.get(s.logical_index)
+            if target is not None and out.domain.logical[target].is_reduction:
+                partial_axes.setdefault(pt, target)
+    already = {pt for pt, s in shardings(out).items() if s.is_partial}
+    partial_axes = {pt: li for pt, li in partial_axes.items() if pt not in already}
+    if not partial_axes:
+        return out
+    partial = fresh_like(out, keep_reductions=True)
+    _shard(partial, out.mesh, partial_axes)
+    expr.outputs = [partial]
+    partial.definition = expr
+    out.definition = None
+    LoadStoreOp(out, partial)
+    return partial
+
+
+def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
+    """For outputs whose sharded axis maps to no input axis: compute replicated, then slice."""
+    out = expr.output
+    replicated = fresh_like(out, keep_reductions=True)
+    replicated.set_device_mesh(out.mesh)
+    expr.outputs = [replicated]
+    replicated.definition = expr
+    out.definition = None
+    LoadStoreOp(out, replicated)
+    return replicated
+
+
+def _needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement | None:
+    """How `producer` must be sharded for `expr` to compute `target` locally
+    (None: no input sharding can serve, compute replicated)."""
+    amap = producer_to_consumer(expr, producer)
+    back = {c: p for p, c in amap.items()}
+    needed: dict[ParallelType, int] = {}
+    for pt, s in shardings(target).items():
+        p = back.get(s.logical_index)
+        if p is None:
+            return None
+        if not producer.domain.logical[p].is_broadcast:
+            needed[pt] = p
+    return target.mesh, needed
+
+
+def _reshard_input(expr: Expr, producer: TensorView, placement: Placement) -> None:
+    mesh, axes = placement
+    resharded = fresh_like(producer)
+    data = [i for i, ax in enumerate(producer.domain.logical) if not ax.is_reduction]
+    _shard(resharded, mesh, {pt: data.index(li) for pt, li in axes.items()})
+    LoadStoreOp(resharded, producer)
+    expr.replace_input(producer, resharded)
+
+
+@register
+@dataclass(frozen=True)
+class InsertReshardings(Pass):
+    """Insert a Set wherever an expression's inputs are sharded unlike its output."""
+
+    name = "insert-reshardings"
+
+    def run(self, fusion: Fusion) -> None:
+        for expr in fusion.exprs():
+            if isinstance(expr, (LoadStoreOp, Communication)):
+                continue
+            target = _split_device_reduction(expr, fusion)
+            needed = [_needed_placement(expr, target, p) for p in expr.inputs]
+            if any(n is None for n in needed):
+                target = _compute_replicated_then_slice(expr, fusion)
+                needed = [_needed_placement(expr, target, p) for p in expr.inputs]
+            for producer, placement in zip(list(expr.inputs), needed):
+                if producer in expr.inputs and _placement(producer) != placement:
+                    _reshard_input(expr, producer, placement)

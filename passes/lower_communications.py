@@ -1,0 +1,137 @@
+"""lower-communications: every resharding Set becomes one Communication (DESIGN.md §5).
+
+Before: `segment` ran; resharding Sets sit between kernels.
+After: each of them is a Communication with its kind, team, root, reduction
+op and bytes sent per device; a Set that needs no data movement (replicated to
+sharded on one mesh) is a LocalSlice. A resharding no row of the table covers
+raises LoweringError naming the expression and both shardings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuserlite.passes.base import Pass, register
+from fuserlite.passes.reorder_sharded_axis import is_resharding
+
+from fuserlite.ir.communication import CommKind, Communication
+from fuserlite.ir.errors import LoweringError
+from fuserlite.ir.expr import LinearOp, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.sharding import describe_sharding, is_partial, sharded_data_axis
+from fuserlite.ir.tensor import TensorView
+
+
+def nbytes(tv: TensorView) -> int:
+    """Bytes of the whole (global) data of a tensor."""
+    n = tv.dtype.itemsize
+    for e in tv.shape:
+        n *= e
+    return n
+
+
+def _reduction_op(tv: TensorView) -> ReductionOpType:
+    d = tv.definition
+    if isinstance(d, ReductionOp):
+        return d.op
+    if isinstance(d, (LinearOp, MatmulOp)):
+        return ReductionOpType.sum
+    return ReductionOpType.sum
+
+
+@dataclass(frozen=True)
+class Plan:
+    kind: CommKind
+    team: tuple[int, ...]
+    root: int | None
+    bytes_per_device: int
+
+
+def plan_communication(inp: TensorView, out: TensorView) -> Plan:
+    """Choose the communication for a resharding Set (the table of DESIGN.md §5)."""
+    mi, mo = inp.mesh, out.mesh
+    if mi is None or mo is None:
+        raise LoweringError(
+            f"cannot lower a Set between {inp.name} and {out.name}: both need a mesh"
+        )
+    a_in, a_out = sharded_data_axis(inp), sharded_data_axis(out)
+    partial = is_partial(inp)
+    b_in, b_out = nbytes(inp), nbytes(out)
+    if mi == mo:
+        d = mi.size
+        team = mi.devices
+        if partial and a_out is None and not is_partial(out):
+            return Plan(CommKind.Allreduce, team, None, 2 * (d - 1) * b_out // d)
+        if partial and a_out is not None:
+            return Plan(CommKind.ReduceScatter, team, None, (d - 1) * b_out // d)
+        if not partial and a_in is None and a_out is not None:
+            return Plan(CommKind.LocalSlice, team, None, 0)
+        if not partial and a_in is not None and a_out is None:
+            return Plan(CommKind.Allgather, team, None, (d - 1) * b_in // d)
+        if not partial and a_in is not None and a_out is not None and a_in != a_out:
+            return Plan(CommKind.AllToAll, team, None, (d - 1) * b_in // (d * d))
+    elif mi.size == 1 and not partial:
+        root = mi.devices[0]
+        team = mo.devices if root in mo else (root, *mo.devices)
+        if a_out is None:
+            return Plan(CommKind.Broadcast, team, root, b_in)
+        d = mo.size
+        return Plan(CommKind.Scatter, team, root, (d - 1) * b_in // d)
+    elif mo.size == 1 and a_out is None:
+        root = mo.devices[0]
+        team = mi.devices if root in mi else (*mi.devices, root)
+        d = mi.size
+        if partial:
+            return Plan(CommKind.Reduce, team, root, b_out)
+        if a_in is not None:
+            return Plan(CommKind.Gather, team, root, b_in // d)
+    if mi != mo and mi.size == mo.size and not partial and a_in == a_out:
+        team = tuple(dict.fromkeys(mi.devices + mo.devices))
+        per = b_in // mi.size if a_in is not None else b_in
+        return Plan(CommKind.SendRecv, team, None, per)
+    raise LoweringError(
+        f"cannot lower {out.name} = Set({inp.name}): from {describe_sharding(inp)} to "
+        f"{describe_sharding(out)}. Lowerable: on one mesh, any change of the sharded axis or "
+        "a reduction of partial sums; between meshes, one device to many (Broadcast/Scatter), "
+        "many to one device (Gather/Reduce), or equal-size meshes with the same sharding "
+        "(SendRecv). Reshard in two steps (e.g. gather on the source mesh first)."
+    )
+
+
+def lower_set(expr: LoadStoreOp) -> Communication:
+    """Replace one resharding Set by its Communication in the graph."""
+    inp, out = expr.input, expr.output
+    plan = plan_communication(inp, out)
+    expr.detach()
+    reducing = plan.kind.is_allreduce_class
+    return Communication(
+        plan.kind,
+        out,
+        inp,
+        plan.team,
+        root=plan.root,
+        op=_reduction_op(inp) if reducing else None,
+        in_axis=sharded_data_axis(inp),
+        out_axis=sharded_data_axis(out),
+        bytes_per_device=plan.bytes_per_device,
+    )
+
+
+@register
+@dataclass(frozen=True)
+class LowerCommunications(Pass):
+    """Lower every resharding Set to one Communication (or a local slice)."""
+
+    name = "lower-communications"
+
+    def run(self, fusion: Fusion) -> None:
+        if fusion.segments is None:
+            from fuserlite.passes.segment import segment_exprs
+
+            fusion.segments = segment_exprs(fusion)
+        fusion.segments = [lower_set(s) if is_resharding(s) else s for s in fusion.segments]
+
+
+def communications(fusion: Fusion) -> list[Communication]:
+    """The Communications of a lowered fusion, in execution order."""
+    return [s for s in (fusion.segments or []) if isinstance(s, Communication)]

@@ -1,0 +1,75 @@
+"""propagate-shardings: every tensor gets a mesh and the sharding its producers imply.
+
+Before: users set meshes and DID parallel types on some tensors.
+After: every tensor of a fusion that uses a mesh has one. A tensor the user
+left unsharded and without a mesh inherits, through the expression's axis map,
+the sharding of its first producer sharded on a data axis that stays a data
+axis. Never propagated: DID on broadcast axes (b and bDIDx are the same
+sharding, seed 004), DID onto a reduction axis (that is a device reduction,
+left to insert-reshardings), and a second axis with a parallel type a tensor
+already carries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuserlite.passes.base import Pass, register
+
+from fuserlite.ir.axis_map import producer_to_consumer
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.sharding import shardings
+from fuserlite.ir.tensor import TensorView
+from fuserlite.schedule.shard import shard_axis
+
+
+def _propagate_meshes(fusion: Fusion) -> None:
+    exprs = fusion.exprs()
+    for expr in exprs:
+        mesh = next((t.mesh for t in expr.inputs if t.mesh is not None), None)
+        for out in expr.outputs:
+            if out.mesh is None and mesh is not None:
+                out.mesh = mesh
+    for expr in reversed(exprs):
+        mesh = next((t.mesh for t in expr.outputs if t.mesh is not None), None)
+        for inp in expr.inputs:
+            if inp.mesh is None and mesh is not None:
+                inp.mesh = mesh
+
+
+def _inherit_sharding(expr, out: TensorView) -> None:
+    for producer in expr.inputs:
+        if producer.mesh != out.mesh:
+            continue
+        axis_map = producer_to_consumer(expr, producer)
+        for pt, s in shardings(producer).items():
+            if s.is_partial or s.logical_index not in axis_map:
+                continue
+            target = axis_map[s.logical_index]
+            ax = out.domain.logical[target]
+            if ax.is_broadcast or ax.is_reduction or pt in out.device_axes():
+                continue
+            if ax.extent % out.mesh.size:
+                continue
+            shard_axis(out, target, out.mesh, pt)
+            return
+
+
+@register
+@dataclass(frozen=True)
+class PropagateShardings(Pass):
+    """Give every tensor a mesh and the DID sharding implied by its producers."""
+
+    name = "propagate-shardings"
+
+    def run(self, fusion: Fusion) -> None:
+        untouched = {
+            id(t)
+            for t in fusion.tensors()
+            if t.mesh is None and not any(ax.parallel_type.is_device for ax in t.domain.loop)
+        }
+        _propagate_meshes(fusion)
+        for expr in fusion.exprs():
+            for out in expr.outputs:
+                if id(out) in untouched and out.mesh is not None:
+                    _inherit_sharding(expr, out)

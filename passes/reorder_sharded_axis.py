@@ -1,0 +1,47 @@
+"""reorder-sharded-axis: the sharded axis is outermost in every communication buffer.
+
+Before: insert-reshardings ran; resharding Sets move data between shardings.
+After: both tensors of every resharding Set that are sharded (or partial) have
+an allocation domain whose first axis is the device-parallel one, so each
+device's shard is one contiguous block, as collectives need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuserlite.passes.base import Pass, register
+
+from fuserlite.ir.expr import LoadStoreOp
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.sharding import same_sharding
+from fuserlite.ir.tensor import TensorView
+
+
+def is_resharding(expr) -> bool:
+    """A Set whose input and output are sharded differently (b == bDIDx)."""
+    return isinstance(expr, LoadStoreOp) and not same_sharding(expr.input, expr.output)
+
+
+def device_axis_outermost(tv: TensorView) -> None:
+    """Allocation = the device-parallel loop axis, then the other loop axes in order."""
+    device = [ax for ax in tv.domain.loop if ax.parallel_type.is_device and not ax.is_broadcast]
+    if not device:
+        return
+    rest = [ax for ax in tv.domain.loop if ax not in device]
+    tv.domain.allocation = device + rest
+    tv.domain.contiguity = [None if not ax.is_iteration else True for ax in tv.domain.allocation]
+
+
+@register
+@dataclass(frozen=True)
+class ReorderShardedAxis(Pass):
+    """Put the sharded axis outermost in the allocation of every communication buffer."""
+
+    name = "reorder-sharded-axis"
+
+    def run(self, fusion: Fusion) -> None:
+        for expr in fusion.exprs():
+            if is_resharding(expr):
+                device_axis_outermost(expr.input)
+                device_axis_outermost(expr.output)

@@ -1,0 +1,76 @@
+"""segment: split the program into compute kernels and communications.
+
+Before: every expression is local or a single resharding Set.
+After: `fusion.segments` lists, in execution order, Kernels (maximal runs of
+local expressions on one mesh) and the resharding Sets (or Communications)
+between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuserlite.passes.base import Pass, register
+from fuserlite.passes.reorder_sharded_axis import is_resharding
+
+from fuserlite.ir.communication import Communication
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.program import Kernel
+
+
+def _is_data_movement(expr: Expr) -> bool:
+    return isinstance(expr, Communication) or is_resharding(expr)
+
+
+def finish_kernel(kernel: Kernel, fusion: Fusion, users: dict[int, list[Expr]]) -> None:
+    """Fill a kernel's inputs (read, not produced inside) and outputs (used outside)."""
+    inside = {id(e) for e in kernel.exprs}
+    produced = {id(t) for e in kernel.exprs for t in e.outputs}
+    inputs, outputs = {}, {}
+    for e in kernel.exprs:
+        for t in e.inputs:
+            if id(t) not in produced:
+                inputs.setdefault(id(t), t)
+        for t in e.outputs:
+            outside = any(id(u) not in inside for u in users.get(id(t), []))
+            if outside or t in fusion.outputs:
+                outputs.setdefault(id(t), t)
+    kernel.inputs = list(inputs.values())
+    kernel.outputs = list(outputs.values())
+
+
+def segment_exprs(fusion: Fusion) -> list:
+    """Kernels and data movements in execution order."""
+    exprs = fusion.exprs()
+    users: dict[int, list[Expr]] = {}
+    for e in exprs:
+        for t in e.inputs:
+            users.setdefault(id(t), []).append(e)
+    segments: list = []
+    current: Kernel | None = None
+    for e in exprs:
+        if _is_data_movement(e):
+            segments.append(e)
+            current = None
+            continue
+        mesh = e.output.mesh
+        if current is None or current.mesh != mesh:
+            current = Kernel([], [], [], mesh)
+            segments.append(current)
+        current.exprs.append(e)
+    for s in segments:
+        if isinstance(s, Kernel):
+            finish_kernel(s, fusion, users)
+    return segments
+
+
+@register
+@dataclass(frozen=True)
+class Segment(Pass):
+    """Split the program into compute kernels and communication steps."""
+
+    name = "segment"
+
+    def run(self, fusion: Fusion) -> None:
+        fusion.segments = segment_exprs(fusion)
