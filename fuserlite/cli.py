@@ -100,12 +100,8 @@ class Output:
 
 # -- shared steps -------------------------------------------------------------------
 def load_fusion(path: str) -> Fusion:
-    """Read a .fus file and validate it; a missing or unreadable file is a user error."""
-    try:
-        fusion = fuserlite.load(path)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise FuserliteError(f"cannot read {path}: {reason}") from exc
+    """Read a .fus file (unreadable files are ParseErrors) and validate it."""
+    fusion = fuserlite.load(path)
     fuserlite.verify(fusion)
     return fusion
 
