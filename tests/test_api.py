@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,8 +32,6 @@ fusion2 = fl.parse(text); fusion3 = fl.load("examples/add_broadcast.fus")
 
 
 def test_issue_snippet_runs_as_written(capsys, monkeypatch) -> None:
-    if not hasattr(fl, "parse"):
-        pytest.skip("the .fus parser (fl.parse / fl.load) has not landed yet")
     monkeypatch.chdir(REPO)
     text = "\n".join(API_SNIPPET.splitlines()[:-1]) + "\n"
     scope: dict = {"text": None}
@@ -266,3 +265,13 @@ def test_clone_prints_identically() -> None:
     fusion.outputs[0].split(0, 2)
     copy, _ = fusion.clone()
     assert str(copy) == str(fusion)
+
+
+def test_readme_python_example_runs(capsys, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    readme = (REPO / "README.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    assert str(fl.parse(scope["text"])) == str(scope["fusion"])
+    assert "%kernel {" in capsys.readouterr().out
