@@ -1,0 +1,165 @@
+"""Op calls of the .fus format: each op's parameters, and binding written arguments to them.
+
+A call `out = op(arg, ..., keyword=arg)` maps onto the builder of the same name
+in fuserlite.ops; every argument is checked here (kind, arity, names) so that the
+builder only ever sees well-typed values, and every complaint points at the
+argument that is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fuserlite import ops
+from fuserlite.ir.tensor import TensorView
+from fuserlite.text.source import Source
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One written value: a name, a number, a bool, or a list of Args, with its position."""
+
+    value: Any
+    kind: str  # "name", "int", "float", "bool" or "list"
+    text: str
+    line: int
+    column: int
+    keyword: str | None = None
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an op: its builder keyword, the kind of value it takes, required."""
+
+    name: str
+    kind: str  # "tensor", "operand", "ints", "bools", "axes", "bool" or "ident"
+    required: bool = True
+
+
+UNARY_OPS = ("neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log")
+BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+
+_X = Param("x", "tensor")
+_REDUCTION = (_X, Param("axes", "axes", required=False), Param("keepdim", "bool", required=False))
+
+SIGNATURES: dict[str, tuple[Param, ...]] = {
+    **{op: (_X,) for op in UNARY_OPS},
+    **{op: (Param("a", "operand"), Param("b", "operand")) for op in BINARY_OPS},
+    "set": (_X, Param("cache_op", "ident", required=False)),
+    "broadcast": (_X, Param("flags", "bools")),
+    "sum": _REDUCTION,
+    "max": _REDUCTION,
+    "expand": (_X, Param("shape", "ints")),
+    "reshape": (_X, Param("shape", "ints")),
+    "matmul": (Param("a", "tensor"), Param("b", "tensor")),
+    "linear": (_X, Param("weight", "tensor"), Param("bias", "tensor", required=False)),
+}
+
+_KIND_WORDS = {
+    "tensor": "a tensor name",
+    "operand": "a tensor name or a number",
+    "ints": "a list of integers",
+    "bools": "a list of true/false",
+    "axes": "an integer or a list of integers",
+    "bool": "true or false",
+    "ident": "a name",
+}
+
+TensorLookup = Callable[[Arg], TensorView]
+
+
+def _signature_text(op: str) -> str:
+    params = [p.name if p.required else f"{p.name}=..." for p in SIGNATURES[op]]
+    return f"{op}({', '.join(params)})"
+
+
+def bind(source: Source, op: str, op_arg: Arg, args: list[Arg]) -> dict[str, Arg]:
+    """Match positional and keyword arguments to the op's parameters."""
+    params = SIGNATURES[op]
+    bound: dict[str, Arg] = {}
+    positional = [a for a in args if a.keyword is None]
+    if len(positional) > len(params):
+        extra = positional[len(params)]
+        raise source.error(
+            f"{op} takes at most {len(params)} arguments, got {len(positional)}; "
+            f"usage: {_signature_text(op)}",
+            extra.line,
+            extra.column,
+        )
+    for param, arg in zip(params, positional):
+        bound[param.name] = arg
+    names = {p.name for p in params}
+    for arg in args:
+        if arg.keyword is None:
+            continue
+        if arg.keyword not in names:
+            raise source.error(
+                f"{op} has no argument {arg.keyword!r}; usage: {_signature_text(op)}",
+                arg.line,
+                arg.column,
+            )
+        if arg.keyword in bound:
+            raise source.error(f"{op}: argument {arg.keyword!r} given twice", arg.line, arg.column)
+        bound[arg.keyword] = arg
+    missing = [p.name for p in params if p.required and p.name not in bound]
+    if missing:
+        raise source.error(
+            f"{op} needs {len(missing)} more argument(s): {', '.join(missing)}; "
+            f"usage: {_signature_text(op)}",
+            op_arg.line,
+            op_arg.column,
+        )
+    return bound
+
+
+def _is_int_list(arg: Arg) -> bool:
+    return arg.kind == "list" and all(a.kind == "int" for a in arg.value)
+
+
+def convert(source: Source, op: str, param: Param, arg: Arg, lookup: TensorLookup) -> Any:
+    """The Python value of one argument, or a ParseError at the argument."""
+    kind = param.kind
+    if kind in ("tensor", "operand") and arg.kind == "name":
+        return lookup(arg)
+    if kind == "operand" and arg.kind in ("int", "float", "bool"):
+        return arg.value
+    if kind == "ints" and _is_int_list(arg):
+        return [a.value for a in arg.value]
+    if kind == "bools" and arg.kind == "list" and all(a.kind == "bool" for a in arg.value):
+        return [a.value for a in arg.value]
+    if kind == "axes" and (arg.kind == "int" or _is_int_list(arg)):
+        return arg.value if arg.kind == "int" else [a.value for a in arg.value]
+    if kind == "bool" and arg.kind == "bool":
+        return arg.value
+    if kind == "ident" and arg.kind == "name":
+        return arg.value
+    # Point at the first wrong element of a list rather than at its bracket.
+    element = "bool" if kind == "bools" else "int"
+    if arg.kind == "list" and kind in ("ints", "bools", "axes"):
+        arg = next((a for a in arg.value if a.kind != element), arg)
+    raise source.error(
+        f"{op}: argument {param.name!r} must be {_KIND_WORDS[kind]}, got {arg.text}",
+        arg.line,
+        arg.column,
+    )
+
+
+def call_op(source: Source, op_arg: Arg, args: list[Arg], lookup: TensorLookup) -> TensorView:
+    """Check a call against its op's signature and run the builder of fuserlite.ops."""
+    op = op_arg.value
+    if op not in SIGNATURES:
+        raise source.error(
+            f"unknown op {op!r}; known ops: {', '.join(sorted(SIGNATURES))}",
+            op_arg.line,
+            op_arg.column,
+        )
+    bound = bind(source, op, op_arg, args)
+    params = {p.name: p for p in SIGNATURES[op]}
+    values = {name: convert(source, op, params[name], arg, lookup) for name, arg in bound.items()}
+    cache_op = values.pop("cache_op", None)
+    out = getattr(ops, op)(**values)
+    if cache_op is not None:
+        out.definition.cache_op = cache_op
+    return out

@@ -1,0 +1,259 @@
+"""Parser of the .fus text format: text in, Fusion out.
+
+One statement per line, `#` starts a comment (full grammar: fus.lark; guide:
+docs/fus-format.md)::
+
+    mesh m = [0, 1]                       # a device mesh
+    input x: float32[4, 8] on m           # declare a tensor and make it a fusion input
+    tensor t: float32[4]                  # declare a tensor that is not an input
+    input t                               # make a declared tensor an input
+    y = add(x, 1.5)                       # any builder of fuserlite.ops, scalars allowed
+    s = sum(y, [1], keepdim=true)         # keyword arguments
+    output s                              # make a tensor a fusion output
+    set_mesh y m                          # place a tensor on a mesh
+    split x axis 1 by 4                   # inner split: the inner part has extent 4
+    outer_split x axis 0 by 2             # outer split: the outer part has extent 2
+    merge x axes 1 2                      # merge two loop axes
+    reorder x {0: 1, 1: 0}                # move loop axes {old: new}
+    parallelize x axis 0 DIDx             # or deviceIdx.x, TIDx, threadIdx.x, Unswitch, ...
+
+Statements run in order. Names are the writer's (x, y); the fusion numbers its
+tensors T0, T1, ... in creation order. Every mistake is a ParseError with
+`file:line:col`, the source line and a caret.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from pathlib import Path
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedInput
+
+from fuserlite import ops
+from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.errors import FuserliteError, ParseError, ScheduleError
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.sharding import sharding_problem
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, ParallelType
+from fuserlite.schedule import primitives
+from fuserlite.text.calls import Arg, call_op
+from fuserlite.text.source import Source, syntax_error
+
+_GRAMMAR = Path(__file__).with_name("fus.lark")
+_PUNCTUATION = ("LSQB", "RSQB", "COMMA")
+
+
+@functools.cache
+def _lark() -> Lark:
+    return Lark(
+        _GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False
+    )
+
+
+def parse(text: str, filename: str = "<string>") -> Fusion:
+    """Parse .fus text into a new Fusion; raises ParseError on any mistake."""
+    source = Source(text, filename)
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedInput as exc:
+        raise syntax_error(source, _lark(), exc) from None
+    return _Builder(source).run(tree)
+
+
+def load(path: str | Path) -> Fusion:
+    """Read and parse a .fus file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParseError(f"{path}: cannot read the file: {exc}") from None
+    return parse(text, str(path))
+
+
+def _arg(node: Token | Tree) -> Arg:
+    """A value of the parse tree as an Arg (numbers converted, lists recursed)."""
+    if isinstance(node, Tree):  # a list: keep its '[' for the position
+        bracket = node.children[0]
+        items = [_arg(c) for c in node.children if not _is_punctuation(c)]
+        return Arg(items, "list", "a list", bracket.line, bracket.column)
+    kind, value = "name", str(node)
+    if node.type in ("TRUE", "FALSE"):
+        kind, value = "bool", node.type == "TRUE"
+    elif node.type in ("INF", "NEG_INF", "NAN"):
+        kind, value = "float", float(str(node))
+    elif node.type == "NUMBER":
+        is_int = str(node).lstrip("+-").isdigit()
+        kind, value = ("int", int(node)) if is_int else ("float", float(node))
+    return Arg(value, kind, repr(str(node)), node.line, node.column)
+
+
+def _is_punctuation(node: Token | Tree) -> bool:
+    return isinstance(node, Token) and node.type in _PUNCTUATION
+
+
+class _Builder:
+    """Runs the statements of a parse tree, in order, on a new Fusion."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.fusion = Fusion()
+        self.tensors: dict[str, TensorView] = {}
+        self.meshes: dict[str, DeviceMesh] = {}
+
+    def run(self, tree: Tree) -> Fusion:
+        for stmt in tree.children:
+            try:
+                getattr(self, "_" + stmt.data)(*stmt.children)
+            except ParseError:
+                raise
+            except FuserliteError as exc:  # ops and primitives: locate at the statement
+                raise self._at_stmt(stmt, str(exc)) from None
+            except Exception as exc:  # noqa: BLE001 - never let an internal error escape
+                what = f"internal error ({type(exc).__name__}: {exc}); please report it"
+                raise self._at_stmt(stmt, what) from exc
+        return self.fusion
+
+    def _at_stmt(self, stmt: Tree, message: str) -> ParseError:
+        used = [t for t in stmt.scan_values(lambda v: isinstance(v, Token) and v.type == "NAME")]
+        names = {str(t): self.tensors[str(t)] for t in used if str(t) in self.tensors}
+        aliases = [f"{n} is {tv.name}" for n, tv in names.items() if n != tv.name]
+        if aliases:
+            message += f" (here {', '.join(aliases)})"
+        return self.source.error(message, stmt.meta.line, stmt.meta.column)
+
+    def _fail(self, message: str, where: Token | Arg) -> ParseError:
+        return self.source.error(message, where.line, where.column)
+
+    # -- names ------------------------------------------------------------------
+    def _define(self, name: Token) -> str:
+        if name in self.tensors or name in self.meshes:
+            what = "tensor" if name in self.tensors else "mesh"
+            raise self._fail(f"{name!s} is already defined (as a {what}); pick a new name", name)
+        return str(name)
+
+    def _tensor(self, name: Token | Arg) -> TensorView:
+        key = name.value if isinstance(name, Arg) else str(name)
+        if key in self.tensors:
+            return self.tensors[key]
+        if key in self.meshes:
+            raise self._fail(f"{key} is a mesh, not a tensor", name)
+        raise self._fail(f"undefined tensor {key!r}; declare it with `input` or an op", name)
+
+    def _mesh(self, ref: Token | Tree) -> DeviceMesh:
+        if isinstance(ref, Tree):
+            return self._mesh_of(_arg(ref))
+        if ref in self.meshes:
+            return self.meshes[str(ref)]
+        if ref in self.tensors:
+            raise self._fail(f"{ref!s} is a tensor, not a mesh", ref)
+        raise self._fail(f"undefined mesh {str(ref)!r}; declare it with `mesh {ref} = [0, 1]`", ref)
+
+    def _mesh_of(self, arg: Arg) -> DeviceMesh:
+        bad = [a for a in arg.value if a.kind != "int"]
+        if bad:
+            raise self._fail(f"a device id must be an integer, got {bad[0].text}", bad[0])
+        try:
+            return DeviceMesh(a.value for a in arg.value)
+        except FuserliteError as exc:
+            raise self._fail(str(exc), arg) from None
+
+    def _int(self, tok: Token, what: str, minimum: int | None = None) -> int:
+        arg = _arg(tok)
+        if arg.kind != "int" or (minimum is not None and arg.value < minimum):
+            rule = "an integer" if minimum is None else f"an integer >= {minimum}"
+            raise self._fail(f"{what} must be {rule}, got {tok!s}", tok)
+        return arg.value
+
+    # -- declarations -------------------------------------------------------------
+    def _mesh_decl(self, name: Token, devices: Tree) -> None:
+        self.meshes[self._define(name)] = self._mesh(devices)
+
+    def _declare(self, name: Token, ttype: Tree) -> TensorView:
+        key = self._define(name)
+        dtype_tok, dims, *rest = ttype.children
+        try:
+            dtype = DType.parse(str(dtype_tok))
+        except FuserliteError as exc:
+            raise self._fail(str(exc), dtype_tok) from None
+        shape = [self._int(t, "an extent", 1) for t in dims.children if not _is_punctuation(t)]
+        contiguous = not any(isinstance(r, Token) and r.type == "NONCONTIGUOUS" for r in rest)
+        tv = ops.tensor(shape, dtype, contiguous=contiguous, fusion=self.fusion)
+        for r in rest:
+            if isinstance(r, Tree):  # placement
+                tv.set_device_mesh(self._mesh(r.children[0]))
+        self.tensors[key] = tv
+        return tv
+
+    def _input_decl(self, name: Token, ttype: Tree) -> None:
+        self.fusion.add_input(self._declare(name, ttype))
+
+    def _tensor_decl(self, name: Token, ttype: Tree) -> None:
+        self._declare(name, ttype)
+
+    def _input_mark(self, name: Token) -> None:
+        self.fusion.add_input(self._tensor(name))
+
+    def _output_mark(self, name: Token) -> None:
+        self.fusion.add_output(self._tensor(name))
+
+    def _assign(self, target: Token, op: Token, *args: Tree) -> None:
+        key = self._define(target)
+        written = []
+        for a in args:
+            if a.data == "keyword":  # located at the keyword, not at its value
+                kw, value = a.children
+                written.append(
+                    replace(_arg(value), keyword=str(kw), line=kw.line, column=kw.column)
+                )
+            else:
+                written.append(_arg(a.children[0]))
+        self.tensors[key] = call_op(self.source, _arg(op), written, self._tensor)
+
+    # -- directives ---------------------------------------------------------------
+    def _set_mesh(self, name: Token, ref: Token | Tree) -> None:
+        tv = self._tensor(name)
+        tv.set_device_mesh(self._mesh(ref))
+        for ax in tv.domain.loop:
+            self._check_sharding(tv, ax)
+
+    def _split(self, name: Token, axis: Token, factor: Token, inner: bool = True) -> None:
+        tv = self._tensor(name)
+        primitives.split(tv, self._int(axis, "an axis"), self._int(factor, "a factor", 1), inner)
+
+    def _outer_split(self, name: Token, axis: Token, factor: Token) -> None:
+        self._split(name, axis, factor, inner=False)
+
+    def _merge(self, name: Token, outer: Token, inner: Token) -> None:
+        tv = self._tensor(name)
+        primitives.merge(tv, self._int(outer, "an axis"), self._int(inner, "an axis"))
+
+    def _reorder(self, name: Token, *pairs: Tree) -> None:
+        tv = self._tensor(name)
+        order: dict[int, int] = {}
+        for pair in pairs:
+            old, new = pair.children
+            if self._int(old, "an axis") in order:
+                raise self._fail(f"axis {old!s} is moved twice", old)
+            order[self._int(old, "an axis")] = self._int(new, "an axis")
+        primitives.reorder(tv, order)
+
+    def _parallelize(self, name: Token, axis: Token, ptype: Tree) -> None:
+        tv = self._tensor(name)
+        text = ".".join(str(t) for t in ptype.children)
+        try:
+            pt = ParallelType.parse(text)
+        except FuserliteError as exc:
+            raise self._fail(str(exc), ptype.children[0]) from None
+        ax = tv.axis(self._int(axis, "an axis"))
+        primitives.parallelize_axis(ax, pt)
+        self._check_sharding(tv, ax)
+
+    def _check_sharding(self, tv: TensorView, ax: IterDomain) -> None:
+        # Without a mesh the tensor inherits one during propagation; verify() checks it then.
+        if tv.mesh is not None and ax.is_device_parallel:
+            problem = sharding_problem(tv, ax)
+            if problem is not None:
+                raise ScheduleError(f"{tv.name} axis {tv.domain.loop.index(ax)}: {problem}")

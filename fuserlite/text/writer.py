@@ -1,0 +1,191 @@
+"""Writer of the .fus text format: Fusion in, text out; `parse(to_fus(f))` prints as `f`.
+
+Tensors are written in creation order under their printed names (T0, T1, ...),
+so the re-parsed fusion numbers its tensors and IterDomains the same way. Each
+tensor's transforms are replayed in the order they were applied, at the loop
+positions they had then; a final `reorder` restores the loop order, and parallel
+types are given last (or just before a transform consumes the axis).
+"""
+
+from __future__ import annotations
+
+from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.expr import (
+    BinaryOp,
+    BroadcastOp,
+    ExpandOp,
+    Expr,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    ReductionOp,
+    ReductionOpType,
+    ReshapeOp,
+    UnaryOp,
+)
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import IterType, MemoryType, ParallelType
+
+
+def _cannot(tv: TensorView, why: str) -> FusionError:
+    return FusionError(f"to_fus: {tv.name} {why}; the .fus format cannot express it")
+
+
+def _scalar(value: bool | int | float) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def _list(values) -> str:
+    return "[" + ", ".join(_scalar(v) for v in values) + "]"
+
+
+def _args(expr: Expr) -> tuple[str, list[str]]:
+    """The builder name and written arguments of one expression."""
+    names = [t.name for t in expr.inputs]
+    kind = type(expr)
+    if kind is LoadStoreOp:
+        return "set", names + ([f"cache_op={expr.cache_op}"] if expr.cache_op else [])
+    if kind is UnaryOp:
+        return expr.op.value, names
+    if kind is BinaryOp:
+        op = {"max": "maximum", "min": "minimum"}.get(expr.op.value, expr.op.value)
+        return op, [x.name if isinstance(x, TensorView) else _scalar(x) for x in expr.operands()]
+    if kind is BroadcastOp:
+        return "broadcast", names + [_list(expr.flags)]
+    if kind is ReductionOp:
+        return ("sum" if expr.op is ReductionOpType.sum else "max"), names + [_list(expr.axes)]
+    if kind in (ExpandOp, ReshapeOp):
+        return ("expand" if kind is ExpandOp else "reshape"), names + [_list(expr.shape)]
+    if kind in (MatmulOp, LinearOp):
+        return expr.op_name, names
+    raise _cannot(expr.output, f"is defined by a {kind.__name__}")
+
+
+def _call(tv: TensorView, written: set[int]) -> str:
+    expr = tv.definition
+    if len(expr.outputs) != 1:
+        raise _cannot(tv, "is one of several outputs of an expression")
+    late = [t.name for t in expr.inputs if id(t) not in written]
+    if late:
+        raise _cannot(tv, f"reads {', '.join(late)}, created after it")
+    op, args = _args(expr)
+    return f"{tv.name} = {op}({', '.join(args)})"
+
+
+def _declaration(tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str]) -> str:
+    logical = tv.domain.logical
+    if any(
+        ax.iter_type is not (IterType.BROADCAST if ax.extent == 1 else IterType.ITERATION)
+        for ax in logical
+    ):
+        raise _cannot(tv, "has no definition but axes that `input` would not create")
+    contiguous = all(c is not False for c in tv.domain.contiguity)
+    wanted = [None if ax.is_broadcast else contiguous for ax in logical]
+    if tv.domain.contiguity != wanted:
+        raise _cannot(tv, f"has contiguity {tv.domain.contiguity}")
+    shape = ", ".join(str(ax.extent) for ax in logical)
+    text = f"{keyword} {tv.name}: {tv.dtype.name}[{shape}]"
+    text += "" if contiguous else " noncontiguous"
+    return text + (f" on {meshes[tv.mesh]}" if tv.mesh is not None else "")
+
+
+def _check(tv: TensorView) -> None:
+    """Reject what parse could not rebuild: lowering and scheduling state beyond the format."""
+    fusion = tv.fusion
+    io = tv in fusion.inputs or tv in fusion.outputs
+    if tv.memory_type is not (MemoryType.GLOBAL if io else MemoryType.LOCAL):
+        raise _cannot(tv, f"has memory type {tv.memory_type.name}")
+    if tv.domain.allocation is not None:
+        raise _cannot(tv, "has an allocation domain")
+    if tv.compute_at_pos or tv.produce_pos:
+        raise _cannot(tv, "has a compute-at or produce position")
+    if tv.definition is not None:
+        default = [True if ax.is_iteration else None for ax in tv.domain.logical]
+        if tv.domain.contiguity != default:
+            raise _cannot(tv, f"has contiguity {tv.domain.contiguity}")
+
+
+def _parallelize(tv: TensorView, pos: int, ax: IterDomain) -> list[str]:
+    if ax.parallel_type is ParallelType.Serial:
+        return []
+    return [f"parallelize {tv.name} axis {pos} {ax.parallel_type.name}"]
+
+
+def _schedule(tv: TensorView) -> list[str]:
+    """Directives that rebuild tv's transforms, loop order and parallel types."""
+    loop = list(tv.domain.logical)
+
+    def pos(ax: IterDomain) -> int:
+        for k, a in enumerate(loop):
+            if a is ax:
+                return k
+        raise _cannot(tv, "has transforms that do not start from its logical domain")
+
+    lines: list[str] = []
+    for t in tv.domain.transforms:
+        for ax in t.inputs:  # give the type while the axis is still in the loop domain
+            lines += _parallelize(tv, pos(ax), ax)
+        if isinstance(t, Split):
+            k = pos(t.input)
+            verb = "split" if t.inner_split else "outer_split"
+            lines.append(f"{verb} {tv.name} axis {k} by {t.factor}")
+            loop[k : k + 1] = [t.outer, t.inner]
+        else:
+            lines.append(f"merge {tv.name} axes {pos(t.outer)} {pos(t.inner)}")
+            del loop[pos(t.inner)]  # the merged axis takes the outer axis's place
+            loop[pos(t.outer)] = t.output
+    if len(loop) != len(tv.domain.loop):
+        raise _cannot(tv, "has a loop domain that is not the result of its transforms")
+    order = {pos(ax): k for k, ax in enumerate(tv.domain.loop) if pos(ax) != k}
+    if order:
+        pairs = ", ".join(f"{old}: {new}" for old, new in order.items())
+        lines.append(f"reorder {tv.name} {{{pairs}}}")
+    for k, ax in enumerate(tv.domain.loop):
+        lines += _parallelize(tv, k, ax)
+    return lines
+
+
+def _mesh_names(fusion: Fusion) -> dict[DeviceMesh, str]:
+    meshes: dict[DeviceMesh, str] = {}
+    for tv in fusion.tensors_created:
+        if tv.mesh is not None and tv.mesh not in meshes:
+            meshes[tv.mesh] = f"m{len(meshes)}"
+    return meshes
+
+
+def _section(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def to_fus(fusion: Fusion) -> str:
+    """The fusion as .fus text that parses back to a fusion printing identically."""
+    meshes = _mesh_names(fusion)
+    declared = [tv for tv in fusion.tensors_created if tv.definition is None]
+    inline = [tv for tv in declared if tv in fusion.inputs] == fusion.inputs
+    written: set[int] = set()
+    body: list[str] = []
+    directives: list[str] = []
+    for tv in fusion.tensors_created:
+        _check(tv)
+        if tv.definition is None:
+            keyword = "input" if inline and tv in fusion.inputs else "tensor"
+            body.append(_declaration(tv, keyword, meshes))
+        else:
+            body.append(_call(tv, written))
+            if tv.mesh is not None:
+                directives.append(f"set_mesh {tv.name} {meshes[tv.mesh]}")
+        written.add(id(tv))
+        directives += _schedule(tv)
+    marks = [] if inline else [f"input {tv.name}" for tv in fusion.inputs]
+    marks += [f"output {tv.name}" for tv in fusion.outputs]
+    header = ["# written by fuserlite.to_fus"]
+    header += [f"mesh {name} = {_list(m.devices)}" for m, name in meshes.items()]
+    parts = [_section(header), _section(body + marks)]
+    if directives:
+        parts.append(_section(directives))
+    return "\n".join(parts)
