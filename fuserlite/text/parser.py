@@ -117,7 +117,7 @@ class _Builder:
         return self.fusion
 
     def _at_stmt(self, stmt: Tree, message: str) -> ParseError:
-        used = [t for t in stmt.scan_values(lambda v: isinstance(v, Token) and v.type == "NAME")]
+        used = stmt.scan_values(lambda v: isinstance(v, Token) and v.type == "NAME")
         names = {str(t): self.tensors[str(t)] for t in used if str(t) in self.tensors}
         aliases = [f"{n} is {tv.name}" for n, tv in names.items() if n != tv.name]
         if aliases:
