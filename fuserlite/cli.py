@@ -1,7 +1,9 @@
 """The `fuserlite` command.
 
     fuserlite print PATH [--math | --transforms | --format {kernel,math,transforms,fus}]
-    fuserlite run PATH [--seed N]
+                         [--lowered | --passes a,b,c] [--print-after-all | --print-after NAME]
+    fuserlite run PATH [--devices N] [--seed N] [--no-schedule]
+    fuserlite passes
 
 Each subcommand is one `cmd_*` function registered in `build_parser`; `main` is
 the single place that turns errors into messages and exit codes: a
@@ -13,6 +15,7 @@ Output is coloured with rich on a terminal and plain text when piped.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,8 +29,13 @@ from rich.table import Table
 from rich.theme import Theme
 
 import fuserlite
-from fuserlite.ir.errors import FuserliteError
+from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
+from fuserlite.passes import REGISTRY
+from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
+from fuserlite.printer import print_program
+from fuserlite.runtime.backends import BACKENDS
+from fuserlite.runtime.executor import FusionExecutor
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -124,24 +132,124 @@ PRINTERS: dict[str, Callable[[Fusion], str]] = {
 }
 
 
+def _pass_names(args: argparse.Namespace) -> list[str] | None:
+    """The passes `print` runs: --lowered means the default pipeline."""
+    if args.lowered:
+        return default_pass_names()
+    if args.passes:
+        return [p for p in _split_passes(args.passes)]
+    return None
+
+
+def _split_passes(text: str) -> list[str]:
+    """Split `a,b[x=1,y=2],c` at the commas outside brackets."""
+    names, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            names.append(current)
+            current = ""
+        else:
+            current += ch
+    return [n.strip() for n in [*names, current] if n.strip()]
+
+
 def cmd_print(args: argparse.Namespace, out: Output) -> int:
-    """`fuserlite print`: load, verify, print in the chosen form."""
+    """`fuserlite print`: load, verify, optionally run passes, print in the chosen form."""
     fusion = load_fusion(args.path)
+    names = _pass_names(args)
+    if names is not None or args.print_after or args.print_after_all:
+        pipeline = Pipeline(
+            names if names is not None else default_pass_names(),
+            print_after=args.print_after or (),
+            print_after_all=args.print_after_all,
+            dump=lambda name, f: out.text(f"// ----- after {name} -----\n{print_program(f)}"),
+        )
+        fusion = pipeline.run(fusion)
+        if args.print_after or args.print_after_all:
+            return EXIT_OK
+        if args.format == "kernel":
+            out.text(print_program(fusion))
+            return EXIT_OK
     text = PRINTERS[args.format](fusion)
     out.text(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
 
 
+def fusion_devices(fusion: Fusion) -> list[int]:
+    """Every device a mesh of the fusion names (device 0 when there is no mesh)."""
+    devices = {d for tv in fusion.tensors() if tv.mesh is not None for d in tv.mesh.devices}
+    return sorted(devices) or [0]
+
+
+def check_devices(fusion: Fusion, path: str, requested: int | None) -> int:
+    """The number of simulated devices: the fusion's meshes must use devices 0..N-1."""
+    devices = fusion_devices(fusion)
+    if requested is not None and devices != list(range(requested)):
+        raise ExecutionError(
+            f"{path} places tensors on devices {devices}, but --devices {requested} asks for "
+            f"devices 0..{requested - 1}; edit the meshes in the file or pass "
+            f"--devices {devices[-1] + 1}"
+        )
+    return devices[-1] + 1
+
+
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
-    """`fuserlite run`: reference evaluation on seeded random inputs, with checksums."""
+    """`fuserlite run`: lower, execute on the simulated mesh, validate against the reference."""
     fusion = load_fusion(args.path)
+    num_devices = check_devices(fusion, args.path, args.devices)
     inputs = fuserlite.random_inputs(fusion, args.seed)
-    outputs = fuserlite.evaluate(fusion, inputs)
-    table = Table(title=f"{args.path} (reference, seed {args.seed})", box=box.SIMPLE_HEAD)
+    executor = FusionExecutor(fusion, backend=args.backend, schedule=not args.no_schedule)
+    outputs = executor.run(inputs)
+    table = Table(
+        title=f"{args.path} on {num_devices} {args.backend} device(s), seed {args.seed}",
+        box=box.SIMPLE_HEAD,
+    )
     for column in ("output", "shape", "dtype", "sum", "sum |x|"):
         table.add_column(column, justify="right" if column.startswith("sum") else "left")
     for tv, array in zip(fusion.outputs, outputs):
         table.add_row(*checksum_row(tv.name, array))
+    out.table(table)
+    out.table(communications_table(executor))
+    errors = fuserlite.validate(fusion, inputs, outputs)
+    worst = max(errors, default=0.0)
+    out.text(f"validation: ok, outputs match the reference (max abs error {worst:.3g})\n")
+    return EXIT_OK
+
+
+def communications_table(executor: FusionExecutor) -> Table:
+    """Kind, team, root, layout and bytes per device of each communication."""
+    table = Table(title="communications", box=box.SIMPLE_HEAD)
+    for column in ("kind", "input", "output", "team", "root", "layout", "bytes/device"):
+        table.add_column(column, justify="right" if column == "bytes/device" else "left")
+    for c in executor.communications:
+        table.add_row(
+            c.kind.value,
+            c.input.name,
+            c.output.name,
+            " ".join(str(d) for d in c.team),
+            "" if c.root is None else str(c.root),
+            "" if c.layout is None else str(c.layout),
+            str(c.bytes_per_device),
+        )
+    if not executor.communications:
+        table.add_row("(none)", "", "", "", "", "", "0")
+    return table
+
+
+def cmd_passes(args: argparse.Namespace, out: Output) -> int:
+    """`fuserlite passes`: every registered pass with its description and options."""
+    table = Table(title="passes (default pipeline order first)", box=box.SIMPLE_HEAD)
+    for column in ("pass", "options", "description"):
+        table.add_column(column)
+    order = [n for n in DEFAULT_PASSES if n in REGISTRY] + sorted(
+        set(REGISTRY) - set(DEFAULT_PASSES)
+    )
+    for name in order:
+        cls = REGISTRY[name]
+        options = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls))
+        table.add_row(name, options, cls.description())
     out.table(table)
     return EXIT_OK
 
@@ -181,13 +289,44 @@ def build_parser() -> argparse.ArgumentParser:
         const="transforms",
         help="TransformPrinter only",
     )
+    passes = p.add_mutually_exclusive_group()
+    passes.add_argument(
+        "--lowered", action="store_true", help="run the default pipeline and print the program"
+    )
+    passes.add_argument(
+        "--passes", metavar="A,B,C", help="run these passes (name or name[option=value])"
+    )
+    dumps = p.add_mutually_exclusive_group()
+    dumps.add_argument(
+        "--print-after-all", action="store_true", help="print the program after every pass"
+    )
+    dumps.add_argument(
+        "--print-after", metavar="NAME", action="append", help="print the program after NAME"
+    )
     p.set_defaults(handler=cmd_print)
 
+    c = commands.add_parser("passes", parents=[common], help="list the passes")
+    c.set_defaults(handler=cmd_passes)
+
     r = commands.add_parser(
-        "run", parents=[common], help="evaluate a .fus fusion", description=cmd_run.__doc__
+        "run",
+        parents=[common],
+        help="lower, execute and validate a .fus fusion",
+        description=cmd_run.__doc__,
     )
     r.add_argument("path", metavar="PATH", help="a .fus file")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument(
+        "--devices", type=int, metavar="N", help="check that the fusion uses devices 0..N-1"
+    )
+    r.add_argument(
+        "--backend", choices=BACKENDS, default="sim", help="sim (default, in-process) or mpi"
+    )
+    r.add_argument(
+        "--no-schedule",
+        action="store_true",
+        help="run kernels expression by expression instead of through their schedule",
+    )
     r.set_defaults(handler=cmd_run)
     return parser
 

@@ -151,6 +151,21 @@ def _promote(a: TensorView | Scalar, b: TensorView | Scalar, op: BinaryOpType) -
     return dtype
 
 
+def _check_broadcastable(op: BinaryOpType, a: TensorView, b: TensorView) -> None:
+    """Compare trailing-aligned axes before anything is added to the fusion."""
+    xs, ys = data_axes(a), data_axes(b)
+    n = builtins.min(len(xs), len(ys))
+    for k in range(1, n + 1):
+        x, y = xs[-k], ys[-k]
+        if not (x.is_broadcast or y.is_broadcast or x.extent == y.extent):
+            raise FusionError(
+                f"{op.value}: shapes {_shape_text(a)} and {_shape_text(b)} do not broadcast: "
+                f"axis {len(xs) - k} of {a.name} has extent {x.extent} and axis {len(ys) - k} of "
+                f"{b.name} has extent {y.extent}; make one of them a broadcast axis (extent 1) "
+                "or use equal extents"
+            )
+
+
 def _align_ranks(a: TensorView, b: TensorView) -> tuple[TensorView, TensorView]:
     ra, rb = len(a.shape), len(b.shape)
     if ra < rb:
@@ -167,19 +182,14 @@ def _binary(op: BinaryOpType, a: TensorView | Scalar, b: TensorView | Scalar) ->
     _fusion_of(a, b)
     dtype = _promote(a, b, op)
     if isinstance(a, TensorView) and isinstance(b, TensorView):
+        _check_broadcastable(op, a, b)
         a, b = _align_ranks(a, b)
         axes = []
-        for k, (x, y) in enumerate(zip(data_axes(a), data_axes(b))):
+        for x, y in zip(data_axes(a), data_axes(b)):
             if x.is_broadcast and y.is_broadcast:
                 axes.append(_new_axis(builtins.max(x.extent, y.extent), IterType.BROADCAST))
-            elif x.is_broadcast or y.is_broadcast or x.extent == y.extent:
-                axes.append(_new_axis(y.extent if x.is_broadcast else x.extent))
             else:
-                raise FusionError(
-                    f"{op.value}: shapes {_shape_text(a)} and {_shape_text(b)} do not broadcast: "
-                    f"axis {k} has extents {x.extent} and {y.extent}; make one of them a "
-                    "broadcast axis (extent 1) or use equal extents"
-                )
+                axes.append(_new_axis(y.extent if x.is_broadcast else x.extent))
         out = TensorView(a.fusion, axes, dtype)
     else:
         ref = a if isinstance(a, TensorView) else b

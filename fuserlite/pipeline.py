@@ -24,6 +24,12 @@ DEFAULT_PASSES = (
 )
 
 
+def default_pass_names(**options: str) -> list[str]:
+    """The default pipeline's pass specs; `options` maps a pass name to its
+    options text, e.g. default_pass_names(**{"assign-layouts": "pin=none"})."""
+    return [f"{n}[{options[n]}]" if n in options else n for n in DEFAULT_PASSES if n in REGISTRY]
+
+
 class PassFailed(FuserliteError):
     """A pass broke an invariant or raised; names the pass and the passes before it."""
 
@@ -52,7 +58,7 @@ class Pipeline:
     @classmethod
     def default(cls, **kwargs) -> Pipeline:
         """The default lowering pipeline (DESIGN.md §4)."""
-        return cls([p for p in DEFAULT_PASSES if p in REGISTRY], **kwargs)
+        return cls(default_pass_names(), **kwargs)
 
     def run(self, fusion: Fusion) -> Fusion:
         """Verify the input, then run every pass on a copy; returns the copy."""

@@ -201,3 +201,25 @@ def print_kernel(fusion: Fusion) -> str:
     math = "".join(line + "\n" for line in _math_lines(fusion, namer))
     blocks = "".join(transforms_text(tv, namer) + "\n" for tv in fusion.tensors())
     return f"%kernel {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel\n"
+
+
+def print_program(fusion: Fusion) -> str:
+    """A lowered fusion: each kernel as a `%kernel { ... }` block, each communication
+    on its own line, in execution order. Unsegmented fusions print as one kernel."""
+    if fusion.segments is None:
+        return print_kernel(fusion)
+    from fuserlite.ir.program import Kernel
+
+    namer = Namer(fusion)
+    parts = []
+    for k, seg in enumerate(fusion.segments):
+        if isinstance(seg, Kernel):
+            mesh = f" ({seg.mesh})" if seg.mesh is not None else ""
+            math = "".join(expr_text(e, namer) + "\n" for e in seg.exprs)
+            blocks = "".join(transforms_text(tv, namer) + "\n" for tv in seg.tensors)
+            parts.append(
+                f"%kernel{k}{mesh} {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel{k}\n"
+            )
+        else:
+            parts.append(expr_text(seg, namer) + "\n")
+    return "".join(parts)

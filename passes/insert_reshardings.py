@@ -6,7 +6,8 @@ output needs them (same mesh, the sharded output axis maps to the sharded
 input axis), so it computes locally. Where an input differs, a Set to the
 needed sharding is inserted before the expression; that Set is the only
 place data moves. A reduction over a device-parallel axis becomes a local
-partial reduction (output axis rDIDx) followed by a Set to the final sharding.
+partial reduction (output axis rDIDx) followed by a Set to the final sharding
+(on the same mesh, or on a one-device mesh: a Reduce to that root).
 Broadcast axes never take part: b and bDIDx are the same sharding (seed 004).
 """
 
@@ -57,20 +58,24 @@ def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
     tensor whose sharding the expression computes in."""
     out = expr.output
     partial_axes: dict[ParallelType, int] = {}
+    mesh = None
     for producer in expr.inputs:
-        if producer.mesh is None or producer.mesh != out.mesh:
+        if producer.mesh is None or out.mesh is None:
             continue
+        if producer.mesh != out.mesh and out.mesh.size != 1:
+            continue  # partial sums only ever meet on the same mesh or at one root
         amap = producer_to_consumer(expr, producer)
         for pt, s in shardings(producer).items():
             target = amap.get(s.logical_index)
             if target is not None and out.domain.logical[target].is_reduction:
                 partial_axes.setdefault(pt, target)
+                mesh = mesh or producer.mesh
     already = {pt for pt, s in shardings(out).items() if s.is_partial}
     partial_axes = {pt: li for pt, li in partial_axes.items() if pt not in already}
     if not partial_axes:
         return out
     partial = fresh_like(out, keep_reductions=True)
-    _shard(partial, out.mesh, partial_axes)
+    _shard(partial, mesh, partial_axes)
     expr.outputs = [partial]
     partial.definition = expr
     out.definition = None
@@ -90,19 +95,22 @@ def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
     return replicated
 
 
-def _needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement | None:
-    """How `producer` must be sharded for `expr` to compute `target` locally
-    (None: no input sharding can serve, compute replicated)."""
-    amap = producer_to_consumer(expr, producer)
-    back = {c: p for p, c in amap.items()}
+def _needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement:
+    """How `producer` must be sharded for `expr` to compute `target` locally: sharded
+    where it maps to a sharded axis of `target` (unless broadcast), whole elsewhere."""
+    back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
     needed: dict[ParallelType, int] = {}
     for pt, s in shardings(target).items():
         p = back.get(s.logical_index)
-        if p is None:
-            return None
-        if not producer.domain.logical[p].is_broadcast:
+        if p is not None and not producer.domain.logical[p].is_broadcast:
             needed[pt] = p
     return target.mesh, needed
+
+
+def _has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
+    """True if a sharded axis of `target` comes from no input axis (e.g. a reshape)."""
+    mapped = {c for p in expr.inputs for c in producer_to_consumer(expr, p).values()}
+    return any(s.logical_index not in mapped for s in shardings(target).values())
 
 
 def _reshard_input(expr: Expr, producer: TensorView, placement: Placement) -> None:
@@ -126,10 +134,9 @@ class InsertReshardings(Pass):
             if isinstance(expr, (LoadStoreOp, Communication)):
                 continue
             target = _split_device_reduction(expr, fusion)
-            needed = [_needed_placement(expr, target, p) for p in expr.inputs]
-            if any(n is None for n in needed):
+            if _has_unmapped_sharding(expr, target):
                 target = _compute_replicated_then_slice(expr, fusion)
-                needed = [_needed_placement(expr, target, p) for p in expr.inputs]
+            needed = [_needed_placement(expr, target, p) for p in expr.inputs]
             for producer, placement in zip(list(expr.inputs), needed):
                 if producer in expr.inputs and _placement(producer) != placement:
                     _reshard_input(expr, producer, placement)

@@ -4,7 +4,7 @@ Before: users set meshes and DID parallel types on some tensors.
 After: every tensor of a fusion that uses a mesh has one. A tensor the user
 left unsharded and without a mesh inherits, through the expression's axis map,
 the sharding of its first producer sharded on a data axis that stays a data
-axis. Never propagated: DID on broadcast axes (b and bDIDx are the same
+axis (for linear/matmul the weight is looked at first). Never propagated: DID on broadcast axes (b and bDIDx are the same
 sharding, seed 004), DID onto a reduction axis (that is a device reduction,
 left to insert-reshardings), and a second axis with a parallel type a tensor
 already carries.
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fuserlite.passes.base import Pass, register
 
 from fuserlite.ir.axis_map import producer_to_consumer
+from fuserlite.ir.expr import LinearOp, MatmulOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
@@ -37,8 +38,16 @@ def _propagate_meshes(fusion: Fusion) -> None:
                 inp.mesh = mesh
 
 
+def _candidates(expr) -> list[TensorView]:
+    """Producers in order of preference: for linear/matmul the weight first, since
+    tensor parallelism keeps weights in place and moves activations."""
+    if isinstance(expr, (LinearOp, MatmulOp)):
+        return [expr.inputs[1], expr.inputs[0], *expr.inputs[2:]]
+    return list(expr.inputs)
+
+
 def _inherit_sharding(expr, out: TensorView) -> None:
-    for producer in expr.inputs:
+    for producer in _candidates(expr):
         if producer.mesh != out.mesh:
             continue
         axis_map = producer_to_consumer(expr, producer)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
+from fuserlite import cli
 from fuserlite.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,7 +206,7 @@ def test_internal_error(capsys, add_fus: Path, monkeypatch) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(fl, "evaluate", broken)
+    monkeypatch.setattr(cli, "FusionExecutor", broken)
     code, out, err = run_cli(capsys, "run", add_fus)
     assert (code, out) == (1, "")
     assert err.startswith("internal error, please report: RuntimeError: boom")

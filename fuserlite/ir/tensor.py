@@ -107,7 +107,10 @@ class TensorView:
         """Merge loop axes axis_o and axis_i (default axis_o + 1) into one."""
         from fuserlite.schedule.primitives import merge
 
-        merge(self, axis_o, axis_o + 1 if axis_i is None else axis_i)
+        if axis_i is None:
+            axis_o = axis_o % self.ndim if -self.ndim <= axis_o < 0 else axis_o
+            axis_i = axis_o + 1
+        merge(self, axis_o, axis_i)
         return self
 
     def reorder(self, order: dict[int, int]) -> TensorView:

@@ -82,7 +82,12 @@ def reorder(tv: TensorView, order: dict[int, int]) -> None:
     n = len(tv.domain.loop)
     if not isinstance(order, dict):
         raise ScheduleError(f"reorder: {tv.name}: expects {{old: new}}, got {order!r}")
-    src = {_axis_index(tv, k, "reorder"): _axis_index(tv, v, "reorder") for k, v in order.items()}
+    pairs = [
+        (_axis_index(tv, k, "reorder"), _axis_index(tv, v, "reorder")) for k, v in order.items()
+    ]
+    src = dict(pairs)
+    if len(src) != len(pairs):
+        raise ScheduleError(f"reorder: {tv.name}: one axis is listed twice in {order}")
     if len(set(src.values())) != len(src):
         raise ScheduleError(f"reorder: {tv.name}: two axes moved to the same position in {order}")
     new: list[IterDomain | None] = [None] * n
