@@ -1,0 +1,43 @@
+"""Every Python script in examples/ runs as a new user would run it and says what it should."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((REPO / "examples").glob("*.py"))
+
+# The line each script must print: what a reader checks first.
+KEY_LINES = {
+    "seed_000.py": [
+        *(f"device {d}: t5 = 65536" for d in range(8)),
+        "communications: Allgather, Allreduce, ReduceScatter; validation ok",
+    ],
+    "tp_mlp.py": [
+        "communications: Allreduce; validation ok",
+        "communications: Allgather, ReduceScatter; validation ok",
+    ],
+}
+
+
+def test_every_script_has_key_lines() -> None:
+    assert sorted(p.name for p in SCRIPTS) == sorted(KEY_LINES)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_example_script_runs(script: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    for key in KEY_LINES[script.name]:
+        assert any(line.startswith(key) for line in lines), f"{key!r} not in:\n{done.stdout}"
