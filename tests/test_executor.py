@@ -1,0 +1,145 @@
+"""FusionExecutor on the sim backend: sharding inputs, per-device results, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.ir.communication import CommKind, Communication
+from fuserlite.runtime.backends.sim import SimCommunicator
+from fuserlite.runtime.communicator import run_communication
+from fuserlite.schedule.shard import shard_axis
+
+
+def allgather_fusion(d=4):
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 3])
+        f.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(d))
+        y = fl.set(x)
+        y.set_device_mesh(fl.DeviceMesh.for_num_devices(d))
+        f.add_output(fl.mul(y, 2.0))
+    return f
+
+
+def test_run_per_device_returns_local_shards_and_run_the_global_array():
+    f = allgather_fusion()
+    ex = fl.FusionExecutor(f)
+    x = fl.random_inputs(f)[0]
+    per_device = ex.run_per_device([x])
+    assert sorted(per_device) == [0, 1, 2, 3]
+    for outputs in per_device.values():
+        np.testing.assert_array_equal(outputs[0], 2 * x)
+    np.testing.assert_array_equal(ex.run([x])[0], 2 * x)
+    assert [c.kind for c in ex.communications] == [CommKind.Allgather]
+    assert ex.devices == [0, 1, 2, 3]
+
+
+def test_fusion_without_mesh_runs_on_one_device():
+    with fl.Fusion() as f:
+        x = fl.tensor([5])
+        f.add_input(x)
+        f.add_output(fl.tanh(x))
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert list(ex.run_per_device(inputs)) == [0]
+
+
+@pytest.mark.parametrize(
+    "inputs,match",
+    [
+        ([], "takes 1 inputs, got 0"),
+        ([np.zeros((8, 4), np.float32)], r"shape \[8, 3\], got an array of shape \[8, 4\]"),
+        ([np.zeros((8, 3), np.float64)], "dtype float32, got an array of dtype float64"),
+    ],
+)
+def test_bad_inputs_are_rejected_before_any_work(inputs, match):
+    with pytest.raises(fl.ExecutionError, match=match):
+        fl.FusionExecutor(allgather_fusion()).run(inputs)
+
+
+def test_communication_checks_buffer_shapes_first():
+    ex = fl.FusionExecutor(allgather_fusion())
+    comm = ex.communications[0]
+    bufs = {d: np.zeros((2, 3), np.float32) for d in range(4)}
+    bufs[2] = np.zeros((3, 3), np.float32)
+    with pytest.raises(
+        fl.ExecutionError,
+        match=r"Allgather T0 -> T\d+: device 2 holds a buffer of shape \[3, 3\], expected \[2, 3\]",
+    ):
+        run_communication(comm, SimCommunicator(), bufs)
+    del bufs[2]
+    with pytest.raises(fl.ExecutionError, match="device 2 has no buffer"):
+        run_communication(comm, SimCommunicator(), bufs)
+    assert isinstance(comm, Communication)
+
+
+def test_non_divisible_extent_is_rejected_with_a_clear_error():
+    with fl.Fusion() as f:
+        x = fl.tensor([6])
+        f.add_input(x)
+        x.set_device_mesh(fl.DeviceMesh.for_num_devices(4))
+        x.outer_split(0, 4)
+        x.axis(0).parallelize(fl.ParallelType.DIDx)
+        f.add_output(fl.neg(x))
+    with pytest.raises(fl.VerifyError, match="extent 6, not divisible by the 4 devices"):
+        fl.FusionExecutor(f)
+
+
+def test_mesh_mismatch_between_operands_is_a_lowering_error():
+    with fl.Fusion() as f:
+        x = fl.tensor([6, 4])
+        y = fl.tensor([6, 4])
+        f.add_input(x)
+        f.add_input(y)
+        shard_axis(x, 0, fl.DeviceMesh([0, 1]))
+        shard_axis(y, 1, fl.DeviceMesh([2, 3]))
+        f.add_output(fl.add(x, y))
+    with pytest.raises(fl.LoweringError) as err:
+        fl.FusionExecutor(f)
+    assert "DeviceMesh{2 3}, sharded on axis 1" in str(err.value)
+    assert "DeviceMesh{0 1}, sharded on axis 0" in str(err.value)
+
+
+def test_sendrecv_between_meshes_and_every_device_holds_its_part():
+    with fl.Fusion() as f:
+        x = fl.tensor([4, 6])
+        f.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh([0, 1]))
+        y = fl.neg(x)
+        shard_axis(y, 0, fl.DeviceMesh([2, 3]))
+        f.add_output(y)
+    ex = fl.FusionExecutor(f)
+    x = fl.random_inputs(f)[0]
+    per_device = ex.run_per_device([x])
+    assert per_device[0] == [None] and per_device[1] == [None]
+    np.testing.assert_array_equal(per_device[3][0], -x[2:])
+    assert [c.kind.value for c in ex.communications] == ["SendRecv"]
+
+
+def test_validate_reports_a_mismatch():
+    f = models.add_broadcast(2, True)
+    inputs = fl.random_inputs(f)
+    out = fl.FusionExecutor(f).run(inputs)
+    with pytest.raises(fl.ValidationError, match="differs from the reference"):
+        fl.validate(f, inputs, [out[0] + 1])
+
+
+def test_alltoall_and_reduce_scatter_on_non_leading_axes():
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x = fl.tensor([4, 6, 8])
+        f.add_input(x)
+        shard_axis(x, 2, mesh)
+        y = fl.set(x)
+        shard_axis(y, 1, mesh)  # AllToAll from axis 2 to axis 1
+        s = fl.sum(y, 1)
+        shard_axis(s, 2, mesh)  # reduce the sharded axis 1, scatter on axis 2 -> ReduceScatter
+        f.add_output(s)
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert [c.kind.value for c in ex.communications] == ["AllToAll", "ReduceScatter"]

@@ -1,0 +1,38 @@
+"""segment: kernels and communications in execution order."""
+
+from __future__ import annotations
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.ir.expr import LoadStoreOp
+from fuserlite.ir.program import Kernel
+from fuserlite.pipeline import Pipeline
+
+
+def segments_of(fusion):
+    return Pipeline(["propagate-shardings", "insert-reshardings", "segment"]).run(fusion).segments
+
+
+def test_seed_004_is_one_kernel():
+    segs = segments_of(models.add_broadcast(2, True))
+    assert len(segs) == 1 and isinstance(segs[0], Kernel)
+    k = segs[0]
+    assert [t.name for t in k.inputs] == ["T0", "T1"] and [t.name for t in k.outputs] == ["T2"]
+
+
+def test_mlp_is_kernel_set_kernel():
+    segs = segments_of(models.tensor_parallel_mlp(2))
+    kinds = [type(s).__name__ for s in segs]
+    assert kinds == ["Kernel", "LoadStoreOp", "Kernel"]
+    first, comm, second = segs
+    assert comm.input in first.outputs and comm.output in second.inputs
+    assert isinstance(comm, LoadStoreOp)
+
+
+def test_unsharded_fusion_is_one_kernel_without_mesh():
+    with fl.Fusion() as f:
+        x = fl.tensor([3])
+        f.add_input(x)
+        f.add_output(fl.exp(fl.neg(x)))
+    (k,) = segments_of(f)
+    assert k.mesh is None and len(k.exprs) == 2
