@@ -8,6 +8,10 @@ with its sharded axis outermost, as assign-layouts pinned it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 import numpy as np
 
 from fuserlite.ir.communication import CommKind, Communication
@@ -18,10 +22,35 @@ from fuserlite.ir.sharding import local_shape
 Buffers = dict[int, np.ndarray]
 
 
+@dataclass(frozen=True)
+class BufferSpec:
+    """Shape and dtype of each sender's buffer, for receivers that hold none yet."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
 class Communicator:
     """Collectives over teams of devices; subclasses implement the data movement."""
 
     name = "abstract"
+
+    # -- multi-process hooks: the defaults suit a backend that hosts every device --
+    def prepare(self, devices: Sequence[int], communications: Sequence[Communication]) -> None:
+        """Called once per executor, before any communication, with the program's devices."""
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Wraps one execution; a multi-process backend ends every process on an error."""
+        yield
+
+    def collect(self, local: dict[int, list]) -> dict[int, list] | None:
+        """Every device's outputs in the host process; None in the other processes."""
+        return local
+
+    def is_host(self) -> bool:
+        """Whether this process assembles global outputs and reports."""
+        return True
 
     def hosted(self, devices) -> list[int]:
         """The devices among `devices` that this process holds data for."""
@@ -39,19 +68,21 @@ class Communicator:
     def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
         raise NotImplementedError
 
-    def broadcast(self, team, root: int, bufs: Buffers) -> Buffers:
+    def broadcast(self, team, root: int, bufs: Buffers, spec: BufferSpec) -> Buffers:
         raise NotImplementedError
 
-    def scatter(self, team, root: int, receivers, bufs: Buffers) -> Buffers:
+    def scatter(self, team, root: int, receivers, bufs: Buffers, spec: BufferSpec) -> Buffers:
         raise NotImplementedError
 
-    def gather(self, team, root: int, senders, bufs: Buffers) -> Buffers:
+    def gather(self, team, root: int, senders, bufs: Buffers, spec: BufferSpec) -> Buffers:
         raise NotImplementedError
 
-    def reduce(self, team, root: int, senders, bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def reduce(
+        self, team, root: int, senders, bufs: Buffers, op: ReductionOpType, spec: BufferSpec
+    ) -> Buffers:
         raise NotImplementedError
 
-    def sendrecv(self, pairs, bufs: Buffers) -> Buffers:
+    def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
         raise NotImplementedError
 
 
@@ -61,6 +92,14 @@ def _front(a: np.ndarray, axis: int | None) -> np.ndarray:
 
 def _back(a: np.ndarray, axis: int | None) -> np.ndarray:
     return a if axis is None else np.moveaxis(a, 0, axis)
+
+
+def _spec(comm: Communication, axis: int | None) -> BufferSpec:
+    """A sender's buffer as the backend sees it (sharded axis `axis` moved to the front)."""
+    shape = local_shape(comm.input)
+    if axis is not None:
+        shape = (shape[axis], *shape[:axis], *shape[axis + 1 :])
+    return BufferSpec(tuple(shape), comm.input.dtype.numpy)
 
 
 def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
@@ -109,19 +148,20 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
         got = backend.reduce_scatter(team, {d: _front(bufs[d], a_out) for d in senders}, comm.op)
         return {d: _back(v, a_out) for d, v in got.items()}
     if k is CommKind.Broadcast:
-        got = backend.broadcast(team, comm.root, {d: bufs[d] for d in senders})
+        got = backend.broadcast(team, comm.root, {d: bufs[d] for d in senders}, _spec(comm, None))
         return {d: v for d, v in got.items() if d in out_mesh}
     if k is CommKind.Scatter:
-        got = backend.scatter(
-            team, comm.root, out_mesh, {d: _front(bufs[d], a_out) for d in senders}
-        )
+        moved = {d: _front(bufs[d], a_out) for d in senders}
+        got = backend.scatter(team, comm.root, out_mesh, moved, _spec(comm, a_out))
         return {d: _back(v, a_out) for d, v in got.items()}
     if k is CommKind.Gather:
-        got = backend.gather(team, comm.root, in_mesh, {d: _front(bufs[d], a_in) for d in senders})
+        moved = {d: _front(bufs[d], a_in) for d in senders}
+        got = backend.gather(team, comm.root, in_mesh, moved, _spec(comm, a_in))
         return {d: _back(v, a_in) for d, v in got.items()}
     if k is CommKind.Reduce:
-        return backend.reduce(team, comm.root, in_mesh, {d: bufs[d] for d in senders}, comm.op)
+        held = {d: bufs[d] for d in senders}
+        return backend.reduce(team, comm.root, in_mesh, held, comm.op, _spec(comm, None))
     if k is CommKind.SendRecv:
         pairs = list(zip(in_mesh, out_mesh))
-        return backend.sendrecv(pairs, {d: bufs[d] for d in senders})
+        return backend.sendrecv(pairs, {d: bufs[d] for d in senders}, _spec(comm, None))
     raise ExecutionError(f"no implementation for communication kind {k.value}")

@@ -75,6 +75,9 @@ class FusionExecutor:
                 raise ExecutionError(
                     f"input {tv.name} is marked partial (rDIDx); inputs hold whole values"
                 )
+        # Multi-process backends check their world and build team communicators here,
+        # on every process, before any communication.
+        self.backend.prepare(self.devices, self.communications)
 
     @property
     def communications(self) -> list[Communication]:
@@ -97,12 +100,18 @@ class FusionExecutor:
             for d in self.backend.hosted(self.devices)
         }
 
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Global outputs assembled from the devices' shards."""
-        values = self._execute(inputs)
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+        """Global outputs assembled from the devices' shards.
+
+        With the mpi backend the shards are gathered to rank 0, which returns the
+        global outputs; every other rank returns None.
+        """
+        every = self.backend.collect(self.run_per_device(inputs))
+        if every is None:
+            return None
         outs = []
-        for tv in self.lowered.outputs:
-            shards = {d: v[tv] for d, v in values.items() if tv in v}
+        for i, tv in enumerate(self.lowered.outputs):
+            shards = {d: o[i] for d, o in every.items() if o[i] is not None}
             outs.append(self._assemble(tv, shards))
         return outs
 
@@ -111,6 +120,12 @@ class FusionExecutor:
 
     # -- execution ----------------------------------------------------------
     def _execute(self, inputs: Sequence[np.ndarray]) -> dict[int, dict[TensorView, np.ndarray]]:
+        with self.backend.guard():
+            return self._execute_unguarded(inputs)
+
+    def _execute_unguarded(
+        self, inputs: Sequence[np.ndarray]
+    ) -> dict[int, dict[TensorView, np.ndarray]]:
         arrays = check_inputs(self.lowered, inputs)
         hosted = self.backend.hosted(self.devices)
         values: dict[int, dict[TensorView, np.ndarray]] = {d: {} for d in hosted}

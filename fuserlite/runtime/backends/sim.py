@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fuserlite.ir.expr import ReductionOpType
-from fuserlite.runtime.communicator import Buffers, Communicator
+from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator
 
 
 def _reduce(arrays: list[np.ndarray], op: ReductionOpType) -> np.ndarray:
@@ -41,17 +41,19 @@ class SimCommunicator(Communicator):
         total = _reduce([bufs[d] for d in team], op)
         return dict(zip(team, np.split(total, len(team), axis=0)))
 
-    def broadcast(self, team, root: int, bufs: Buffers) -> Buffers:
+    def broadcast(self, team, root: int, bufs: Buffers, spec: BufferSpec) -> Buffers:
         return {d: bufs[root] for d in team}
 
-    def scatter(self, team, root: int, receivers, bufs: Buffers) -> Buffers:
+    def scatter(self, team, root: int, receivers, bufs: Buffers, spec: BufferSpec) -> Buffers:
         return dict(zip(receivers, np.split(bufs[root], len(receivers), axis=0)))
 
-    def gather(self, team, root: int, senders, bufs: Buffers) -> Buffers:
+    def gather(self, team, root: int, senders, bufs: Buffers, spec: BufferSpec) -> Buffers:
         return {root: np.concatenate([bufs[d] for d in senders], axis=0)}
 
-    def reduce(self, team, root: int, senders, bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def reduce(
+        self, team, root: int, senders, bufs: Buffers, op: ReductionOpType, spec: BufferSpec
+    ) -> Buffers:
         return {root: _reduce([bufs[d] for d in senders], op)}
 
-    def sendrecv(self, pairs, bufs: Buffers) -> Buffers:
+    def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
         return {dst: bufs[src] for src, dst in pairs}
