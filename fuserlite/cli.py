@@ -34,7 +34,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.passes import REGISTRY
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
 from fuserlite.printer import print_program
-from fuserlite.runtime.backends import BACKENDS
+from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.executor import FusionExecutor
 
 EXIT_OK = 0
@@ -198,10 +198,18 @@ def check_devices(fusion: Fusion, path: str, requested: int | None) -> int:
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite run`: lower, execute on the simulated mesh, validate against the reference."""
     fusion = load_fusion(args.path)
-    num_devices = check_devices(fusion, args.path, args.devices)
-    inputs = fuserlite.random_inputs(fusion, args.seed)
-    executor = FusionExecutor(fusion, backend=args.backend, schedule=not args.no_schedule)
-    outputs = executor.run(inputs)
+    backend = make_backend(args.backend)
+    try:
+        num_devices = check_devices(fusion, args.path, args.devices)
+        inputs = fuserlite.random_inputs(fusion, args.seed)
+        executor = FusionExecutor(fusion, backend=backend, schedule=not args.no_schedule)
+        outputs = executor.run(inputs)
+    except FuserliteError:
+        if backend.is_host():
+            raise
+        return EXIT_ERROR  # under mpiexec every rank fails alike; rank 0 reports it
+    if outputs is None:
+        return EXIT_OK  # an MPI rank other than 0: rank 0 prints the report
     table = Table(
         title=f"{args.path} on {num_devices} {args.backend} device(s), seed {args.seed}",
         box=box.SIMPLE_HEAD,
