@@ -273,8 +273,10 @@ def test_clone_prints_identically() -> None:
 def test_readme_python_example_runs(capsys, monkeypatch) -> None:
     monkeypatch.chdir(REPO)
     readme = (REPO / "README.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    first, *rest = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
+    exec(compile(first, "README.md", "exec"), scope)
     assert str(fl.parse(scope["text"])) == str(scope["fusion"])
+    for block in rest:  # later blocks continue in the same session, as a reader would
+        exec(compile(block, "README.md", "exec"), scope)
     assert "%kernel {" in capsys.readouterr().out
