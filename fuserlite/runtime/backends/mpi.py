@@ -126,6 +126,7 @@ class MpiCommunicator(Communicator):
             prefix = "" if text.startswith(f"rank {self.rank}:") else f"rank {self.rank}: "
             print(f"{what}: {prefix}{text}", file=sys.stderr, flush=True)
             self.world.Abort(1)
+            os._exit(1)  # MPICH's Abort can return before the process manager kills us
 
     def collect(self, local: dict[int, list]) -> dict[int, list] | None:
         """Every rank's per-device outputs, on rank 0; None on the other ranks."""

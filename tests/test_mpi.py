@@ -1,0 +1,117 @@
+"""The mpi backend on real 2- and 4-rank jobs (mpiexec), against the sim backend.
+
+Each test starts one short MPI job; the equivalence jobs batch every case into
+one launch. Skipped when mpi4py or mpiexec is missing (pip install '.[mpi]').
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fuserlite import cli
+
+pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install '.[mpi]'")
+MPIEXEC = shutil.which("mpiexec")
+if MPIEXEC is None:
+    pytest.skip("mpiexec not found: pip install '.[mpi]' (mpich)", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "mpi_scripts"
+EXAMPLE = "examples/tp_mlp.fus"
+TIMEOUT = 60  # seconds; a hang fails the test instead of stalling the suite
+
+# Kinds whose data only moves: bit-identical on any number of ranks.
+MOVING = {"LocalSlice", "Allgather", "AllToAll", "Broadcast", "Scatter", "Gather", "SendRecv"}
+SECTION5 = MOVING | {"Allreduce", "ReduceScatter", "Reduce"}
+
+
+def mpiexec(n: int, *args: str, env: dict[str, str] | None = None):
+    """Run `mpiexec -n n args...` in the repository root; returns the CompletedProcess."""
+    return subprocess.run(
+        [MPIEXEC, "-n", str(n), *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def equivalence(n: int) -> dict[str, dict]:
+    proc = mpiexec(n, sys.executable, str(SCRIPTS / "equivalence.py"))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_two_ranks_are_bit_identical_to_sim():
+    results = equivalence(2)
+    # SendRecv needs two disjoint meshes, so it runs in the 4-rank job.
+    assert {name.split("-")[0] for name in results} >= SECTION5 - {"SendRecv"}
+    assert any(name.startswith("example:") for name in results)
+    for name, r in results.items():
+        assert r["verdict"] == "identical", (name, r)
+        if name in SECTION5:
+            assert r["kinds"] == [name]
+
+
+def test_four_ranks_match_sim():
+    results = equivalence(4)
+    assert {name.split("-")[0] for name in results} >= SECTION5
+    for name, r in results.items():
+        kind = name.split("-")[0]
+        if kind in SECTION5:
+            assert r["kinds"] == [kind], (name, r)
+        if kind in MOVING or name == "Allreduce-max":
+            assert r["verdict"] == "identical", (name, r)
+        else:  # a sum over 4 ranks: MPI chooses the reduction order
+            assert r["verdict"] in ("identical", "close"), (name, r)
+
+
+def test_cli_report_on_rank_zero_equals_sim(capsys):
+    assert cli.main(["run", EXAMPLE]) == 0
+    sim = capsys.readouterr().out
+    proc = mpiexec(2, sys.executable, "-m", "fuserlite.cli", "run", EXAMPLE, "--backend", "mpi")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == sim.replace("2 sim device(s)", "2 mpi device(s)")
+    assert "validation: ok" in proc.stdout and "Allreduce" in proc.stdout
+
+
+def test_world_size_not_matching_the_mesh_is_one_clear_error():
+    proc = mpiexec(3, sys.executable, "-m", "fuserlite.cli", "run", EXAMPLE, "--backend", "mpi")
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert proc.stderr.count("error:") == 1, proc.stderr
+    assert "devices [0, 1] but MPI started 3 rank(s)" in proc.stderr
+    assert "mpiexec -n 2" in proc.stderr
+
+
+def test_failing_rank_ends_the_job_with_its_message_once():
+    proc = mpiexec(
+        2,
+        sys.executable,
+        "-m",
+        "fuserlite.cli",
+        "run",
+        EXAMPLE,
+        "--backend",
+        "mpi",
+        env={"FUSERLITE_FAIL_RANK": "1"},
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.count("rank 1: injected failure") == 1, proc.stderr
+    assert "validation" not in proc.stdout
+
+
+def test_bad_local_input_on_one_rank_never_hangs():
+    proc = mpiexec(2, sys.executable, str(SCRIPTS / "bad_input.py"))
+    assert proc.returncode != 0
+    assert proc.stderr.count("error: rank 1:") == 1, proc.stderr
+    assert "shape" in proc.stderr
+    assert "finished" not in proc.stdout
