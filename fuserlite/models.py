@@ -1,10 +1,13 @@
-"""Ready-made fusions: the two seeds and the tensor-parallel MLPs.
+"""Ready-made fusions: the two seeds, the tensor-parallel MLPs and the reshardings of §5.
 
 Shared by the examples, the tests and the benchmarks so that each builds the
 same program.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import fuserlite.ops as fl
 from fuserlite.ir.fusion import Fusion
@@ -83,3 +86,65 @@ def tensor_parallel_mlp(
             shard_axis(y, 1, mesh)
         fusion.add_output(fl.add(y, b2))
     return fusion
+
+
+def resharding(
+    in_mesh: DeviceMesh,
+    in_axis: int | None,
+    out_mesh: DeviceMesh,
+    out_axis: int | None,
+    reduce_axis: int | None = None,
+    rows: int = 8,
+    cols: int = 12,
+) -> Fusion:
+    """x[rows, cols] on in_mesh, sharded on in_axis -> y = set(x), or sum(x, reduce_axis),
+    on out_mesh, sharded on out_axis (an axis of y's data; None: replicated)."""
+    with Fusion() as fusion:
+        x = fl.tensor([rows, cols])
+        fusion.add_input(x)
+        x.set_device_mesh(in_mesh)
+        if in_axis is not None:
+            shard_axis(x, in_axis, in_mesh)
+        y = fl.set(x) if reduce_axis is None else fl.sum(x, reduce_axis)
+        y.set_device_mesh(out_mesh)
+        if out_axis is not None:
+            # A reduction keeps its reduced axis in the logical domain, ahead of the data axis.
+            shard_axis(y, out_axis if reduce_axis is None else out_axis + 1, out_mesh)
+        fusion.add_output(y)
+    return fusion
+
+
+@dataclass(frozen=True)
+class ReshardingCase:
+    """One row of DESIGN.md §5: a fusion, the communication it needs and its bytes."""
+
+    name: str
+    build: Callable[[], Fusion]
+    kind: str | None  # None: no data moves (same sharding, an alias)
+    bytes_per_device: int  # the table's formula for this case
+
+
+def resharding_cases(num_devices: int = 4, rows: int = 8, cols: int = 12) -> list[ReshardingCase]:
+    """Every row of DESIGN.md §5 on `num_devices` devices for x[rows, cols] float32."""
+    d, item = num_devices, 4
+    whole, row = rows * cols * item, cols * item
+    mesh = DeviceMesh(range(d))
+    one = DeviceMesh([0])
+    other = DeviceMesh(range(d, 2 * d))
+
+    def case(name, kind, nbytes, *args) -> ReshardingCase:
+        return ReshardingCase(name, lambda: resharding(*args, rows=rows, cols=cols), kind, nbytes)
+
+    return [
+        case("same-sharding", None, 0, mesh, 0, mesh, 0),
+        case("replicated-to-sharded", "LocalSlice", 0, mesh, None, mesh, 1),
+        case("allgather", "Allgather", (d - 1) * whole // d, mesh, 0, mesh, None),
+        case("alltoall", "AllToAll", (d - 1) * whole // (d * d), mesh, 0, mesh, 1),
+        case("allreduce", "Allreduce", 2 * (d - 1) * row // d, mesh, 0, mesh, None, 0),
+        case("reduce-scatter", "ReduceScatter", (d - 1) * row // d, mesh, 0, mesh, 0, 0),
+        case("broadcast", "Broadcast", whole, one, None, mesh, None),
+        case("scatter", "Scatter", (d - 1) * whole // d, one, None, mesh, 0),
+        case("gather", "Gather", whole // d, mesh, 0, one, None),
+        case("reduce", "Reduce", row, mesh, 0, one, None, 0),
+        case("sendrecv", "SendRecv", whole // d, mesh, 1, other, 1),
+    ]

@@ -7,12 +7,11 @@ import pytest
 from fuserlite.passes.lower_communications import plan_communication
 
 import fuserlite as fl
+from fuserlite import models
 from fuserlite.schedule.shard import shard_axis
 
 D = 4
 ROWS, COLS = 8, 12
-ITEM = 4  # float32
-B = ROWS * COLS * ITEM
 
 
 def mesh(devices=None):
@@ -21,18 +20,7 @@ def mesh(devices=None):
 
 def build(in_mesh, in_axis, out_mesh, out_axis, reduce_axis=None):
     """x[ROWS, COLS] sharded on in_axis -> y = set(x) (or sum over reduce_axis) sharded on out_axis."""
-    with fl.Fusion() as f:
-        x = fl.tensor([ROWS, COLS])
-        f.add_input(x)
-        x.set_device_mesh(in_mesh)
-        if in_axis is not None:
-            shard_axis(x, in_axis, in_mesh)
-        y = fl.set(x) if reduce_axis is None else fl.sum(x, reduce_axis)
-        y.set_device_mesh(out_mesh)
-        if out_axis is not None:
-            shard_axis(y, out_axis if reduce_axis is None else out_axis + 1, out_mesh)
-        f.add_output(y)
-    return f
+    return models.resharding(in_mesh, in_axis, out_mesh, out_axis, reduce_axis, ROWS, COLS)
 
 
 def run(f):
@@ -42,40 +30,22 @@ def run(f):
     return ex.communications
 
 
-CASES = [
-    # id, fusion, expected kind (None: no communication), expected bytes per device
-    ("same-sharding", lambda: build(mesh(), 0, mesh(), 0), None, 0),
-    ("replicated-to-sharded", lambda: build(mesh(), None, mesh(), 1), "LocalSlice", 0),
-    ("allgather", lambda: build(mesh(), 0, mesh(), None), "Allgather", (D - 1) * B // D),
-    ("alltoall", lambda: build(mesh(), 0, mesh(), 1), "AllToAll", (D - 1) * B // (D * D)),
-    (
-        "allreduce",
-        lambda: build(mesh(), 0, mesh(), None, 0),
-        "Allreduce",
-        2 * (D - 1) * COLS * ITEM // D,
-    ),
-    (
-        "reduce-scatter",
-        lambda: build(mesh(), 0, mesh(), 0, 0),
-        "ReduceScatter",
-        (D - 1) * COLS * ITEM // D,
-    ),
-    ("broadcast", lambda: build(mesh([0]), None, mesh(), None), "Broadcast", B),
-    ("scatter", lambda: build(mesh([0]), None, mesh(), 0), "Scatter", (D - 1) * B // D),
-    ("gather", lambda: build(mesh(), 0, mesh([0]), None), "Gather", B // D),
-    ("reduce", lambda: build(mesh(), 0, mesh([0]), None, 0), "Reduce", COLS * ITEM),
-    ("sendrecv", lambda: build(mesh(range(4)), 1, mesh(range(4, 8)), 1), "SendRecv", B // D),
-]
+CASES = models.resharding_cases(D, ROWS, COLS)
 
 
-@pytest.mark.parametrize("name,make,kind,nbytes", CASES, ids=[c[0] for c in CASES])
-def test_table_row(name, make, kind, nbytes):
-    comms = [c for c in run(make()) if c.kind.is_collective or c.kind.value == "LocalSlice"]
-    if kind is None:
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_table_row(case: models.ReshardingCase):
+    comms = [c for c in run(case.build()) if c.kind.is_collective or c.kind.value == "LocalSlice"]
+    if case.kind is None:
         assert comms == []
         return
-    assert [c.kind.value for c in comms] == [kind]
-    assert comms[0].bytes_per_device == nbytes
+    assert [c.kind.value for c in comms] == [case.kind]
+    assert comms[0].bytes_per_device == case.bytes_per_device
+
+
+def test_every_row_of_the_table_has_a_case():
+    kinds = {c.kind for c in CASES} - {None}
+    assert len(kinds) == 10 and len({c.name for c in CASES}) == len(CASES)
 
 
 def test_root_is_recorded():
