@@ -1,0 +1,252 @@
+"""CUDA source for scheduled kernels: one `__global__` function per compute kernel.
+
+The loop nest is the kernel grid (fuserlite.schedule.indexing.kernel_grid):
+blockIdx/threadIdx positions read the hardware indices, the others (Unswitch,
+Vectorize, Serial) are `for` loops. Each tensor's coordinates and predicate are
+the very index expressions the numpy kernel runner evaluates (`lower_tensor`),
+printed as C. Inlined tensors are registers (`t5`); a tensor that is not inlined
+is recomputed at the coordinates its consumer needs; global loads and stores
+are guarded by the predicate of the tensor that loads or stores.
+
+Launch each kernel with gridDim / blockDim as printed in its header comment.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    Expr,
+    LoadStoreOp,
+    UnaryOp,
+    UnaryOpType,
+)
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.program import Kernel
+from fuserlite.ir.sharding import local_shape
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, ParallelType
+from fuserlite.schedule.indexing import (
+    GridAxis,
+    Ix,
+    add,
+    c_expr,
+    const,
+    grid_axes,
+    kernel_grid,
+    loop_var,
+    lower_tensor,
+    mul,
+)
+from fuserlite.schedule.pointwise import compute_kernels
+from fuserlite.schedule.propagate import producer_coords
+
+C_TYPES = {
+    DType.float32: "float",
+    DType.float64: "double",
+    DType.float16: "__half",
+    DType.int32: "int",
+    DType.int64: "long long",
+    DType.bool: "bool",
+}
+
+_UNARY = {
+    UnaryOpType.exp: "exp({})",
+    UnaryOpType.tanh: "tanh({})",
+    UnaryOpType.sqrt: "sqrt({})",
+    UnaryOpType.log: "log({})",
+    UnaryOpType.neg: "(-{})",
+    UnaryOpType.abs: "({0} < 0 ? -{0} : {0})",
+    UnaryOpType.relu: "({0} > 0 ? {0} : 0)",
+}
+_BINARY = {
+    BinaryOpType.add: "({} + {})",
+    BinaryOpType.sub: "({} - {})",
+    BinaryOpType.mul: "({} * {})",
+    BinaryOpType.div: "({} / {})",
+    BinaryOpType.max: "({0} > {1} ? {0} : {1})",
+    BinaryOpType.min: "({0} < {1} ? {0} : {1})",
+}
+_HW_INDEX = {
+    ParallelType.BIDx: "blockIdx.x",
+    ParallelType.BIDy: "blockIdx.y",
+    ParallelType.BIDz: "blockIdx.z",
+    ParallelType.TIDx: "threadIdx.x",
+    ParallelType.TIDy: "threadIdx.y",
+    ParallelType.TIDz: "threadIdx.z",
+}
+
+
+def is_scheduled(kernel: Kernel) -> bool:
+    """True if the kernel carries a schedule (the flag, or scheduled tensors)."""
+    return kernel.scheduled or any(
+        e.output.compute_at_pos > 0 or grid_axes(e.output) for e in kernel.exprs
+    )
+
+
+def launch_dims(grid: list[GridAxis]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(gridDim, blockDim) of a kernel grid."""
+    dims = {pt: g.extent for g in grid for pt in (g.parallel_type,)}
+    grid_dim = tuple(
+        dims.get(pt, 1) for pt in (ParallelType.BIDx, ParallelType.BIDy, ParallelType.BIDz)
+    )
+    block_dim = tuple(
+        dims.get(pt, 1) for pt in (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
+    )
+    return grid_dim, block_dim  # type: ignore[return-value]
+
+
+def _offset(tv: TensorView, coords: list) -> str:
+    """Row-major offset into tv's local shard."""
+    shape = local_shape(tv)
+    total = const(0)
+    for c, n, stride in zip(coords, shape, _strides(shape)):
+        c = const(c) if isinstance(c, int) else c
+        total = add(total, mul(c, stride if n > 1 else 0))
+    return c_expr(total)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    return [math.prod(shape[k + 1 :]) for k in range(len(shape))]
+
+
+class _KernelWriter:
+    """Builds the body of one kernel."""
+
+    def __init__(self, kernel: Kernel, grid: list[GridAxis]) -> None:
+        self.kernel = kernel
+        self.grid = grid
+        self.inputs = {id(t) for t in kernel.inputs}
+        self.lines: list[str] = []
+
+    def coords(self, tv: TensorView) -> tuple[list[Ix], str]:
+        ti = lower_tensor(tv, self.grid)
+        data = [ix for ix, ax in zip(ti.logical, tv.domain.logical) if not ax.is_reduction]
+        pred = " && ".join(f"{c_expr(ix)} < {bound}" for ix, bound in ti.predicates)
+        return data, pred or "true"
+
+    def value_at(self, tv: TensorView, coords: list) -> str:
+        """`tv` at the given coordinates: a global load or a recomputation."""
+        if id(tv) in self.inputs or tv.definition is None:
+            return f"{tv.name}[{_offset(tv, coords)}]"
+        expr = tv.definition
+        args = [self.value_at(p, producer_coords(expr, p, coords)) for p in expr.inputs]
+        return _op_text(expr, args)
+
+    def operand(self, expr: Expr, tv: TensorView, coords: list, pred: str) -> str:
+        if tv.compute_at_pos > 0 and id(tv) not in self.inputs:
+            return f"t{tv.number}"
+        return f"({pred} ? {self.value_at(tv, producer_coords(expr, tv, coords))} : 0)"
+
+    def write(self, indent: str) -> None:
+        outputs = {id(t) for t in self.kernel.outputs}
+        for expr in self.kernel.exprs:
+            out = expr.output
+            stored = id(out) in outputs
+            if out.compute_at_pos == 0 and not stored:
+                continue  # not inlined: its consumers recompute it where they need it
+            coords, pred = self.coords(out)
+            p = f"p{out.number}"
+            args = [self.operand(expr, t, coords, p) for t in expr.inputs]
+            if stored or any(p in a for a in args):
+                self.lines.append(f"{indent}const bool {p} = {pred};")
+            ctype = C_TYPES[out.dtype]
+            self.lines.append(f"{indent}const {ctype} t{out.number} = {_op_text(expr, args)};")
+            if stored:
+                offset = _offset(out, coords)
+                self.lines.append(f"{indent}if ({p}) {out.name}[{offset}] = t{out.number};")
+
+
+def _scalar(value: float, ctype: str) -> str:
+    return f"static_cast<{ctype}>({float(value)!r})"
+
+
+def _op_text(expr: Expr, args: list[str]) -> str:
+    """The C expression of one pointwise expression."""
+    ctype = C_TYPES[expr.output.dtype]
+    cast = [
+        a if t.dtype is expr.output.dtype else f"static_cast<{ctype}>({a})"
+        for a, t in zip(args, expr.inputs)
+    ]
+    if isinstance(expr, (LoadStoreOp, BroadcastOp)):
+        return cast[0]
+    if isinstance(expr, UnaryOp):
+        if expr.op is UnaryOpType.gelu:
+            x = cast[0]
+            return (
+                f"(static_cast<{ctype}>(0.5) * {x} * (static_cast<{ctype}>(1) + tanh("
+                f"static_cast<{ctype}>(0.7978845608028654) * ({x} + static_cast<{ctype}>(0.044715)"
+                f" * {x} * {x} * {x}))))"
+            )
+        return _UNARY[expr.op].format(cast[0])
+    if isinstance(expr, BinaryOp):
+        it = iter(cast)
+        lhs, rhs = (
+            _scalar(x, ctype) if isinstance(x, (int, float)) else next(it) for x in expr.operands()
+        )
+        return _BINARY[expr.op].format(lhs, rhs)
+    raise ExecutionError(f"codegen: no CUDA for {expr!r}; only pointwise kernels are emitted")
+
+
+def kernel_source(kernel: Kernel, name: str) -> str:
+    """One `extern "C" __global__` function for a scheduled kernel."""
+    grid = kernel_grid([e.output for e in kernel.exprs])
+    grid_dim, block_dim = launch_dims(grid)
+    params = [f"const {C_TYPES[t.dtype]}* __restrict__ {t.name}" for t in kernel.inputs]
+    params += [f"{C_TYPES[t.dtype]}* __restrict__ {t.name}" for t in kernel.outputs]
+    ref = kernel.reference.name if kernel.reference is not None else "-"
+    shapes = ", ".join(f"{t.name}{list(local_shape(t))}" for t in (*kernel.inputs, *kernel.outputs))
+    lines = [
+        f"// {name}: reference {ref}; local shards {shapes}",
+        f"// launch: gridDim = dim3{grid_dim}, blockDim = dim3{block_dim}",
+        f'extern "C" __global__ void {name}({", ".join(params)}) {{',
+    ]
+    indent = "  "
+    closing = 0
+    for j, g in enumerate(grid):
+        v = loop_var(j)
+        hw = _HW_INDEX.get(g.parallel_type)
+        if hw is not None:
+            lines.append(f"{indent}const long long {v} = {hw};")
+        else:
+            lines.append(
+                f"{indent}for (long long {v} = 0; {v} < {g.extent}; ++{v}) {{  // {g.parallel_type.value}"
+            )
+            indent += "  "
+            closing += 1
+    writer = _KernelWriter(kernel, grid)
+    writer.write(indent)
+    lines += writer.lines
+    for _ in range(closing):
+        indent = indent[:-2]
+        lines.append(f"{indent}}}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def cuda_source(target: Fusion | Kernel | list[Kernel], prefix: str = "fuserlite_kernel") -> str:
+    """CUDA source with one `__global__` kernel per scheduled compute kernel."""
+    if isinstance(target, Fusion):
+        kernels = compute_kernels(target)
+    elif isinstance(target, Kernel):
+        kernels = [target]
+    else:
+        kernels = list(target)
+    parts = ["// generated by fuserlite.codegen\n"]
+    if any(t.dtype is DType.float16 for k in kernels for t in k.tensors):
+        parts.append("#include <cuda_fp16.h>\n")
+    for i, kernel in enumerate(kernels):
+        if not is_scheduled(kernel):
+            parts.append(
+                f"// {prefix}_{i}: not scheduled ({'; '.join(kernel.notes) or 'no schedule'})\n"
+            )
+            continue
+        parts.append("\n" + kernel_source(kernel, f"{prefix}_{i}"))
+    return "".join(parts)
+
+
+__all__ = ["cuda_source", "is_scheduled", "kernel_source", "launch_dims"]

@@ -1,0 +1,256 @@
+"""Index lowering: from a point of a tensor's loop domain back to its logical coordinates.
+
+The recorded splits and merges are inverted, last first:
+
+    Split(in -> outer, inner):  in    = outer * extent(inner) + inner
+    Merge(outer, inner -> out): outer = out / extent(inner),  inner = out % extent(inner)
+
+A split whose input extent is not a multiple of the factor has a tail: its
+predicate `in < extent(in)` guards the points past the end. Broadcast logical
+axes always index 0 and are never predicated. Device-parallel loop axes index 0
+(a kernel runs on one device's local shard), so an outer split by D of a
+sharded axis yields the local coordinate.
+
+Indices are small symbolic expressions (`Ix`) so that one lowering serves both
+the numpy kernel runner (`evaluate`) and the CUDA printer (`c_expr`).
+
+The loop axes a kernel's grid iterates ("grid axes") are the loop axes of a
+tensor that are neither device-parallel nor logical axes: the outputs of the
+scheduler's merges and splits, e.g. `[iblockIdx.x, iUS, ithreadIdx.x]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
+from fuserlite.printer import axis_text
+
+
+@dataclass(frozen=True, eq=False)
+class Ix:
+    """An integer index expression: var, const, add, mul, div or mod; `ub` is an exclusive
+    upper bound of its value (used to drop predicates that always hold)."""
+
+    op: str
+    args: tuple
+    ub: int
+
+
+def const(value: int) -> Ix:
+    return Ix("const", (int(value),), int(value) + 1)
+
+
+def var(name: str, extent: int) -> Ix:
+    return Ix("var", (name,), int(extent))
+
+
+def _is_const(a: Ix, value: int | None = None) -> bool:
+    return a.op == "const" and (value is None or a.args[0] == value)
+
+
+def add(a: Ix, b: Ix) -> Ix:
+    if _is_const(a, 0):
+        return b
+    if _is_const(b, 0):
+        return a
+    if _is_const(a) and _is_const(b):
+        return const(a.args[0] + b.args[0])
+    if _is_div_mod_pair(a, b):  # (x / n) * n + x % n == x: re-linearizing a merge
+        return b.args[0]
+    return Ix("add", (a, b), a.ub + b.ub - 1)
+
+
+def _is_div_mod_pair(a: Ix, b: Ix) -> bool:
+    return (
+        a.op == "mul"
+        and a.args[0].op == "div"
+        and b.op == "mod"
+        and a.args[0].args[0] is b.args[0]
+        and a.args[1] == a.args[0].args[1] == b.args[1]
+    )
+
+
+def mul(a: Ix, n: int) -> Ix:
+    if n == 1:
+        return a
+    if n == 0 or _is_const(a, 0):
+        return const(0)
+    if _is_const(a):
+        return const(a.args[0] * n)
+    return Ix("mul", (a, n), (a.ub - 1) * n + 1)
+
+
+def div(a: Ix, n: int) -> Ix:
+    if n == 1:
+        return a
+    if _is_const(a):
+        return const(a.args[0] // n)
+    if a.ub <= n:
+        return const(0)
+    return Ix("div", (a, n), (a.ub - 1) // n + 1)
+
+
+def mod(a: Ix, n: int) -> Ix:
+    if n == 1:
+        return const(0)
+    if _is_const(a):
+        return const(a.args[0] % n)
+    if a.ub <= n:
+        return a
+    return Ix("mod", (a, n), min(a.ub, n))
+
+
+def evaluate(ix: Ix, env: dict[str, np.ndarray], memo: dict[int, np.ndarray]) -> np.ndarray:
+    """The value of `ix` for numpy arrays of loop indices (`env`: variable -> int64 array)."""
+    hit = memo.get(id(ix))
+    if hit is not None:
+        return hit
+    if ix.op == "const":
+        out = np.int64(ix.args[0])
+    elif ix.op == "var":
+        out = env[ix.args[0]]
+    elif ix.op == "add":
+        out = evaluate(ix.args[0], env, memo) + evaluate(ix.args[1], env, memo)
+    elif ix.op == "mul":
+        out = evaluate(ix.args[0], env, memo) * ix.args[1]
+    elif ix.op == "div":
+        out = evaluate(ix.args[0], env, memo) // ix.args[1]
+    else:
+        out = evaluate(ix.args[0], env, memo) % ix.args[1]
+    memo[id(ix)] = out
+    return out
+
+
+def c_expr(ix: Ix) -> str:
+    """The index as a C expression over the loop variables."""
+    if ix.op == "const":
+        return str(ix.args[0])
+    if ix.op == "var":
+        return ix.args[0]
+    a = c_expr(ix.args[0])
+    if ix.op == "add":
+        return f"({a} + {c_expr(ix.args[1])})"
+    symbol = {"mul": "*", "div": "/", "mod": "%"}[ix.op]
+    return f"({a} {symbol} {ix.args[1]})"
+
+
+@dataclass
+class TensorIndex:
+    """Logical coordinates of one tensor at a loop point, and when they are valid."""
+
+    logical: list[Ix]  # one per logical axis; broadcast axes are const(0)
+    predicates: list[tuple[Ix, int]] = field(default_factory=list)  # each: index < bound
+
+
+def grid_axes(tv: TensorView) -> list[IterDomain]:
+    """The loop axes of `tv` bound to the kernel grid (scheduler-made, not device-parallel)."""
+    return [ax for ax in tv.domain.loop if not ax.is_device_parallel and ax.definition is not None]
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    """One position of a kernel's loop nest: its extent and how it is executed."""
+
+    extent: int
+    parallel_type: ParallelType
+
+
+def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
+    """The loop nest shared by the tensors a kernel computes: per position the largest
+    extent and the (common) parallel type."""
+    depth = max((len(grid_axes(tv)) for tv in tensors), default=0)
+    extents = [1] * depth
+    types: list[ParallelType | None] = [None] * depth
+    for tv in tensors:
+        axes = grid_axes(tv)
+        if not axes:
+            continue
+        if len(axes) != depth:
+            raise ExecutionError(
+                f"{tv.name} has {len(axes)} scheduled loop axes but the kernel has {depth}; "
+                "propagate the reference schedule to every tensor of the kernel"
+            )
+        for j, ax in enumerate(axes):
+            extents[j] = max(extents[j], ax.extent)
+            if ax.parallel_type is not ParallelType.Serial:
+                if types[j] not in (None, ax.parallel_type):
+                    raise ExecutionError(
+                        f"{tv.name} loop axis {axis_text(ax)} is {ax.parallel_type.value} but "
+                        f"another tensor binds position {j} to {types[j].value}"
+                    )
+                types[j] = ax.parallel_type
+    return [GridAxis(e, t or ParallelType.Serial) for e, t in zip(extents, types)]
+
+
+def loop_var(position: int) -> str:
+    """Name of the loop index variable of grid position `position`."""
+    return f"l{position}"
+
+
+def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
+    """Logical coordinates of `tv` at the grid point (l0, l1, ...), with tail predicates."""
+    axes = grid_axes(tv)
+    if axes and len(axes) != len(grid):
+        raise ExecutionError(
+            f"{tv.name} has {len(axes)} scheduled loop axes but the kernel grid has {len(grid)}"
+        )
+    env: dict[int, Ix] = {}
+    preds: list[tuple[Ix, int]] = []
+    for ax in tv.domain.loop:
+        if ax in axes:
+            j = axes.index(ax)
+            env[id(ax)] = var(loop_var(j), grid[j].extent)
+            if ax.extent < grid[j].extent:
+                preds.append((env[id(ax)], ax.extent))
+        elif ax.is_device_parallel or ax.extent == 1:
+            env[id(ax)] = const(0)
+        else:
+            raise ExecutionError(
+                f"{tv.name} loop axis {axis_text(ax)} is neither device-parallel nor bound to the "
+                "kernel grid; schedule the kernel first (schedule-pointwise)"
+            )
+    for tr in reversed(tv.domain.transforms):
+        if isinstance(tr, Split):
+            idx = add(mul(env[id(tr.outer)], tr.inner.extent), env[id(tr.inner)])
+            env[id(tr.input)] = idx
+            if not tr.input.is_broadcast and idx.ub > tr.input.extent:
+                preds.append((idx, tr.input.extent))
+        else:
+            out = env[id(tr.output)]
+            env[id(tr.outer)] = div(out, tr.inner.extent)
+            env[id(tr.inner)] = mod(out, tr.inner.extent)
+    logical = []
+    for ax in tv.domain.logical:
+        if ax.is_broadcast:
+            logical.append(const(0))
+        elif id(ax) in env:
+            logical.append(env[id(ax)])
+        else:
+            raise ExecutionError(
+                f"{tv.name}: logical axis {axis_text(ax)} is not reachable from its loop domain"
+            )
+    return TensorIndex(logical, preds)
+
+
+def schedule_signature(tv: TensorView) -> tuple:
+    """A key equal for two tensors whose index lowering is identical."""
+    ids = tv.domain.ids_between_logical_and_loop()
+    pos = {id(ax): k for k, ax in enumerate(ids)}
+    logical = tuple((ax.extent, ax.iter_type, ax.is_device_parallel) for ax in tv.domain.logical)
+    transforms = tuple(
+        (
+            type(t).__name__,
+            tuple(pos[id(a)] for a in t.inputs),
+            getattr(t, "factor", 0),
+            getattr(t, "inner_split", False),
+        )
+        for t in tv.domain.transforms
+    )
+    loop = tuple((pos[id(ax)], ax.is_device_parallel) for ax in tv.domain.loop)
+    return logical, transforms, loop

@@ -1,0 +1,223 @@
+"""The pointwise scheduler: one reference schedule, propagated to a whole kernel.
+
+For a kernel whose expressions are all pointwise, broadcast or Set:
+
+1. inputs are cached into local memory (`T3 = Set( T0, cache_op=Streaming )`) and
+   outputs are written from a local (the definition moves to a new local tensor,
+   the output becomes `Set( local )`);
+2. the reference is the output with the most logical axes that are neither
+   broadcast, reduction nor device-parallel (the first on ties);
+3. the reference's device-parallel axes go first and are left alone; the other
+   loop axes are merged into one and split into `[blockIdx.x, US, threadIdx.x]`
+   (with a trailing Vectorize axis of 4 when asked and the extent allows);
+4. the schedule is propagated to every tensor (fuserlite.schedule.propagate);
+   tensors produced by another segment keep the schedule they have;
+5. compute-at positions: a computed tensor is inlined into its consumers
+   (`ca_pos` = its loop depth) when each consumer axis that iterates real data
+   comes from a data axis of the tensor, so the value a thread holds at a loop
+   point is the one its consumer needs there; otherwise `ca_pos` is 0 and the
+   tensor is read by index. `produce_pos` is the largest ca_pos of the producers.
+"""
+
+from __future__ import annotations
+
+from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.errors import ScheduleError
+from fuserlite.ir.expr import BinaryOp, BroadcastOp, Expr, LoadStoreOp, UnaryOp
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.program import Kernel
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import MemoryType, ParallelType
+from fuserlite.schedule.indexing import grid_axes
+from fuserlite.schedule.primitives import merge, parallelize_axis, split
+from fuserlite.schedule.propagate import (
+    axis_pairs,
+    data_axes,
+    is_device_parallel_logical,
+    propagate,
+)
+
+POINTWISE_EXPRS = (UnaryOp, BinaryOp, BroadcastOp, LoadStoreOp)
+VECTOR_WIDTH = 4
+
+
+def whole_fusion_kernel(fusion: Fusion) -> Kernel:
+    """The whole fusion as one kernel (used while `fusion.segments` is None)."""
+    mesh = next((tv.mesh for tv in fusion.tensors() if tv.mesh is not None), None)
+    return Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), mesh)
+
+
+def compute_kernels(fusion: Fusion) -> list[Kernel]:
+    """The compute kernels of the lowered program, or the whole fusion as one kernel."""
+    if fusion.segments is None:
+        return [whole_fusion_kernel(fusion)]
+    return [s for s in fusion.segments if isinstance(s, Kernel)]
+
+
+def unsupported_reason(kernel: Kernel) -> str | None:
+    """Why the pointwise scheduler cannot take this kernel (None if it can)."""
+    if not kernel.exprs:
+        return "the kernel has no expressions"
+    for e in kernel.exprs:
+        if not isinstance(e, POINTWISE_EXPRS) or len(e.outputs) != 1:
+            return f"{e.output.name} = {e.op_name}(...) is not a pointwise, broadcast or set"
+        if any(ax.is_reduction for t in (*e.inputs, e.output) for ax in t.domain.logical):
+            return f"{e.output.name} = {e.op_name}(...) involves a reduction axis"
+    return None
+
+
+def free_axes(tv: TensorView) -> list[IterDomain]:
+    """Logical axes that are neither broadcast, reduction nor device-parallel."""
+    return [
+        ax for ax in tv.domain.logical if ax.is_iteration and not is_device_parallel_logical(tv, ax)
+    ]
+
+
+def choose_reference(candidates: list[TensorView]) -> TensorView:
+    """The candidate with the most free logical axes, the first on ties."""
+    return max(candidates, key=lambda tv: len(free_axes(tv)))  # max keeps the first on ties
+
+
+def _local_like(tv: TensorView) -> TensorView:
+    """A new local tensor with tv's logical axes and sharding (b == bDIDx, so a device
+    type on a broadcast axis is dropped)."""
+    axes = []
+    for ax in tv.domain.logical:
+        new = ax.clone()
+        if new.is_broadcast:
+            new.parallel_type = ParallelType.Serial
+        axes.append(new)
+    out = TensorView(tv.fusion, axes, tv.dtype, list(tv.domain.contiguity), MemoryType.LOCAL)
+    out.mesh = tv.mesh
+    for t in tv.domain.transforms:  # copy the sharding splits, nothing else
+        if isinstance(t, Split) and t.outer.is_device_parallel and t.input in tv.domain.logical:
+            src = axes[tv.domain.logical.index(t.input)]
+            outer, _ = split(out, out.domain.loop.index(src), t.factor, t.inner_split)
+            parallelize_axis(outer, t.outer.parallel_type)
+    return out
+
+
+def cache_inputs(kernel: Kernel) -> list[Expr]:
+    """`cache = Set( input )` for each kernel input; the kernel's reads use the cache."""
+    new = []
+    for inp in kernel.inputs:
+        users = [e for e in kernel.exprs if any(t is inp for t in e.inputs)]
+        if not users:
+            continue
+        cache = _local_like(inp)
+        for e in users:
+            e.replace_input(inp, cache)
+        all_broadcast = all(ax.is_broadcast for ax in data_axes(inp))
+        new.append(LoadStoreOp(cache, inp, "AllLevels" if all_broadcast else "Streaming"))
+    return new
+
+
+def cache_outputs(kernel: Kernel) -> list[Expr]:
+    """Each kernel output computed here is written from a new local: `out = Set( local )`."""
+    new = []
+    ids = {id(e) for e in kernel.exprs}
+    for out in kernel.outputs:
+        d = out.definition
+        if d is None or id(d) not in ids:
+            continue
+        local = _local_like(out)
+        d.outputs = [local if t is out else t for t in d.outputs]
+        local.definition = d
+        out.definition = None
+        for e in kernel.exprs:
+            if any(t is out for t in e.inputs):
+                e.replace_input(out, local)
+        new.append(LoadStoreOp(out, local, "Streaming"))
+    return new
+
+
+def schedule_reference(ref: TensorView, block_size: int = 128, vectorize: bool = False) -> None:
+    """Device axes first and untouched; the rest merged, then split into
+    [blockIdx.x, US, threadIdx.x] (and Vectorize when asked and divisible)."""
+    pinned = [ax for ax in ref.domain.loop if ax.is_device_parallel]
+    rest = [ax for ax in ref.domain.loop if not ax.is_device_parallel]
+    ref.domain.loop = pinned + rest
+    if not rest:
+        return
+    k = len(pinned)
+    while len(ref.domain.loop) > k + 1:
+        merge(ref, k, k + 1)
+    types = [ParallelType.BIDx, ParallelType.Unswitch, ParallelType.TIDx]
+    if vectorize and ref.domain.loop[k].extent % VECTOR_WIDTH == 0:
+        split(ref, k, VECTOR_WIDTH)
+        types.append(ParallelType.Vectorize)
+    split(ref, k, block_size)
+    split(ref, k, 1)
+    for j, pt in enumerate(types):
+        parallelize_axis(ref.domain.loop[k + j], pt)
+
+
+def _iterated(tv: TensorView, ax: IterDomain) -> bool:
+    """True if logical axis `ax` holds more than one element of a device's shard."""
+    if not ax.is_iteration or ax.is_device_parallel:
+        return False
+    for t in tv.domain.transforms:  # a sharding split leaves extent / D per device
+        if isinstance(t, Split) and t.input is ax and t.outer.is_device_parallel:
+            return t.inner.extent > 1
+    return ax.extent > 1
+
+
+def _inlinable(producer: TensorView, expr: Expr) -> bool:
+    """True if every axis the consumer iterates comes from an axis the producer iterates."""
+    consumer = expr.output
+    if len(grid_axes(producer)) != len(grid_axes(consumer)):
+        return False
+    covered = {id(c) for p, c in axis_pairs(expr, producer) if _iterated(producer, p)}
+    return all(id(c) in covered for c in data_axes(consumer) if _iterated(consumer, c))
+
+
+def compute_inline_positions(kernel: Kernel) -> None:
+    """Set ca_pos and produce_pos of every tensor the kernel computes."""
+    computed = [e.output for e in kernel.exprs]
+    computed_ids = {id(t) for t in computed}
+    for tv in computed:
+        users = [e for e in kernel.exprs if any(t is tv for t in e.inputs)]
+        inline = all(_inlinable(tv, e) for e in users)
+        tv.compute_at_pos = len(tv.domain.loop) if inline else 0
+    for e in kernel.exprs:
+        producers = [t for t in e.inputs if id(t) in computed_ids]
+        e.output.produce_pos = max((t.compute_at_pos for t in producers), default=0)
+
+
+def schedule_pointwise(
+    kernel: Kernel, block_size: int = 128, vectorize: bool = False
+) -> TensorView:
+    """Schedule a pointwise kernel in place; returns its reference tensor."""
+    why = unsupported_reason(kernel)
+    if why is not None:
+        raise ScheduleError(f"schedule-pointwise cannot schedule this kernel: {why}")
+    if not 1 <= block_size <= 1024:
+        raise ScheduleError(
+            f"schedule-pointwise: threadIdx.x extent (block_size) {block_size} must be in "
+            "1..1024; choose a block size of at most 1024"
+        )
+    loads = cache_inputs(kernel)
+    stores = cache_outputs(kernel)
+    kernel.exprs = loads + list(kernel.exprs) + stores
+    # Tensors produced by another segment keep their schedule; only fusion inputs are replayed.
+    frozen = {id(t) for t in kernel.inputs if t.definition is not None}
+    exprs = [e for e in kernel.exprs if not any(id(t) in frozen for t in e.inputs)]
+    reached: set[int] = set()
+    reference = None
+    while True:
+        todo = [e.output for e in exprs if id(e.output) not in reached]
+        if not todo:
+            break
+        outputs = [t for t in kernel.outputs if id(t) in {id(x) for x in todo}]
+        ref = choose_reference(outputs or todo)
+        schedule_reference(ref, block_size, vectorize)
+        reached.update(id(t) for t in propagate(ref, exprs))
+        reference = reference or ref
+    for inp in kernel.inputs:  # nvFuser leaves global inputs unparallelized
+        for ax in inp.domain.loop:
+            if not ax.is_device_parallel and ax.definition is not None:
+                ax.parallel_type = ParallelType.Serial
+    compute_inline_positions(kernel)
+    kernel.scheduled = True
+    kernel.reference = reference
+    return reference

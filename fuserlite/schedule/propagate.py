@@ -1,0 +1,256 @@
+"""Transform propagation: replay a reference tensor's loop transforms onto other tensors.
+
+The replay walks producer/consumer maps between logical axes:
+
+- pointwise ops (unary, binary) and Set: positional over data (non-reduction) axes;
+- broadcast: the input's axes map to the output axes whose flag is False.
+
+Every logical axis of a target tensor that maps to a reference logical axis
+receives the reference's splits and merges in the reference's order. Where a
+reference merge has only one input present in the target (an axis the target
+lacks, e.g. a broadcast inserted later), the present input stands for the merge
+output ("forwarding", as in nvFuser's replay).
+
+Device-parallel axes are pinned: they stay in front of the loop domain and are
+never split, merged or re-parallelized. In particular a device parallel type on
+a broadcast axis (`bDIDx`) is never copied onto the outputs of a split, the
+cause of the three `deviceIdx.x` axes of `T1` in seed 004. A reference split
+that produces a device axis (sharding an axis by an outer split) is replayed
+only onto a target that already has the same split; on a broadcast axis it is
+skipped; on an unsharded iteration axis it means the two tensors are sharded
+differently and cannot be computed in one kernel, so it raises ScheduleError.
+
+    reference T2: [iS7{2}] -> split 128 -> split 1 -> [iblockIdx.x, iUS, ithreadIdx.x]
+    target    T1: [bdeviceIdx.x1{1}]   stays [bdeviceIdx.x1{1}] (pinned; one DIDx)
+    target    T4: [bS6{1}]             -> [bblockIdx.x{1}, bUS{1}, bthreadIdx.x{128}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fuserlite.ir.domain import IterDomain, Merge, Split
+from fuserlite.ir.errors import ScheduleError
+from fuserlite.ir.expr import BroadcastOp, Expr
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
+from fuserlite.printer import axis_text
+from fuserlite.schedule.primitives import merge, parallelize_axis, split
+
+
+def data_axes(tv: TensorView) -> list[IterDomain]:
+    """The logical axes that hold data (every axis but reductions)."""
+    return [ax for ax in tv.domain.logical if not ax.is_reduction]
+
+
+def axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
+    """(producer logical axis, consumer logical axis) pairs of one expression."""
+    consumer = expr.output
+    p_axes, c_axes = data_axes(producer), data_axes(consumer)
+    if isinstance(expr, BroadcastOp):
+        c_axes = [ax for ax, flag in zip(c_axes, expr.flags) if not flag]
+    if len(p_axes) != len(c_axes):
+        raise ScheduleError(
+            f"cannot map the axes of {producer.name} ({len(p_axes)} data axes) onto "
+            f"{consumer.name} ({len(c_axes)}) through {expr.op_name}; only pointwise, "
+            "broadcast and set expressions are propagated through"
+        )
+    return list(zip(p_axes, c_axes))
+
+
+def producer_coords(expr: Expr, producer: TensorView, coords: list) -> list:
+    """Coordinates of `producer`'s data axes given the consumer's (per data axis).
+
+    Coordinates may be numpy arrays (kernel runner) or index expressions (codegen)."""
+    consumer = expr.output
+    c_pos = {id(ax): k for k, ax in enumerate(data_axes(consumer))}
+    by_producer = {id(p): coords[c_pos[id(c)]] for p, c in axis_pairs(expr, producer)}
+    return [0 if ax.is_broadcast else by_producer.get(id(ax), 0) for ax in data_axes(producer)]
+
+
+def is_device_parallel_logical(tv: TensorView, ax: IterDomain) -> bool:
+    """True if logical axis `ax` is device-parallel itself or sharded by an outer DID split."""
+    if ax.is_device_parallel:
+        return True
+    return any(
+        isinstance(t, Split) and t.input is ax and t.outer.is_device_parallel
+        for t in tv.domain.transforms
+    )
+
+
+def _describe(tv: TensorView, ax: IterDomain) -> str:
+    return f"{tv.name} axis {axis_text(ax)}"
+
+
+def _consumer_of(tv: TensorView, ax: IterDomain) -> Split | Merge | None:
+    """The transform of tv's domain that takes `ax` as an input, if any."""
+    for t in tv.domain.transforms:
+        if ax in t.inputs:
+            return t
+    return None
+
+
+def replay(reference: TensorView, target: TensorView, to_target: dict) -> None:
+    """Replay `reference`'s transforms onto `target`; `to_target` maps reference logical
+    axes to target logical axes. Existing transforms of the target must agree."""
+    m: dict[int, IterDomain] = {id(r): t for r, t in to_target.items()}
+    ref_of: dict[int, IterDomain] = {}
+
+    def get(ax: IterDomain) -> IterDomain | None:
+        x = m.get(id(ax))
+        return None if x is None or x.is_device_parallel else x
+
+    for tr in reference.domain.transforms:
+        if isinstance(tr, Split):
+            x = m.get(id(tr.input))
+            if x is None:
+                continue
+            existing = _consumer_of(target, x)
+            if existing is not None:
+                if not (
+                    isinstance(existing, Split)
+                    and existing.factor == tr.factor
+                    and existing.inner_split == tr.inner_split
+                ):
+                    raise ScheduleError(
+                        f"cannot propagate the schedule of {reference.name} to {target.name}: "
+                        f"{_describe(reference, tr.input)} is split by {tr.factor} but "
+                        f"{_describe(target, x)} is already transformed differently; remove the "
+                        f"schedule of {target.name} or give it the same split"
+                    )
+                m[id(tr.outer)], m[id(tr.inner)] = existing.outer, existing.inner
+                continue
+            if x.is_device_parallel:
+                if x.is_broadcast:
+                    continue  # bDIDx is pinned; never copied onto split outputs
+                raise ScheduleError(
+                    f"cannot propagate the schedule of {reference.name} to {target.name}: "
+                    f"{_describe(target, x)} is sharded ({x.parallel_type.value}) but "
+                    f"{_describe(reference, tr.input)} is not; a kernel computes on local "
+                    "shards only, insert a resharding (insert-reshardings) between them"
+                )
+            if tr.outer.is_device_parallel:  # the reference shards this axis
+                if x.is_broadcast:
+                    m[id(tr.inner)] = x
+                    continue
+                raise ScheduleError(
+                    f"cannot propagate the schedule of {reference.name} to {target.name}: "
+                    f"{_describe(reference, tr.input)} is sharded "
+                    f"({tr.outer.parallel_type.value}) but {_describe(target, x)} is not; "
+                    "propagate shardings (propagate-shardings) or insert a resharding first"
+                )
+            outer, inner = split(target, target.domain.loop.index(x), tr.factor, tr.inner_split)
+            m[id(tr.outer)], m[id(tr.inner)] = outer, inner
+        else:
+            xo, xi = get(tr.outer), get(tr.inner)
+            if xo is None or xi is None:
+                if xo is not None or xi is not None:
+                    m[id(tr.output)] = xo if xo is not None else xi
+                continue
+            existing = _consumer_of(target, xo) or _consumer_of(target, xi)
+            if existing is not None:
+                if not (
+                    isinstance(existing, Merge) and existing.outer is xo and existing.inner is xi
+                ):
+                    raise ScheduleError(
+                        f"cannot propagate the schedule of {reference.name} to {target.name}: "
+                        f"{reference.name} merges {axis_text(tr.outer)} and {axis_text(tr.inner)} "
+                        f"but {_describe(target, xo)} / {axis_text(xi)} are already transformed "
+                        f"differently; remove the schedule of {target.name}"
+                    )
+                m[id(tr.output)] = existing.output
+                continue
+            loop = target.domain.loop
+            m[id(tr.output)] = merge(target, loop.index(xo), loop.index(xi))
+    for r_ax in reference.domain.loop:
+        x = m.get(id(r_ax))
+        if x is not None and x in target.domain.loop:
+            ref_of[id(x)] = r_ax
+    _order_and_parallelize(reference, target, ref_of)
+
+
+def _order_and_parallelize(reference: TensorView, target: TensorView, ref_of: dict) -> None:
+    """Loop order: device axes, leftover broadcast axes, then the reference's order."""
+    pinned = [ax for ax in target.domain.loop if ax.is_device_parallel]
+    mapped = [ax for ax in target.domain.loop if id(ax) in ref_of and ax not in pinned]
+    rest = [ax for ax in target.domain.loop if ax not in pinned and ax not in mapped]
+    for ax in rest:
+        if not ax.is_broadcast and ax.extent != 1:
+            raise ScheduleError(
+                f"cannot propagate the schedule of {reference.name} to {target.name}: "
+                f"{_describe(target, ax)} has no counterpart in {reference.name}; schedule "
+                f"{target.name} separately or make it a broadcast axis"
+            )
+    for ax in mapped:
+        r_ax = ref_of[id(ax)]
+        if r_ax.is_device_parallel and not r_ax.is_broadcast and not ax.is_broadcast:
+            raise ScheduleError(
+                f"cannot propagate the schedule of {reference.name} to {target.name}: "
+                f"{_describe(reference, r_ax)} is sharded ({r_ax.parallel_type.value}) but "
+                f"{_describe(target, ax)} is not; a kernel computes on local shards only, "
+                "propagate shardings or insert a resharding first"
+            )
+    ref_pos = {id(ax): k for k, ax in enumerate(reference.domain.loop)}
+    mapped.sort(key=lambda ax: ref_pos[id(ref_of[id(ax)])])
+    target.domain.loop = pinned + rest + mapped
+    for ax in mapped:
+        pt = ref_of[id(ax)].parallel_type
+        if not pt.is_device and pt is not ax.parallel_type:
+            parallelize_axis(ax, pt)
+
+
+def _edges(exprs: Iterable[Expr]) -> dict[int, list[tuple[TensorView, Expr, bool]]]:
+    """For each tensor: (neighbour, expression, neighbour is the consumer)."""
+    out: dict[int, list[tuple[TensorView, Expr, bool]]] = {}
+    for e in exprs:
+        for p in e.inputs:
+            out.setdefault(id(p), []).append((e.output, e, True))
+            out.setdefault(id(e.output), []).append((p, e, False))
+    return out
+
+
+def propagate(reference: TensorView, exprs: list[Expr]) -> list[TensorView]:
+    """Replay `reference`'s loop transforms onto every tensor connected to it through
+    `exprs`; returns the tensors reached, the reference first."""
+    edges = _edges(exprs)
+    # For each reached tensor: its logical axis -> reference logical axis.
+    to_ref: dict[int, dict[int, IterDomain]] = {
+        id(reference): {id(ax): ax for ax in reference.domain.logical}
+    }
+    order = [reference]
+    queue = [reference]
+    while queue:
+        tv = queue.pop(0)
+        for other, expr, other_is_consumer in edges.get(id(tv), []):
+            if id(other) in to_ref:
+                continue
+            pairs = axis_pairs(expr, tv if other_is_consumer else other)
+            mine = to_ref[id(tv)]
+            ref_map: dict[int, IterDomain] = {}
+            for p_ax, c_ax in pairs:
+                src, dst = (p_ax, c_ax) if other_is_consumer else (c_ax, p_ax)
+                if id(src) in mine:
+                    ref_map[id(dst)] = mine[id(src)]
+            to_ref[id(other)] = ref_map
+            by_id = {id(ax): ax for ax in other.domain.logical}
+            replay(reference, other, {r: by_id[k] for k, r in ref_map.items()})
+            order.append(other)
+            queue.append(other)
+    check_parallel_types(order)
+    return order
+
+
+def check_parallel_types(tensors: Iterable[TensorView]) -> None:
+    """No tensor may carry one parallel type on two loop axes."""
+    for tv in tensors:
+        seen: dict[ParallelType, IterDomain] = {}
+        for ax in tv.domain.loop:
+            pt = ax.parallel_type
+            if pt is ParallelType.Serial:
+                continue
+            if pt in seen:
+                raise ScheduleError(
+                    f"{tv.name}: loop axes {axis_text(seen[pt])} and {axis_text(ax)} both have "
+                    f"parallel type {pt.value}"
+                )
+            seen[pt] = ax

@@ -1,0 +1,67 @@
+"""Fusions shared by the scheduler, kernel-runner and codegen tests (seed 004 and friends)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import fuserlite as fl
+
+
+def seed004(parallelized: bool, num_devices: int) -> fl.Fusion:
+    """Seed 004: z = x[D] + y[1]; the broadcast y is DIDx, or x and z are DIDx."""
+    with fl.Fusion() as fusion:
+        mesh = fl.DeviceMesh.for_num_devices(num_devices)
+        x = fl.tensor([num_devices])
+        y = fl.tensor([1])
+        x.set_device_mesh(mesh)
+        y.set_device_mesh(mesh)
+        z = fl.add(x, y)
+        z.set_device_mesh(mesh)
+        fusion.add_input(x)
+        fusion.add_input(y)
+        fusion.add_output(z)
+        if parallelized:
+            y.axis(0).parallelize(fl.ParallelType.DIDx)
+        else:
+            x.axis(0).parallelize(fl.ParallelType.DIDx)
+            z.axis(0).parallelize(fl.ParallelType.DIDx)
+    return fusion
+
+
+def build(shapes: list[list[int]], body: Callable[..., list[fl.TensorView]]) -> fl.Fusion:
+    """A fusion with one input per shape and the outputs `body` returns."""
+    with fl.Fusion() as fusion:
+        inputs = [fl.tensor(s) for s in shapes]
+        for t in inputs:
+            fusion.add_input(t)
+        for out in body(*inputs):
+            fusion.add_output(out)
+    return fusion
+
+
+def with_broadcast_at(rank: int, pos: int) -> list[list[int]]:
+    """Shapes [full, same with extent 1 at `pos`] for a rank-`rank` tensor."""
+    full = [3, 5, 7, 2][:rank]
+    bcast = list(full)
+    bcast[pos] = 1
+    return [full, bcast]
+
+
+# name -> (input shapes, body); every one is pointwise, broadcast or set only.
+CASES: dict[str, tuple[list[list[int]], Callable[..., list[fl.TensorView]]]] = {
+    "n1": ([[1]], lambda a: [a * 2.0]),
+    "n127": ([[127]], lambda a: [fl.exp(a) - 1.0]),
+    "n129": ([[129]], lambda a: [fl.relu(a) + a]),
+    "n1000": ([[1000], [1000]], lambda a, b: [fl.tanh(a * b)]),
+    "3x5x7": ([[3, 5, 7], [3, 5, 7]], lambda a, b: [a / (fl.abs(b) + 1.0)]),
+    "rank_mix": ([[3, 5], [5]], lambda a, b: [fl.gelu(a + b), b * 2.0]),
+    "inner_bcast_op": ([[4, 6], [4]], lambda a, b: [a * fl.broadcast(b, [False, True])]),
+    "four_d": ([[2, 3, 4, 5], [1, 3, 1, 5]], lambda a, b: [fl.maximum(a, b), fl.neg(b)]),
+    "disconnected": ([[127], [129]], lambda a, b: [a + 1.0, fl.set(b)]),
+}
+for _rank in (1, 2, 3, 4):
+    for _pos in range(_rank):
+        CASES[f"bcast_r{_rank}_p{_pos}"] = (
+            with_broadcast_at(_rank, _pos),
+            lambda a, b: [a + b, fl.sqrt(fl.abs(b))],
+        )
