@@ -1,0 +1,78 @@
+"""CUDA source for scheduled kernels: the schedule's indices, and nvcc compiles it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from pointwise_cases import CASES, build, seed004
+
+import fuserlite as fl
+from fuserlite.codegen import cuda_source, launch_dims
+from fuserlite.ir.program import Kernel
+from fuserlite.schedule.indexing import c_expr, kernel_grid, lower_tensor
+from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
+
+
+def scheduled(fusion: fl.Fusion, **options) -> Kernel:
+    kernel = whole_fusion_kernel(fusion)
+    schedule_pointwise(kernel, **options)
+    return kernel
+
+
+def all_test_fusions() -> dict[str, Kernel]:
+    kernels = {}
+    for parallelized in (True, False):
+        for d in (1, 2, 4, 8):
+            kernels[f"seed004_{int(parallelized)}_d{d}"] = scheduled(seed004(parallelized, d))
+    for name, case in CASES.items():
+        kernels[name] = scheduled(build(*case))
+    kernels["vectorized"] = scheduled(build([[8, 16], [16]], lambda a, b: [a * b]), vectorize=True)
+    return kernels
+
+
+def test_source_follows_the_schedule() -> None:
+    kernel = scheduled(build([[1000]], lambda a: [fl.exp(a) * 2.0]))
+    src = cuda_source(kernel)
+    assert src.count("__global__") == 1
+    assert "const long long l0 = blockIdx.x;" in src
+    assert "for (long long l1 = 0; l1 < 1; ++l1) {  // US" in src
+    assert "const long long l2 = threadIdx.x;" in src
+    assert "// launch: gridDim = dim3(8, 1, 1), blockDim = dim3(128, 1, 1)" in src
+    out = kernel.outputs[0]
+    ti = lower_tensor(out, kernel_grid([e.output for e in kernel.exprs]))
+    ((ix, bound),) = ti.predicates  # 1000 is not a multiple of 128: one tail predicate
+    assert f"{c_expr(ix)} < {bound}" in src  # the runner's predicate, printed as C
+    assert f"if (p{out.number}) {out.name}[{c_expr(ti.logical[0])}] = t" in src
+
+
+def test_launch_dims() -> None:
+    kernel = scheduled(build([[3, 5, 7]], lambda a: [a + 1.0]), block_size=32)
+    grid = kernel_grid([e.output for e in kernel.exprs])
+    assert launch_dims(grid) == ((4, 1, 1), (32, 1, 1))
+
+
+def test_unscheduled_kernels_are_listed_not_emitted() -> None:
+    fusion = build([[4, 8]], lambda a: [fl.sum(a, 1)])
+    kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), None)
+    kernel.notes.append("reduction")
+    src = cuda_source([kernel])
+    assert "__global__" not in src and "not scheduled (reduction)" in src
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+def test_nvcc_compiles_every_test_fusion(tmp_path: Path) -> None:
+    sources = [cuda_source(k, prefix=f"k_{name}") for name, k in all_test_fusions().items()]
+    cu = tmp_path / "kernels.cu"
+    cu.write_text("\n".join(sources))
+    proc = subprocess.run(
+        ["nvcc", "-ptx", "-o", str(tmp_path / "kernels.ptx"), str(cu)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ptx = (tmp_path / "kernels.ptx").read_text()
+    assert ptx.count(".entry") == len(sources)
