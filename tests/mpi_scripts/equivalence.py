@@ -13,18 +13,16 @@ from __future__ import annotations
 import glob
 import json
 import os
-import sys
 
 import numpy as np
 from mpi4py import MPI
 
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.models import resharding as build
+from fuserlite.schedule.shard import shard_axis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # tests/: the §5 builder of the lowering tests
-from test_lower_communications import build  # noqa: E402
-
 M = fl.DeviceMesh
 
 
@@ -59,8 +57,6 @@ def _max_allreduce(mesh: fl.DeviceMesh) -> fl.Fusion:
     with fl.Fusion() as f:
         x = fl.tensor([mesh.size * 2, 6])
         f.add_input(x)
-        from fuserlite.schedule.shard import shard_axis
-
         shard_axis(x, 0, mesh)
         y = fl.max(x, [0])
         y.set_device_mesh(mesh)

@@ -68,6 +68,9 @@ class MpiCommunicator(Communicator):
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.abort_on_error = abort_on_error
+        # Bytes of this rank's own data handed to MPI for other ranks (not wire bytes:
+        # MPI's algorithms may forward data several times); the benchmark reads it.
+        self.bytes_sent = 0
         # team -> its communicator (None where this rank is not a member)
         self._teams: dict[tuple[int, ...], object] = {tuple(range(self.size)): self.world}
 
@@ -151,6 +154,7 @@ class MpiCommunicator(Communicator):
             return {}
         send = np.ascontiguousarray(bufs[self.rank])
         recv = np.empty((len(team) * send.shape[0], *send.shape[1:]), send.dtype)
+        self.bytes_sent += send.nbytes
         comm.Allgather(send, recv)
         return {self.rank: recv}
 
@@ -165,6 +169,7 @@ class MpiCommunicator(Communicator):
                 f"{send.shape[0]} is not divisible by {len(team)} devices"
             )
         recv = np.empty_like(send)
+        self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
         comm.Alltoall(send, recv)
         return {self.rank: np.split(recv, len(team), axis=0)}
 
@@ -174,6 +179,7 @@ class MpiCommunicator(Communicator):
             return {}
         send = np.ascontiguousarray(bufs[self.rank])
         recv = np.empty_like(send)
+        self.bytes_sent += send.nbytes
         comm.Allreduce(send, recv, op=self._op(op))
         return {self.rank: recv}
 
@@ -188,6 +194,7 @@ class MpiCommunicator(Communicator):
                 f"{send.shape[0]} is not divisible by {len(team)} devices"
             )
         recv = np.empty((send.shape[0] // len(team), *send.shape[1:]), send.dtype)
+        self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
         comm.Reduce_scatter_block(send, recv, op=self._op(op))
         return {self.rank: recv}
 
@@ -197,6 +204,7 @@ class MpiCommunicator(Communicator):
             return {}
         if self.rank == root:
             buf = np.ascontiguousarray(bufs[root], dtype=spec.dtype)
+            self.bytes_sent += buf.nbytes
         else:
             buf = np.empty(spec.shape, spec.dtype)
         comm.Bcast(buf, root=tuple(team).index(root))
@@ -225,6 +233,8 @@ class MpiCommunicator(Communicator):
         if self.rank == root:
             whole = np.ascontiguousarray(bufs[root], dtype=spec.dtype)
             send = [whole, (counts, displs), self.MPI.Datatype.fromcode(whole.dtype.char)]
+            kept = counts[tuple(team).index(root)] * whole.itemsize
+            self.bytes_sent += whole.nbytes - kept
         mine = chunk if self.rank in receivers else (0, *chunk[1:])
         recv = np.empty(mine, spec.dtype)
         comm.Scatterv(send, recv, root=tuple(team).index(root))
@@ -244,6 +254,8 @@ class MpiCommunicator(Communicator):
         if self.rank == root:
             whole = np.empty(whole_shape, spec.dtype)
             recv = [whole, (counts, displs), self.MPI.Datatype.fromcode(whole.dtype.char)]
+        if self.rank != root:
+            self.bytes_sent += send.nbytes
         comm.Gatherv(send, recv, root=tuple(team).index(root))
         return {root: recv[0]} if self.rank == root else {}
 
@@ -258,6 +270,8 @@ class MpiCommunicator(Communicator):
         else:  # a root outside the input mesh contributes the neutral element
             send = np.full(spec.shape, _identity(np.dtype(spec.dtype), op), spec.dtype)
         recv = np.empty(spec.shape, spec.dtype) if self.rank == root else None
+        if self.rank != root:
+            self.bytes_sent += send.nbytes
         comm.Reduce(send, recv, op=self._op(op), root=tuple(team).index(root))
         return {root: recv} if self.rank == root else {}
 
@@ -269,6 +283,7 @@ class MpiCommunicator(Communicator):
                 out[dst] = bufs[src]
             elif src == self.rank:
                 sent.append(np.ascontiguousarray(bufs[src], dtype=spec.dtype))
+                self.bytes_sent += sent[-1].nbytes
                 requests.append(self.world.Isend(sent[-1], dest=dst, tag=_SENDRECV_TAG))
             elif dst == self.rank:
                 out[dst] = np.empty(spec.shape, spec.dtype)
