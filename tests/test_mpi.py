@@ -67,11 +67,13 @@ def test_four_ranks_match_sim():
     for name, r in results.items():
         kind = name.split("-")[0]
         if kind in SECTION5:
-            assert r["kinds"] == [kind], (name, r)
+            assert r["kinds"][0] == kind, (name, r)
         if kind in MOVING or name == "Allreduce-max":
             assert r["verdict"] == "identical", (name, r)
         else:  # a sum over 4 ranks: MPI chooses the reduction order
             assert r["verdict"] in ("identical", "close"), (name, r)
+    # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
+    assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
 
 
 def test_cli_report_on_rank_zero_equals_sim(capsys):

@@ -49,6 +49,7 @@ def section5_cases(size: int) -> dict[str, object]:
             "Gather-root-outside": lambda: build(three, 1, M([3]), None),
             "Reduce-root-outside": lambda: build(three, 1, M([3]), None, 1),
             "Allreduce-max": lambda: _max_allreduce(every),
+            "SendRecv-then-Allgather-on-a-subteam": _subteam,
         }
     return cases
 
@@ -61,6 +62,20 @@ def _max_allreduce(mesh: fl.DeviceMesh) -> fl.Fusion:
         y = fl.max(x, [0])
         y.set_device_mesh(mesh)
         f.add_output(y)
+    return f
+
+
+def _subteam() -> fl.Fusion:
+    """x on {0 1} -> SendRecv to {2 3} -> Allgather among {2 3}; ranks 0 and 1 sit it out."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 12])
+        f.add_input(x)
+        shard_axis(x, 1, M([0, 1]))
+        y = fl.set(x)
+        shard_axis(y, 1, M([2, 3]))
+        z = fl.set(y)
+        z.set_device_mesh(M([2, 3]))
+        f.add_output(z)
     return f
 
 
