@@ -34,14 +34,16 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.runtime.numpy_ops import eval_expr
 from fuserlite.schedule.indexing import (
     GridAxis,
+    TensorIndex,
     evaluate,
+    flat_offset,
     kernel_grid,
     loop_var,
     lower_tensor,
     schedule_signature,
 )
 from fuserlite.schedule.pointwise import whole_fusion_kernel
-from fuserlite.schedule.propagate import producer_coords
+from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
 
 def poison(dtype: np.dtype) -> object:
@@ -58,31 +60,104 @@ def is_inlined(tv: TensorView) -> bool:
     return tv.compute_at_pos > 0
 
 
-class _Lowered:
-    """Index arrays and predicate of one tensor, evaluated over the grid."""
+class _Grid:
+    """The kernel grid as numpy index arrays, and lowered indices cached by structure.
 
-    def __init__(self, tv: TensorView, grid: list[GridAxis], env: dict, size: int) -> None:
-        ti = lower_tensor(tv, grid)
-        memo: dict[int, np.ndarray] = {}
-        data = [ix for ix, ax in zip(ti.logical, tv.domain.logical) if not ax.is_reduction]
-        self.coords = [np.broadcast_to(evaluate(ix, env, memo), (size,)) for ix in data]
-        pred = np.ones(size, dtype=bool)
-        for ix, bound in ti.predicates:
-            pred &= evaluate(ix, env, memo) < bound
-        self.pred = pred
+    Loop variables are open (broadcastable) aranges, so index arithmetic on outer
+    loops costs little; results are flattened to one value per grid point.
+    """
+
+    def __init__(self, grid: list[GridAxis]) -> None:
+        self.grid = grid
+        self.extents = tuple(g.extent for g in grid)
+        self.size = math.prod(self.extents)
+        n = len(grid)
+        self.env = {
+            loop_var(j): np.arange(e, dtype=np.int64).reshape([1] * j + [e] + [1] * (n - j - 1))
+            for j, e in enumerate(self.extents)
+        }
+        self._memo: dict[tuple, np.ndarray] = {}
+        self._lowered: dict[tuple, TensorIndex] = {}
+        self._preds: dict[tuple, np.ndarray] = {}
+        self._offsets: dict[tuple, _Offset] = {}
+
+    def flat(self, value: np.ndarray) -> np.ndarray:
+        """One entry per grid point, in grid order."""
+        return np.broadcast_to(value, self.extents).reshape(-1)
+
+    def lower(self, tv: TensorView) -> tuple[tuple, TensorIndex, np.ndarray]:
+        """(structure key, symbolic index, predicate array) of a tensor the kernel computes."""
+        key = schedule_signature(tv)
+        ti = self._lowered.get(key)
+        if ti is None:
+            ti = self._lowered[key] = lower_tensor(tv, self.grid)
+            pred = np.ones(self.extents, dtype=bool)
+            for ix, bound in ti.predicates:
+                pred = pred & (evaluate(ix, self.env, self._memo) < bound)
+            self._preds[key] = self.flat(pred)
+        return key, ti, self._preds[key]
+
+    def offset(self, key: tuple, shape: tuple[int, ...], coords: list) -> _Offset:
+        """Flat offsets into an array of `shape` at `coords` (cached by `key`)."""
+        hit = self._offsets.get(key)
+        if hit is None:
+            ix = flat_offset(shape, coords)
+            off = self.flat(evaluate(ix, self.env, self._memo))
+            hit = self._offsets[key] = _Offset(off, math.prod(shape))
+        return hit
+
+
+_GRIDS: dict[tuple[GridAxis, ...], _Grid] = {}
+
+
+def _grid_for(grid: list[GridAxis]) -> _Grid:
+    """Grids are reused across runs: everything cached in them is keyed by structure."""
+    key = tuple(grid)
+    hit = _GRIDS.get(key)
+    if hit is None:
+        if len(_GRIDS) >= 8:
+            _GRIDS.pop(next(iter(_GRIDS)))
+        hit = _GRIDS[key] = _Grid(grid)
+    return hit
+
+
+class _Offset:
+    """Flat offsets of one access, with the two layouts that need no gather."""
+
+    def __init__(self, off: np.ndarray, n: int) -> None:
+        self.off = off
+        self.n = n
+        self.in_bounds = bool(off.size == 0 or (off.min() >= 0 and off.max() < n))
+        # Grid point k < n reads element k and every later point falls past the end.
+        self.identity = (
+            n <= off.size and np.array_equal(off[:n], np.arange(n)) and bool((off[n:] >= n).all())
+        )
+        # Grid point k reads element k % n (a broadcast over outer axes).
+        self.periodic = (
+            not self.identity
+            and 0 < n < off.size
+            and off.size % n == 0
+            and np.array_equal(
+                off.reshape(-1, n), np.broadcast_to(np.arange(n), (off.size // n, n))
+            )
+        )
+
+
+def _access_key(expr: Expr, producer: TensorView, consumer_key: tuple) -> tuple:
+    """What the producer offsets depend on: the consumer's schedule and the axis map."""
+    c_pos = {id(ax): k for k, ax in enumerate(data_axes(expr.output))}
+    mapping = {id(p): c_pos[id(c)] for p, c in axis_pairs(expr, producer)}
+    axes = tuple(-1 if ax.is_broadcast else mapping.get(id(ax), -1) for ax in data_axes(producer))
+    return consumer_key, local_shape(producer), axes
 
 
 def run_kernel(
     kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
 ) -> dict[TensorView, np.ndarray]:
     """Execute a scheduled kernel on one device's local input shards; returns local outputs."""
-    computed = [e.output for e in kernel.exprs]
-    grid = kernel_grid(computed)
-    extents = [g.extent for g in grid]
-    size = math.prod(extents)
-    env = {loop_var(j): a.reshape(-1) for j, a in enumerate(np.indices(extents, dtype=np.int64))}
+    grid = _grid_for(kernel_grid([e.output for e in kernel.exprs]))
     arrays: dict[int, np.ndarray] = {}
-    written: dict[int, np.ndarray] = {}
+    written: dict[int, np.ndarray | None] = {}  # None: every element was written
     for tv in kernel.inputs:
         if tv not in local_inputs:
             raise ExecutionError(f"run_kernel: no array given for kernel input {tv.name}")
@@ -93,37 +168,39 @@ def run_kernel(
                 f"got an array of shape {list(arr.shape)}"
             )
         arrays[id(tv)] = arr
+        written[id(tv)] = None
     regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    lowered: dict[tuple, _Lowered] = {}
     outputs = {id(t) for t in kernel.outputs}
     for expr in kernel.exprs:
         out = expr.output
-        key = schedule_signature(out)
-        low = lowered.get(key)
-        if low is None:
-            low = lowered[key] = _Lowered(out, grid, env, size)
-        args, valids = [], []
+        key, ti, pred = grid.lower(out)
+        coords = [ix for ix, ax in zip(ti.logical, out.domain.logical) if not ax.is_reduction]
+        args, valid = [], pred
         for inp in expr.inputs:
             if id(inp) in regs:
                 value, ok = regs[id(inp)]
             elif id(inp) in arrays:
-                value, ok = _gather(expr, inp, arrays[id(inp)], written.get(id(inp)), low)
+                off = grid.offset(
+                    _access_key(expr, inp, key),
+                    local_shape(inp),
+                    producer_coords(expr, inp, coords),
+                )
+                value, ok = _gather(arrays[id(inp)], written[id(inp)], off, pred)
             else:
                 raise ExecutionError(
                     f"run_kernel: {out.name} reads {inp.name}, which is neither a kernel input "
                     "nor computed earlier in the kernel"
                 )
             args.append(value)
-            valids.append(ok)
-        value = args[0] if isinstance(expr, BroadcastOp) else eval_expr(expr, args, (size,))
-        valid = low.pred
-        for ok in valids:
-            if ok is not low.pred:
+            if ok is not pred and ok is not valid:
                 valid = valid & ok
+        is_copy = isinstance(expr, BroadcastOp)
+        value = args[0] if is_copy else eval_expr(expr, args, (grid.size,))
         if is_inlined(out):
             regs[id(out)] = (value, valid)
         if id(out) in outputs or not is_inlined(out):
-            arrays[id(out)], written[id(out)] = _scatter(out, value, valid, low)
+            off = grid.offset((key, local_shape(out), "self"), local_shape(out), coords)
+            arrays[id(out)], written[id(out)] = _scatter(out, value, valid, pred, off)
     result = {}
     for tv in kernel.outputs:
         if id(tv) not in arrays:
@@ -133,45 +210,50 @@ def run_kernel(
 
 
 def _gather(
-    expr: Expr, inp: TensorView, arr: np.ndarray, written: np.ndarray | None, low: _Lowered
+    arr: np.ndarray, written: np.ndarray | None, off: _Offset, pred: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    coords = producer_coords(expr, inp, low.coords)
-    ok = low.pred
-    clipped = []
-    for c, n in zip(coords, arr.shape):
-        if isinstance(c, int):
-            clipped.append(c)
-            continue
-        inside = (c >= 0) & (c < n)
-        if not inside.all():
-            ok = ok & inside
-        clipped.append(np.clip(c, 0, n - 1))
-    key = tuple(clipped)
-    value = np.broadcast_to(arr[key], low.pred.shape) if arr.ndim else np.full(low.pred.shape, arr)
+    """The array's elements at the offsets, and where they are valid."""
+    flat = arr.reshape(-1)
+    ok = pred
+    if off.identity:  # grid point k reads element k: a slice, no gather
+        value = np.empty(pred.shape, dtype=arr.dtype)
+        value[: off.n] = flat
+        value[off.n :] = flat[0] if off.n else 0
+        if written is not None:
+            ok = ok & np.concatenate([written.reshape(-1), np.zeros(pred.size - off.n, bool)])
+        return value, ok
+    if off.periodic and written is None:
+        return np.tile(flat, off.off.size // off.n), ok
+    value = np.take(flat, off.off, mode="clip")
+    if not off.in_bounds:
+        ok = ok & (off.off >= 0) & (off.off < off.n)
     if written is not None:
-        ok = ok & np.broadcast_to(written[key], low.pred.shape)
+        ok = ok & np.take(written.reshape(-1), off.off, mode="clip")
     return value, ok
 
 
 def _scatter(
-    tv: TensorView, value: np.ndarray, valid: np.ndarray, low: _Lowered
-) -> tuple[np.ndarray, np.ndarray]:
+    tv: TensorView, value: np.ndarray, valid: np.ndarray, pred: np.ndarray, off: _Offset
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Write the values where the predicate holds; returns (array, written mask or None)."""
     shape = local_shape(tv)
     dtype = tv.dtype.numpy
-    out = np.full(shape, poison(dtype), dtype=dtype)
-    written = np.zeros(shape, dtype=bool)
-    sel = low.pred
-    coords = [np.broadcast_to(c, sel.shape)[sel] for c in low.coords]
-    for k, (c, n) in enumerate(zip(coords, shape)):
-        if c.size and (c.min() < 0 or c.max() >= n):
-            raise ExecutionError(
-                f"run_kernel: {tv.name} is written out of bounds on axis {k} (index {c.max()} "
-                f"of {n}); its schedule does not match its shape"
-            )
-    vals = np.where(valid, value, poison(dtype)).astype(dtype, copy=False)[sel]
-    out[tuple(coords)] = vals
-    written[tuple(coords)] = valid[sel]
-    return out, written
+    value = value.astype(dtype, copy=False)
+    if valid is not pred:
+        value = np.where(valid, value, poison(dtype))
+    if off.identity and pred[: off.n].all() and not pred[off.n :].any():
+        return value[: off.n].reshape(shape).copy(), None
+    sel = off.off[pred]
+    if sel.size and (sel.min() < 0 or sel.max() >= off.n):
+        raise ExecutionError(
+            f"run_kernel: {tv.name} is written out of bounds (flat index {sel.max()} of "
+            f"{off.n}); its schedule does not match its shape"
+        )
+    out = np.full(off.n, poison(dtype), dtype=dtype)
+    written = np.zeros(off.n, dtype=bool)
+    out[sel] = value[pred]
+    written[sel] = valid[pred]
+    return out.reshape(shape), written.reshape(shape)
 
 
 def run_scheduled(

@@ -106,9 +106,19 @@ def mod(a: Ix, n: int) -> Ix:
     return Ix("mod", (a, n), min(a.ub, n))
 
 
-def evaluate(ix: Ix, env: dict[str, np.ndarray], memo: dict[int, np.ndarray]) -> np.ndarray:
-    """The value of `ix` for numpy arrays of loop indices (`env`: variable -> int64 array)."""
-    hit = memo.get(id(ix))
+def structure(ix: Ix) -> tuple:
+    """A hashable key equal for two structurally identical index expressions."""
+    if ix.op in ("const", "var"):
+        return (ix.op, ix.args[0])
+    other = ix.args[1]
+    return (ix.op, structure(ix.args[0]), structure(other) if isinstance(other, Ix) else other)
+
+
+def evaluate(ix: Ix, env: dict[str, np.ndarray], memo: dict[tuple, np.ndarray]) -> np.ndarray:
+    """The value of `ix` for numpy arrays of loop indices (`env`: variable -> int64 array,
+    broadcastable against each other); `memo` shares equal subexpressions."""
+    key = structure(ix)
+    hit = memo.get(key)
     if hit is not None:
         return hit
     if ix.op == "const":
@@ -123,7 +133,7 @@ def evaluate(ix: Ix, env: dict[str, np.ndarray], memo: dict[int, np.ndarray]) ->
         out = evaluate(ix.args[0], env, memo) // ix.args[1]
     else:
         out = evaluate(ix.args[0], env, memo) % ix.args[1]
-    memo[id(ix)] = out
+    memo[key] = out
     return out
 
 
@@ -146,6 +156,17 @@ class TensorIndex:
 
     logical: list[Ix]  # one per logical axis; broadcast axes are const(0)
     predicates: list[tuple[Ix, int]] = field(default_factory=list)  # each: index < bound
+
+
+def flat_offset(shape: tuple[int, ...], coords: list) -> Ix:
+    """Row-major offset of `coords` (Ix or 0 per axis) into a contiguous array of `shape`."""
+    total = const(0)
+    stride = 1
+    for c, n in reversed(list(zip(coords, shape))):
+        if n > 1:
+            total = add(mul(const(c) if isinstance(c, int) else c, stride), total)
+        stride *= n
+    return total
 
 
 def grid_axes(tv: TensorView) -> list[IterDomain]:

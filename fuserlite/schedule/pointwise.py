@@ -175,8 +175,9 @@ def compute_inline_positions(kernel: Kernel) -> None:
     """Set ca_pos and produce_pos of every tensor the kernel computes."""
     computed = [e.output for e in kernel.exprs]
     computed_ids = {id(t) for t in computed}
+    expr_ids = {id(e) for e in kernel.exprs}
     for tv in computed:
-        users = [e for e in kernel.exprs if any(t is tv for t in e.inputs)]
+        users = [e for e in dict.fromkeys(tv.uses) if id(e) in expr_ids]
         inline = all(_inlinable(tv, e) for e in users)
         tv.compute_at_pos = len(tv.domain.loop) if inline else 0
     for e in kernel.exprs:

@@ -27,6 +27,8 @@ differently and cannot be computed in one kernel, so it raises ScheduleError.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterable
 
 from fuserlite.ir.domain import IterDomain, Merge, Split
@@ -211,31 +213,39 @@ def _edges(exprs: Iterable[Expr]) -> dict[int, list[tuple[TensorView, Expr, bool
 
 def propagate(reference: TensorView, exprs: list[Expr]) -> list[TensorView]:
     """Replay `reference`'s loop transforms onto every tensor connected to it through
-    `exprs`; returns the tensors reached, the reference first."""
+    `exprs`; returns the tensors reached, the reference first.
+
+    Tensors are reached best-first: each next tensor is the one whose path from the
+    reference maps the most of its logical axes (nvFuser's maximum-information
+    spanning tree), so a broadcast on one path cannot hide an axis another path maps.
+    """
     edges = _edges(exprs)
-    # For each reached tensor: its logical axis -> reference logical axis.
-    to_ref: dict[int, dict[int, IterDomain]] = {
-        id(reference): {id(ax): ax for ax in reference.domain.logical}
-    }
-    order = [reference]
-    queue = [reference]
-    while queue:
-        tv = queue.pop(0)
+    # For each reached tensor: id(its logical axis) -> reference logical axis.
+    to_ref: dict[int, dict[int, IterDomain]] = {}
+    order: list[TensorView] = []
+    heap: list[tuple[int, int, TensorView, dict[int, IterDomain]]] = []
+    counter = itertools.count()
+    start = {id(ax): ax for ax in reference.domain.logical}
+    heapq.heappush(heap, (-len(start), next(counter), reference, start))
+    while heap:
+        _, _, tv, ref_map = heapq.heappop(heap)
+        if id(tv) in to_ref:
+            continue
+        to_ref[id(tv)] = ref_map
+        if tv is not reference:
+            by_id = {id(ax): ax for ax in tv.domain.logical}
+            replay(reference, tv, {r: by_id[k] for k, r in ref_map.items()})
+        order.append(tv)
         for other, expr, other_is_consumer in edges.get(id(tv), []):
             if id(other) in to_ref:
                 continue
             pairs = axis_pairs(expr, tv if other_is_consumer else other)
-            mine = to_ref[id(tv)]
-            ref_map: dict[int, IterDomain] = {}
+            other_map: dict[int, IterDomain] = {}
             for p_ax, c_ax in pairs:
                 src, dst = (p_ax, c_ax) if other_is_consumer else (c_ax, p_ax)
-                if id(src) in mine:
-                    ref_map[id(dst)] = mine[id(src)]
-            to_ref[id(other)] = ref_map
-            by_id = {id(ax): ax for ax in other.domain.logical}
-            replay(reference, other, {r: by_id[k] for k, r in ref_map.items()})
-            order.append(other)
-            queue.append(other)
+                if id(src) in ref_map:
+                    other_map[id(dst)] = ref_map[id(src)]
+            heapq.heappush(heap, (-len(other_map), next(counter), other, other_map))
     check_parallel_types(order)
     return order
 
