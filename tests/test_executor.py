@@ -9,7 +9,7 @@ import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.runtime.backends.sim import SimCommunicator
-from fuserlite.runtime.communicator import run_communication
+from fuserlite.runtime.communicator import chunk, run_communication
 from fuserlite.schedule.shard import shard_axis
 
 
@@ -143,3 +143,27 @@ def test_alltoall_and_reduce_scatter_on_non_leading_axes():
     inputs = fl.random_inputs(f)
     fl.validate(f, inputs, ex.run(inputs))
     assert [c.kind.value for c in ex.communications] == ["AllToAll", "ReduceScatter"]
+
+
+def test_shards_are_views_and_inputs_are_never_written():
+    a = np.arange(24).reshape(2, 12)
+    parts = [chunk(a, 1, i, 4) for i in range(4)]
+    assert all(np.shares_memory(p, a) for p in parts)
+    np.testing.assert_array_equal(np.concatenate(parts, axis=1), a)
+    f = models.tensor_parallel_mlp(4, sequence_parallel=True)
+    inputs = fl.random_inputs(f, seed=4)
+    before = [x.copy() for x in inputs]
+    fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
+    for x, y in zip(inputs, before):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_linear_of_a_stack_equals_the_batched_product():
+    with fl.Fusion() as f:
+        x, w = fl.tensor([2, 3, 4]), fl.tensor([5, 4])
+        f.add_input(x)
+        f.add_input(w)
+        f.add_output(fl.linear(x, w))
+    xs, ws = fl.random_inputs(f, seed=6)
+    (out,) = fl.evaluate(f, [xs, ws])
+    np.testing.assert_allclose(out, np.einsum("bsk,nk->bsn", xs, ws), rtol=1e-5)

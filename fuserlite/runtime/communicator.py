@@ -86,6 +86,14 @@ class Communicator:
         raise NotImplementedError
 
 
+def chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:
+    """Part `index` of `parts` equal parts of `a` along `axis`: a view, never a copy."""
+    size = a.shape[axis] // parts
+    where = [slice(None)] * a.ndim
+    where[axis] = slice(index * size, (index + 1) * size)
+    return a[tuple(where)]
+
+
 def _front(a: np.ndarray, axis: int | None) -> np.ndarray:
     return np.ascontiguousarray(a if axis is None else np.moveaxis(a, axis, 0))
 
@@ -126,12 +134,10 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
     if k is CommKind.Alias:
         return {d: bufs[d] for d in backend.hosted(out_mesh)}
     if k is CommKind.LocalSlice:
-        out = {}
-        for d in backend.hosted(out_mesh):
-            chunk = bufs[d].shape[a_out] // len(out_mesh)
-            i = out_mesh.index(d)
-            out[d] = np.take(bufs[d], np.arange(i * chunk, (i + 1) * chunk), axis=a_out)
-        return out
+        return {
+            d: chunk(bufs[d], a_out, out_mesh.index(d), len(out_mesh))
+            for d in backend.hosted(out_mesh)
+        }
     if k is CommKind.Allgather:
         got = backend.allgather(team, {d: _front(bufs[d], a_in) for d in senders})
         return {d: _back(v, a_in) for d, v in got.items()}

@@ -23,7 +23,7 @@ from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
 from fuserlite.pipeline import Pipeline
 from fuserlite.runtime.backends import make_backend
-from fuserlite.runtime.communicator import Communicator, run_communication
+from fuserlite.runtime.communicator import Communicator, chunk, run_communication
 from fuserlite.runtime.numpy_ops import eval_expr
 from fuserlite.runtime.reference import check_inputs
 
@@ -41,9 +41,7 @@ def shard(tv: TensorView, array: np.ndarray, device: int) -> np.ndarray:
     if axis is None:
         return array
     mesh = mesh_of(tv)
-    chunk = array.shape[axis] // mesh.size
-    i = mesh.index(device)
-    return np.take(array, np.arange(i * chunk, (i + 1) * chunk), axis=axis)
+    return chunk(array, axis, mesh.index(device), mesh.size)
 
 
 def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:

@@ -10,9 +10,11 @@ from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator
 
 def _reduce(arrays: list[np.ndarray], op: ReductionOpType) -> np.ndarray:
     # Left to right, the same order on every device: results are deterministic.
-    out = arrays[0].copy()
     fn = np.add if op is ReductionOpType.sum else np.maximum
-    for a in arrays[1:]:
+    if len(arrays) == 1:
+        return arrays[0].copy()
+    out = fn(arrays[0], arrays[1])  # a new array: no copy of the first buffer first
+    for a in arrays[2:]:
         fn(out, a, out=out)
     return out
 

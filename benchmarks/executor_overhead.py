@@ -1,0 +1,144 @@
+"""Executor overhead: the tensor-parallel MLP on 8 simulated devices vs plain numpy (§8).
+
+    python benchmarks/executor_overhead.py [--runs 5]
+
+The MLP of fuserlite.models.tensor_parallel_mlp (batch 8, seq 512, hidden
+1024, float32) lowered once, then run with FusionExecutor on 8 devices of the
+`sim` backend, both with scheduled kernels (the default) and with
+`schedule=False` (each expression evaluated with numpy on local shards). The
+baseline is the same math in plain numpy on whole arrays:
+gelu(x @ w1.T + b1) @ w2.T + b2, gelu in its tanh form. Both run in this
+process, so numpy's BLAS uses the same threads for both. Reports the median
+and the minimum of `--runs` runs (the minimum is the steadier number on a
+shared machine) and the ratio executor / numpy (target: <= 1.5). Prints a
+table and writes results/executor_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+from _report import print_table, write_json
+
+import fuserlite as fl
+from fuserlite import models
+
+DEVICES = 8
+SIZES = {"batch": 8, "seq": 512, "hidden": 1024}
+TARGET = 1.5
+
+
+def gelu(h: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (the formula of fuserlite's numpy_ops)."""
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    return 0.5 * h * (1.0 + np.tanh(c * (h + np.float32(0.044715) * h * h * h)))
+
+
+def plain_numpy(x, w1, b1, w2, b2) -> np.ndarray:
+    """The MLP on one array, as a numpy user writes it."""
+    return gelu(x @ w1.T + b1) @ w2.T + b2
+
+
+def plain_numpy_2d(x, w1, b1, w2, b2) -> np.ndarray:
+    """The same with the rows flattened first: one GEMM per linear, numpy's fastest form."""
+    rows = x.reshape(-1, x.shape[-1])
+    return (gelu(rows @ w1.T + b1) @ w2.T + b2).reshape(x.shape)
+
+
+def wall_times(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    """Wall times of each function over `runs` rounds, after one warm-up round.
+
+    The functions take turns within a round, so a busy machine slows all alike.
+    """
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for round_ in range(runs + 1):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    """Time numpy and both executor modes; print and save the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per variant (median)")
+    args = parser.parse_args()
+
+    fusion = models.tensor_parallel_mlp(DEVICES, **SIZES)
+    inputs = fl.random_inputs(fusion, seed=0)
+    start = time.perf_counter()
+    executors = {
+        "executor, schedule=False": fl.FusionExecutor(fusion, schedule=False),
+        "executor (default)": fl.FusionExecutor(fusion),
+    }
+    lower_s = (time.perf_counter() - start) / len(executors)
+    expected = plain_numpy(*inputs)
+    scale = float(np.max(np.abs(expected)))  # outputs reach ~1e3: compare relative to that
+    for executor in executors.values():
+        (out,) = executor.run(inputs)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * scale)
+
+    variants: dict[str, Callable[[], object]] = {
+        "plain numpy, x @ w.T": lambda: plain_numpy(*inputs),
+        "plain numpy, 2-D GEMMs": lambda: plain_numpy_2d(*inputs),
+    }
+    for name, executor in executors.items():
+        variants[f"{name}, {DEVICES} sim devices"] = lambda e=executor: e.run(inputs)
+    times = wall_times(variants, args.runs)
+    median = {n: statistics.median(t) for n, t in times.items()}
+    best = {n: min(t) for n, t in times.items()}
+    numpy_forms = ("plain numpy, x @ w.T", "plain numpy, 2-D GEMMs")
+    base_median = min(median[n] for n in numpy_forms)
+    base_best = min(best[n] for n in numpy_forms)
+    rows = [
+        {
+            "variant": n,
+            "median_s": median[n],
+            "min_s": best[n],
+            "ratio_median": median[n] / base_median,
+            "ratio_min": best[n] / base_best,
+        }
+        for n in times
+    ]
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", f"default ({os.cpu_count()} cores)")
+    print_table(
+        f"tensor-parallel MLP {SIZES} float32, {args.runs} runs, BLAS threads {threads}; "
+        "ratios to the faster numpy form",
+        ["variant", "median s", "min s", "ratio (median)", "ratio (min)"],
+        [
+            [
+                r["variant"],
+                f"{r['median_s']:.3f}",
+                f"{r['min_s']:.3f}",
+                f"{r['ratio_median']:.2f}",
+                f"{r['ratio_min']:.2f}",
+            ]
+            for r in rows
+        ],
+    )
+    print(f"lowering (once per executor): {lower_s:.3f} s; target ratio <= {TARGET}")
+    write_json(
+        "executor_overhead",
+        {
+            "sizes": SIZES,
+            "devices": DEVICES,
+            "runs": args.runs,
+            "blas_threads": threads,
+            "load_average": list(os.getloadavg()),
+            "lowering_seconds": lower_s,
+            "target_ratio": TARGET,
+            "rows": rows,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
