@@ -1,7 +1,9 @@
 """The `fuserlite` command.
 
     fuserlite print PATH [--math | --transforms | --format {kernel,math,transforms,fus}]
-                         [--lowered | --passes a,b,c] [--print-after-all | --print-after NAME]
+                         [--lowered | --scheduled | --passes a,b,c]
+                         [--print-after-all | --print-after NAME]
+    fuserlite codegen PATH
     fuserlite run PATH [--devices N] [--seed N] [--no-schedule]
     fuserlite passes
 
@@ -29,11 +31,13 @@ from rich.table import Table
 from rich.theme import Theme
 
 import fuserlite
+from fuserlite.codegen import cuda_source
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.program import Kernel
 from fuserlite.passes import REGISTRY
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
-from fuserlite.printer import print_program
+from fuserlite.printer import print_program, print_scheduled
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.executor import FusionExecutor
 
@@ -134,7 +138,7 @@ PRINTERS: dict[str, Callable[[Fusion], str]] = {
 
 def _pass_names(args: argparse.Namespace) -> list[str] | None:
     """The passes `print` runs: --lowered means the default pipeline."""
-    if args.lowered:
+    if args.lowered or args.scheduled:
         return default_pass_names()
     if args.passes:
         return [p for p in _split_passes(args.passes)]
@@ -168,6 +172,10 @@ def cmd_print(args: argparse.Namespace, out: Output) -> int:
         )
         fusion = pipeline.run(fusion)
         if args.print_after or args.print_after_all:
+            return EXIT_OK
+        if args.scheduled:
+            text = print_scheduled(fusion)
+            out.text(text or "(no pointwise kernel to schedule)\n")
             return EXIT_OK
         if args.format == "kernel":
             out.text(print_program(fusion))
@@ -246,6 +254,13 @@ def communications_table(executor: FusionExecutor) -> Table:
     return table
 
 
+def cmd_codegen(args: argparse.Namespace, out: Output) -> int:
+    """`fuserlite codegen`: CUDA source, one __global__ kernel per scheduled kernel."""
+    fusion = Pipeline(default_pass_names()).run(load_fusion(args.path))
+    out.text(cuda_source([s for s in fusion.segments if isinstance(s, Kernel) and s.scheduled]))
+    return EXIT_OK
+
+
 def cmd_passes(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite passes`: every registered pass with its description and options."""
     table = Table(title="passes (default pipeline order first)", box=box.SIMPLE_HEAD)
@@ -304,6 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     passes.add_argument(
         "--passes", metavar="A,B,C", help="run these passes (name or name[option=value])"
     )
+    passes.add_argument(
+        "--scheduled",
+        action="store_true",
+        help="run the default pipeline and print each scheduled kernel (nvFuser's format)",
+    )
     dumps = p.add_mutually_exclusive_group()
     dumps.add_argument(
         "--print-after-all", action="store_true", help="print the program after every pass"
@@ -312,6 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-after", metavar="NAME", action="append", help="print the program after NAME"
     )
     p.set_defaults(handler=cmd_print)
+
+    g = commands.add_parser(
+        "codegen",
+        parents=[common],
+        help="print CUDA for the scheduled kernels",
+        description=cmd_codegen.__doc__,
+    )
+    g.add_argument("path", metavar="PATH", help="a .fus file")
+    g.set_defaults(handler=cmd_codegen)
 
     c = commands.add_parser("passes", parents=[common], help="list the passes")
     c.set_defaults(handler=cmd_passes)

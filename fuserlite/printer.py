@@ -203,23 +203,40 @@ def print_kernel(fusion: Fusion) -> str:
     return f"%kernel {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel\n"
 
 
+def kernel_text(kernel, namer: Namer, label: str = "%kernel") -> str:
+    """One compute kernel in the seed's format: math, then TransformPrinter."""
+    mesh = f" ({kernel.mesh})" if kernel.mesh is not None and label != "%kernel" else ""
+    math = "".join(expr_text(e, namer) + "\n" for e in kernel.exprs)
+    order: dict[int, TensorView] = {}
+    for e in kernel.exprs:  # as nvFuser prints: each expression's inputs, then outputs
+        for tv in (*e.inputs, *e.outputs):
+            order.setdefault(id(tv), tv)
+    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in order.values())
+    return f"{label}{mesh} {{\n{math}\nTransformPrinter : \n{blocks}}} // {label}\n"
+
+
 def print_program(fusion: Fusion) -> str:
-    """A lowered fusion: each kernel as a `%kernel { ... }` block, each communication
-    on its own line, in execution order. Unsegmented fusions print as one kernel."""
+    """A lowered fusion: each kernel as a `%kernel<k> { ... }` block, each
+    communication on its own line, in execution order. Unsegmented fusions
+    print as one kernel."""
     if fusion.segments is None:
         return print_kernel(fusion)
     from fuserlite.ir.program import Kernel
 
     namer = Namer(fusion)
-    parts = []
-    for k, seg in enumerate(fusion.segments):
-        if isinstance(seg, Kernel):
-            mesh = f" ({seg.mesh})" if seg.mesh is not None else ""
-            math = "".join(expr_text(e, namer) + "\n" for e in seg.exprs)
-            blocks = "".join(transforms_text(tv, namer) + "\n" for tv in seg.tensors)
-            parts.append(
-                f"%kernel{k}{mesh} {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel{k}\n"
-            )
-        else:
-            parts.append(expr_text(seg, namer) + "\n")
-    return "".join(parts)
+    return "".join(
+        kernel_text(seg, namer, f"%kernel{k}")
+        if isinstance(seg, Kernel)
+        else expr_text(seg, namer) + "\n"
+        for k, seg in enumerate(fusion.segments)
+    )
+
+
+def print_scheduled(fusion: Fusion) -> str:
+    """Every scheduled compute kernel of a lowered fusion, exactly as nvFuser prints
+    a kernel (`%kernel { ... } // %kernel`), separated by blank lines."""
+    from fuserlite.ir.program import Kernel
+
+    namer = Namer(fusion)
+    kernels = [s for s in fusion.segments or [] if isinstance(s, Kernel) and s.scheduled]
+    return "\n".join(kernel_text(k, namer) for k in kernels)

@@ -1,9 +1,11 @@
 """segment: split the program into compute kernels and communications.
 
 Before: every expression is local or a single resharding Set.
-After: `fusion.segments` lists, in execution order, Kernels (maximal runs of
-local expressions on one mesh) and the resharding Sets (or Communications)
-between them.
+After: `fusion.segments` lists, in execution order, Kernels and the
+resharding Sets (or Communications) between them. A kernel is either a maximal
+run of pointwise expressions on one mesh (for schedule-pointwise) or a single
+other expression (reduction, matmul, linear, expand, reshape), as nvFuser gives
+each scheduler its own segment.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from fuserlite.passes.base import Pass, register
 from fuserlite.passes.reorder_sharded_axis import is_resharding
+from fuserlite.schedule.pointwise import POINTWISE_EXPRS
 
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.expr import Expr
@@ -49,15 +52,18 @@ def segment_exprs(fusion: Fusion) -> list:
             users.setdefault(id(t), []).append(e)
     segments: list = []
     current: Kernel | None = None
+    current_pointwise = False
     for e in exprs:
         if _is_data_movement(e):
             segments.append(e)
             current = None
             continue
         mesh = e.output.mesh
-        if current is None or current.mesh != mesh:
+        pointwise = isinstance(e, POINTWISE_EXPRS)
+        if current is None or current.mesh != mesh or not (pointwise and current_pointwise):
             current = Kernel([], [], [], mesh)
             segments.append(current)
+            current_pointwise = pointwise
         current.exprs.append(e)
     for s in segments:
         if isinstance(s, Kernel):

@@ -20,13 +20,14 @@ def test_seed_004_is_one_kernel():
     assert [t.name for t in k.inputs] == ["T0", "T1"] and [t.name for t in k.outputs] == ["T2"]
 
 
-def test_mlp_is_kernel_set_kernel():
+def test_mlp_segments_give_each_scheduler_its_kernel():
     segs = segments_of(models.tensor_parallel_mlp(2))
-    kinds = [type(s).__name__ for s in segs]
-    assert kinds == ["Kernel", "LoadStoreOp", "Kernel"]
-    first, comm, second = segs
-    assert comm.input in first.outputs and comm.output in second.inputs
-    assert isinstance(comm, LoadStoreOp)
+    shape = [
+        "Set" if isinstance(s, LoadStoreOp) else "+".join(e.op_name for e in s.exprs) for s in segs
+    ]
+    assert shape == ["linear", "broadcast+add+gelu", "linear", "Set", "broadcast+add"]
+    comm = segs[3]
+    assert comm.input in segs[2].outputs and comm.output in segs[4].inputs
 
 
 def test_unsharded_fusion_is_one_kernel_without_mesh():

@@ -61,7 +61,9 @@ def unsupported_reason(kernel: Kernel) -> str | None:
     for e in kernel.exprs:
         if not isinstance(e, POINTWISE_EXPRS) or len(e.outputs) != 1:
             return f"{e.output.name} = {e.op_name}(...) is not a pointwise, broadcast or set"
-        if any(ax.is_reduction for t in (*e.inputs, e.output) for ax in t.domain.logical):
+        # Reduction outputs of earlier segments are read by index through their
+        # data axes; only tensors this kernel writes must be free of reductions.
+        if any(ax.is_reduction for ax in e.output.domain.logical):
             return f"{e.output.name} = {e.op_name}(...) involves a reduction axis"
     return None
 
@@ -81,17 +83,23 @@ def choose_reference(candidates: list[TensorView]) -> TensorView:
 def _local_like(tv: TensorView) -> TensorView:
     """A new local tensor with tv's logical axes and sharding (b == bDIDx, so a device
     type on a broadcast axis is dropped)."""
-    axes = []
+    # A Set drops reduction axes: a reduction output of an earlier segment is
+    # cached as its data axes only.
+    new_of: dict[int, IterDomain] = {}
     for ax in tv.domain.logical:
+        if ax.is_reduction:
+            continue
         new = ax.clone()
         if new.is_broadcast:
             new.parallel_type = ParallelType.Serial
-        axes.append(new)
-    out = TensorView(tv.fusion, axes, tv.dtype, list(tv.domain.contiguity), MemoryType.LOCAL)
+        new_of[id(ax)] = new
+    axes = list(new_of.values())
+    contiguity = [None if ax.is_broadcast else True for ax in axes]
+    out = TensorView(tv.fusion, axes, tv.dtype, contiguity, MemoryType.LOCAL)
     out.mesh = tv.mesh
     for t in tv.domain.transforms:  # copy the sharding splits, nothing else
-        if isinstance(t, Split) and t.outer.is_device_parallel and t.input in tv.domain.logical:
-            src = axes[tv.domain.logical.index(t.input)]
+        if isinstance(t, Split) and t.outer.is_device_parallel and id(t.input) in new_of:
+            src = new_of[id(t.input)]
             outer, _ = split(out, out.domain.loop.index(src), t.factor, t.inner_split)
             parallelize_axis(outer, t.outer.parallel_type)
     return out

@@ -1,0 +1,93 @@
+"""The lowering side of the command: print --lowered/--scheduled/--passes, passes, codegen."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import fuserlite as fl
+from fuserlite.cli import main
+from fuserlite.codegen import cuda_source
+from fuserlite.ir.program import Kernel
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "examples").glob("*.fus"))
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_print_lowered_every_example(capsys, golden, path: Path) -> None:
+    code, out, err = cli(capsys, "print", path, "--lowered")
+    assert (code, err) == (0, "")
+    golden(f"lowered/{path.stem}.txt", out)
+
+
+@pytest.mark.parametrize("name", ["parallelized", "not_parallelized"])
+def test_print_scheduled_seed_004_on_2_devices(capsys, golden, name: str) -> None:
+    code, out, _ = cli(capsys, "print", REPO / f"examples/add_broadcast_{name}.fus", "--scheduled")
+    assert code == 0
+    golden(f"scheduled_seed004_{name}_2dev.txt", out)
+    for line in out.splitlines():
+        if line.startswith("T") and "[" in line:
+            assert line.split("]")[0].count("deviceIdx.x") <= 1, line
+
+
+def test_print_passes_and_print_after(capsys) -> None:
+    path = REPO / "examples/tp_mlp.fus"
+    code, out, _ = cli(capsys, "print", path, "--passes", "propagate-shardings,insert-reshardings")
+    assert code == 0 and "rdeviceIdx.x" in out and "Communication" not in out
+    code, out, _ = cli(capsys, "print", path, "--print-after", "lower-communications")
+    assert code == 0 and out.count("// ----- after ") == 1 and "Communication Allreduce" in out
+    code, out, _ = cli(capsys, "print", path, "--print-after-all")
+    assert out.count("// ----- after ") == len(fl.pipeline.default_pass_names())
+    code, out, err = cli(capsys, "print", path, "--passes", "nope")
+    assert code == 1 and "unknown pass 'nope'" in err
+
+
+def test_passes_lists_every_pass(capsys) -> None:
+    code, out, _ = cli(capsys, "passes")
+    assert code == 0
+    for name in fl.pipeline.DEFAULT_PASSES:
+        assert name in out
+    assert "pin=all" in out
+
+
+def test_run_reports_communications_and_checks_devices(capsys) -> None:
+    code, out, _ = cli(capsys, "run", REPO / "examples/tp_mlp.fus", "--devices", "2")
+    assert code == 0 and "Allreduce" in out and "validation: ok" in out
+    code, _, err = cli(capsys, "run", REPO / "examples/tp_mlp.fus", "--devices", "4")
+    assert code == 1 and "--devices 2" in err
+    code, out, _ = cli(capsys, "run", REPO / "examples/softmax.fus", "--no-schedule")
+    assert code == 0 and "validation: ok" in out
+
+
+def test_codegen_prints_one_global_kernel_per_scheduled_kernel(capsys) -> None:
+    code, out, _ = cli(capsys, "codegen", REPO / "examples/add_broadcast_parallelized.fus")
+    assert code == 0 and out.count("__global__") == 1 and "threadIdx.x" in out
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+def test_nvcc_compiles_the_cuda_of_every_example(tmp_path: Path) -> None:
+    sources = []
+    for path in EXAMPLES:
+        lowered = fl.lower(fl.load(path))
+        kernels = [s for s in lowered.segments if isinstance(s, Kernel) and s.scheduled]
+        sources.append(cuda_source(kernels, prefix=f"k_{path.stem}"))
+    cu = tmp_path / "examples.cu"
+    cu.write_text("\n".join(sources))
+    proc = subprocess.run(
+        ["nvcc", "-ptx", "-o", str(tmp_path / "examples.ptx"), str(cu)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "examples.ptx").read_text().count(".entry") >= len(EXAMPLES) - 2
