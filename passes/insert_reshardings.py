@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.passes.base import Pass, register
-
 from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.domain import IterDomain
@@ -26,6 +24,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
+from fuserlite.passes.base import Pass, register
 from fuserlite.schedule.shard import shard_axis
 
 Placement = tuple[DeviceMesh | None, dict[ParallelType, int]]

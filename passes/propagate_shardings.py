@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.passes.base import Pass, register
-
 from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.expr import LinearOp, MatmulOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
+from fuserlite.passes.base import Pass, register
 from fuserlite.schedule.shard import shard_axis
 
 

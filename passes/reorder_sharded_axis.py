@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.passes.base import Pass, register
-
 from fuserlite.ir.expr import LoadStoreOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import same_sharding
 from fuserlite.ir.tensor import TensorView
+from fuserlite.passes.base import Pass, register
 
 
 def is_resharding(expr) -> bool:

@@ -21,9 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from fuserlite.passes.base import Pass, register
-
 from fuserlite.ir.fusion import Fusion
+from fuserlite.passes.base import Pass, register
 from fuserlite.schedule.pointwise import compute_kernels, schedule_pointwise, unsupported_reason
 
 __all__ = ["SchedulePointwise", "schedule_pointwise"]

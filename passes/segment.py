@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.passes.base import Pass, register
-from fuserlite.passes.reorder_sharded_axis import is_resharding
-from fuserlite.schedule.pointwise import POINTWISE_EXPRS
-
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
+from fuserlite.passes.base import Pass, register
+from fuserlite.passes.reorder_sharded_axis import is_resharding
+from fuserlite.schedule.pointwise import POINTWISE_EXPRS
 
 
 def _is_data_movement(expr: Expr) -> bool:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from fuserlite.passes.insert_reshardings import InsertReshardings
-from fuserlite.passes.propagate_shardings import PropagateShardings
-
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.expr import LoadStoreOp, ReductionOp
 from fuserlite.ir.sharding import is_partial, same_sharding, sharded_data_axis
+from fuserlite.passes.insert_reshardings import InsertReshardings
+from fuserlite.passes.propagate_shardings import PropagateShardings
 from fuserlite.schedule.shard import shard_axis
 
 

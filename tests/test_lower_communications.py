@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fuserlite.passes.lower_communications import plan_communication
 
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.passes.lower_communications import plan_communication
 from fuserlite.schedule.shard import shard_axis
 
 D = 4

@@ -6,10 +6,10 @@ import importlib
 from dataclasses import dataclass
 
 import pytest
-from fuserlite.passes.base import REGISTRY, Pass, PassOptionError, make_pass
 
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.passes.base import REGISTRY, Pass, PassOptionError, make_pass
 from fuserlite.pipeline import DEFAULT_PASSES, PassFailed, Pipeline
 
 

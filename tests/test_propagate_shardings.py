@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from fuserlite.passes.propagate_shardings import PropagateShardings
-
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.sharding import sharded_data_axis
+from fuserlite.passes.propagate_shardings import PropagateShardings
 from fuserlite.schedule.shard import shard_axis
 
 DIDx = fl.ParallelType.DIDx
