@@ -1,7 +1,13 @@
-"""Kernel runner time against direct numpy on the same kernel (DESIGN.md §8).
+"""Pipeline time as the fusion grows, and the kernel runner against numpy (DESIGN.md §8).
 
     python benchmarks/pipeline_scaling.py [--quick]
 
+Part 1: the whole default pipeline (propagate-shardings ... assign-layouts,
+validator after each pass) on a chain of N pointwise ops over x[64, 128]
+sharded on 8 devices, N = 10, 100, 1000, 10000. Targets: time(10000) /
+time(1000) <= 12 (linear growth) and N = 1000 under one second.
+
+Part 2:
 For a chain of N pointwise ops (alternating add / mul / tanh on x[rows, cols]
 plus a broadcast bias) the fusion is scheduled once by schedule-pointwise as a
 single kernel. Timed, best of a few runs after one warm-up run (which builds the cached grid
@@ -9,8 +15,7 @@ indices, like compiling a kernel once): the reference evaluator
 (`fl.evaluate`, direct numpy on whole arrays) and the schedule-driven kernel
 runner (`run_kernel`, every value computed through its loop indices over the
 whole blockIdx x Unswitch x threadIdx grid). Target: runner / numpy <= 3.
-The whole-pipeline timing (N = 10 .. 10000 on 8 devices) is added once the
-pipeline is wired. Prints a table, writes results/pipeline_scaling.json.
+Prints tables, writes results/pipeline_scaling.json.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from _report import print_table, write_json
 import fuserlite as fl
 from fuserlite.runtime.kernel_runner import run_scheduled
 from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
+from fuserlite.schedule.shard import shard_axis
 
 TARGET_RATIO = 3.0
 
@@ -89,8 +95,41 @@ def kernel_runner_rows(quick: bool) -> list[dict]:
     return rows
 
 
+def sharded_chain(n_ops: int) -> fl.Fusion:
+    """x[64, 128] sharded on 8 devices through `n_ops` pointwise ops."""
+    with fl.Fusion() as fusion:
+        x = fl.tensor([64, 128])
+        fusion.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(8))
+        t = x
+        for k in range(n_ops):
+            t = (t + 1.0, t * 0.5, fl.tanh(t))[k % 3]
+        fusion.add_output(t)
+    return fusion
+
+
+def pipeline_rows(quick: bool) -> list[dict]:
+    """Seconds of the whole default pipeline per chain length."""
+    rows = []
+    for n_ops in [10, 100, 1000] if quick else [10, 100, 1000, 10000]:
+        fusion = sharded_chain(n_ops)
+        seconds = best_of(lambda f=fusion: fl.lower(f), 2 if n_ops >= 10000 else 3)
+        rows.append({"ops": n_ops, "pipeline_s": seconds, "per_op_us": 1e6 * seconds / n_ops})
+    return rows
+
+
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
+    scaling = pipeline_rows(quick)
+    by_ops = {r["ops"]: r["pipeline_s"] for r in scaling}
+    growth = by_ops[10000] / by_ops[1000] if 10000 in by_ops else None
+    print_table(
+        "default pipeline on 8 devices (targets: N=1000 < 1 s, t(10000)/t(1000) <= 12)",
+        ["ops", "pipeline s", "us per op"],
+        [[r["ops"], r["pipeline_s"], r["per_op_us"]] for r in scaling],
+    )
+    if growth is not None:
+        print(f"growth t(10000)/t(1000) = {growth:.2f}")
     rows = kernel_runner_rows(quick)
     print_table(
         f"kernel runner vs direct numpy (target ratio <= {TARGET_RATIO})",
@@ -109,7 +148,10 @@ def main(argv: list[str]) -> int:
     )
     write_json(
         "pipeline_scaling",
-        {"kernel_runner": {"target_ratio": TARGET_RATIO, "rows": rows}},
+        {
+            "pipeline": {"rows": scaling, "growth_10000_over_1000": growth},
+            "kernel_runner": {"target_ratio": TARGET_RATIO, "rows": rows},
+        },
     )
     return 0
 

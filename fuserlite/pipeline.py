@@ -5,6 +5,7 @@ lowered = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouch
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence
 
 import fuserlite.passes  # noqa: F401 - registers every pass
@@ -62,6 +63,17 @@ class Pipeline:
 
     def run(self, fusion: Fusion) -> Fusion:
         """Verify the input, then run every pass on a copy; returns the copy."""
+        # A compile allocates many small, long-lived objects and frees almost no
+        # cycles: the cyclic collector's full scans would make lowering superlinear.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(fusion)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self, fusion: Fusion) -> Fusion:
         verify(fusion)
         lowered, _ = fusion.clone()
         ran: list[str] = []

@@ -40,8 +40,17 @@ def _loop_is_consistent(tv: TensorView) -> bool:
     return {id(a) for a in tv.domain.loop} == set(leaves) and len(tv.domain.loop) == len(leaves)
 
 
-def fusion_has_mesh(fusion: Fusion) -> bool:
-    return any(tv.mesh is not None for tv in fusion.tensors())
+class _LazyNamer:
+    """Numbers IterDomains only when a message needs them (verify runs after every pass)."""
+
+    def __init__(self, fusion: Fusion) -> None:
+        self._fusion = fusion
+        self._namer: Namer | None = None
+
+    def __getattr__(self, name: str):
+        if self._namer is None:
+            self._namer = Namer(self._fusion)
+        return getattr(self._namer, name)
 
 
 def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
@@ -72,15 +81,17 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
     when some tensor of the fusion has one (it will be inherited); with
     `require_mesh` every device-parallel tensor must have its own.
     """
-    namer = Namer(fusion)
-    mesh_inferable = not require_mesh and fusion_has_mesh(fusion)
+    namer = _LazyNamer(fusion)
+    exprs = fusion.exprs()
+    tensors = fusion.tensors(exprs)
+    mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
     problems: list[str] = []
-    for tv in fusion.tensors():
+    for tv in tensors:
         problems.extend(tensor_problems(tv, namer, mesh_inferable))
     for out in fusion.outputs:
         if out.definition is None and out not in fusion.inputs:
             problems.append(f"output {out.name} is neither computed nor an input")
-    for expr in fusion.exprs():
+    for expr in exprs:
         for tv in expr.inputs:
             if tv.definition is None and tv not in fusion.inputs:
                 problems.append(

@@ -107,8 +107,9 @@ class Fusion:
                     order.append(expr)
         return order
 
-    def tensors(self) -> list[TensorView]:
-        """Tensors in printing order: per expression, unseen inputs then outputs."""
+    def tensors(self, exprs: list[Expr] | None = None) -> list[TensorView]:
+        """Tensors in printing order: per expression, unseen inputs then outputs
+        (`exprs`: a precomputed `self.exprs()`)."""
         seen: set[int] = set()
         out: list[TensorView] = []
 
@@ -120,7 +121,7 @@ class Fusion:
         for tv in self.inputs:
             if not tv.uses:
                 visit(tv)
-        for expr in self.exprs():
+        for expr in exprs if exprs is not None else self.exprs():
             for tv in expr.inputs:
                 visit(tv)
             for tv in expr.outputs:
