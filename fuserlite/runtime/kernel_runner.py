@@ -215,6 +215,8 @@ def _gather(
     """The array's elements at the offsets, and where they are valid."""
     flat = arr.reshape(-1)
     ok = pred
+    if off.identity and written is None and off.n == pred.size:
+        return flat, ok  # the grid is the array: read it in place
     if off.identity:  # grid point k reads element k: a slice, no gather
         value = np.empty(pred.shape, dtype=arr.dtype)
         value[: off.n] = flat
@@ -253,6 +255,8 @@ def _scatter(
     written = np.zeros(off.n, dtype=bool)
     out[sel] = value[pred]
     written[sel] = valid[pred]
+    if written.all():  # e.g. a broadcast row every block writes: readers take the fast paths
+        return out.reshape(shape), None
     return out.reshape(shape), written.reshape(shape)
 
 
