@@ -204,7 +204,7 @@ def check_devices(fusion: Fusion, path: str, requested: int | None) -> int:
 
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
-    """`fuserlite run`: lower, execute on the simulated mesh, validate against the reference."""
+    """`fuserlite run`: lower, execute on the chosen backend (sim by default), validate."""
     fusion = load_fusion(args.path)
     backend = make_backend(args.backend)
     try:

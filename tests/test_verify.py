@@ -5,27 +5,14 @@ from __future__ import annotations
 import pytest
 
 import fuserlite as fl
+from fuserlite import models
 
 P = fl.ParallelType
 
 
 def _seed_fusion(shard_y: bool) -> fl.Fusion:
     """x[2] + y[1] on DeviceMesh{0 1}: seed 004's two parallelizations."""
-    with fl.Fusion() as fusion:
-        mesh = fl.DeviceMesh.for_num_devices(2)
-        x, y = fl.tensor([2]), fl.tensor([1])
-        x.set_device_mesh(mesh)
-        y.set_device_mesh(mesh)
-        z = fl.add(x, y)
-        fusion.add_input(x)
-        fusion.add_input(y)
-        fusion.add_output(z)
-        if shard_y:
-            y.axis(0).parallelize(P.DIDx)
-        else:
-            x.axis(0).parallelize(P.DIDx)
-            z.axis(0).parallelize(P.DIDx)
-    return fusion
+    return models.add_broadcast(2, shard_y)
 
 
 @pytest.mark.parametrize("shard_y", [True, False], ids=["parallelized", "not_parallelized"])

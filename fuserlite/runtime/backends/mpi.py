@@ -158,16 +158,19 @@ class MpiCommunicator(Communicator):
         comm.Allgather(send, recv)
         return {self.rank: recv}
 
+    def _check_divisible(self, kind: str, team, send: np.ndarray) -> None:
+        if send.shape[0] % len(team):
+            raise ExecutionError(
+                f"rank {self.rank}: {kind} over team {list(team)}: axis extent "
+                f"{send.shape[0]} is not divisible by {len(team)} devices"
+            )
+
     def alltoall(self, team, bufs: Buffers) -> dict[int, list[np.ndarray]]:
         comm = self._team(team)
         if comm is None:
             return {}
         send = np.ascontiguousarray(bufs[self.rank])
-        if send.shape[0] % len(team):
-            raise ExecutionError(
-                f"rank {self.rank}: AllToAll over team {list(team)}: axis extent "
-                f"{send.shape[0]} is not divisible by {len(team)} devices"
-            )
+        self._check_divisible("AllToAll", team, send)
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
         comm.Alltoall(send, recv)
@@ -188,11 +191,7 @@ class MpiCommunicator(Communicator):
         if comm is None:
             return {}
         send = np.ascontiguousarray(bufs[self.rank])
-        if send.shape[0] % len(team):
-            raise ExecutionError(
-                f"rank {self.rank}: ReduceScatter over team {list(team)}: axis extent "
-                f"{send.shape[0]} is not divisible by {len(team)} devices"
-            )
+        self._check_divisible("ReduceScatter", team, send)
         recv = np.empty((send.shape[0] // len(team), *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
         comm.Reduce_scatter_block(send, recv, op=self._op(op))
