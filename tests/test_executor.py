@@ -167,3 +167,18 @@ def test_linear_of_a_stack_equals_the_batched_product():
     xs, ws = fl.random_inputs(f, seed=6)
     (out,) = fl.evaluate(f, [xs, ws])
     np.testing.assert_allclose(out, np.einsum("bsk,nk->bsn", xs, ws), rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_devices", [2, 4])
+def test_full_reduction_of_a_sharded_axis_is_a_scalar(num_devices):
+    with fl.Fusion() as f:
+        x = fl.tensor([8])
+        f.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(num_devices))
+        f.add_output(fl.sum(x))
+        f.add_output(fl.max(x))
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    outputs = ex.run(inputs)
+    assert [o.shape for o in outputs] == [(), ()]
+    fl.validate(f, inputs, outputs)

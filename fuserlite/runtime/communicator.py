@@ -94,8 +94,13 @@ def chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:
     return a[tuple(where)]
 
 
+def contiguous(a: np.ndarray, dtype=None) -> np.ndarray:
+    """A C-contiguous array with a's shape (np.ascontiguousarray turns 0-d into 1-d)."""
+    return np.require(a, dtype=dtype, requirements="C")
+
+
 def _front(a: np.ndarray, axis: int | None) -> np.ndarray:
-    return np.ascontiguousarray(a if axis is None else np.moveaxis(a, axis, 0))
+    return contiguous(a if axis is None else np.moveaxis(a, axis, 0))
 
 
 def _back(a: np.ndarray, axis: int | None) -> np.ndarray:
@@ -149,7 +154,7 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
             d: _back(np.concatenate(chunks, axis=concat_at), a_out) for d, chunks in got.items()
         }
     if k is CommKind.Allreduce:
-        return backend.allreduce(team, {d: np.ascontiguousarray(bufs[d]) for d in senders}, comm.op)
+        return backend.allreduce(team, {d: contiguous(bufs[d]) for d in senders}, comm.op)
     if k is CommKind.ReduceScatter:
         got = backend.reduce_scatter(team, {d: _front(bufs[d], a_out) for d in senders}, comm.op)
         return {d: _back(v, a_out) for d, v in got.items()}

@@ -32,7 +32,7 @@ import numpy as np
 from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.expr import ReductionOpType
-from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator
+from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, contiguous
 
 FAIL_RANK_ENV = "FUSERLITE_FAIL_RANK"
 
@@ -152,7 +152,7 @@ class MpiCommunicator(Communicator):
         comm = self._team(team)
         if comm is None:
             return {}
-        send = np.ascontiguousarray(bufs[self.rank])
+        send = contiguous(bufs[self.rank])
         recv = np.empty((len(team) * send.shape[0], *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes
         comm.Allgather(send, recv)
@@ -169,7 +169,7 @@ class MpiCommunicator(Communicator):
         comm = self._team(team)
         if comm is None:
             return {}
-        send = np.ascontiguousarray(bufs[self.rank])
+        send = contiguous(bufs[self.rank])
         self._check_divisible("AllToAll", team, send)
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
@@ -180,7 +180,7 @@ class MpiCommunicator(Communicator):
         comm = self._team(team)
         if comm is None:
             return {}
-        send = np.ascontiguousarray(bufs[self.rank])
+        send = contiguous(bufs[self.rank])
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes
         comm.Allreduce(send, recv, op=self._op(op))
@@ -190,7 +190,7 @@ class MpiCommunicator(Communicator):
         comm = self._team(team)
         if comm is None:
             return {}
-        send = np.ascontiguousarray(bufs[self.rank])
+        send = contiguous(bufs[self.rank])
         self._check_divisible("ReduceScatter", team, send)
         recv = np.empty((send.shape[0] // len(team), *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
@@ -202,7 +202,7 @@ class MpiCommunicator(Communicator):
         if comm is None:
             return {}
         if self.rank == root:
-            buf = np.ascontiguousarray(bufs[root], dtype=spec.dtype)
+            buf = contiguous(bufs[root], dtype=spec.dtype)
             self.bytes_sent += buf.nbytes
         else:
             buf = np.empty(spec.shape, spec.dtype)
@@ -230,7 +230,7 @@ class MpiCommunicator(Communicator):
         chunk, counts, displs = self._chunked(team, receivers, spec.shape, "Scatter")
         send = None
         if self.rank == root:
-            whole = np.ascontiguousarray(bufs[root], dtype=spec.dtype)
+            whole = contiguous(bufs[root], dtype=spec.dtype)
             send = [whole, (counts, displs), self.MPI.Datatype.fromcode(whole.dtype.char)]
             kept = counts[tuple(team).index(root)] * whole.itemsize
             self.bytes_sent += whole.nbytes - kept
@@ -246,7 +246,7 @@ class MpiCommunicator(Communicator):
         whole_shape = (spec.shape[0] * len(senders), *spec.shape[1:])
         _, counts, displs = self._chunked(team, senders, whole_shape, "Gather")
         if self.rank in senders:
-            send = np.ascontiguousarray(bufs[self.rank], dtype=spec.dtype)
+            send = contiguous(bufs[self.rank], dtype=spec.dtype)
         else:
             send = np.empty((0, *spec.shape[1:]), spec.dtype)
         recv = None
@@ -265,7 +265,7 @@ class MpiCommunicator(Communicator):
         if comm is None:
             return {}
         if self.rank in senders:
-            send = np.ascontiguousarray(bufs[self.rank], dtype=spec.dtype)
+            send = contiguous(bufs[self.rank], dtype=spec.dtype)
         else:  # a root outside the input mesh contributes the neutral element
             send = np.full(spec.shape, _identity(np.dtype(spec.dtype), op), spec.dtype)
         recv = np.empty(spec.shape, spec.dtype) if self.rank == root else None
@@ -281,7 +281,7 @@ class MpiCommunicator(Communicator):
             if src == self.rank and dst == self.rank:
                 out[dst] = bufs[src]
             elif src == self.rank:
-                sent.append(np.ascontiguousarray(bufs[src], dtype=spec.dtype))
+                sent.append(contiguous(bufs[src], dtype=spec.dtype))
                 self.bytes_sent += sent[-1].nbytes
                 requests.append(self.world.Isend(sent[-1], dest=dst, tag=_SENDRECV_TAG))
             elif dst == self.rank:

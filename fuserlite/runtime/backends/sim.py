@@ -13,7 +13,7 @@ def _reduce(arrays: list[np.ndarray], op: ReductionOpType) -> np.ndarray:
     fn = np.add if op is ReductionOpType.sum else np.maximum
     if len(arrays) == 1:
         return arrays[0].copy()
-    out = fn(arrays[0], arrays[1])  # a new array: no copy of the first buffer first
+    out = np.asarray(fn(arrays[0], arrays[1]))  # a new array (0-d stays an array)
     for a in arrays[2:]:
         fn(out, a, out=out)
     return out
