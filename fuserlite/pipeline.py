@@ -5,6 +5,7 @@ lowered = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouch
 
 from __future__ import annotations
 
+import copy
 import gc
 from collections.abc import Callable, Sequence
 
@@ -84,8 +85,8 @@ class Pipeline:
                     verify(lowered, require_mesh=True)
             except VerifyError as exc:
                 raise PassFailed(_context(p, ran) + f"left an invalid fusion: {exc}") from exc
-            except FuserliteError:
-                raise
+            except FuserliteError as exc:  # keep the class (LoweringError, ...), add the pass
+                raise _with_context(exc, _context(p, ran)) from exc
             except Exception as exc:  # a bug in a pass: name it, keep the cause
                 raise PassFailed(
                     _context(p, ran) + f"crashed: {type(exc).__name__}: {exc}"
@@ -94,6 +95,13 @@ class Pipeline:
             if self.print_after_all or p.name in self.print_after:
                 self.dump(str(p), lowered)
         return lowered
+
+
+def _with_context(exc: FuserliteError, context: str) -> FuserliteError:
+    """The same kind of error, its message prefixed with the pass that raised it."""
+    new = copy.copy(exc)
+    new.args = (f"{context}failed: {exc}", *exc.args[1:])
+    return new
 
 
 def _context(p: Pass, ran: list[str]) -> str:

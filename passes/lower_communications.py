@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.ir.errors import LoweringError
-from fuserlite.ir.expr import LinearOp, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType
+from fuserlite.ir.expr import LoadStoreOp, ReductionOp, ReductionOpType
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import describe_sharding, is_partial, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
@@ -30,12 +30,9 @@ def nbytes(tv: TensorView) -> int:
 
 
 def _reduction_op(tv: TensorView) -> ReductionOpType:
+    """The op that combines partial results: the reduction's, or sum (linear, matmul)."""
     d = tv.definition
-    if isinstance(d, ReductionOp):
-        return d.op
-    if isinstance(d, (LinearOp, MatmulOp)):
-        return ReductionOpType.sum
-    return ReductionOpType.sum
+    return d.op if isinstance(d, ReductionOp) else ReductionOpType.sum
 
 
 @dataclass(frozen=True)
@@ -75,11 +72,13 @@ def plan_communication(inp: TensorView, out: TensorView) -> Plan:
         if a_out is None:
             return Plan(CommKind.Broadcast, team, root, b_in)
         d = mo.size
-        return Plan(CommKind.Scatter, team, root, (d - 1) * b_in // d)
+        kept = b_in // d if root in mo else 0  # a root inside the mesh keeps its chunk
+        return Plan(CommKind.Scatter, team, root, b_in - kept)
     elif mo.size == 1 and a_out is None:
         root = mo.devices[0]
         team = mi.devices if root in mi else (*mi.devices, root)
         d = mi.size
+        # Every sender but a root inside the source mesh sends its part.
         if partial:
             return Plan(CommKind.Reduce, team, root, b_out)
         if a_in is not None:
@@ -125,9 +124,9 @@ class LowerCommunications(Pass):
 
     def run(self, fusion: Fusion) -> None:
         if fusion.segments is None:
-            from fuserlite.passes.segment import segment_exprs
-
-            fusion.segments = segment_exprs(fusion)
+            raise LoweringError(
+                "lower-communications needs the program's segments: run segment first"
+            )
         fusion.segments = [lower_set(s) if is_resharding(s) else s for s in fusion.segments]
 
 

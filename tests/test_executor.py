@@ -182,3 +182,22 @@ def test_full_reduction_of_a_sharded_axis_is_a_scalar(num_devices):
     outputs = ex.run(inputs)
     assert [o.shape for o in outputs] == [(), ()]
     fl.validate(f, inputs, outputs)
+
+
+def test_a_program_without_lowered_communications_is_refused():
+    pipeline = fl.Pipeline(["propagate-shardings", "insert-reshardings", "segment"])
+    with pytest.raises(fl.ExecutionError, match="must run segment and lower-communications"):
+        fl.FusionExecutor(allgather_fusion(), pipeline=pipeline)
+    with pytest.raises(fl.ExecutionError, match="has no segments"):
+        fl.FusionExecutor(allgather_fusion(), pipeline=fl.Pipeline(["propagate-shardings"]))
+
+
+def test_random_inputs_reject_bad_seeds_and_huge_tensors():
+    with fl.Fusion() as f:
+        x = fl.tensor([2**20, 2**20])
+        f.add_input(x)
+        f.add_output(fl.neg(x))
+    with pytest.raises(fl.ExecutionError, match="limited to"):
+        fl.random_inputs(f)
+    with pytest.raises(fl.ExecutionError, match="non-negative integer"):
+        fl.random_inputs(allgather_fusion(), seed=-1)

@@ -94,3 +94,30 @@ def test_numbers_match_reference_for_every_device():
     per_device = ex.run_per_device([x])
     for d in range(D):
         np.testing.assert_array_equal(per_device[d][0], x[:, d * 3 : (d + 1) * 3])
+
+
+def test_root_outside_the_mesh_sends_everything():
+    comms = run(build(mesh([4]), None, mesh(), 0))
+    whole = ROWS * COLS * 4
+    assert comms[0].kind.value == "Scatter" and comms[0].bytes_per_device == whole
+    comms = run(build(mesh([0]), None, mesh(), 0))
+    assert comms[0].bytes_per_device == (D - 1) * whole // D
+
+
+def test_lowering_errors_name_the_pass_and_keep_their_class():
+    with fl.Fusion() as f:
+        x = fl.tensor([ROWS, COLS])
+        f.add_input(x)
+        shard_axis(x, 0, mesh([0, 1]))
+        y = fl.set(x)
+        shard_axis(y, 1, mesh([2, 3, 4, 5]))
+        f.add_output(y)
+    with pytest.raises(fl.LoweringError, match=r"pass lower-communications \(after: .*segment"):
+        fl.lower(f)
+
+
+def test_lower_communications_needs_segments():
+    with pytest.raises(fl.LoweringError, match="run segment first"):
+        fl.Pipeline(["propagate-shardings", "insert-reshardings", "lower-communications"]).run(
+            build(mesh(), 0, mesh(), None)
+        )

@@ -1,4 +1,7 @@
-"""Communication: a collective (or a local slice / alias) that replaces a resharding Set.
+"""Communication: a collective (or a local slice) that replaces a resharding Set.
+
+A Set between tensors of the same sharding (b and bDIDx included) is not a
+resharding: it stays a local copy inside its kernel and never becomes one.
 
 The `lower-communications` pass creates them; `assign-layouts` gives every
 collective a buffer layout. Each prints on one line (nvFuser style).
@@ -29,12 +32,11 @@ class CommKind(Enum):
     Reduce = "Reduce"
     SendRecv = "SendRecv"
     LocalSlice = "LocalSlice"
-    Alias = "Alias"
 
     @property
     def is_collective(self) -> bool:
-        """False for the two kinds that move no data between devices."""
-        return self not in (CommKind.LocalSlice, CommKind.Alias)
+        """False for LocalSlice, which moves no data between devices."""
+        return self is not CommKind.LocalSlice
 
     @property
     def is_allreduce_class(self) -> bool:

@@ -136,8 +136,6 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
     senders = backend.hosted(in_mesh)
     _check_buffers(comm, bufs, senders)
     a_in, a_out = comm.in_axis, comm.out_axis
-    if k is CommKind.Alias:
-        return {d: bufs[d] for d in backend.hosted(out_mesh)}
     if k is CommKind.LocalSlice:
         return {
             d: chunk(bufs[d], a_out, out_mesh.index(d), len(out_mesh))

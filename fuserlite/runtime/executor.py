@@ -68,6 +68,13 @@ class FusionExecutor:
         self.backend = make_backend(backend) if isinstance(backend, str) else backend
         self.schedule = schedule
         self.lowered = (pipeline or Pipeline.default()).run(fusion)
+        for step in self.lowered.segments or [None]:
+            if not isinstance(step, (Kernel, Communication)):
+                what = "no segments" if step is None else f"an unlowered {step!r}"
+                raise ExecutionError(
+                    f"the lowered program has {what}; its pipeline must run segment and "
+                    "lower-communications (fl.Pipeline.default() does)"
+                )
         for tv in self.lowered.inputs:
             if is_partial(tv):
                 raise ExecutionError(

@@ -45,11 +45,24 @@ def evaluate(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [values[t] for t in fusion.outputs]
 
 
+MAX_INPUT_BYTES = 2**33  # 8 GiB: larger inputs are a typo, not a test
+
+
 def random_inputs(fusion: Fusion, seed: int = 0) -> list[np.ndarray]:
     """Seeded random inputs matching the fusion's inputs."""
+    if not isinstance(seed, int) or seed < 0:
+        raise ExecutionError(f"the seed must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
     arrays = []
     for tv in fusion.inputs:
+        elements = 1
+        for e in tv.shape:
+            elements *= e
+        if elements * tv.dtype.itemsize > MAX_INPUT_BYTES:
+            raise ExecutionError(
+                f"input {tv.name} {list(tv.shape)} needs {elements * tv.dtype.itemsize} bytes; "
+                f"random inputs are limited to {MAX_INPUT_BYTES} bytes each"
+            )
         if tv.dtype.is_float:
             arrays.append(rng.standard_normal(tv.shape).astype(tv.dtype.numpy))
         elif tv.dtype.name == "bool":
