@@ -21,13 +21,17 @@ from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.sharding import shardings
+from fuserlite.ir.sharding import (
+    Placement,
+    has_unmapped_sharding,
+    needed_placement,
+    placement,
+    shardings,
+)
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.passes.base import Pass, register
 from fuserlite.schedule.shard import shard_axis
-
-Placement = tuple[DeviceMesh | None, dict[ParallelType, int]]
 
 
 def fresh_like(tv: TensorView, keep_reductions: bool = False) -> TensorView:
@@ -45,11 +49,6 @@ def _shard(tv: TensorView, mesh: DeviceMesh | None, axes: dict[ParallelType, int
         tv.set_device_mesh(mesh)
     for pt, li in axes.items():
         shard_axis(tv, li, mesh, pt)
-
-
-def _placement(tv: TensorView) -> Placement:
-    """Mesh and {parallel type: logical axis} of every sharding, partial ones included."""
-    return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items()}
 
 
 def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
@@ -94,26 +93,8 @@ def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
     return replicated
 
 
-def _needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement:
-    """How `producer` must be sharded for `expr` to compute `target` locally: sharded
-    where it maps to a sharded axis of `target` (unless broadcast), whole elsewhere."""
-    back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
-    needed: dict[ParallelType, int] = {}
-    for pt, s in shardings(target).items():
-        p = back.get(s.logical_index)
-        if p is not None and not producer.domain.logical[p].is_broadcast:
-            needed[pt] = p
-    return target.mesh, needed
-
-
-def _has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
-    """True if a sharded axis of `target` comes from no input axis (e.g. a reshape)."""
-    mapped = {c for p in expr.inputs for c in producer_to_consumer(expr, p).values()}
-    return any(s.logical_index not in mapped for s in shardings(target).values())
-
-
-def _reshard_input(expr: Expr, producer: TensorView, placement: Placement) -> None:
-    mesh, axes = placement
+def _reshard_input(expr: Expr, producer: TensorView, wanted: Placement) -> None:
+    mesh, axes = wanted
     resharded = fresh_like(producer)
     data = [i for i, ax in enumerate(producer.domain.logical) if not ax.is_reduction]
     _shard(resharded, mesh, {pt: data.index(li) for pt, li in axes.items()})
@@ -133,9 +114,9 @@ class InsertReshardings(Pass):
             if isinstance(expr, (LoadStoreOp, Communication)):
                 continue
             target = _split_device_reduction(expr, fusion)
-            if _has_unmapped_sharding(expr, target):
+            if has_unmapped_sharding(expr, target):
                 target = _compute_replicated_then_slice(expr, fusion)
-            needed = [_needed_placement(expr, target, p) for p in expr.inputs]
-            for producer, placement in zip(list(expr.inputs), needed):
-                if producer in expr.inputs and _placement(producer) != placement:
-                    _reshard_input(expr, producer, placement)
+            needed = [needed_placement(expr, target, p) for p in expr.inputs]
+            for producer, wanted in zip(list(expr.inputs), needed):
+                if producer in expr.inputs and placement(producer) != wanted:
+                    _reshard_input(expr, producer, wanted)

@@ -15,10 +15,14 @@ from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import LoadStoreOp, ReductionOp, ReductionOpType
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.sharding import describe_sharding, is_partial, sharded_data_axis
+from fuserlite.ir.sharding import (
+    describe_sharding,
+    is_partial,
+    is_resharding,
+    sharded_data_axis,
+)
 from fuserlite.ir.tensor import TensorView
 from fuserlite.passes.base import Pass, register
-from fuserlite.passes.reorder_sharded_axis import is_resharding
 
 
 def nbytes(tv: TensorView) -> int:

@@ -10,16 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.ir.expr import LoadStoreOp
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.sharding import same_sharding
+from fuserlite.ir.sharding import is_resharding
 from fuserlite.ir.tensor import TensorView
 from fuserlite.passes.base import Pass, register
-
-
-def is_resharding(expr) -> bool:
-    """A Set whose input and output are sharded differently (b == bDIDx)."""
-    return isinstance(expr, LoadStoreOp) and not same_sharding(expr.input, expr.output)
 
 
 def device_axis_outermost(tv: TensorView) -> None:

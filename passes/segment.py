@@ -16,8 +16,8 @@ from fuserlite.ir.communication import Communication
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
+from fuserlite.ir.sharding import is_resharding
 from fuserlite.passes.base import Pass, register
-from fuserlite.passes.reorder_sharded_axis import is_resharding
 from fuserlite.schedule.pointwise import POINTWISE_EXPRS
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.expr import LoadStoreOp, ReductionOp
@@ -97,3 +99,12 @@ def test_sharded_reshape_output_is_computed_replicated_then_sliced():
     inputs = fl.random_inputs(f)
     fl.validate(f, inputs, ex.run(inputs))
     assert [c.kind.value for c in ex.communications] == ["LocalSlice"]
+
+
+def test_validator_rejects_a_program_segmented_without_insert_reshardings():
+    pipeline = fl.Pipeline(["propagate-shardings", "segment"])
+    with pytest.raises(fl.pipeline.PassFailed) as err:
+        pipeline.run(models.tensor_parallel_mlp(2))
+    msg = str(err.value)
+    assert "pass segment (after: propagate-shardings) left an invalid fusion" in msg
+    assert "not local; run insert-reshardings before segment" in msg

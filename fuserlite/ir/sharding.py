@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.expr import Expr, LoadStoreOp
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 
@@ -132,3 +135,42 @@ def describe_sharding(tv: TensorView) -> str:
         else:
             parts.append(f"sharded on axis {s.data_index} ({pt.value})")
     return f"{where}, " + (", ".join(parts) if parts else "replicated")
+
+
+# -- locality: can an expression compute its output from the shards it holds? --
+Placement = tuple[DeviceMesh | None, dict[ParallelType, int]]
+
+
+def placement(tv: TensorView) -> Placement:
+    """Mesh and {parallel type: logical axis} of every sharding, partial ones included."""
+    return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items()}
+
+
+def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement:
+    """How `producer` must be sharded for `expr` to compute `target` locally: sharded
+    where it maps to a sharded axis of `target` (unless broadcast), whole elsewhere."""
+    back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
+    needed: dict[ParallelType, int] = {}
+    for pt, s in shardings(target).items():
+        p = back.get(s.logical_index)
+        if p is not None and not producer.domain.logical[p].is_broadcast:
+            needed[pt] = p
+    return target.mesh, needed
+
+
+def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
+    """True if a sharded axis of `target` comes from no input axis (e.g. a reshape)."""
+    mapped = {c for p in expr.inputs for c in producer_to_consumer(expr, p).values()}
+    return any(s.logical_index not in mapped for s in shardings(target).values())
+
+
+def is_resharding(expr: Expr) -> bool:
+    """A Set whose input and output are sharded differently (b == bDIDx)."""
+    return isinstance(expr, LoadStoreOp) and not same_sharding(expr.input, expr.output)
+
+
+def non_local_inputs(expr: Expr) -> list[TensorView]:
+    """The inputs a non-Set expression cannot compute its output from locally."""
+    if isinstance(expr, LoadStoreOp) or has_unmapped_sharding(expr, expr.output):
+        return [] if isinstance(expr, LoadStoreOp) else list(expr.inputs)
+    return [p for p in expr.inputs if placement(p) != needed_placement(expr, expr.output, p)]
