@@ -9,7 +9,13 @@ from __future__ import annotations
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.sharding import sharding_problem
+from fuserlite.ir.program import Kernel
+from fuserlite.ir.sharding import (
+    describe_sharding,
+    is_resharding,
+    non_local_inputs,
+    sharding_problem,
+)
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import Namer
@@ -98,9 +104,9 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
                     f"{tv.name} is read by {expr.output.name} = {expr.op_name}(...) but is not "
                     "a fusion input; add it with fusion.add_input"
                 )
-    problems.extend(
-        layout_problems([e for e in fusion.exprs() if isinstance(e, Communication)], namer)
-    )
+    problems.extend(layout_problems([e for e in exprs if isinstance(e, Communication)], namer))
+    if fusion.segments is not None:
+        problems.extend(locality_problems(fusion))
     if problems:
         raise VerifyError("invalid fusion:\n  " + "\n  ".join(dict.fromkeys(problems)))
 
@@ -125,4 +131,25 @@ def layout_problems(comms: list[Communication], namer: Namer) -> list[str]:
             + ", ".join(name(c) for c in reducing)
             + "; run assign-layouts so that all are pinned or all are free"
         )
+    return problems
+
+
+def locality_problems(fusion: Fusion) -> list[str]:
+    """After `segment`: every expression of a kernel computes from local shards."""
+    problems = []
+    for seg in fusion.segments:
+        if not isinstance(seg, Kernel):
+            continue
+        for e in seg.exprs:
+            if is_resharding(e):
+                problems.append(
+                    f"kernel expression {e.output.name} = Set({e.input.name}) moves data "
+                    f"between shardings ({describe_sharding(e.input)} -> "
+                    f"{describe_sharding(e.output)}); run insert-reshardings before segment"
+                )
+            for p in non_local_inputs(e):
+                problems.append(
+                    f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
+                    f"{describe_sharding(e.output)}: not local; run insert-reshardings before segment"
+                )
     return problems
