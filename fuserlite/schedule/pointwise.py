@@ -208,8 +208,14 @@ def schedule_pointwise(
     loads = cache_inputs(kernel)
     stores = cache_outputs(kernel)
     kernel.exprs = loads + list(kernel.exprs) + stores
-    # Tensors produced by another segment keep their schedule; only fusion inputs are replayed.
-    frozen = {id(t) for t in kernel.inputs if t.definition is not None}
+    # Tensors produced by another segment, or read by another segment too, keep their
+    # schedule: only fusion inputs this kernel alone reads are replayed.
+    inside = {id(e) for e in kernel.exprs}
+    frozen = {
+        id(t)
+        for t in kernel.inputs
+        if t.definition is not None or any(id(u) not in inside for u in t.uses)
+    }
     exprs = [e for e in kernel.exprs if not any(id(t) in frozen for t in e.inputs)]
     reached: set[int] = set()
     reference = None
@@ -223,6 +229,8 @@ def schedule_pointwise(
         reached.update(id(t) for t in propagate(ref, exprs))
         reference = reference or ref
     for inp in kernel.inputs:  # nvFuser leaves global inputs unparallelized
+        if id(inp) in frozen:
+            continue
         for ax in inp.domain.loop:
             if not ax.is_device_parallel and ax.definition is not None:
                 ax.parallel_type = ParallelType.Serial
