@@ -40,6 +40,7 @@ from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
 from fuserlite.printer import print_program, print_scheduled
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.executor import FusionExecutor
+from fuserlite.schedule.shard import resize_meshes
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -191,16 +192,18 @@ def fusion_devices(fusion: Fusion) -> list[int]:
     return sorted(devices) or [0]
 
 
-def check_devices(fusion: Fusion, path: str, requested: int | None) -> int:
-    """The number of simulated devices: the fusion's meshes must use devices 0..N-1."""
+def apply_devices(fusion: Fusion, path: str, requested: int | None) -> int:
+    """The number of devices to run on: the file's, or `requested` after moving every
+    tensor from devices 0..k-1 to 0..N-1 (same sharded axes)."""
     devices = fusion_devices(fusion)
-    if requested is not None and devices != list(range(requested)):
-        raise ExecutionError(
-            f"{path} places tensors on devices {devices}, but --devices {requested} asks for "
-            f"devices 0..{requested - 1}; edit the meshes in the file or pass "
-            f"--devices {devices[-1] + 1}"
-        )
-    return devices[-1] + 1
+    if requested is None or devices == list(range(requested)):
+        return devices[-1] + 1
+    try:
+        resize_meshes(fusion, requested)
+        fuserlite.verify(fusion)
+    except FuserliteError as exc:
+        raise ExecutionError(f"{path} cannot run on --devices {requested}: {exc}") from exc
+    return requested
 
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
@@ -208,7 +211,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     fusion = load_fusion(args.path)
     backend = make_backend(args.backend)
     try:
-        num_devices = check_devices(fusion, args.path, args.devices)
+        num_devices = apply_devices(fusion, args.path, args.devices)
         inputs = fuserlite.random_inputs(fusion, args.seed)
         executor = FusionExecutor(fusion, backend=backend, schedule=not args.no_schedule)
         outputs = executor.run(inputs)
@@ -354,7 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("path", metavar="PATH", help="a .fus file")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument(
-        "--devices", type=int, metavar="N", help="check that the fusion uses devices 0..N-1"
+        "--devices",
+        type=int,
+        metavar="N",
+        help="run on devices 0..N-1 (re-shards the file's meshes)",
     )
     r.add_argument(
         "--backend", choices=BACKENDS, default="sim", help="sim (default, in-process) or mpi"

@@ -92,3 +92,15 @@ def test_mesh_flows_backwards_to_inputs():
         f.add_output(y)
     run_pass(f)
     assert x.mesh == fl.DeviceMesh([0, 1])
+
+
+def test_resize_meshes_keeps_the_sharded_axes():
+    from fuserlite.schedule.shard import resize_meshes
+
+    f = models.tensor_parallel_mlp(2)
+    resize_meshes(f, 4)
+    fl.verify(f)
+    w1 = f.inputs[1]
+    assert w1.mesh == fl.DeviceMesh.for_num_devices(4) and sharded_data_axis(w1) == 0
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))

@@ -1,8 +1,12 @@
-"""Give a tensor a device sharding on one logical axis."""
+"""Give a tensor a device sharding on one logical axis; move a fusion to another device count."""
 
 from __future__ import annotations
 
+from fuserlite.ir.domain import Split, TensorDomain
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.schedule.primitives import parallelize_axis, split
@@ -27,3 +31,48 @@ def shard_axis(
     else:
         outer, _ = split(tv, pos, mesh.size, inner_split=False)
         parallelize_axis(outer, parallel_type)
+
+
+def resize_meshes(fusion: Fusion, num_devices: int) -> None:
+    """Move every tensor from devices 0..k-1 to devices 0..num_devices-1, keeping
+    which axis each tensor is sharded on.
+
+    Only tensors whose transforms are their sharding splits can be moved, and a
+    device-parallel logical axis (extent k) cannot: its extent is the device
+    count. Both raise FusionError naming the tensor.
+    """
+    if num_devices < 1:
+        raise FusionError(f"the number of devices must be at least 1, got {num_devices}")
+    new_mesh = DeviceMesh.for_num_devices(num_devices)
+    for tv in fusion.tensors_created:
+        if tv.mesh is not None and tv.mesh.devices != tuple(range(tv.mesh.size)):
+            raise FusionError(
+                f"{tv.name} is on {tv.mesh}; only meshes of devices 0..k-1 can be resized"
+            )
+        if tv.mesh is None and not tv.device_axes():
+            continue
+        sharded = {pt: s.logical_index for pt, s in shardings(tv).items()} if tv.mesh else {}
+        for t in tv.domain.transforms:
+            if not (isinstance(t, Split) and t.outer.is_device_parallel):
+                raise FusionError(
+                    f"{tv.name} has schedule transforms besides its sharding; "
+                    "resize the meshes before scheduling"
+                )
+        for li in sharded.values():
+            ax = tv.domain.logical[li]
+            if ax in tv.domain.loop and ax.extent != num_devices:
+                raise FusionError(
+                    f"{tv.name} axis {li} ({ax.extent} devices) is parallelized as a whole, so its "
+                    f"extent is the device count; outer_split it by the mesh size to make the "
+                    f"fusion resizable to {num_devices} devices"
+                )
+        if tv.mesh is None:  # DID given, mesh inherited later: only a whole-axis DID is possible
+            continue
+        contiguity = list(tv.domain.contiguity) if tv.domain.allocation is None else None
+        broadcast_dids = {ax: ax.parallel_type for ax in tv.domain.logical if ax.is_broadcast}
+        tv.domain = TensorDomain(tv.domain.logical, contiguity)
+        for ax in tv.domain.logical:
+            ax.parallel_type = broadcast_dids.get(ax, ParallelType.Serial)
+        tv.set_device_mesh(new_mesh)
+        for pt, li in sharded.items():
+            shard_axis(tv, li, new_mesh, pt)
