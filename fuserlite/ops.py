@@ -39,7 +39,7 @@ def _shape_text(tv: TensorView) -> str:
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
     """The logical axes that hold data (every axis but reductions)."""
-    return [ax for ax in tv.domain.logical if not ax.is_reduction]
+    return tv.data_axes()
 
 
 def _new_axis(extent: int, iter_type: IterType = IterType.ITERATION) -> IterDomain:

@@ -96,7 +96,7 @@ def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
 def _reshard_input(expr: Expr, producer: TensorView, wanted: Placement) -> None:
     mesh, axes = wanted
     resharded = fresh_like(producer)
-    data = [i for i, ax in enumerate(producer.domain.logical) if not ax.is_reduction]
+    data = producer.data_positions()
     _shard(resharded, mesh, {pt: data.index(li) for pt, li in axes.items()})
     LoadStoreOp(resharded, producer)
     expr.replace_input(producer, resharded)

@@ -12,11 +12,6 @@ from fuserlite.ir.expr import (
 from fuserlite.ir.tensor import TensorView
 
 
-def _data_positions(tv: TensorView) -> list[int]:
-    """Logical indices of the data (non-reduction) axes."""
-    return [i for i, ax in enumerate(tv.domain.logical) if not ax.is_reduction]
-
-
 def producer_to_consumer(expr: Expr, producer: TensorView) -> dict[int, int]:
     """{producer logical index: consumer logical index} for the axes the expression maps.
 
@@ -27,7 +22,7 @@ def producer_to_consumer(expr: Expr, producer: TensorView) -> dict[int, int]:
     of axes it splits or merges (so an outer sharding of a group stays local).
     """
     consumer = expr.output
-    p_data = _data_positions(producer)
+    p_data = producer.data_positions()
     c_all = list(range(len(consumer.domain.logical)))
     if isinstance(expr, ReshapeOp):
         groups = reshape_groups(producer.shape, consumer.shape)

@@ -79,12 +79,7 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
 def shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
     """The valid device shardings of a tensor (broadcast DIDs ignored)."""
     out: dict[ParallelType, AxisSharding] = {}
-    data_pos = {}
-    k = 0
-    for i, ax in enumerate(tv.domain.logical):
-        if not ax.is_reduction:
-            data_pos[i] = k
-            k += 1
+    data_pos: dict[int, int] | None = None
     for ax in tv.domain.loop:
         if not ax.parallel_type.is_device or ax.is_broadcast:
             continue
@@ -92,6 +87,8 @@ def shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
             continue
         origin = logical_origin(tv, ax)
         li = tv.domain.logical.index(origin)
+        if data_pos is None:
+            data_pos = {i: k for k, i in enumerate(tv.data_positions())}
         out[ax.parallel_type] = AxisSharding(ax.parallel_type, li, data_pos.get(li), tv.mesh.size)
     return out
 

@@ -59,7 +59,15 @@ class TensorView:
     @property
     def shape(self) -> tuple[int, ...]:
         """Global shape of the data: logical extents without reduction axes."""
-        return tuple(ax.extent for ax in self.domain.logical if not ax.is_reduction)
+        return tuple(ax.extent for ax in self.data_axes())
+
+    def data_axes(self) -> list[IterDomain]:
+        """The logical axes that hold data: every axis but reductions."""
+        return [ax for ax in self.domain.logical if not ax.is_reduction]
+
+    def data_positions(self) -> list[int]:
+        """Positions in the logical domain of the data axes."""
+        return [i for i, ax in enumerate(self.domain.logical) if not ax.is_reduction]
 
     def axis(self, i: int) -> IterDomain:
         """Loop axis i (negative counts from the end)."""

@@ -42,7 +42,7 @@ from fuserlite.schedule.primitives import merge, parallelize_axis, split
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
     """The logical axes that hold data (every axis but reductions)."""
-    return [ax for ax in tv.domain.logical if not ax.is_reduction]
+    return tv.data_axes()
 
 
 def axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
