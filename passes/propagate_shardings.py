@@ -24,17 +24,24 @@ from fuserlite.schedule.shard import shard_axis
 
 
 def _propagate_meshes(fusion: Fusion) -> None:
+    """Forward from producers, backward from consumers, until nothing changes (a
+    mesh found going backward can open a new forward path to a sibling)."""
     exprs = fusion.exprs()
-    for expr in exprs:
-        mesh = next((t.mesh for t in expr.inputs if t.mesh is not None), None)
-        for out in expr.outputs:
-            if out.mesh is None and mesh is not None:
-                out.mesh = mesh
-    for expr in reversed(exprs):
-        mesh = next((t.mesh for t in expr.outputs if t.mesh is not None), None)
-        for inp in expr.inputs:
-            if inp.mesh is None and mesh is not None:
-                inp.mesh = mesh
+    changed = True
+    while changed:
+        changed = False
+        for expr in exprs:
+            mesh = next((t.mesh for t in expr.inputs if t.mesh is not None), None)
+            for out in expr.outputs:
+                if out.mesh is None and mesh is not None:
+                    out.mesh = mesh
+                    changed = True
+        for expr in reversed(exprs):
+            mesh = next((t.mesh for t in expr.outputs if t.mesh is not None), None)
+            for inp in expr.inputs:
+                if inp.mesh is None and mesh is not None:
+                    inp.mesh = mesh
+                    changed = True
 
 
 def _candidates(expr) -> list[TensorView]:

@@ -13,7 +13,8 @@ schedule propagated to every tensor of the kernel (no tensor has two loop
 axes with one parallel type; a device type on a broadcast axis is never
 copied onto split outputs), `ca_pos` / `produce_pos` set, and
 `kernel.scheduled = True`. Other kernels (reductions, matmul, linear,
-expand, reshape) are unchanged and say why in `kernel.notes`.
+expand, reshape, or pointwise kernels one reference cannot reach entirely,
+whose attempt is undone) are unchanged and say why in `kernel.notes`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.program import Kernel
 from fuserlite.passes.base import Pass, register
 from fuserlite.schedule.pointwise import compute_kernels, schedule_pointwise, unsupported_reason
+from fuserlite.schedule.shard import has_schedule
 
 __all__ = ["SchedulePointwise", "schedule_pointwise"]
 
@@ -38,6 +42,9 @@ class SchedulePointwise(Pass):
     vectorize: bool = False
 
     def run(self, fusion: Fusion) -> None:
+        # Tensors carrying transforms other than sharding splits before this pass
+        # were scheduled by the user; earlier kernels' schedules do not count.
+        user = {id(tv) for tv in fusion.tensors() if has_schedule(tv)}
         for kernel in compute_kernels(fusion):
             if kernel.scheduled:
                 continue
@@ -45,4 +52,48 @@ class SchedulePointwise(Pass):
             if why is not None:
                 kernel.notes.append(f"schedule-pointwise: not scheduled: {why}")
                 continue
-            schedule_pointwise(kernel, self.block_size, self.vectorize)
+            snapshot = _Snapshot(kernel)
+            try:
+                schedule_pointwise(kernel, self.block_size, self.vectorize)
+            except ScheduleError as exc:
+                if any(id(tv) in user for tv in kernel.tensors):
+                    raise  # the user's own schedule cannot be propagated: say so
+                # One reference cannot reach every tensor of this kernel (unrelated
+                # outputs, a broadcast-only reference next to a sharded one): run it
+                # expression by expression instead, and say why.
+                snapshot.restore()
+                kernel.notes.append(f"schedule-pointwise: not scheduled: {exc}")
+
+
+class _Snapshot:
+    """Everything schedule_pointwise may change in a kernel, to undo a failed attempt."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.exprs = list(kernel.exprs)
+        self.edges = [(e, list(e.inputs), list(e.outputs)) for e in kernel.exprs]
+        self.tensors = []
+        for tv in kernel.tensors:
+            dom = tv.domain
+            ids = dom.ids_between_logical_and_loop()
+            self.tensors.append(
+                (
+                    tv,
+                    tv.definition,
+                    list(tv.uses),
+                    (list(dom.loop), list(dom.transforms), dom.allocation, list(dom.contiguity)),
+                    [(ax, ax.parallel_type) for ax in ids],
+                    (tv.compute_at_pos, tv.produce_pos),
+                )
+            )
+
+    def restore(self) -> None:
+        self.kernel.exprs = self.exprs
+        for e, inputs, outputs in self.edges:
+            e.inputs, e.outputs = inputs, outputs
+        for tv, definition, uses, dom, parallel, positions in self.tensors:
+            tv.definition, tv.uses = definition, uses
+            tv.domain.loop, tv.domain.transforms, tv.domain.allocation, tv.domain.contiguity = dom
+            for ax, pt in parallel:
+                ax.parallel_type = pt
+            tv.compute_at_pos, tv.produce_pos = positions

@@ -156,9 +156,18 @@ def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Pl
 
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
-    """True if a sharded axis of `target` comes from no input axis (e.g. a reshape)."""
-    mapped = {c for p in expr.inputs for c in producer_to_consumer(expr, p).values()}
-    return any(s.logical_index not in mapped for s in shardings(target).values())
+    """True if a sharded axis of `target` comes from no input axis that could be
+    sharded the same way (e.g. a reshape whose source axis the mesh does not divide)."""
+    for s in shardings(target).values():
+        sources = [
+            p.domain.logical[pi]
+            for p in expr.inputs
+            for pi, c in producer_to_consumer(expr, p).items()
+            if c == s.logical_index
+        ]
+        if not any(ax.is_broadcast or ax.extent % s.num_devices == 0 for ax in sources):
+            return True
+    return False
 
 
 def is_resharding(expr: Expr) -> bool:

@@ -93,7 +93,10 @@ class FusionExecutor:
     def devices(self) -> list[int]:
         """Every device any tensor of the lowered program lives on."""
         devs: set[int] = set()
-        for tv in self.lowered.tensors():
+        for tv in (
+            *self.lowered.inputs,
+            *self.lowered.tensors(),
+        ):  # inputs read only by dead code too
             devs.update(mesh_of(tv).devices)
         return sorted(devs)
 

@@ -33,6 +33,13 @@ def shard_axis(
         parallelize_axis(outer, parallel_type)
 
 
+def has_schedule(tv: TensorView) -> bool:
+    """True if tv has transforms other than its sharding splits."""
+    return any(
+        not (isinstance(t, Split) and t.outer.is_device_parallel) for t in tv.domain.transforms
+    )
+
+
 def resize_meshes(fusion: Fusion, num_devices: int) -> None:
     """Move every tensor from devices 0..k-1 to devices 0..num_devices-1, keeping
     which axis each tensor is sharded on.
@@ -52,12 +59,11 @@ def resize_meshes(fusion: Fusion, num_devices: int) -> None:
         if tv.mesh is None and not tv.device_axes():
             continue
         sharded = {pt: s.logical_index for pt, s in shardings(tv).items()} if tv.mesh else {}
-        for t in tv.domain.transforms:
-            if not (isinstance(t, Split) and t.outer.is_device_parallel):
-                raise FusionError(
-                    f"{tv.name} has schedule transforms besides its sharding; "
-                    "resize the meshes before scheduling"
-                )
+        if has_schedule(tv):
+            raise FusionError(
+                f"{tv.name} has schedule transforms besides its sharding; "
+                "resize the meshes before scheduling"
+            )
         for li in sharded.values():
             ax = tv.domain.logical[li]
             if ax in tv.domain.loop and ax.extent != num_devices:
