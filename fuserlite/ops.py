@@ -391,8 +391,7 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
     """x[..., k] @ weight[n, k]^T (+ bias[n]) -> [..., n]; the product keeps a trailing rk axis."""
     x, weight = _check_tensor(x, "linear"), _check_tensor(weight, "linear")
-    if bias is not None:
-        _fusion_of(x, weight, _check_tensor(bias, "linear"))
+    _fusion_of(x, weight, *([_check_tensor(bias, "linear")] if bias is not None else []))
     if len(weight.shape) != 2 or len(x.shape) < 1 or x.shape[-1] != weight.shape[1]:
         raise FusionError(
             f"linear: {_shape_text(x)} and weight {_shape_text(weight)}: expects x[..., k] "

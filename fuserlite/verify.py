@@ -94,6 +94,8 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
     problems: list[str] = []
     for tv in tensors:
         problems.extend(tensor_problems(tv, namer, mesh_inferable))
+    if not fusion.outputs:
+        problems.append("the fusion has no outputs; mark one with fusion.add_output")
     for out in fusion.outputs:
         if out.definition is None and out not in fusion.inputs:
             problems.append(f"output {out.name} is neither computed nor an input")

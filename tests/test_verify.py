@@ -120,3 +120,11 @@ def test_rejects_reading_a_tensor_that_is_not_an_input() -> None:
         fusion.add_output(fl.neg(x))
     with pytest.raises(fl.VerifyError, match=r"T0 is read by T1 = neg\(...\) but is not a fusion"):
         fl.verify(fusion)
+
+
+def test_a_fusion_without_outputs_is_rejected() -> None:
+    with fl.Fusion() as fusion:
+        x = fl.tensor([2])
+        fusion.add_input(x)
+    with pytest.raises(fl.VerifyError, match="no outputs; mark one with fusion.add_output"):
+        fl.verify(fusion)
