@@ -32,7 +32,9 @@ def test_pass_on_unsegmented_fusion_matches_seed_shape() -> None:
     assert "T3_l_float[ iblockIdx.x" in text and "cache_op=Streaming" in text
     assert "= Set( T1_g_float[ bdeviceIdx.x1{1} ] (DeviceMesh{0 1}), cache_op=AllLevels )" in text
     assert "T4_l_float[ bblockIdx.x" in text and "bthreadIdx.x" in text
-    assert "T2_g_float[ iblockIdx.x" in text and "ca_pos( 3 ) produce_pos( 3 )" in text
+    # as in the seed: loads and stores at the Unswitch axis, the add innermost
+    assert "T2_g_float[ iblockIdx.x" in text and "ca_pos( 2 ) produce_pos( 3 )" in text
+    assert "] ca_pos( 3 ) produce_pos( 2 ) (DeviceMesh{0 1})" in text
     # The only device axis anywhere is T1's own bdeviceIdx.x1{1}: never copied, never split.
     assert text.count("deviceIdx.x") == text.count("bdeviceIdx.x1{1}") == 4
     fl.verify(fusion)

@@ -179,15 +179,30 @@ def _inlinable(producer: TensorView, expr: Expr) -> bool:
     return all(id(c) in covered for c in data_axes(consumer) if _iterated(consumer, c))
 
 
+def _inline_position(tv: TensorView, inputs: set[int], outputs: set[int]) -> int:
+    """As nvFuser's pointwise scheduler: loads from and stores to global memory are
+    computed at the Unswitch axis (so they are unswitched together), the rest at
+    the innermost loop."""
+    d = tv.definition
+    is_load = d is not None and any(id(t) in inputs for t in d.inputs)
+    if is_load or id(tv) in outputs:
+        for pos, ax in enumerate(tv.domain.loop):
+            if ax.parallel_type is ParallelType.Unswitch:
+                return pos + 1
+    return len(tv.domain.loop)
+
+
 def compute_inline_positions(kernel: Kernel) -> None:
     """Set ca_pos and produce_pos of every tensor the kernel computes."""
     computed = [e.output for e in kernel.exprs]
     computed_ids = {id(t) for t in computed}
     expr_ids = {id(e) for e in kernel.exprs}
+    inputs = {id(t) for t in kernel.inputs}
+    outputs = {id(t) for t in kernel.outputs}
     for tv in computed:
         users = [e for e in dict.fromkeys(tv.uses) if id(e) in expr_ids]
         inline = all(_inlinable(tv, e) for e in users)
-        tv.compute_at_pos = len(tv.domain.loop) if inline else 0
+        tv.compute_at_pos = _inline_position(tv, inputs, outputs) if inline else 0
     for e in kernel.exprs:
         producers = [t for t in e.inputs if id(t) in computed_ids]
         e.output.produce_pos = max((t.compute_at_pos for t in producers), default=0)
