@@ -7,6 +7,7 @@ import sys
 from pointwise_cases import build, seed004
 
 import fuserlite as fl
+from fuserlite import models
 from fuserlite.ir.expr import LoadStoreOp
 from fuserlite.ir.program import Kernel
 from fuserlite.ir.types import MemoryType, ParallelType
@@ -99,3 +100,13 @@ def test_segments_are_each_scheduled_once() -> None:
     assert kernel.scheduled
     assert [ax.extent for ax in fusion.outputs[0].domain.loop] == [2, 1, 256]
     assert len(kernel.exprs) == 3
+
+
+def test_running_the_pass_twice_on_an_unsegmented_fusion_schedules_once() -> None:
+    from fuserlite.passes.schedule_pointwise import SchedulePointwise
+
+    fusion = models.add_broadcast(2, True)
+    SchedulePointwise().run(fusion)
+    once = str(fusion)
+    SchedulePointwise().run(fusion)
+    assert str(fusion) == once

@@ -44,7 +44,14 @@ VECTOR_WIDTH = 4
 def whole_fusion_kernel(fusion: Fusion) -> Kernel:
     """The whole fusion as one kernel (used while `fusion.segments` is None)."""
     mesh = next((tv.mesh for tv in fusion.tensors() if tv.mesh is not None), None)
-    return Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), mesh)
+    kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), mesh)
+    # A fusion scheduled before (no segments to remember it) has thread/block axes.
+    kernel.scheduled = any(
+        ax.parallel_type.is_thread or ax.parallel_type.is_block
+        for tv in kernel.tensors
+        for ax in tv.domain.loop
+    )
+    return kernel
 
 
 def compute_kernels(fusion: Fusion) -> list[Kernel]:
