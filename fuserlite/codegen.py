@@ -36,7 +36,6 @@ from fuserlite.schedule.indexing import (
     add,
     c_expr,
     const,
-    grid_axes,
     kernel_grid,
     loop_var,
     lower_tensor,
@@ -54,6 +53,19 @@ C_TYPES = {
     DType.bool: "bool",
 }
 
+# Registers hold half values as float (CUDA's __half has few overloads): loads
+# convert with __half2float, stores with __float2half.
+COMPUTE_TYPES = {**C_TYPES, DType.float16: "float"}
+
+
+def _load(tv: TensorView, text: str) -> str:
+    return f"__half2float({text})" if tv.dtype is DType.float16 else text
+
+
+def _store(tv: TensorView, text: str) -> str:
+    return f"__float2half({text})" if tv.dtype is DType.float16 else text
+
+
 _UNARY = {
     UnaryOpType.exp: "exp({})",
     UnaryOpType.tanh: "tanh({})",
@@ -61,7 +73,7 @@ _UNARY = {
     UnaryOpType.log: "log({})",
     UnaryOpType.neg: "(-{})",
     UnaryOpType.abs: "({0} < 0 ? -{0} : {0})",
-    UnaryOpType.relu: "({0} > 0 ? {0} : 0)",
+    UnaryOpType.relu: "({0} > 0 ? {0} : decltype({0})(0))",
 }
 _BINARY = {
     BinaryOpType.add: "({} + {})",
@@ -82,10 +94,8 @@ _HW_INDEX = {
 
 
 def is_scheduled(kernel: Kernel) -> bool:
-    """True if the kernel carries a schedule (the flag, or scheduled tensors)."""
-    return kernel.scheduled or any(
-        e.output.compute_at_pos > 0 or grid_axes(e.output) for e in kernel.exprs
-    )
+    """True if schedule-pointwise scheduled the kernel (a sharding split alone is no schedule)."""
+    return kernel.scheduled
 
 
 def launch_dims(grid: list[GridAxis]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -132,7 +142,7 @@ class _KernelWriter:
     def value_at(self, tv: TensorView, coords: list) -> str:
         """`tv` at the given coordinates: a global load or a recomputation."""
         if id(tv) in self.inputs or tv.definition is None:
-            return f"{tv.name}[{_offset(tv, coords)}]"
+            return _load(tv, f"{tv.name}[{_offset(tv, coords)}]")
         expr = tv.definition
         args = [self.value_at(p, producer_coords(expr, p, coords)) for p in expr.inputs]
         return _op_text(expr, args)
@@ -140,7 +150,8 @@ class _KernelWriter:
     def operand(self, expr: Expr, tv: TensorView, coords: list, pred: str) -> str:
         if tv.compute_at_pos > 0 and id(tv) not in self.inputs:
             return f"t{tv.number}"
-        return f"({pred} ? {self.value_at(tv, producer_coords(expr, tv, coords))} : 0)"
+        zero = f"static_cast<{COMPUTE_TYPES[tv.dtype]}>(0)"
+        return f"({pred} ? {self.value_at(tv, producer_coords(expr, tv, coords))} : {zero})"
 
     def write(self, indent: str) -> None:
         outputs = {id(t) for t in self.kernel.outputs}
@@ -154,11 +165,12 @@ class _KernelWriter:
             args = [self.operand(expr, t, coords, p) for t in expr.inputs]
             if stored or any(p in a for a in args):
                 self.lines.append(f"{indent}const bool {p} = {pred};")
-            ctype = C_TYPES[out.dtype]
+            ctype = COMPUTE_TYPES[out.dtype]
             self.lines.append(f"{indent}const {ctype} t{out.number} = {_op_text(expr, args)};")
             if stored:
                 offset = _offset(out, coords)
-                self.lines.append(f"{indent}if ({p}) {out.name}[{offset}] = t{out.number};")
+                value = _store(out, f"t{out.number}")
+                self.lines.append(f"{indent}if ({p}) {out.name}[{offset}] = {value};")
 
 
 def _scalar(value: float, ctype: str) -> str:
@@ -167,9 +179,9 @@ def _scalar(value: float, ctype: str) -> str:
 
 def _op_text(expr: Expr, args: list[str]) -> str:
     """The C expression of one pointwise expression."""
-    ctype = C_TYPES[expr.output.dtype]
+    ctype = COMPUTE_TYPES[expr.output.dtype]
     cast = [
-        a if t.dtype is expr.output.dtype else f"static_cast<{ctype}>({a})"
+        a if COMPUTE_TYPES[t.dtype] == ctype else f"static_cast<{ctype}>({a})"
         for a, t in zip(args, expr.inputs)
     ]
     if isinstance(expr, (LoadStoreOp, BroadcastOp)):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 
+import numpy as np
+
 from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import (
@@ -90,6 +92,8 @@ def _out_like(tv: TensorView, dtype: DType | None = None) -> TensorView:
 # -- pointwise ----------------------------------------------------------------
 def _unary(op: UnaryOpType, x: TensorView) -> TensorView:
     x = _check_tensor(x, op.value)
+    if op is UnaryOpType.neg and x.dtype is DType.bool:
+        raise FusionError(f"neg: {x.name} is bool; negate a number type (cast is not supported)")
     dtype = (
         x.dtype
         if x.dtype.is_float or op in (UnaryOpType.neg, UnaryOpType.abs, UnaryOpType.relu)
@@ -151,6 +155,23 @@ def _promote(a: TensorView | Scalar, b: TensorView | Scalar, op: BinaryOpType) -
     return dtype
 
 
+_INF = float("inf")
+
+
+def _fits(value: int | float, dtype: DType) -> bool:
+    """True if a Python scalar converts to `dtype` without overflow."""
+    if isinstance(value, bool) or dtype is DType.bool:
+        return True
+    if dtype.is_float:
+        try:
+            f = float(value)
+        except OverflowError:
+            return False
+        return f != f or builtins.abs(f) <= float(np.finfo(dtype.numpy).max) or f in (_INF, -_INF)
+    info = np.iinfo(dtype.numpy)
+    return isinstance(value, int) and info.min <= value <= info.max
+
+
 def _check_broadcastable(op: BinaryOpType, a: TensorView, b: TensorView) -> None:
     """Compare trailing-aligned axes before anything is added to the fusion."""
     xs, ys = data_axes(a), data_axes(b)
@@ -181,6 +202,11 @@ def _binary(op: BinaryOpType, a: TensorView | Scalar, b: TensorView | Scalar) ->
             raise FusionError(f"{op.value}: operands must be tensors or numbers, got {x!r}")
     _fusion_of(a, b)
     dtype = _promote(a, b, op)
+    if op is BinaryOpType.sub and dtype is DType.bool:
+        raise FusionError(f"sub: both operands are bool; {op.value} needs numbers")
+    for x in (a, b):
+        if isinstance(x, (int, float)) and not _fits(x, dtype):
+            raise FusionError(f"{op.value}: the scalar {x!r} does not fit the {dtype.name} result")
     if isinstance(a, TensorView) and isinstance(b, TensorView):
         _check_broadcastable(op, a, b)
         a, b = _align_ranks(a, b)

@@ -62,6 +62,8 @@ def _inherit_sharding(expr, out: TensorView) -> None:
                 continue
             target = axis_map[s.logical_index]
             ax = out.domain.logical[target]
+            if ax not in out.domain.loop:  # the user scheduled this axis: leave it alone
+                continue
             if ax.is_broadcast or ax.is_reduction or pt in out.device_axes():
                 continue
             if ax.extent % out.mesh.size:

@@ -42,6 +42,11 @@ class SchedulePointwise(Pass):
     vectorize: bool = False
 
     def run(self, fusion: Fusion) -> None:
+        if not 1 <= self.block_size <= 1024:
+            raise ScheduleError(
+                f"schedule-pointwise: block_size {self.block_size} is a threadIdx.x extent and "
+                "must be in 1..1024"
+            )
         # Tensors carrying transforms other than sharding splits before this pass
         # were scheduled by the user; earlier kernels' schedules do not count.
         user = {id(tv) for tv in fusion.tensors() if has_schedule(tv)}

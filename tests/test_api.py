@@ -280,3 +280,19 @@ def test_readme_python_example_runs(capsys, monkeypatch) -> None:
     for block in rest:  # later blocks continue in the same session, as a reader would
         exec(compile(block, "README.md", "exec"), scope)
     assert "%kernel {" in capsys.readouterr().out
+
+
+def test_scalars_and_bools_the_result_cannot_hold_are_rejected() -> None:
+    with fl.Fusion():
+        i = fl.tensor([2], "int32")
+        b = fl.tensor([2], "bool")
+        x = fl.tensor([2])
+        with pytest.raises(fl.FusionError, match="3000000000 does not fit the int32"):
+            fl.mul(i, 3000000000)
+        with pytest.raises(fl.FusionError, match="does not fit the float32"):
+            fl.mul(x, 10**400)
+        with pytest.raises(fl.FusionError, match="neg: T1 is bool"):
+            fl.neg(b)
+        with pytest.raises(fl.FusionError, match="both operands are bool"):
+            fl.sub(b, b)
+        fl.add(x, float("inf"))  # infinities are values, not overflows

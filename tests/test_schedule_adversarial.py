@@ -44,26 +44,7 @@ from fuserlite.pipeline import PassFailed, default_pass_names
 from fuserlite.schedule.shard import has_schedule, shard_axis
 
 # Known compiler bugs (flag -> what goes wrong); see the module docstring.
-KNOWN_BUGS: dict[str, str] = {
-    # SchedulePointwise.run catches the ScheduleError schedule_pointwise raises for a
-    # block_size outside 1..1024 and leaves every kernel unscheduled with a note, so
-    # `schedule-pointwise[block_size=0]` lowers and runs without any error.
-    "invalid-block-size-silently-ignored": "block_size=0 / 1025 lower without an error",
-    # codegen prints `(p ? T0[i] : 0)`, `tanh(t)`, `(t > 0 ? t : 0)` for __half, which
-    # nvcc rejects (ambiguous conversions / overloads between __half and int / float).
-    "codegen-half-does-not-compile": "float16 kernels fail nvcc",
-    # With vectorize=true, schedule_pointwise schedules each reference of a kernel with
-    # several unrelated outputs on its own and adds the Vectorize split only where that
-    # reference's extent is a multiple of 4, so the kernel's tensors disagree on the
-    # grid depth and the runner (kernel_grid) raises "... scheduled loop axes but the
-    # kernel has ...". Recognised by its message.
-    "vectorize-mixed-grid-depth": "vectorize + unrelated outputs of different extents",
-    # codegen.is_scheduled counts the inner axis of a sharding split as a grid axis
-    # (indexing.grid_axes: "definition is not None"), so an unscheduled kernel whose
-    # output is sharded by an outer split (a reduction) is emitted, and cuda_source
-    # raises "... is neither device-parallel nor bound to the kernel grid".
-    "codegen-emits-unscheduled-sharded-kernel": "cuda_source raises on a sharded sum",
-}
+KNOWN_BUGS: dict[str, str] = {}  # all four bugs this file found are fixed
 KNOWN_BUG_MESSAGES: dict[str, re.Pattern] = {
     "vectorize-mixed-grid-depth": re.compile(r"scheduled loop axes but the kernel has"),
 }

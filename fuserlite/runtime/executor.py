@@ -68,7 +68,7 @@ class FusionExecutor:
         self.backend = make_backend(backend) if isinstance(backend, str) else backend
         self.schedule = schedule
         self.lowered = (pipeline or Pipeline.default()).run(fusion)
-        for step in self.lowered.segments or [None]:
+        for step in [None] if self.lowered.segments is None else self.lowered.segments:
             if not isinstance(step, (Kernel, Communication)):
                 what = "no segments" if step is None else f"an unlowered {step!r}"
                 raise ExecutionError(

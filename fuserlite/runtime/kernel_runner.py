@@ -60,6 +60,9 @@ def is_inlined(tv: TensorView) -> bool:
     return tv.compute_at_pos > 0
 
 
+MAX_GRID_POINTS = 2**28  # index arrays of this many int64 points take 2 GiB
+
+
 class _Grid:
     """The kernel grid as numpy index arrays, and lowered indices cached by structure.
 
@@ -71,6 +74,11 @@ class _Grid:
         self.grid = grid
         self.extents = tuple(g.extent for g in grid)
         self.size = math.prod(self.extents)
+        if self.size > MAX_GRID_POINTS:
+            raise ExecutionError(
+                f"the kernel grid {list(self.extents)} has {self.size} points; the kernel runner "
+                f"evaluates at most {MAX_GRID_POINTS} at once (split by smaller factors)"
+            )
         n = len(grid)
         self.env = {
             loop_var(j): np.arange(e, dtype=np.int64).reshape([1] * j + [e] + [1] * (n - j - 1))

@@ -18,11 +18,14 @@ class ValidationError(ExecutionError):
 
 
 def max_errors(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> list[float]:
-    """Largest absolute difference per output."""
-    return [
-        float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if r.size else 0.0
-        for o, r in zip(outputs, reference)
-    ]
+    """Largest absolute difference per output, over the elements where both are finite
+    (matching infinities and NaNs count as equal)."""
+    errors = []
+    for o, r in zip(outputs, reference):
+        o, r = np.asarray(o, np.float64), np.asarray(r, np.float64)
+        both = np.isfinite(o) & np.isfinite(r)
+        errors.append(float(np.max(np.abs(o[both] - r[both]))) if both.any() else 0.0)
+    return errors
 
 
 def validate(
@@ -43,8 +46,10 @@ def validate(
         if tol is None:
             ok = np.array_equal(out, ref)
         else:
-            scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
-            ok = np.allclose(out, ref, rtol=tol, atol=tol * scale, equal_nan=True)
+            finite = np.abs(ref[np.isfinite(ref)])
+            scale = max(1.0, float(finite.max())) if finite.size else 1.0
+            with np.errstate(invalid="ignore"):  # inf - inf in isclose's own arithmetic
+                ok = np.allclose(out, ref, rtol=tol, atol=tol * scale, equal_nan=True)
         if not ok:
             err = max_errors([out], [ref])[0]
             raise ValidationError(

@@ -83,8 +83,13 @@ def free_axes(tv: TensorView) -> list[IterDomain]:
 
 
 def choose_reference(candidates: list[TensorView]) -> TensorView:
-    """The candidate with the most free logical axes, the first on ties."""
-    return max(candidates, key=lambda tv: len(free_axes(tv)))  # max keeps the first on ties
+    """The candidate with the most free logical axes; on ties the one with more
+    non-broadcast axes (a broadcast-only tensor reaches nothing), then the first."""
+
+    def key(tv: TensorView) -> tuple[int, int]:
+        return len(free_axes(tv)), sum(not ax.is_broadcast for ax in tv.data_axes())
+
+    return max(candidates, key=key)  # max keeps the first on ties
 
 
 def _local_like(tv: TensorView) -> TensorView:
@@ -250,6 +255,12 @@ def schedule_pointwise(
         schedule_reference(ref, block_size, vectorize)
         reached.update(id(t) for t in propagate(ref, exprs))
         reference = reference or ref
+    depths = {len(grid_axes(e.output)) for e in exprs}
+    if len(depths) > 1:
+        raise ScheduleError(
+            "schedule-pointwise: the references of this kernel give its tensors different loop "
+            f"depths {sorted(depths)} (vectorized and not); schedule its outputs separately"
+        )
     for inp in kernel.inputs:  # nvFuser leaves global inputs unparallelized
         if id(inp) in frozen:
             continue

@@ -17,6 +17,8 @@ from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ParallelType
 
+MAX_FACTOR = 2**31 - 1  # loop extents are 32-bit in CUDA's grid
+
 
 def _axis_index(tv: TensorView, axis: int, what: str) -> int:
     n = len(tv.domain.loop)
@@ -31,9 +33,9 @@ def split(
     """Split loop axis `axis` of `tv` by `factor`; returns (outer, inner)."""
     kind = "split" if inner_split else "outer_split"
     i = _axis_index(tv, axis, kind)
-    if not isinstance(factor, int) or factor < 1:
+    if not isinstance(factor, int) or not 1 <= factor <= MAX_FACTOR:
         raise ScheduleError(
-            f"{kind}: {tv.name} axis {axis}: factor must be an integer >= 1, got {factor!r}"
+            f"{kind}: {tv.name} axis {axis}: factor must be an integer in 1..{MAX_FACTOR}, got {factor!r}"
         )
     ax = tv.domain.loop[i]
     if ax.is_device_parallel and not ax.is_broadcast:

@@ -73,11 +73,24 @@ def load(path: str | Path) -> Fusion:
     return parse(text, str(path))
 
 
-def _arg(node: Token | Tree) -> Arg:
+MAX_LIST_DEPTH = 2  # every argument of the format is a number, a list, or a list of lists
+
+
+class _TooDeep(Exception):
+    """A list nested deeper than any argument needs (located at its bracket)."""
+
+    def __init__(self, line: int, column: int) -> None:
+        super().__init__(f"lists nest at most {MAX_LIST_DEPTH} deep")
+        self.line, self.column = line, column
+
+
+def _arg(node: Token | Tree, depth: int = 0) -> Arg:
     """A value of the parse tree as an Arg (numbers converted, lists recursed)."""
     if isinstance(node, Tree):  # a list: keep its '[' for the position
         bracket = node.children[0]
-        items = [_arg(c) for c in node.children if not _is_punctuation(c)]
+        if depth >= MAX_LIST_DEPTH:
+            raise _TooDeep(bracket.line, bracket.column)
+        items = [_arg(c, depth + 1) for c in node.children if not _is_punctuation(c)]
         return Arg(items, "list", "a list", bracket.line, bracket.column)
     kind, value = "name", str(node)
     if node.type in ("TRUE", "FALSE"):
@@ -109,6 +122,8 @@ class _Builder:
                 getattr(self, "_" + stmt.data)(*stmt.children)
             except ParseError:
                 raise
+            except _TooDeep as exc:  # before scanning the (deep) statement for names
+                raise self.source.error(str(exc), exc.line, exc.column) from None
             except FuserliteError as exc:  # ops and primitives: locate at the statement
                 raise self._at_stmt(stmt, str(exc)) from None
             except Exception as exc:  # noqa: BLE001 - never let an internal error escape
