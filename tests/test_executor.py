@@ -201,3 +201,12 @@ def test_random_inputs_reject_bad_seeds_and_huge_tensors():
         fl.random_inputs(f)
     with pytest.raises(fl.ExecutionError, match="non-negative integer"):
         fl.random_inputs(allgather_fusion(), seed=-1)
+
+
+def test_a_fusion_that_passes_an_input_through_runs():
+    with fl.Fusion() as f:
+        x = fl.tensor([4])
+        f.add_input(x)
+        f.add_output(x)
+    inputs = fl.random_inputs(f)
+    np.testing.assert_array_equal(fl.FusionExecutor(f).run(inputs)[0], inputs[0])
