@@ -3,7 +3,8 @@
 Before: `segment` ran; resharding Sets sit between kernels.
 After: each of them is a Communication with its kind, team, root, reduction
 op and bytes sent per device; a Set that needs no data movement (replicated to
-sharded on one mesh) is a LocalSlice. A resharding no row of the table covers
+sharded on one mesh) is a LocalSlice. A reduction of partial sums whose only
+use is to be sliced again is one ReduceScatter, not an Allreduce and a slice. A resharding no row of the table covers
 raises LoweringError naming the expression and both shardings.
 """
 
@@ -131,7 +132,33 @@ class LowerCommunications(Pass):
             raise LoweringError(
                 "lower-communications needs the program's segments: run segment first"
             )
-        fusion.segments = [lower_set(s) if is_resharding(s) else s for s in fusion.segments]
+        segments = fuse_reduce_then_slice(fusion, fusion.segments)
+        fusion.segments = [lower_set(s) if is_resharding(s) else s for s in segments]
+
+
+def fuse_reduce_then_slice(fusion: Fusion, segments: list) -> list:
+    """partial -> replicated (Allreduce) whose only use slices it (LocalSlice) is one
+    ReduceScatter: half the bytes, and the replicated tensor is never built."""
+    dropped: set[int] = set()
+    for s in segments:
+        if not (is_resharding(s) and is_partial(s.input)):
+            continue
+        whole = s.output
+        uses = whole.uses
+        if whole in fusion.outputs or len(uses) != 1 or not is_resharding(uses[0]):
+            continue
+        (slice_,) = uses
+        same_mesh = slice_.output.mesh == whole.mesh == s.input.mesh
+        if not (
+            same_mesh
+            and sharded_data_axis(whole) is None
+            and sharded_data_axis(slice_.output) is not None
+        ):
+            continue
+        slice_.replace_input(whole, s.input)
+        s.detach()
+        dropped.add(id(s))
+    return [s for s in segments if id(s) not in dropped]
 
 
 def communications(fusion: Fusion) -> list[Communication]:

@@ -121,3 +121,30 @@ def test_lower_communications_needs_segments():
         fl.Pipeline(["propagate-shardings", "insert-reshardings", "lower-communications"]).run(
             build(mesh(), 0, mesh(), None)
         )
+
+
+def test_a_reduction_that_is_only_sliced_again_is_one_reduce_scatter():
+    with fl.Fusion() as f:
+        x = fl.tensor([ROWS, COLS])
+        f.add_input(x)
+        shard_axis(x, 0, mesh())
+        y = fl.sum(x, 0)  # left unsharded: partial sums -> replicated
+        z = fl.relu(y)
+        shard_axis(z, 0, mesh())  # ... then sliced again
+        f.add_output(z)
+    comms = run(f)
+    assert [c.kind.value for c in comms] == ["ReduceScatter"]
+    assert comms[0].bytes_per_device == (D - 1) * COLS * 4 // D
+
+
+def test_a_reduction_also_used_whole_stays_an_allreduce():
+    with fl.Fusion() as f:
+        x = fl.tensor([ROWS, COLS])
+        f.add_input(x)
+        shard_axis(x, 0, mesh())
+        y = fl.sum(x, 0)
+        z = fl.relu(y)
+        shard_axis(z, 0, mesh())
+        f.add_output(z)
+        f.add_output(fl.neg(y))
+    assert [c.kind.value for c in run(f)] == ["Allreduce", "LocalSlice"]
