@@ -210,3 +210,8 @@ def test_a_fusion_that_passes_an_input_through_runs():
         f.add_output(x)
     inputs = fl.random_inputs(f)
     np.testing.assert_array_equal(fl.FusionExecutor(f).run(inputs)[0], inputs[0])
+
+
+def test_communication_kind_compares_to_its_name():
+    (comm,) = fl.FusionExecutor(allgather_fusion()).communications
+    assert comm.kind == "Allgather" and comm.bytes_per_device == 3 * 2 * 3 * 4

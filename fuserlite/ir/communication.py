@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
 
 
-class CommKind(Enum):
+class CommKind(str, Enum):
     """Kinds of communication; the value is the printed name."""
 
     Allgather = "Allgather"
