@@ -31,6 +31,7 @@ import heapq
 import itertools
 from collections.abc import Iterable
 
+from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.domain import IterDomain, Merge, Split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import BroadcastOp, Expr
@@ -48,16 +49,20 @@ def data_axes(tv: TensorView) -> list[IterDomain]:
 def axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     """(producer logical axis, consumer logical axis) pairs of one expression."""
     consumer = expr.output
-    p_axes, c_axes = data_axes(producer), data_axes(consumer)
+    kept = len(consumer.data_axes())
     if isinstance(expr, BroadcastOp):
-        c_axes = [ax for ax, flag in zip(c_axes, expr.flags) if not flag]
-    if len(p_axes) != len(c_axes):
+        kept -= sum(expr.flags)
+    if len(producer.data_axes()) != kept:
         raise ScheduleError(
-            f"cannot map the axes of {producer.name} ({len(p_axes)} data axes) onto "
-            f"{consumer.name} ({len(c_axes)}) through {expr.op_name}; only pointwise, "
+            f"cannot map the axes of {producer.name} ({len(producer.data_axes())} data axes) "
+            f"onto {consumer.name} ({kept}) through {expr.op_name}; only pointwise, "
             "broadcast and set expressions are propagated through"
         )
-    return list(zip(p_axes, c_axes))
+    # The one axis map of the IR (ir/axis_map.py), as IterDomain pairs.
+    return [
+        (producer.domain.logical[p], consumer.domain.logical[c])
+        for p, c in producer_to_consumer(expr, producer).items()
+    ]
 
 
 def producer_coords(expr: Expr, producer: TensorView, coords: list) -> list:
