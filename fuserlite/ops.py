@@ -83,9 +83,11 @@ def _check_tensor(x, op: str) -> TensorView:
     return x
 
 
-def _out_like(tv: TensorView, dtype: DType | None = None) -> TensorView:
-    """A new tensor with tv's data axes (fresh IterDomains, same types)."""
-    axes = [_new_axis(ax.extent, ax.iter_type) for ax in data_axes(tv)]
+def like(tv: TensorView, dtype: DType | None = None, keep_reductions: bool = False) -> TensorView:
+    """A new local tensor with tv's data axes (or all logical axes), fresh IterDomains
+    of the same extents and types, no mesh, no schedule."""
+    source = tv.domain.logical if keep_reductions else data_axes(tv)
+    axes = [_new_axis(ax.extent, ax.iter_type) for ax in source]
     return TensorView(tv.fusion, axes, dtype or tv.dtype)
 
 
@@ -99,7 +101,7 @@ def _unary(op: UnaryOpType, x: TensorView) -> TensorView:
         if x.dtype.is_float or op in (UnaryOpType.neg, UnaryOpType.abs, UnaryOpType.relu)
         else DType.float32
     )
-    out = _out_like(x, dtype)
+    out = like(x, dtype)
     UnaryOp(op, out, x)
     return out
 
@@ -219,7 +221,7 @@ def _binary(op: BinaryOpType, a: TensorView | Scalar, b: TensorView | Scalar) ->
         out = TensorView(a.fusion, axes, dtype)
     else:
         ref = a if isinstance(a, TensorView) else b
-        out = _out_like(ref, dtype)
+        out = like(ref, dtype)
     BinaryOp(op, out, a, b)
     return out
 
@@ -257,7 +259,7 @@ def minimum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
 def set(x: TensorView) -> TensorView:  # noqa: A001 - nvFuser's name for a copy
     """A copy of x; between different shardings, a resharding."""
     x = _check_tensor(x, "set")
-    out = _out_like(x)
+    out = like(x)
     LoadStoreOp(out, x)
     return out
 

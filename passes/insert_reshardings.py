@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.communication import Communication
-from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
@@ -30,18 +29,9 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
+from fuserlite.ops import like
 from fuserlite.passes.base import Pass, register
 from fuserlite.schedule.shard import shard_axis
-
-
-def fresh_like(tv: TensorView, keep_reductions: bool = False) -> TensorView:
-    """A new local tensor with tv's axes (fresh IterDomains), unsharded, no mesh."""
-    axes = [
-        IterDomain(ax.extent, ax.iter_type)
-        for ax in tv.domain.logical
-        if keep_reductions or not ax.is_reduction
-    ]
-    return TensorView(tv.fusion, axes, tv.dtype)
 
 
 def _shard(tv: TensorView, mesh: DeviceMesh | None, axes: dict[ParallelType, int]) -> None:
@@ -72,7 +62,7 @@ def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
     partial_axes = {pt: li for pt, li in partial_axes.items() if pt not in already}
     if not partial_axes:
         return out
-    partial = fresh_like(out, keep_reductions=True)
+    partial = like(out, keep_reductions=True)
     _shard(partial, mesh, partial_axes)
     expr.outputs = [partial]
     partial.definition = expr
@@ -84,7 +74,7 @@ def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
 def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
     """For outputs whose sharded axis maps to no input axis: compute replicated, then slice."""
     out = expr.output
-    replicated = fresh_like(out, keep_reductions=True)
+    replicated = like(out, keep_reductions=True)
     replicated.set_device_mesh(out.mesh)
     expr.outputs = [replicated]
     replicated.definition = expr
@@ -95,7 +85,7 @@ def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
 
 def _reshard_input(expr: Expr, producer: TensorView, wanted: Placement) -> None:
     mesh, axes = wanted
-    resharded = fresh_like(producer)
+    resharded = like(producer)
     data = producer.data_positions()
     _shard(resharded, mesh, {pt: data.index(li) for pt, li in axes.items()})
     LoadStoreOp(resharded, producer)
