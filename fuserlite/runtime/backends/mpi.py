@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -34,6 +35,7 @@ from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.expr import ReductionOpType
 from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, contiguous
 
+ABORT_GRACE_S = 0.5
 FAIL_RANK_ENV = "FUSERLITE_FAIL_RANK"
 
 
@@ -128,6 +130,9 @@ class MpiCommunicator(Communicator):
             text = str(exc)
             prefix = "" if text.startswith(f"rank {self.rank}:") else f"rank {self.rank}: "
             print(f"{what}: {prefix}{text}", file=sys.stderr, flush=True)
+            # mpiexec forwards our stderr through its proxy, which an abort tears down:
+            # give it a moment to pass the message on (this path ends the job anyway).
+            time.sleep(ABORT_GRACE_S)
             self.world.Abort(1)
             os._exit(1)  # MPICH's Abort can return before the process manager kills us
 
