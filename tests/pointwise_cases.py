@@ -5,26 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import fuserlite as fl
+from fuserlite import models
 
 
 def seed004(parallelized: bool, num_devices: int) -> fl.Fusion:
-    """Seed 004: z = x[D] + y[1]; the broadcast y is DIDx, or x and z are DIDx."""
-    with fl.Fusion() as fusion:
-        mesh = fl.DeviceMesh.for_num_devices(num_devices)
-        x = fl.tensor([num_devices])
-        y = fl.tensor([1])
-        x.set_device_mesh(mesh)
-        y.set_device_mesh(mesh)
-        z = fl.add(x, y)
-        z.set_device_mesh(mesh)
-        fusion.add_input(x)
-        fusion.add_input(y)
-        fusion.add_output(z)
-        if parallelized:
-            y.axis(0).parallelize(fl.ParallelType.DIDx)
-        else:
-            x.axis(0).parallelize(fl.ParallelType.DIDx)
-            z.axis(0).parallelize(fl.ParallelType.DIDx)
+    """Seed 004 (models.add_broadcast) with z's mesh set, since the scheduler runs
+    here without propagate-shardings."""
+    fusion = models.add_broadcast(num_devices, parallelized)
+    fusion.outputs[0].set_device_mesh(fusion.inputs[0].mesh)
     return fusion
 
 

@@ -55,7 +55,8 @@ def test_root_is_recorded():
     assert comms[0].root == 2
 
 
-def test_unlowerable_resharding_names_both_shardings():
+def unlowerable() -> fl.Fusion:
+    """Sharded on axis 0 of {0 1} -> sharded on axis 1 of {2 3 4 5}: no row of §5."""
     with fl.Fusion() as f:
         x = fl.tensor([ROWS, COLS])
         f.add_input(x)
@@ -63,6 +64,11 @@ def test_unlowerable_resharding_names_both_shardings():
         y = fl.set(x)
         shard_axis(y, 1, mesh([2, 3, 4, 5]))
         f.add_output(y)
+    return f
+
+
+def test_unlowerable_resharding_names_both_shardings():
+    f = unlowerable()
     with pytest.raises(fl.LoweringError) as err:
         fl.lower(f)
     msg = str(err.value)
@@ -105,13 +111,7 @@ def test_root_outside_the_mesh_sends_everything():
 
 
 def test_lowering_errors_name_the_pass_and_keep_their_class():
-    with fl.Fusion() as f:
-        x = fl.tensor([ROWS, COLS])
-        f.add_input(x)
-        shard_axis(x, 0, mesh([0, 1]))
-        y = fl.set(x)
-        shard_axis(y, 1, mesh([2, 3, 4, 5]))
-        f.add_output(y)
+    f = unlowerable()
     with pytest.raises(fl.LoweringError, match=r"pass lower-communications \(after: .*segment"):
         fl.lower(f)
 
