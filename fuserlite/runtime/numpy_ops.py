@@ -62,9 +62,12 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
 
 
-def eval_expr(expr: Expr, args: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
-    """Evaluate one single-output expression on arrays (global or local shards)."""
-    dtype = expr.output.dtype.numpy
+def eval_expr(
+    expr: Expr, args: list[np.ndarray], out_shape: tuple[int, ...], dtype: np.dtype | None = None
+) -> np.ndarray:
+    """Evaluate one single-output expression on arrays (global or local shards), in the
+    output's dtype or in `dtype` if given."""
+    dtype = expr.output.dtype.numpy if dtype is None else dtype
     with np.errstate(all="ignore"):
         if isinstance(expr, LoadStoreOp):
             out = args[0]

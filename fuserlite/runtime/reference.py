@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.runtime.numpy_ops import eval_expr
@@ -31,8 +32,16 @@ def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarra
     return arrays
 
 
-def evaluate(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Evaluate the fusion on global numpy arrays; returns one array per output."""
+Visit = Callable[[Expr, list[np.ndarray], np.ndarray], None]
+
+
+def evaluate(
+    fusion: Fusion, inputs: Sequence[np.ndarray], visit: Visit | None = None
+) -> list[np.ndarray]:
+    """Evaluate the fusion on global numpy arrays; returns one array per output.
+
+    `visit(expr, args, value)`, if given, sees every expression as it is evaluated.
+    """
     values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
     for expr in fusion.exprs():
         missing = [t.name for t in expr.inputs if t not in values]
@@ -41,7 +50,10 @@ def evaluate(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
                 f"{expr.output.name} = {expr.op_name}(...) reads {', '.join(missing)}, which is "
                 "neither a fusion input nor computed; add it with fusion.add_input"
             )
-        values[expr.output] = eval_expr(expr, [values[t] for t in expr.inputs], expr.output.shape)
+        args = [values[t] for t in expr.inputs]
+        values[expr.output] = eval_expr(expr, args, expr.output.shape)
+        if visit is not None:
+            visit(expr, args, values[expr.output])
     return [values[t] for t in fusion.outputs]
 
 

@@ -1,0 +1,107 @@
+"""fl.validate: element by element within the dtype's tolerance, NaN only equal to NaN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.runtime.validate import TOLERANCES, mismatch, output_tolerances
+from fuserlite.schedule.shard import shard_axis
+
+
+def negation(n: int = 4, dtype: str = "float32") -> fl.Fusion:
+    with fl.Fusion() as f:
+        x = fl.tensor([n], dtype)
+        f.add_input(x)
+        f.add_output(fl.neg(x))
+    return f
+
+
+X = np.array([1e6, -50, 60, -80], np.float32)  # neg(X) = [-1e6, 50, -60, 80]
+
+
+def test_small_wrong_elements_next_to_a_large_one_fail_with_the_worst_element():
+    got = np.array([-1e6, -1, -2, -3], np.float32)
+    with pytest.raises(fl.ValidationError) as info:
+        fl.validate(negation(), [X], [got])
+    text = str(info.value)
+    assert "output T1 differs from the reference at [3]: got -3.0, expected 80.0" in text
+    assert "3 of 4 elements differ" in text
+    assert "atol 1e-05 + rtol 1e-05" in text
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_or_inf_where_the_reference_is_finite_fails(bad):
+    got = np.array([-1e6, 50, bad, 80], np.float32)
+    with pytest.raises(fl.ValidationError, match=rf"at \[2\]: got {bad}, expected -60.0 \(a NaN"):
+        fl.validate(negation(), [X], [got])
+
+
+def test_a_finite_value_where_the_reference_is_inf_fails():
+    x = np.array([np.inf, 1, 2, 3], np.float32)
+    with pytest.raises(fl.ValidationError, match=r"at \[0\]: got 3e\+38, expected -inf"):
+        fl.validate(negation(), [x], [np.array([3e38, -1, -2, -3], np.float32)])
+
+
+def test_nan_matches_nan_and_an_infinity_itself():
+    x = np.array([np.nan, np.inf, -np.inf, 0.0], np.float32)
+    assert fl.validate(negation(), [x], [-x]) == [0.0]
+
+
+def test_integers_are_exact_beyond_float64():
+    x = np.array([2**62, 1, 2, 3], np.int64)
+    got = -x
+    got[0] -= 1  # equal once converted to float64
+    with pytest.raises(fl.ValidationError, match="integers and bools must be equal"):
+        fl.validate(negation(dtype="int64"), [x], [got])
+
+
+def test_an_output_of_another_dtype_is_rejected():
+    with pytest.raises(
+        fl.ValidationError, match=r"output T1: float64\[4\], the reference is float32"
+    ):
+        fl.validate(negation(), [X], [-X.astype(np.float64)])
+
+
+def test_a_term_counted_twice_in_a_long_sum_fails():
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 1024])
+        f.add_input(x)
+        f.add_output(fl.sum(x, [1]))
+    (x,) = fl.random_inputs(f, 3)
+    got = fl.evaluate(f, [x])[0].copy()
+    got[5] += x[5, 7]
+    with pytest.raises(fl.ValidationError, match=r"at \[5\].*1 of 8 elements differ"):
+        fl.validate(f, [x], [got])
+
+
+def test_rounding_in_sums_that_cancel_passes():
+    # Elements near 0 made of terms in the thousands: the per-device partial sums round
+    # differently from the reference's single sum by more than rtol * |expected|.
+    f = models.tensor_parallel_mlp(2, batch=2, seq=64, hidden=64)
+    inputs = fl.random_inputs(f, 1)
+    (out,) = fl.FusionExecutor(f).run(inputs)
+    (ref,) = fl.evaluate(f, inputs)
+    assert mismatch(out, ref, TOLERANCES[fl.DType.float32]) is not None  # |ref| alone: too strict
+    fl.validate(f, inputs, [out])
+
+
+def test_outputs_computed_from_half_get_halfs_tolerance():
+    # y (float32) reads h (float16), which the executor stores as half between two
+    # kernels (h is resharded) while the reference keeps it in float.
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        a, b = fl.tensor([4, 6]), fl.tensor([4, 6], "float16")
+        for t in (a, b):
+            f.add_input(t)
+            shard_axis(t, 0, mesh)
+        h = fl.add(b, 3.0)
+        y = fl.sub(a, h)
+        shard_axis(y, 1, mesh)
+        f.add_output(y)
+        f.add_output(fl.mul(a, 2.0))
+    assert output_tolerances(f) == [TOLERANCES[fl.DType.float16], TOLERANCES[fl.DType.float32]]
+    inputs = fl.random_inputs(f, 1196)
+    fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
