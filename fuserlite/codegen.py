@@ -14,6 +14,7 @@ Launch each kernel with gridDim / blockDim as printed in its header comment.
 from __future__ import annotations
 
 import math
+import struct
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import (
@@ -53,17 +54,19 @@ C_TYPES = {
     DType.bool: "bool",
 }
 
-# Registers hold half values as float (CUDA's __half has few overloads): loads
-# convert with __half2float, stores with __float2half.
-COMPUTE_TYPES = {**C_TYPES, DType.float16: "float"}
+# Registers hold each value in its compute dtype (DType.compute: half as float, as
+# nvFuser does); loads convert from the storage type, stores round back to it.
+COMPUTE_TYPES = {dt: C_TYPES[dt.compute] for dt in DType}
+_TO_COMPUTE = {DType.float16: "__half2float"}
+_TO_STORAGE = {DType.float16: "__float2half"}
 
 
 def _load(tv: TensorView, text: str) -> str:
-    return f"__half2float({text})" if tv.dtype is DType.float16 else text
+    return f"{_TO_COMPUTE[tv.dtype]}({text})" if tv.dtype in _TO_COMPUTE else text
 
 
 def _store(tv: TensorView, text: str) -> str:
-    return f"__float2half({text})" if tv.dtype is DType.float16 else text
+    return f"{_TO_STORAGE[tv.dtype]}({text})" if tv.dtype in _TO_STORAGE else text
 
 
 _UNARY = {
@@ -173,8 +176,24 @@ class _KernelWriter:
                 self.lines.append(f"{indent}if ({p}) {out.name}[{offset}] = {value};")
 
 
-def _scalar(value: float, ctype: str) -> str:
-    return f"static_cast<{ctype}>({float(value)!r})"
+_BIT_CASTS = {
+    "float": ("__uint_as_float", "<I", "<f", "u"),
+    "double": ("__longlong_as_double", "<q", "<d", "LL"),
+}
+
+
+def _scalar(value: bool | int | float, ctype: str) -> str:
+    """A Python scalar as a C constant of the compute type; integer types keep every
+    digit (through a double an int64 would not), inf and NaN are written as bits."""
+    if ctype not in _BIT_CASTS:  # an integer or bool result: its scalars are integers
+        n = int(value)
+        text = f"({n + 1}LL - 1)" if n == -(2**63) else f"{n}LL"  # -2**63 is no C literal
+        return f"static_cast<{ctype}>({text})"
+    if math.isfinite(value):
+        return f"static_cast<{ctype}>({float(value)!r})"
+    cast, int_format, float_format, suffix = _BIT_CASTS[ctype]
+    bits = struct.unpack(int_format, struct.pack(float_format, value))[0]
+    return f"{cast}({bits}{suffix})"
 
 
 def _op_text(expr: Expr, args: list[str]) -> str:

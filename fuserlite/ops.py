@@ -30,7 +30,7 @@ from fuserlite.ir.expr import (
 )
 from fuserlite.ir.fusion import Fusion, active_fusion
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DType, IterType
+from fuserlite.ir.types import DType, IterType, result_type
 
 Scalar = int | float
 
@@ -147,13 +147,10 @@ def log(x: TensorView) -> TensorView:
 
 
 def _promote(a: TensorView | Scalar, b: TensorView | Scalar, op: BinaryOpType) -> DType:
-    dts = [t.dtype for t in (a, b) if isinstance(t, TensorView)]
-    if any(isinstance(t, float) for t in (a, b)) and not any(d.is_float for d in dts):
-        dts.append(DType.float32)
-    order = [DType.bool, DType.int32, DType.int64, DType.float16, DType.float32, DType.float64]
-    dtype = builtins.max(dts, key=order.index)
+    tensors = [t.dtype for t in (a, b) if isinstance(t, TensorView)]
+    dtype = result_type(tensors, [x for x in (a, b) if not isinstance(x, TensorView)])
     if op is BinaryOpType.div and not dtype.is_float:
-        dtype = DType.float32
+        dtype = DType.float32  # true division of integers or bools, as in torch
     return dtype
 
 
@@ -313,11 +310,10 @@ def _reduction(op: ReductionOpType, x: TensorView, axes, keepdim: bool) -> Tenso
         _new_axis(ax.extent, IterType.REDUCTION if k in red else ax.iter_type)
         for k, ax in enumerate(src)
     ]
-    out = TensorView(x.fusion, out_axes, x.dtype)
-    if op is ReductionOpType.sum:
-        init = 0.0
-    else:
-        init = float("-inf") if x.dtype.is_float else float(-(2**31))
+    # As in torch, a sum of bools or integers is an int64 count or total; max keeps the dtype.
+    sums_to_int64 = op is ReductionOpType.sum and not x.dtype.is_float
+    out = TensorView(x.fusion, out_axes, DType.int64 if sums_to_int64 else x.dtype)
+    init = 0.0 if op is ReductionOpType.sum else out.dtype.lowest
     ReductionOp(op, out, x, red, init)
     if keepdim:
         return broadcast(out, [k in red for k in range(len(src))])

@@ -27,6 +27,23 @@ def build(shapes: list[list[int]], body: Callable[..., list[fl.TensorView]]) -> 
     return fusion
 
 
+def dtype_mix() -> fl.Fusion:
+    """bool, half, int64 and float inputs with scalars C cannot spell naively: a bool
+    widened to int64, an int64 past 2**53, -2**63, inf, NaN, and a half chain whose
+    intermediate overflows half (x * 1000) but not float."""
+    with fl.Fusion() as fusion:
+        b, h = fl.tensor([300], "bool"), fl.tensor([300], "float16")
+        i, x = fl.tensor([300], "int64"), fl.tensor([300], "float64")
+        for t in (b, h, i, x):
+            fusion.add_input(t)
+        fusion.add_output(fl.add(b, 2**60 + 1))
+        fusion.add_output(fl.div(fl.mul(h, 1000), 1000))
+        fusion.add_output(fl.maximum(fl.add(i, b), -(2**63)))
+        fusion.add_output(fl.add(fl.mul(h, float("inf")), float("nan")))
+        fusion.add_output(fl.div(fl.sub(x, float("-inf")), b))
+    return fusion
+
+
 def with_broadcast_at(rank: int, pos: int) -> list[list[int]]:
     """Shapes [full, same with extent 1 at `pos`] for a rank-`rank` tensor."""
     full = [3, 5, 7, 2][:rank]

@@ -87,6 +87,24 @@ class DType(Enum):
     def is_float(self) -> bool:
         return self in (DType.float32, DType.float64, DType.float16)
 
+    @property
+    def compute(self) -> DType:
+        """The dtype arithmetic on this storage dtype runs in.
+
+        As in nvFuser's kernels, half is loaded into float registers, computed in float
+        and rounded back only where a value is stored to global memory.
+        """
+        return _COMPUTE.get(self, self)
+
+    @property
+    def lowest(self) -> int | float | bool:
+        """The smallest value (max's neutral element): -inf, the integer minimum, False."""
+        if self.is_float:
+            return float("-inf")
+        if self is DType.bool:
+            return False
+        return int(np.iinfo(self.numpy).min)
+
     @classmethod
     def parse(cls, value: str | DType | np.dtype) -> DType:
         """Accept a DType, a name (float32, float), or a numpy dtype."""
@@ -117,6 +135,39 @@ _NUMPY_NAMES = {
     DType.int64: "int64",
     DType.bool: "bool",
 }
+
+
+_COMPUTE = {DType.float16: DType.float32}
+
+# torch's type promotion: categories bool < integer < floating; within one, by width.
+_CATEGORY = {DType.bool: 0, DType.int32: 1, DType.int64: 1}
+_WIDTH = [DType.bool, DType.int32, DType.int64, DType.float16, DType.float32, DType.float64]
+
+
+def category(dtype: DType) -> int:
+    """0 bool, 1 integer, 2 floating."""
+    return _CATEGORY.get(dtype, 2)
+
+
+def scalar_dtype(value: bool | int | float) -> DType:
+    """The dtype torch gives a Python scalar: bool, int64 or float32 (the default dtype)."""
+    if isinstance(value, bool):
+        return DType.bool
+    return DType.int64 if isinstance(value, int) else DType.float32
+
+
+def result_type(tensors: list[DType], scalars: list[bool | int | float]) -> DType:
+    """The dtype of a pointwise op on tensors of `tensors` dtypes and Python `scalars`.
+
+    Tensors promote to the widest dtype; a scalar counts only where it raises the
+    category (bool tensor + 5 -> int64, int32 tensor + 5 -> int32, int32 + 2.5 ->
+    float32, half + 2.5 -> half), as in torch and nvFuser's frontend.
+    """
+    dtype = max(tensors, key=_WIDTH.index)
+    for value in scalars:
+        if category(scalar_dtype(value)) > category(dtype):
+            dtype = scalar_dtype(value)
+    return dtype
 
 
 class MemoryType(Enum):

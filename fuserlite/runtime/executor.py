@@ -24,7 +24,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.pipeline import Pipeline
 from fuserlite.runtime.backends import make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
-from fuserlite.runtime.numpy_ops import eval_expr
+from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.runtime.reference import check_inputs
 
 SINGLE_DEVICE = DeviceMesh([0])
@@ -163,6 +163,8 @@ class FusionExecutor:
                 continue
             for e in kernel.exprs:
                 local[e.output] = eval_expr(e, [local[t] for t in e.inputs], local_shape(e.output))
+            for t in kernel.outputs:  # computed in the compute dtype, stored in their own
+                local[t] = store(t, local[t])
 
     def _run_communication(self, comm: Communication, values) -> None:
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}

@@ -15,6 +15,11 @@ Per expression, in kernel order, for its output O at every grid point:
 - kernel outputs and tensors that are not inlined are scattered to their
   coordinates where O's predicate holds (invalid values as NaN / a poison value).
 
+Values are computed in their compute dtype (half in float registers) and are
+rounded to their storage dtype only at the kernel's outputs, where generated code
+stores them to global memory; a tensor that is not inlined is held in its compute
+dtype, as the CUDA kernel recomputes it in registers.
+
 So a schedule whose tensors disagree about which element a grid point holds,
 or that does not cover every element, gives wrong numbers.
 """
@@ -31,7 +36,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
 from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
-from fuserlite.runtime.numpy_ops import eval_expr
+from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.schedule.indexing import (
     GridAxis,
     TensorIndex,
@@ -213,7 +218,7 @@ def run_kernel(
     for tv in kernel.outputs:
         if id(tv) not in arrays:
             raise ExecutionError(f"run_kernel: kernel output {tv.name} was never written")
-        result[tv] = arrays[id(tv)]
+        result[tv] = store(tv, arrays[id(tv)])
     return result
 
 
@@ -245,9 +250,10 @@ def _gather(
 def _scatter(
     tv: TensorView, value: np.ndarray, valid: np.ndarray, pred: np.ndarray, off: _Offset
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Write the values where the predicate holds; returns (array, written mask or None)."""
+    """Write the values (in tv's compute dtype) where the predicate holds; returns
+    (array, written mask or None)."""
     shape = local_shape(tv)
-    dtype = tv.dtype.numpy
+    dtype = tv.dtype.compute.numpy
     value = value.astype(dtype, copy=False)
     if valid is not pred:
         value = np.where(valid, value, poison(dtype))

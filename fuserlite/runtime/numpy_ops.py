@@ -1,5 +1,11 @@
-"""numpy semantics of every compute expression, shared by the reference evaluator
-and the per-device executor (which passes local shapes)."""
+"""numpy semantics of every compute expression, shared by the reference evaluator,
+the per-device executor (which passes local shapes) and the kernel runner.
+
+Values are computed in their dtype's compute dtype (DType.compute: half in
+float, as nvFuser's kernels do) and rounded to the storage dtype only where they
+are stored (`store`): at kernel outputs in the executor, at the fusion's outputs
+in the reference.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from fuserlite.ir.expr import (
     UnaryOp,
     UnaryOpType,
 )
+from fuserlite.ir.tensor import TensorView
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
@@ -62,12 +69,17 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
 
 
+def store(tv: TensorView, value: np.ndarray) -> np.ndarray:
+    """`value` rounded to tv's storage dtype, as when a kernel writes it to global memory."""
+    return value.astype(tv.dtype.numpy, copy=False)
+
+
 def eval_expr(
     expr: Expr, args: list[np.ndarray], out_shape: tuple[int, ...], dtype: np.dtype | None = None
 ) -> np.ndarray:
-    """Evaluate one single-output expression on arrays (global or local shards), in the
-    output's dtype or in `dtype` if given."""
-    dtype = expr.output.dtype.numpy if dtype is None else dtype
+    """Evaluate one single-output expression on arrays (global or local shards); the
+    result is in the output's compute dtype (see `store`), or in `dtype` if given."""
+    dtype = expr.output.dtype.compute.numpy if dtype is None else dtype
     with np.errstate(all="ignore"):
         if isinstance(expr, LoadStoreOp):
             out = args[0]
@@ -86,18 +98,18 @@ def eval_expr(
             axes = tuple(k for k, f in enumerate(expr.flags) if f)
             out = np.expand_dims(args[0], axes)
         elif isinstance(expr, ReductionOp):
+            # Accumulate in the compute dtype: half sums in float, bool counts in int64.
             fn = np.sum if expr.op is ReductionOpType.sum else np.max
-            out = fn(args[0], axis=expr.axes)
+            out = fn(args[0].astype(dtype, copy=False), axis=expr.axes)
         elif isinstance(expr, ExpandOp):
             out = np.broadcast_to(args[0], out_shape)
         elif isinstance(expr, ReshapeOp):
             out = args[0].reshape(out_shape)
-        elif isinstance(expr, LinearOp):
-            out = _matmul(args[0], args[1].T)
-            if len(args) > 2:
-                out = out + args[2]
-        elif isinstance(expr, MatmulOp):
-            out = _matmul(args[0], args[1])
+        elif isinstance(expr, (LinearOp, MatmulOp)):
+            a, b, *bias = (x.astype(dtype, copy=False) for x in args)
+            out = _matmul(a, b.T if isinstance(expr, LinearOp) else b)
+            if bias:
+                out = out + bias[0]
         else:
             raise ExecutionError(f"no numpy evaluation for expression {expr!r}")
     out = np.asarray(out).astype(dtype, copy=False)

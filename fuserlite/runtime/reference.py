@@ -10,7 +10,7 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
-from fuserlite.runtime.numpy_ops import eval_expr
+from fuserlite.runtime.numpy_ops import eval_expr, store
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -40,6 +40,8 @@ def evaluate(
 ) -> list[np.ndarray]:
     """Evaluate the fusion on global numpy arrays; returns one array per output.
 
+    Intermediates stay in their compute dtype (half as float) and only the outputs
+    are rounded to their dtype: the whole fusion as one kernel would compute it.
     `visit(expr, args, value)`, if given, sees every expression as it is evaluated.
     """
     values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
@@ -54,7 +56,7 @@ def evaluate(
         values[expr.output] = eval_expr(expr, args, expr.output.shape)
         if visit is not None:
             visit(expr, args, values[expr.output])
-    return [values[t] for t in fusion.outputs]
+    return [store(t, values[t]) for t in fusion.outputs]
 
 
 MAX_INPUT_BYTES = 2**33  # 8 GiB: larger inputs are a typo, not a test
