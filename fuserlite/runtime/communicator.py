@@ -18,6 +18,7 @@ from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import ReductionOpType
 from fuserlite.ir.sharding import local_shape
+from fuserlite.ir.types import DType
 
 Buffers = dict[int, np.ndarray]
 
@@ -84,6 +85,39 @@ class Communicator:
 
     def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
         raise NotImplementedError
+
+
+def combine(op: ReductionOpType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a op b element by element: how every backend combines partial results of devices.
+
+    Commutative bit for bit, and for max, integers and bools associative too, so any
+    reduction tree (MPI picks its own) gives the bits of the left-to-right one. max
+    propagates NaN, as np.maximum does, and max(-0.0, 0.0) is 0.0 in either order;
+    every NaN either op makes is the one quiet NaN (`canonical`). Float sums round at
+    each step, so only their order decides the last bit.
+    """
+    with np.errstate(all="ignore"):
+        if op is ReductionOpType.sum:
+            out = np.add(a, b)
+        elif a.dtype.kind == "f":
+            out = np.where(a == b, np.where(np.signbit(a), b, a), np.maximum(a, b))
+        else:
+            out = np.maximum(a, b)
+    return canonical(np.asarray(out))
+
+
+def canonical(a: np.ndarray) -> np.ndarray:
+    """`a` with every NaN replaced by the quiet NaN np.nan (in place: a is a result)."""
+    if a.dtype.kind == "f":
+        a[np.isnan(a)] = np.nan
+    return a
+
+
+def identity(dtype: np.dtype, op: ReductionOpType) -> np.generic:
+    """The neutral element of `op`; -0.0 because -0.0 + x == x bit for bit, even for x = -0.0."""
+    if op is ReductionOpType.sum:
+        return dtype.type(-0.0) if dtype.kind == "f" else dtype.type(0)
+    return dtype.type(DType.from_numpy(dtype).lowest)
 
 
 def chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:

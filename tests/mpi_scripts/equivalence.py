@@ -1,7 +1,8 @@
 """Run under `mpiexec -n 2` or `-n 4`: the mpi backend against the sim backend.
 
 For every case that fits the world size (the examples, each row of DESIGN.md
-§5, the seed-000 program and the tensor-parallel MLP), each rank compares its
+§5, the seed-000 program, the tensor-parallel MLP, and every dtype x reduction op
+x reduction collective on NaN, inf, -0.0 and ties), each rank compares its
 own device's outputs with the sim backend's outputs for that device, and rank 0
 also validates the assembled global outputs against the reference. Rank 0
 prints one JSON object: case name -> "identical", "close" (within tolerance,
@@ -20,6 +21,7 @@ from mpi4py import MPI
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.models import resharding as build
+from fuserlite.runtime.validate import TOLERANCES, mismatch
 from fuserlite.schedule.shard import shard_axis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,21 +50,95 @@ def section5_cases(size: int) -> dict[str, object]:
             "Scatter-root-outside": lambda: build(M([3]), None, three, 1),
             "Gather-root-outside": lambda: build(three, 1, M([3]), None),
             "Reduce-root-outside": lambda: build(three, 1, M([3]), None, 1),
-            "Allreduce-max": lambda: _max_allreduce(every),
             "SendRecv-then-Allgather-on-a-subteam": _subteam,
         }
     return cases
 
 
-def _max_allreduce(mesh: fl.DeviceMesh) -> fl.Fusion:
+DTYPES = ("float32", "float64", "float16", "int32", "int64", "bool")
+
+
+def special_values(dtype: str, rows: int) -> np.ndarray:
+    """x[rows, 12]: each column a case for a reduction over the rows (sharded over ranks).
+
+    NaN on the first or the last rank, inf against -inf, NaN against inf, all -0.0,
+    -0.0 before and after 0.0, ties, integer extremes; every finite float is a small
+    integer, so a sum is exact in any order and the backends must agree bit for bit.
+    """
+    r = np.arange(rows)
+    nan, inf = np.nan, np.inf
+    if dtype == "bool":
+        cols = [r % 2, r % 3 == 0, r == 0, r == rows - 1, r * 0, r * 0 + 1]
+    elif dtype.startswith("int"):
+        top = np.iinfo(dtype).max
+        cols = [r - 3, 3 - r, r * 0 + 7, np.where(r == 0, top, 1), np.where(r == 1, -top - 1, -1)]
+        cols += [(r * 5) % 7, np.where(r % 2, top, -top)]
+    else:
+        cols = [
+            np.where(r == rows - 1, nan, r),
+            np.where(r == 0, nan, r),
+            np.where(r == 0, inf, np.where(r == rows - 1, -inf, 1)),
+            np.where(r == 0, nan, np.where(r == rows - 1, inf, 1)),
+            r * 0 - 0.0,
+            np.where(r < rows // 2, -0.0, 0.0),
+            np.where(r < rows // 2, 0.0, -0.0),
+            np.where(r % 2, 5, -3),  # ties: 5 on every other row
+            -r - 0.0,  # the max is row 0's -0.0
+            r * 0 - inf,
+        ]
+    cols += [r * 0] * (12 - len(cols))
+    return np.stack([np.asarray(c).astype(dtype) for c in cols], axis=1)
+
+
+def _reduction(dtype: str, op: str, in_mesh, out_mesh, out_sharded: bool) -> tuple:
+    """y = op(x, [0]) of x[2 * |in_mesh|, 12] row-sharded, on out_mesh (cols sharded or not)."""
+    rows = 2 * in_mesh.size
     with fl.Fusion() as f:
-        x = fl.tensor([mesh.size * 2, 6])
+        x = fl.tensor([rows, 12], dtype)
         f.add_input(x)
-        shard_axis(x, 0, mesh)
-        y = fl.max(x, [0])
+        shard_axis(x, 0, in_mesh)
+        y = (fl.sum if op == "sum" else fl.max)(x, [0])
+        y.set_device_mesh(out_mesh)
+        if out_sharded:
+            shard_axis(y, 1, out_mesh)  # the reduced axis stays ahead of the data axis
+        f.add_output(y)
+    return f, [special_values(dtype, rows)]
+
+
+def _matmul_partials(dtype: str, mesh) -> tuple:
+    """a @ b with k sharded: partial sums of the operands' own dtype (bool, int32, ...)."""
+    with fl.Fusion() as f:
+        a, b = fl.tensor([4, 2 * mesh.size], dtype), fl.tensor([2 * mesh.size, 6], dtype)
+        f.add_input(a)
+        f.add_input(b)
+        shard_axis(a, 1, mesh)
+        shard_axis(b, 0, mesh)
+        y = fl.matmul(a, b)
         y.set_device_mesh(mesh)
         f.add_output(y)
-    return f
+    return f, None
+
+
+def reduction_cases(size: int) -> dict[str, object]:
+    """Every dtype x sum/max x Allreduce/ReduceScatter/Reduce on special values."""
+    every = M(range(size))
+    kinds = {
+        "Allreduce": (every, every, False),
+        "ReduceScatter": (every, every, True),
+        "Reduce": (every, M([0]), False),
+    }
+    if size == 4:
+        kinds["Reduce-root-outside"] = (M([0, 1, 2]), M([3]), False)
+    cases = {}
+    for kind, (src, dst, sharded) in kinds.items():
+        for dtype in DTYPES:
+            for op in ("sum", "max"):
+                cases[f"{kind}-{op}-{dtype}"] = lambda a=(dtype, op, src, dst, sharded): _reduction(
+                    *a
+                )
+    for dtype in DTYPES:
+        cases[f"Allreduce-matmul-{dtype}"] = lambda d=dtype: _matmul_partials(d, every)
+    return cases
 
 
 def _subteam() -> fl.Fusion:
@@ -86,6 +162,7 @@ def all_cases(size: int) -> dict[str, object]:
         for path in sorted(glob.glob(os.path.join(root, "*.fus"))):
             cases["example:" + os.path.basename(path)] = lambda p=path: fl.load(p)
     cases |= section5_cases(size)
+    cases |= reduction_cases(size)
     cases["seed000"] = lambda: models.all_gather_all_reduce_reduce_scatter(size, local=64)
     cases["tp-mlp"] = lambda: models.tensor_parallel_mlp(size)
     cases["sp-mlp"] = lambda: models.tensor_parallel_mlp(size, sequence_parallel=True)
@@ -93,7 +170,7 @@ def all_cases(size: int) -> dict[str, object]:
 
 
 def compare(mine, theirs) -> str:
-    """identical / close / a message, for one device's outputs."""
+    """identical (bit for bit) / close (within validate's tolerance) / a message."""
     verdict = "identical"
     for a, b in zip(mine, theirs):
         if (a is None) != (b is None):
@@ -102,10 +179,11 @@ def compare(mine, theirs) -> str:
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"shape/dtype {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
-        if np.array_equal(a, b, equal_nan=True) and a.tobytes() == b.tobytes():
+        if a.tobytes() == b.tobytes():
             continue
-        if not np.allclose(a, b, rtol=1e-5, atol=1e-5):
-            return f"differs: max error {float(np.max(np.abs(a - b))):.3g}"
+        worst = mismatch(a, b, TOLERANCES.get(fl.DType.from_numpy(a.dtype)))
+        if worst is not None:
+            return f"differs {worst.describe(TOLERANCES.get(fl.DType.from_numpy(a.dtype)))}"
         verdict = "close"
     return verdict
 
@@ -115,8 +193,9 @@ def main() -> None:
     rank, size = world.Get_rank(), world.Get_size()
     results = {}
     for name, make in all_cases(size).items():
-        fusion = make()
-        inputs = fl.random_inputs(fusion, 5)
+        made = make()
+        fusion, inputs = made if isinstance(made, tuple) else (made, None)
+        inputs = inputs or fl.random_inputs(fusion, 5)
         try:
             mpi = fl.FusionExecutor(fusion, backend="mpi")
             mine = mpi.run_per_device(inputs)[rank]

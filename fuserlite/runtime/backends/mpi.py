@@ -5,7 +5,10 @@ buffers with mpi4py's buffer (upper-case) calls. A team that is not the whole
 world in rank order gets a sub-communicator, made once by `prepare` with
 `COMM_WORLD.Split`, which every rank calls for every team in program order, so
 no rank waits on a split the others skip. SendRecv pairs use point-to-point
-messages on the world communicator.
+messages on the world communicator. Reductions combine partial results with
+user-defined ops that compute `communicator.combine`, the same function the sim
+backend folds left to right, so both agree bit for bit wherever the order cannot
+matter (max, integers, bools) and whatever tree MPI picks.
 
 Faults: `guard()` wraps one execution. An exception on one rank would leave
 the others blocked in their next collective, so the failing rank prints its
@@ -33,7 +36,15 @@ import numpy as np
 from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.expr import ReductionOpType
-from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, contiguous
+from fuserlite.runtime.communicator import (
+    Buffers,
+    BufferSpec,
+    Communicator,
+    canonical,
+    combine,
+    contiguous,
+    identity,
+)
 
 ABORT_GRACE_S = 0.5
 FAIL_RANK_ENV = "FUSERLITE_FAIL_RANK"
@@ -50,13 +61,25 @@ def _mpi():
     return MPI
 
 
-def _identity(dtype: np.dtype, op: ReductionOpType) -> np.generic:
-    """The neutral element of `op`; -0.0 because -0.0 + x == x bit for bit, even for x = -0.0."""
-    if op is ReductionOpType.sum:
-        return dtype.type(-0.0) if dtype.kind == "f" else dtype.type(0)
-    if dtype.kind == "f":
-        return dtype.type(-np.inf)
-    return np.iinfo(dtype).min if dtype.kind in "iu" else dtype.type(False)
+_USER_OPS: dict[ReductionOpType, object] = {}  # per process: MPI limits how many exist
+
+
+def _user_op(MPI, op: ReductionOpType):
+    """The MPI op that computes communicator.combine, as sim does, for every dtype.
+
+    MPI's own MAX drops NaN depending on which rank holds it and is undefined for bool
+    (so is SUM); combine is commutative, so MPI may apply it in any order.
+    """
+    if op not in _USER_OPS:
+        from mpi4py.util import dtlib
+
+        def apply(inbuf, inoutbuf, datatype) -> None:
+            dtype = dtlib.to_numpy_dtype(datatype)
+            mine = np.frombuffer(inoutbuf, dtype)
+            mine[...] = combine(op, np.frombuffer(inbuf, dtype), mine)
+
+        _USER_OPS[op] = MPI.Op.Create(apply, commute=True)
+    return _USER_OPS[op]
 
 
 class MpiCommunicator(Communicator):
@@ -150,9 +173,6 @@ class MpiCommunicator(Communicator):
         return [self.rank] if self.rank in devices else []
 
     # -- collectives ------------------------------------------------------------------
-    def _op(self, op: ReductionOpType):
-        return self.MPI.SUM if op is ReductionOpType.sum else self.MPI.MAX
-
     def allgather(self, team, bufs: Buffers) -> Buffers:
         comm = self._team(team)
         if comm is None:
@@ -188,8 +208,8 @@ class MpiCommunicator(Communicator):
         send = contiguous(bufs[self.rank])
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes
-        comm.Allreduce(send, recv, op=self._op(op))
-        return {self.rank: recv}
+        comm.Allreduce(send, recv, op=_user_op(self.MPI, op))
+        return {self.rank: canonical(recv)}
 
     def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
         comm = self._team(team)
@@ -199,8 +219,8 @@ class MpiCommunicator(Communicator):
         self._check_divisible("ReduceScatter", team, send)
         recv = np.empty((send.shape[0] // len(team), *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
-        comm.Reduce_scatter_block(send, recv, op=self._op(op))
-        return {self.rank: recv}
+        comm.Reduce_scatter_block(send, recv, op=_user_op(self.MPI, op))
+        return {self.rank: canonical(recv)}
 
     def broadcast(self, team, root: int, bufs: Buffers, spec: BufferSpec) -> Buffers:
         comm = self._team(team)
@@ -272,12 +292,12 @@ class MpiCommunicator(Communicator):
         if self.rank in senders:
             send = contiguous(bufs[self.rank], dtype=spec.dtype)
         else:  # a root outside the input mesh contributes the neutral element
-            send = np.full(spec.shape, _identity(np.dtype(spec.dtype), op), spec.dtype)
+            send = np.full(spec.shape, identity(np.dtype(spec.dtype), op), spec.dtype)
         recv = np.empty(spec.shape, spec.dtype) if self.rank == root else None
         if self.rank != root:
             self.bytes_sent += send.nbytes
-        comm.Reduce(send, recv, op=self._op(op), root=tuple(team).index(root))
-        return {root: recv} if self.rank == root else {}
+        comm.Reduce(send, recv, op=_user_op(self.MPI, op), root=tuple(team).index(root))
+        return {root: canonical(recv)} if self.rank == root else {}
 
     def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
         out: Buffers = {}

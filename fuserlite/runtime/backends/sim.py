@@ -5,17 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from fuserlite.ir.expr import ReductionOpType
-from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator
+from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, canonical, combine
 
 
 def _reduce(arrays: list[np.ndarray], op: ReductionOpType) -> np.ndarray:
-    # Left to right, the same order on every device: results are deterministic.
-    fn = np.add if op is ReductionOpType.sum else np.maximum
-    if len(arrays) == 1:
-        return arrays[0].copy()
-    out = np.asarray(fn(arrays[0], arrays[1]))  # a new array (0-d stays an array)
-    for a in arrays[2:]:
-        fn(out, a, out=out)
+    """Left to right, the same order on every device: results are deterministic."""
+    out = canonical(np.array(arrays[0]))  # a new array (0-d stays an array)
+    for a in arrays[1:]:
+        out = combine(op, out, a)
     return out
 
 
