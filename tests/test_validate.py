@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
+import fuserlite.runtime.validate as validate_module
 from fuserlite import models
 from fuserlite.runtime.validate import TOLERANCES, mismatch, output_tolerances
 from fuserlite.schedule.shard import shard_axis
@@ -105,3 +106,12 @@ def test_outputs_computed_from_half_get_halfs_tolerance():
     assert output_tolerances(f) == [TOLERANCES[fl.DType.float16], TOLERANCES[fl.DType.float32]]
     inputs = fl.random_inputs(f, 1196)
     fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
+
+
+def test_the_worst_element_is_found_across_blocks(monkeypatch):
+    monkeypatch.setattr(validate_module, "BLOCK", 7)  # 50 elements: 8 blocks
+    ref = np.arange(50, dtype=np.float32)
+    out = ref.copy()
+    out[[3, 40]] += [1, 5]
+    worst = mismatch(out, ref, TOLERANCES[fl.DType.float32])
+    assert (worst.index, worst.got, worst.count) == ((40,), "45.0", 2)

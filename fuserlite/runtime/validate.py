@@ -8,7 +8,7 @@ an infinity only the same infinity.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +87,28 @@ class Mismatch:
         )
 
 
+BLOCK = 1 << 18  # elements compared at once: float64 temporaries stay a few MiB
+
+
+def _blocks(size: int) -> Iterator[slice]:
+    return (slice(start, start + BLOCK) for start in range(0, size, BLOCK))
+
+
+def _errors(o: np.ndarray, r: np.ndarray, tol: Tolerance, s: np.ndarray | None):
+    """(differs, |o - r|) of one flat block; the error is inf where a NaN or an inf is."""
+    if tol is None:  # compared in the dtype itself: an int64 does not fit a float64
+        with np.errstate(over="ignore"):
+            return o != r, np.abs(o.astype(np.float64) - r.astype(np.float64))
+    rtol, atol = tol
+    o, r = o.astype(np.float64), r.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, nan - x
+        error = np.abs(o - r)
+        allowed = atol + rtol * (np.abs(r) if s is None else s)
+        same = (o == r) | (np.isnan(o) & np.isnan(r))
+        finite = np.isfinite(o) & np.isfinite(r)
+    return ~same & ~(finite & (error <= allowed)), np.where(finite, error, np.inf)
+
+
 def mismatch(
     out: np.ndarray, ref: np.ndarray, tol: Tolerance, scale: np.ndarray | None = None
 ) -> Mismatch | None:
@@ -94,32 +116,28 @@ def mismatch(
     equal), or None if every element matches. The error allowed at an element is
     atol + rtol * scale, where scale is |ref| unless given (see fuserlite.runtime.magnitude)."""
     out, ref = np.asarray(out), np.asarray(ref)
-    if tol is not None:
-        rtol, atol = tol
-        o, r = out.astype(np.float64), ref.astype(np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, nan - x
-            error = np.abs(o - r)
-            allowed = atol + rtol * (np.abs(r) if scale is None else scale)
-            same = (o == r) | (np.isnan(o) & np.isnan(r))
-            finite = np.isfinite(o) & np.isfinite(r)
-            bad = ~same & ~(finite & (error <= allowed))
-        error = np.where(finite, error, np.inf)
-    else:  # compared in the dtype itself: an int64 does not fit a float64
-        bad = out != ref
-        with np.errstate(over="ignore"):
-            error = np.abs(out.astype(np.float64) - ref.astype(np.float64))
-        allowed = np.zeros(out.shape)
-    count = int(np.count_nonzero(bad))
+    o, r = out.reshape(-1), ref.reshape(-1)
+    s = None if scale is None else np.broadcast_to(scale, out.shape).reshape(-1)
+    count, worst, worst_error = 0, 0, -1.0
+    for b in _blocks(out.size):
+        bad, error = _errors(o[b], r[b], tol, None if s is None else s[b])
+        n = int(np.count_nonzero(bad))
+        if n:
+            k = int(np.argmax(np.where(bad, error, -1.0)))
+            if error[k] > worst_error:
+                worst, worst_error = b.start + k, float(error[k])
+        count += n
     if count == 0:
         return None
-    worst = np.unravel_index(int(np.argmax(np.where(bad, error, -1.0))), out.shape)
+    magnitude = abs(float(r[worst])) if s is None else float(s[worst])
+    allowed = 0.0 if tol is None else tol[1] + tol[0] * magnitude
     return Mismatch(
-        tuple(int(k) for k in worst),
-        str(out[worst]),
-        str(ref[worst]),
-        float(error[worst]),
-        float(allowed[worst]),
-        None if scale is None else float(scale[worst]),
+        tuple(int(k) for k in np.unravel_index(worst, out.shape)),
+        str(o[worst]),
+        str(r[worst]),
+        worst_error,
+        allowed,
+        None if s is None else magnitude,
         count,
         out.size,
     )
@@ -128,10 +146,14 @@ def mismatch(
 def max_errors(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> list[float]:
     """Largest absolute difference per output, over the elements where both are finite."""
     errors = []
-    for o, r in zip(outputs, reference):
-        o, r = np.asarray(o, np.float64), np.asarray(r, np.float64)
-        both = np.isfinite(o) & np.isfinite(r)
-        errors.append(float(np.max(np.abs(o[both] - r[both]))) if both.any() else 0.0)
+    for out, ref in zip(outputs, reference):
+        o, r, worst = np.asarray(out).reshape(-1), np.asarray(ref).reshape(-1), 0.0
+        for b in _blocks(o.size):
+            with np.errstate(invalid="ignore", over="ignore"):  # inf - inf
+                error = np.abs(o[b].astype(np.float64) - r[b].astype(np.float64))
+            error = error[np.isfinite(error)]
+            worst = max(worst, float(error.max())) if error.size else worst
+        errors.append(worst)
     return errors
 
 
