@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -32,8 +34,10 @@ from rich.theme import Theme
 
 import fuserlite
 from fuserlite.codegen import cuda_source
+from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import check_device_count
 from fuserlite.ir.program import Kernel
 from fuserlite.passes import REGISTRY
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
@@ -44,6 +48,7 @@ from fuserlite.schedule.shard import resize_meshes
 
 EXIT_OK = 0
 EXIT_ERROR = 1
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, what a shell reports for `cat big | head -1`
 
 
 class UsageError(Exception):
@@ -141,9 +146,36 @@ def _pass_names(args: argparse.Namespace) -> list[str] | None:
     """The passes `print` runs: --lowered means the default pipeline."""
     if args.lowered or args.scheduled:
         return default_pass_names()
-    if args.passes:
-        return [p for p in _split_passes(args.passes)]
+    if args.passes is not None:
+        names = _split_passes(args.passes)
+        if not names:
+            raise UsageError(
+                f"fuserlite print: error: --passes {args.passes!r} names no pass; give at least "
+                "one (`fuserlite passes` lists them), or leave --passes out to print the fusion"
+            )
+        return names
     return None
+
+
+def _check_print_form(args: argparse.Namespace) -> None:
+    """--scheduled and the per-pass dumps have one form of their own: no other --format."""
+    fixed = [
+        flag
+        for flag, given in (
+            ("--scheduled", args.scheduled),
+            ("--print-after", args.print_after),
+            ("--print-after-all", args.print_after_all),
+        )
+        if given
+    ]
+    if fixed and args.format != "kernel":
+        form = f"--format {args.format}"
+        if args.format in ("math", "transforms"):
+            form += f" (--{args.format})"
+        raise UsageError(
+            f"fuserlite print: error: {fixed[0]} prints the program in nvFuser's kernel form; "
+            f"it cannot be combined with {form}; drop one of them"
+        )
 
 
 def _split_passes(text: str) -> list[str]:
@@ -162,8 +194,9 @@ def _split_passes(text: str) -> list[str]:
 
 def cmd_print(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite print`: load, verify, optionally run passes, print in the chosen form."""
-    fusion = load_fusion(args.path)
+    _check_print_form(args)
     names = _pass_names(args)
+    fusion = load_fusion(args.path)
     if names is not None or args.print_after or args.print_after_all:
         pipeline = Pipeline(
             names if names is not None else default_pass_names(),
@@ -192,26 +225,35 @@ def fusion_devices(fusion: Fusion) -> list[int]:
     return sorted(devices) or [0]
 
 
-def apply_devices(fusion: Fusion, path: str, requested: int | None) -> int:
-    """The number of devices to run on: the file's, or `requested` after moving every
-    tensor from devices 0..k-1 to 0..N-1 (same sharded axes)."""
+def apply_devices(fusion: Fusion, path: str, requested: int | None) -> list[int]:
+    """The devices to run on: the file's, or 0..N-1 for `requested` = N after moving
+    every tensor from devices 0..k-1 to 0..N-1 (same sharded axes)."""
     devices = fusion_devices(fusion)
     if requested is None or devices == list(range(requested)):
-        return devices[-1] + 1
+        return devices
     try:
         resize_meshes(fusion, requested)
         fuserlite.verify(fusion)
     except FuserliteError as exc:
         raise ExecutionError(f"{path} cannot run on --devices {requested}: {exc}") from exc
-    return requested
+    return list(range(requested))
+
+
+def devices_text(devices: list[int], backend: str) -> str:
+    """`2 sim device(s)`, naming them unless they are 0..n-1: `2 sim device(s) {0 5}`."""
+    n = len(devices)
+    text = f"{n} {backend} device(s)"
+    return text if devices == list(range(n)) else f"{text} {{{abbreviate(devices)}}}"
 
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite run`: lower, execute on the chosen backend (sim by default), validate."""
+    if args.devices is not None:  # before anything is built for that many devices
+        check_device_count(args.devices, "--devices")
     fusion = load_fusion(args.path)
     backend = make_backend(args.backend)
     try:
-        num_devices = apply_devices(fusion, args.path, args.devices)
+        devices = apply_devices(fusion, args.path, args.devices)
         inputs = fuserlite.random_inputs(fusion, args.seed)
         executor = FusionExecutor(fusion, backend=backend, schedule=not args.no_schedule)
         outputs = executor.run(inputs)
@@ -222,7 +264,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     if outputs is None:
         return EXIT_OK  # an MPI rank other than 0: rank 0 prints the report
     table = Table(
-        title=f"{args.path} on {num_devices} {args.backend} device(s), seed {args.seed}",
+        title=f"{args.path} on {devices_text(devices, args.backend)}, seed {args.seed}",
         box=box.SIMPLE_HEAD,
     )
     for column in ("output", "shape", "dtype", "sum", "sum |x|"):
@@ -376,6 +418,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fuserlite` console script; returns the exit status."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # output that fit in the pipe's buffer meets a closed pipe here
+        return status
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader went away (`fuserlite print ... | head -1`): stop quietly, as cat does.
+
+    Unix tools die of SIGPIPE, which a shell reports as status 141 (128 + 13); we
+    return that status rather than restoring SIGPIPE's default action, which would
+    also kill an MPI rank silently when one of its sockets closes."""
+    try:  # Python flushes stdout again at exit: point it at /dev/null so that cannot fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stream without a file descriptor (tests)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -386,6 +452,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     try:
         return args.handler(args, Output())
+    except UsageError as exc:  # a combination of flags the parser alone cannot reject
+        print(exc, file=sys.stderr)
+    except BrokenPipeError:
+        raise
     except FuserliteError as exc:
         _report(f"error: {exc}", args.debug)
     except Exception as exc:  # noqa: BLE001 - the one place internal errors are reported

@@ -145,7 +145,7 @@ class _KernelWriter:
     def value_at(self, tv: TensorView, coords: list) -> str:
         """`tv` at the given coordinates: a global load or a recomputation."""
         if id(tv) in self.inputs or tv.definition is None:
-            return _load(tv, f"{tv.name}[{_offset(tv, coords)}]")
+            return _load(tv, f"{tv.ir_name}[{_offset(tv, coords)}]")
         expr = tv.definition
         args = [self.value_at(p, producer_coords(expr, p, coords)) for p in expr.inputs]
         return _op_text(expr, args)
@@ -173,7 +173,7 @@ class _KernelWriter:
             if stored:
                 offset = _offset(out, coords)
                 value = _store(out, f"t{out.number}")
-                self.lines.append(f"{indent}if ({p}) {out.name}[{offset}] = {value};")
+                self.lines.append(f"{indent}if ({p}) {out.ir_name}[{offset}] = {value};")
 
 
 _BIT_CASTS = {
@@ -227,10 +227,12 @@ def kernel_source(kernel: Kernel, name: str) -> str:
     """One `extern "C" __global__` function for a scheduled kernel."""
     grid = kernel_grid([e.output for e in kernel.exprs])
     grid_dim, block_dim = launch_dims(grid)
-    params = [f"const {C_TYPES[t.dtype]}* __restrict__ {t.name}" for t in kernel.inputs]
-    params += [f"{C_TYPES[t.dtype]}* __restrict__ {t.name}" for t in kernel.outputs]
-    ref = kernel.reference.name if kernel.reference is not None else "-"
-    shapes = ", ".join(f"{t.name}{list(local_shape(t))}" for t in (*kernel.inputs, *kernel.outputs))
+    params = [f"const {C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.inputs]
+    params += [f"{C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.outputs]
+    ref = kernel.reference.ir_name if kernel.reference is not None else "-"
+    shapes = ", ".join(
+        f"{t.ir_name}{list(local_shape(t))}" for t in (*kernel.inputs, *kernel.outputs)
+    )
     lines = [
         f"// {name}: reference {ref}; local shards {shapes}",
         f"// launch: gridDim = dim3{grid_dim}, blockDim = dim3{block_dim}",

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import (
+    CACHE_OPS,
     BinaryOp,
     BinaryOpType,
     BroadcastOp,
@@ -33,6 +35,8 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType, result_type
 
 Scalar = int | float
+
+MAX_RANK = 64  # numpy's limit on the number of array dimensions
 
 
 def _shape_text(tv: TensorView) -> str:
@@ -53,18 +57,32 @@ def tensor(
     dtype: DType | str = DType.float32,
     contiguous: bool = True,
     fusion: Fusion | None = None,
+    name: str | None = None,
 ) -> TensorView:
-    """A concrete, contiguous input tensor; an extent-1 axis is a broadcast axis."""
-    fusion = fusion or active_fusion()
-    try:
-        extents = [int(s) for s in shape]
-    except (TypeError, ValueError) as exc:
-        raise FusionError(f"tensor shape must be a list of integers, got {shape!r}") from exc
-    if any(e < 1 for e in extents):
-        raise FusionError(f"tensor shape {extents} has an extent below 1")
+    """A concrete, contiguous input tensor; an extent-1 axis is a broadcast axis.
+
+    `name` is the user's name for it (`w1`): messages and reports show `w1 (T0)`."""
+    if fusion is None:
+        fusion = active_fusion()
+    args.instance(fusion, Fusion, "tensor", "fusion", "a Fusion or None (the active one)")
+    extents = args.integers(shape, "tensor", "shape", minimum=1, scalar_ok=True)
+    check_rank(len(extents), "tensor", "shape")
+    dtype = DType.parse(dtype)
+    contiguous = args.boolean(contiguous, "tensor", "contiguous")
     axes = [_new_axis(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in extents]
-    contiguity = [None if ax.is_broadcast else bool(contiguous) for ax in axes]
-    return TensorView(fusion, axes, DType.parse(dtype), contiguity)
+    contiguity = [None if ax.is_broadcast else contiguous for ax in axes]
+    tv = TensorView(fusion, axes, dtype, contiguity)
+    if name is not None:
+        tv.user_name = name
+    return tv
+
+
+def check_rank(rank: int, who: str, arg: str) -> None:
+    """A tensor has at most MAX_RANK axes (numpy cannot hold more)."""
+    if rank > MAX_RANK:
+        raise FusionError(
+            f"{who}: {arg} gives {rank} axes; a tensor has at most {MAX_RANK} (as in numpy)"
+        )
 
 
 def _fusion_of(*operands) -> Fusion:
@@ -77,10 +95,8 @@ def _fusion_of(*operands) -> Fusion:
     return next(iter(fusions.values()))
 
 
-def _check_tensor(x, op: str) -> TensorView:
-    if not isinstance(x, TensorView):
-        raise FusionError(f"{op}: expected a tensor, got {x!r}")
-    return x
+def _check_tensor(x, op: str, arg: str = "x") -> TensorView:
+    return args.instance(x, TensorView, op, arg, "a TensorView")
 
 
 def like(tv: TensorView, dtype: DType | None = None, keep_reductions: bool = False) -> TensorView:
@@ -195,10 +211,28 @@ def _align_ranks(a: TensorView, b: TensorView) -> tuple[TensorView, TensorView]:
     return a, b
 
 
+# The builder of each binary op where its name differs from the op's (messages say it).
+_BUILDER_NAMES = {BinaryOpType.max: "maximum", BinaryOpType.min: "minimum"}
+
+
+def builder_name(op: BinaryOpType) -> str:
+    """`maximum` for BinaryOpType.max: the function a user calls."""
+    return _BUILDER_NAMES.get(op, op.value)
+
+
+def _operands(op: BinaryOpType, a: object, b: object) -> tuple[TensorView | Scalar, ...]:
+    """Tensors as they are, Python/numpy numbers as Python numbers; one must be a tensor."""
+    who = builder_name(op)
+    a, b = (
+        x if isinstance(x, TensorView) else args.scalar(x, who, n) for x, n in ((a, "a"), (b, "b"))
+    )
+    if not isinstance(a, TensorView) and not isinstance(b, TensorView):
+        raise FusionError(f"{who}: a and b are both numbers ({a!r}, {b!r}); one must be a tensor")
+    return a, b
+
+
 def _binary(op: BinaryOpType, a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
-    for x in (a, b):
-        if not isinstance(x, (TensorView, int, float)):
-            raise FusionError(f"{op.value}: operands must be tensors or numbers, got {x!r}")
+    a, b = _operands(op, a, b)
     _fusion_of(a, b)
     dtype = _promote(a, b, op)
     if op is BinaryOpType.sub and dtype is DType.bool:
@@ -253,11 +287,14 @@ def minimum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     return _binary(BinaryOpType.min, a, b)
 
 
-def set(x: TensorView) -> TensorView:  # noqa: A001 - nvFuser's name for a copy
-    """A copy of x; between different shardings, a resharding."""
+def set(x: TensorView, cache_op: str | None = None) -> TensorView:  # noqa: A001 - nvFuser's name
+    """A copy of x; between different shardings, a resharding. `cache_op` is nvFuser's
+    load cache hint (Unspecified, AllLevels, Streaming, Global)."""
     x = _check_tensor(x, "set")
+    if cache_op is not None and cache_op not in CACHE_OPS:
+        raise args.fail("set", "cache_op", f"None or one of {', '.join(CACHE_OPS)}", cache_op)
     out = like(x)
-    LoadStoreOp(out, x)
+    LoadStoreOp(out, x, cache_op)
     return out
 
 
@@ -265,7 +302,8 @@ def set(x: TensorView) -> TensorView:  # noqa: A001 - nvFuser's name for a copy
 def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     """Insert broadcast axes where flags are True; False flags consume x's axes in order."""
     x = _check_tensor(x, "broadcast")
-    flags = [bool(f) for f in flags]
+    flags = args.booleans(flags, "broadcast", "flags")
+    check_rank(len(flags), "broadcast", "flags")
     src = data_axes(x)
     if flags.count(False) != len(src):
         raise FusionError(
@@ -287,13 +325,10 @@ def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
 
 def _normalize_axes(x: TensorView, axes, op: str) -> list[int]:
     n = len(x.shape)
-    if axes is None:
-        axes = list(range(n))
-    elif isinstance(axes, int):
-        axes = [axes]
+    axes = list(range(n)) if axes is None else args.integers(axes, op, "axes", scalar_ok=True)
     out = []
     for a in axes:
-        if not isinstance(a, int) or not -n <= a < n:
+        if not -n <= a < n:
             raise FusionError(f"{op}: {_shape_text(x)} has {n} axes; axis {a!r} is out of range")
         out.append(a % n)
     if len(out) != len(builtins.set(out)):
@@ -305,6 +340,7 @@ def _reduction(op: ReductionOpType, x: TensorView, axes, keepdim: bool) -> Tenso
     name = "sum" if op is ReductionOpType.sum else "max"
     x = _check_tensor(x, name)
     red = _normalize_axes(x, axes, name)
+    keepdim = args.boolean(keepdim, name, "keepdim")
     src = data_axes(x)
     out_axes = [
         _new_axis(ax.extent, IterType.REDUCTION if k in red else ax.iter_type)
@@ -342,7 +378,7 @@ def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
     """Materialize broadcast axes to `shape` (-1 keeps an axis); other axes must match."""
     x = _check_tensor(x, "expand")
     src = data_axes(x)
-    shape = [int(s) for s in shape]
+    shape = args.integers(shape, "expand", "shape", scalar_ok=True)
     if len(shape) != len(src):
         raise FusionError(
             f"expand: {_shape_text(x)} has {len(src)} axes, shape {shape} has {len(shape)}"
@@ -369,7 +405,8 @@ def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     total = 1
     for e in x.shape:
         total *= e
-    shape = [int(s) for s in shape]
+    shape = args.integers(shape, "reshape", "shape", scalar_ok=True)
+    check_rank(len(shape), "reshape", "shape")
     if shape.count(-1) > 1:
         raise FusionError(f"reshape: at most one -1 in {shape}")
     known = 1
@@ -396,15 +433,31 @@ def _prod(shape: Sequence[int]) -> int:
 
 
 # -- matmul / linear ------------------------------------------------------------
+def _check_contraction(
+    what: str, a: TensorView, a_arg: str, w: TensorView, w_arg: str, k_axis: int
+) -> None:
+    """a[..., k] against a 2-D w whose axis `k_axis` is k: say which of these fails."""
+    layout = "[k, n]" if k_axis == 0 else "[n, k]"
+    if len(a.shape) < 1:
+        raise FusionError(f"{what}: {a_arg} is 0-d; it needs a last axis k to contract")
+    if len(w.shape) != 2:
+        raise FusionError(
+            f"{what}: {w_arg} must be 2-D {layout}, it has {len(w.shape)} axes; a batched "
+            f"(or 1-D) {w_arg} is not supported, reshape it to 2-D"
+        )
+    if a.shape[-1] != w.shape[k_axis]:
+        raise FusionError(
+            f"{what}: the contracted extents differ: {a_arg}'s last axis has {a.shape[-1]}, "
+            f"axis {k_axis} of {w_arg} ({layout}) has {w.shape[k_axis]}"
+        )
+
+
 def matmul(a: TensorView, b: TensorView) -> TensorView:
     """a[..., m, k] @ b[k, n] -> [..., m, n] (with a trailing reduction axis rk)."""
-    a, b = _check_tensor(a, "matmul"), _check_tensor(b, "matmul")
+    a, b = _check_tensor(a, "matmul", "a"), _check_tensor(b, "matmul", "b")
     _fusion_of(a, b)
-    if len(a.shape) < 1 or len(b.shape) != 2 or a.shape[-1] != b.shape[0]:
-        raise FusionError(
-            f"matmul: {_shape_text(a)} @ {_shape_text(b)}: expects a[..., k] and b[k, n] "
-            "with equal k"
-        )
+    what = f"matmul: {_shape_text(a)} @ {_shape_text(b)}"
+    _check_contraction(what, a, "a", b, "b", k_axis=0)
     axes = [_new_axis(ax.extent, ax.iter_type) for ax in data_axes(a)[:-1]]
     axes += [_new_axis(b.shape[1]), _new_axis(a.shape[-1], IterType.REDUCTION)]
     out = TensorView(a.fusion, axes, _promote(a, b, BinaryOpType.mul))
@@ -414,13 +467,10 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
 
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
     """x[..., k] @ weight[n, k]^T (+ bias[n]) -> [..., n]; the product keeps a trailing rk axis."""
-    x, weight = _check_tensor(x, "linear"), _check_tensor(weight, "linear")
-    _fusion_of(x, weight, *([_check_tensor(bias, "linear")] if bias is not None else []))
-    if len(weight.shape) != 2 or len(x.shape) < 1 or x.shape[-1] != weight.shape[1]:
-        raise FusionError(
-            f"linear: {_shape_text(x)} and weight {_shape_text(weight)}: expects x[..., k] "
-            "and weight[n, k] with equal k"
-        )
+    x, weight = _check_tensor(x, "linear"), _check_tensor(weight, "linear", "weight")
+    _fusion_of(x, weight, *([_check_tensor(bias, "linear", "bias")] if bias is not None else []))
+    what = f"linear: {_shape_text(x)} and weight {_shape_text(weight)}"
+    _check_contraction(what, x, "x", weight, "weight", k_axis=1)
     n = weight.shape[0]
     if bias is not None and bias.shape != (n,):
         raise FusionError(f"linear: bias {_shape_text(bias)} must have shape [{n}]")

@@ -10,6 +10,7 @@ import gc
 from collections.abc import Callable, Sequence
 
 import fuserlite.passes  # noqa: F401 - registers every pass
+from fuserlite.ir import args
 from fuserlite.ir.errors import FuserliteError, VerifyError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.passes.base import REGISTRY, Pass, make_pass
@@ -48,13 +49,26 @@ class Pipeline:
         print_after_all: bool = False,
         dump: Callable[[str, Fusion], None] | None = None,
     ) -> None:
+        names = "a list of pass names (or Pass objects)"
+        if not isinstance(passes, (list, tuple)) or not all(
+            isinstance(p, (Pass, str)) for p in passes
+        ):
+            raise args.fail("Pipeline", "passes", names, passes, PassFailed)
+        if not isinstance(print_after, (list, tuple, set, frozenset)) or not all(
+            isinstance(n, str) for n in print_after
+        ):
+            raise args.fail(
+                "Pipeline", "print_after", "a list of pass names", print_after, PassFailed
+            )
         self.passes = [p if isinstance(p, Pass) else make_pass(p) for p in passes]
-        self.verify_each = verify_each
+        self.verify_each = args.boolean(verify_each, "Pipeline", "verify_each", PassFailed)
+        self.print_after_all = args.boolean(
+            print_after_all, "Pipeline", "print_after_all", PassFailed
+        )
         unknown = [n for n in print_after if n not in REGISTRY]
         if unknown:
             raise PassFailed(f"--print-after names unknown pass {unknown[0]!r}")
         self.print_after = set(print_after)
-        self.print_after_all = print_after_all
         self.dump = dump or (lambda name, f: print(f"// ----- after {name} -----\n{f}"))
 
     @classmethod
@@ -75,6 +89,7 @@ class Pipeline:
                 gc.enable()
 
     def _run(self, fusion: Fusion) -> Fusion:
+        args.instance(fusion, Fusion, "Pipeline.run", "fusion", "a Fusion", PassFailed)
         verify(fusion)
         lowered, _ = fusion.clone()
         ran: list[str] = []

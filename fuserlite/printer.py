@@ -61,16 +61,16 @@ class Namer:
         """`T3_l_float[ iS0{2} ] ca_pos( 2 ) produce_pos( 3 ) (DeviceMesh{0 1})`."""
         axes = self.ids(tv.domain.loop)
         text = (
-            f"{tv.name}_{tv.memory_type.value}_{tv.dtype.value}[ {axes} ]"
+            f"{tv.ir_name}_{tv.memory_type.value}_{tv.dtype.value}[ {axes} ]"
             if axes
-            else (f"{tv.name}_{tv.memory_type.value}_{tv.dtype.value}[ ]")
+            else (f"{tv.ir_name}_{tv.memory_type.value}_{tv.dtype.value}[ ]")
         )
         if tv.compute_at_pos:
             text += f" ca_pos( {tv.compute_at_pos} )"
         if tv.produce_pos:
             text += f" produce_pos( {tv.produce_pos} )"
         if tv.mesh is not None:
-            text += f" ({tv.mesh})"
+            text += f" ({tv.mesh.text()})"
         return text
 
 
@@ -205,7 +205,7 @@ def print_kernel(fusion: Fusion) -> str:
 
 def kernel_text(kernel, namer: Namer, label: str = "%kernel") -> str:
     """One compute kernel in the seed's format: math, then TransformPrinter."""
-    mesh = f" ({kernel.mesh})" if kernel.mesh is not None and label != "%kernel" else ""
+    mesh = f" ({kernel.mesh.text()})" if kernel.mesh is not None and label != "%kernel" else ""
     math = "".join(expr_text(e, namer) + "\n" for e in kernel.exprs)
     order: dict[int, TensorView] = {}
     for e in kernel.exprs:  # as nvFuser prints: each expression's inputs, then outputs

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fuserlite import ops
+from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
@@ -25,15 +26,22 @@ _OPS = {"sum": ops.sum, "max": ops.max}
 
 
 def _mesh(t: TensorView, what: str) -> DeviceMesh:
+    args.instance(t, TensorView, what, "t", "a TensorView")
     if t.mesh is None:
         raise FusionError(f"{what}: {t.name} has no device mesh; call set_device_mesh first")
     return t.mesh
 
 
 def _reduce_fn(op: str, what: str):
-    if op not in _OPS:
-        raise FusionError(f"{what}: op must be one of {', '.join(_OPS)}, got {op!r}")
+    if not isinstance(op, str) or op not in _OPS:
+        raise args.fail(what, "op", f"one of {', '.join(map(repr, _OPS))}", op)
     return _OPS[op]
+
+
+def _dim(t: TensorView, dim: object, what: str, arg: str) -> int:
+    """An axis of t's data (negative counts from the end)."""
+    n = len(t.shape)
+    return args.integer(dim, f"{what}: {t.name}{list(t.shape)}", arg, minimum=-n, maximum=n - 1) % n
 
 
 def spmd_input(
@@ -43,9 +51,10 @@ def spmd_input(
     fusion: Fusion | None = None,
 ) -> TensorView:
     """A fusion input whose device d holds a block of `local_shape` (concatenated on axis 0)."""
-    local_shape = list(local_shape)
+    local_shape = args.integers(local_shape, "spmd_input", "local_shape", minimum=1, scalar_ok=True)
+    args.instance(mesh, DeviceMesh, "spmd_input", "mesh", "a DeviceMesh")
     if not local_shape:
-        raise FusionError("spmd_input needs at least one axis")
+        raise FusionError("spmd_input: local_shape needs at least one axis, got []")
     t = ops.tensor([local_shape[0] * mesh.size, *local_shape[1:]], dtype, fusion=fusion)
     shard_axis(t, 0, mesh)
     return t
@@ -54,6 +63,7 @@ def spmd_input(
 def all_gather(t: TensorView, dim: int = 0) -> TensorView:
     """Every device gets the concatenation along `dim` of all local values."""
     mesh = _mesh(t, "all_gather")
+    dim = _dim(t, dim, "all_gather", "dim")
     if sharded_data_axis(t) != dim:
         raise FusionError(
             f"all_gather: {t.name} must be sharded on axis {dim} (each device's block of it); "
@@ -106,7 +116,11 @@ def reduce_scatter(
     """Reduce the local values over devices, then device d keeps block d along `scatter_dim`."""
     fn = _reduce_fn(op, "reduce_scatter")
     mesh = _mesh(t, "reduce_scatter")
-    if shard_count is not None and shard_count != mesh.size:
+    scatter_dim = args.integer(scatter_dim, "reduce_scatter", "scatter_dim")
+    if (
+        shard_count is not None
+        and args.integer(shard_count, "reduce_scatter", "shard_count") != mesh.size
+    ):
         raise FusionError(
             f"reduce_scatter: shard_count {shard_count} must equal the mesh size {mesh.size}"
         )
@@ -126,6 +140,8 @@ def all_to_all(t: TensorView, split_dim: int, concat_dim: int) -> TensorView:
     """Split each local value along `split_dim`, send block j to device j, concatenate
     the received blocks along `concat_dim`."""
     mesh = _mesh(t, "all_to_all")
+    split_dim = _dim(t, split_dim, "all_to_all", "split_dim")
+    concat_dim = _dim(t, concat_dim, "all_to_all", "concat_dim")
     if sharded_data_axis(t) != concat_dim:
         raise FusionError(f"all_to_all: {t.name} must be sharded on concat_dim {concat_dim}")
     if split_dim == concat_dim or t.shape[split_dim] % mesh.size:

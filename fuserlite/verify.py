@@ -6,6 +6,7 @@ tensor and axis at fault. The pipeline runs it after every pass.
 
 from __future__ import annotations
 
+from fuserlite.ir import args
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.fusion import Fusion
@@ -59,6 +60,11 @@ class _LazyNamer:
         return getattr(self._namer, name)
 
 
+def located(tv: TensorView, problem: str) -> str:
+    """`model.fus:12: problem` for a tensor parsed from a file (the statement that made it)."""
+    return problem if tv.origin is None else f"{tv.origin}: {problem}"
+
+
 def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
     """Every problem of one tensor's domains and sharding."""
     problems = duplicate_parallel_types(tv, namer)
@@ -87,24 +93,29 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
     when some tensor of the fusion has one (it will be inherited); with
     `require_mesh` every device-parallel tensor must have its own.
     """
+    args.instance(fusion, Fusion, "verify", "fusion", "a Fusion")
+    require_mesh = args.boolean(require_mesh, "verify", "require_mesh")
     namer = _LazyNamer(fusion)
     exprs = fusion.exprs()
     tensors = fusion.tensors(exprs)
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
     problems: list[str] = []
     for tv in tensors:
-        problems.extend(tensor_problems(tv, namer, mesh_inferable))
+        problems.extend(located(tv, p) for p in tensor_problems(tv, namer, mesh_inferable))
     if not fusion.outputs:
         problems.append("the fusion has no outputs; mark one with fusion.add_output")
     for out in fusion.outputs:
         if out.definition is None and out not in fusion.inputs:
-            problems.append(f"output {out.name} is neither computed nor an input")
+            problems.append(located(out, f"output {out.name} is neither computed nor an input"))
     for expr in exprs:
         for tv in expr.inputs:
             if tv.definition is None and tv not in fusion.inputs:
                 problems.append(
-                    f"{tv.name} is read by {expr.output.name} = {expr.op_name}(...) but is not "
-                    "a fusion input; add it with fusion.add_input"
+                    located(
+                        tv,
+                        f"{tv.name} is read by {expr.output.name} = {expr.op_name}(...) but is "
+                        "not a fusion input; add it with fusion.add_input",
+                    )
                 )
     problems.extend(layout_problems([e for e in exprs if isinstance(e, Communication)], namer))
     if fusion.segments is not None:

@@ -103,8 +103,9 @@ def _checksums(path: Path, seed: int) -> tuple[str, str]:
 def test_run_prints_shape_dtype_and_checksums(capsys, add_fus: Path) -> None:
     code, out, err = run_cli(capsys, "run", add_fus, "--seed", "5")
     assert (code, err) == (0, "")
-    (row,) = [line.split() for line in out.splitlines() if line.startswith("T2")]
-    assert row == ["T2", "[2]", "float32", *_checksums(add_fus, 5)]
+    # The output is the file's z: the report names it as the user wrote it.
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("z (T2)")]
+    assert row == ["z", "(T2)", "[2]", "float32", *_checksums(add_fus, 5)]
     assert "seed 5" in out
 
 
@@ -180,7 +181,7 @@ def test_invalid_sharding_in_the_file(capsys, tmp_path: Path) -> None:
     path.write_text(
         "mesh m = [0, 1]\ninput x: float[3] on m\ny = neg(x)\noutput y\nparallelize x axis 0 DIDx\n"
     )
-    _assert_user_error(*run_cli(capsys, "print", path), f"{path}:5:", "T0 axis 0")
+    _assert_user_error(*run_cli(capsys, "print", path), f"{path}:5:", "x (T0) axis 0")
 
 
 def test_the_validator_runs_before_printing(capsys, add_fus, monkeypatch) -> None:

@@ -199,7 +199,7 @@ def test_random_inputs_reject_bad_seeds_and_huge_tensors():
         f.add_output(fl.neg(x))
     with pytest.raises(fl.ExecutionError, match="limited to"):
         fl.random_inputs(f)
-    with pytest.raises(fl.ExecutionError, match="non-negative integer"):
+    with pytest.raises(fl.ExecutionError, match="the seed must be an integer >= 0, got -1"):
         fl.random_inputs(allgather_fusion(), seed=-1)
 
 

@@ -185,7 +185,7 @@ def test_reorder_two_axes_to_one_place() -> None:
 
 
 def test_reorder_needs_a_dict() -> None:
-    with _raises(r"reorder: T0: expects \{old: new\}"):
+    with _raises(r"reorder: T0: order must be a dict \{old: new\}, got \[1, 0\]"):
         _tensor([2, 3]).reorder([1, 0])
 
 
@@ -225,7 +225,7 @@ def test_parallelize_axis_not_in_loop_domain() -> None:
 
 
 def test_parallelize_unknown_type() -> None:
-    with pytest.raises(fl.FusionError, match=r"unknown parallel type 'warpIdx'"):
+    with pytest.raises(fl.ScheduleError, match=r"unknown parallel type 'warpIdx'"):
         _tensor([8]).axis(0).parallelize("warpIdx")
 
 

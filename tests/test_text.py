@@ -73,14 +73,15 @@ def test_declarations() -> None:
     )
     a, b = fusion.inputs[1], fusion.inputs[0]
     assert (a.name, a.dtype, a.shape, a.domain.contiguity) == (
-        "T0",
+        "a (T0)",
         fl.DType.float64,
         (4, 1),
         [False, None],
     )
     assert a.mesh == fl.DeviceMesh([3, 1]) and a.memory_type is fl.MemoryType.GLOBAL
-    assert (b.name, b.shape, b.dtype, b.mesh) == ("T1", (), fl.DType.int32, fl.DeviceMesh([0]))
-    assert [t.name for t in fusion.outputs] == ["T3"]  # T2: the implicit broadcast of b
+    assert (b.name, b.shape, b.dtype, b.mesh) == ("b (T1)", (), fl.DType.int32, fl.DeviceMesh([0]))
+    assert [t.ir_name for t in fusion.outputs] == ["T3"]  # T2: the implicit broadcast of b
+    assert [t.name for t in fusion.tensors_created] == ["a (T0)", "b (T1)", "T2", "c (T3)"]
 
 
 def test_comments_blank_lines_and_no_final_newline() -> None:

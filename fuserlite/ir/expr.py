@@ -60,6 +60,10 @@ class Expr:
         return f"<{type(self).__name__} {outs} = {self.op_name}({ins})>"
 
 
+# nvFuser's CacheOp: the cache hint of a load (printed as `cache_op=Streaming`).
+CACHE_OPS = ("Unspecified", "AllLevels", "Streaming", "Global")
+
+
 class LoadStoreOp(Expr):
     """out = Set(in): a copy, a cache, or (across shardings) a resharding."""
 

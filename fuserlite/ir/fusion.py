@@ -6,6 +6,7 @@ import copy
 import threading
 from typing import TYPE_CHECKING
 
+from fuserlite.ir import args
 from fuserlite.ir.domain import Merge, Split, TensorDomain
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.types import MemoryType
@@ -55,7 +56,10 @@ class Fusion:
         return number
 
     def _check_owned(self, tv: TensorView, what: str) -> None:
-        if getattr(tv, "fusion", None) is not self:
+        from fuserlite.ir.tensor import TensorView
+
+        args.instance(tv, TensorView, what, "tv", "a TensorView of this fusion")
+        if tv.fusion is not self:
             raise FusionError(f"{what}: {tv!r} belongs to another fusion")
 
     def add_input(self, tv: TensorView) -> None:

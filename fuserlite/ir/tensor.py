@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain, TensorDomain
 from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.mesh import DeviceMesh
@@ -15,7 +16,12 @@ if TYPE_CHECKING:
 
 
 class TensorView:
-    """A tensor of a fusion. Identity semantics; `name` is T<number>."""
+    """A tensor of a fusion. Identity semantics.
+
+    `ir_name` is T<number>, what the printed IR and the .fus writer use; `name`, what
+    every message uses, adds the user's name when the tensor has one: `w1 (T1)`.
+    `origin` is where a parsed tensor was made (`model.fus:12`), for messages too.
+    """
 
     def __init__(
         self,
@@ -36,12 +42,33 @@ class TensorView:
         self.uses: list[Expr] = []
         self.compute_at_pos = 0
         self.produce_pos = 0
+        self._user_name: str | None = None
+        self.origin: str | None = None
         self.number = fusion.register_tensor(self)
 
     # -- naming and shape ---------------------------------------------------
     @property
-    def name(self) -> str:
+    def ir_name(self) -> str:
+        """`T3`: the name in printed IR, .fus text and generated code."""
         return f"T{self.number}"
+
+    @property
+    def name(self) -> str:
+        """`w1 (T1)` for a tensor the user named w1, else `T1`: the name in messages."""
+        ir_name = self.ir_name
+        user = self._user_name
+        return ir_name if user is None or user == ir_name else f"{user} ({ir_name})"
+
+    @property
+    def user_name(self) -> str | None:
+        """The name the user gave this tensor (in .fus or `fl.tensor(..., name=)`)."""
+        return self._user_name
+
+    @user_name.setter
+    def user_name(self, value: str | None) -> None:
+        if value is not None:
+            args.identifier(value, "TensorView", "name")
+        self._user_name = value
 
     @property
     def logical(self) -> list[IterDomain]:
@@ -72,6 +99,7 @@ class TensorView:
     def axis(self, i: int) -> IterDomain:
         """Loop axis i (negative counts from the end)."""
         n = len(self.domain.loop)
+        i = args.integer(i, f"{self.name}.axis", "i", error=ScheduleError)
         if not -n <= i < n:
             raise ScheduleError(f"{self.name} has {n} loop axes; axis {i} is out of range")
         return self.domain.loop[i % n]
@@ -116,6 +144,7 @@ class TensorView:
         from fuserlite.schedule.primitives import merge
 
         if axis_i is None:
+            axis_o = args.integer(axis_o, "merge", "axis_o", error=ScheduleError)
             axis_o = axis_o % self.ndim if -self.ndim <= axis_o < 0 else axis_o
             axis_i = axis_o + 1
         merge(self, axis_o, axis_i)
@@ -129,6 +158,10 @@ class TensorView:
         return self
 
     # -- operators ----------------------------------------------------------
+    # numpy defers to our reflected operators (`array * tv` would otherwise be an
+    # object array of one TensorView per element), which reject arrays clearly.
+    __array_ufunc__ = None
+
     def _binary(self, other, op: str, reverse: bool = False):
         from fuserlite import ops
 

@@ -50,6 +50,13 @@ class ParallelType(Enum):
     @classmethod
     def parse(cls, text: str) -> ParallelType:
         """Accept the enum name (DIDx), the printed text (deviceIdx.x) or a few aliases."""
+        if isinstance(text, ParallelType):
+            return text
+        if not isinstance(text, str):
+            names = ", ".join(pt.name for pt in cls)
+            raise FusionError(
+                f"parallel type must be a ParallelType or one of {names}, got {text!r}"
+            )
         key = text.strip()
         for pt in cls:
             if key in (pt.name, pt.value):
@@ -110,11 +117,19 @@ class DType(Enum):
         """Accept a DType, a name (float32, float), or a numpy dtype."""
         if isinstance(value, DType):
             return value
+        if value is None:  # np.dtype(None) is float64: never guess
+            raise FusionError(
+                f"dtype must be one of {', '.join(dt.name for dt in cls)} (or a numpy dtype), "
+                "got None; leave the argument out for the default float32"
+            )
+        if type(value).__module__ == "torch":  # torch.float32 -> 'float32', without torch
+            value = str(value).removeprefix("torch.")
         if not isinstance(value, str):
             try:
                 name = np.dtype(value).name
-            except TypeError as exc:
-                raise FusionError(f"unknown dtype {value!r}") from exc
+            except (TypeError, ValueError):
+                names = ", ".join(dt.name for dt in cls)
+                raise FusionError(f"unknown dtype {value!r}; expected one of {names}") from None
             value = name
         for dt in cls:
             if value in (dt.name, dt.value):

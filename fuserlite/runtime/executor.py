@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fuserlite.ir import args
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.fusion import Fusion
@@ -22,7 +23,7 @@ from fuserlite.ir.program import Kernel
 from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
 from fuserlite.pipeline import Pipeline
-from fuserlite.runtime.backends import make_backend
+from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.runtime.reference import check_inputs
@@ -64,9 +65,14 @@ class FusionExecutor:
         schedule: bool = True,
         pipeline: Pipeline | None = None,
     ) -> None:
-        self.fusion = fusion
+        who = "FusionExecutor"
+        self.fusion = args.instance(fusion, Fusion, who, "fusion", "a Fusion", ExecutionError)
+        accepted = f"one of {', '.join(BACKENDS)} or a Communicator"
+        args.instance(backend, (str, Communicator), who, "backend", accepted, ExecutionError)
         self.backend = make_backend(backend) if isinstance(backend, str) else backend
-        self.schedule = schedule
+        self.schedule = args.boolean(schedule, who, "schedule", ExecutionError)
+        if pipeline is not None:
+            args.instance(pipeline, Pipeline, who, "pipeline", "a Pipeline or None", ExecutionError)
         self.lowered = (pipeline or Pipeline.default()).run(fusion)
         for step in [None] if self.lowered.segments is None else self.lowered.segments:
             if not isinstance(step, (Kernel, Communication)):

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from fuserlite.ir import args
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -15,11 +16,22 @@ from fuserlite.runtime.numpy_ops import eval_expr, store
 
 def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Inputs must match the fusion's inputs in number, shape and dtype."""
+    args.instance(
+        inputs,
+        (list, tuple),
+        "run",
+        "inputs",
+        "a list or tuple of arrays, one per fusion input",
+        ExecutionError,
+    )
     if len(inputs) != len(fusion.inputs):
         raise ExecutionError(f"the fusion takes {len(fusion.inputs)} inputs, got {len(inputs)}")
     arrays = []
     for tv, arr in zip(fusion.inputs, inputs):
-        a = np.asarray(arr)
+        try:
+            a = np.asarray(arr)
+        except ValueError as exc:  # a ragged nested list
+            raise ExecutionError(f"input {tv.name}: not an array: {exc}") from None
         if a.shape != tv.shape:
             raise ExecutionError(
                 f"input {tv.name} has shape {list(tv.shape)}, got an array of shape {list(a.shape)}"
@@ -44,6 +56,7 @@ def evaluate(
     are rounded to their dtype: the whole fusion as one kernel would compute it.
     `visit(expr, args, value)`, if given, sees every expression as it is evaluated.
     """
+    args.instance(fusion, Fusion, "evaluate", "fusion", "a Fusion", ExecutionError)
     values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
     for expr in fusion.exprs():
         missing = [t.name for t in expr.inputs if t not in values]
@@ -52,10 +65,10 @@ def evaluate(
                 f"{expr.output.name} = {expr.op_name}(...) reads {', '.join(missing)}, which is "
                 "neither a fusion input nor computed; add it with fusion.add_input"
             )
-        args = [values[t] for t in expr.inputs]
-        values[expr.output] = eval_expr(expr, args, expr.output.shape)
+        operands = [values[t] for t in expr.inputs]
+        values[expr.output] = eval_expr(expr, operands, expr.output.shape)
         if visit is not None:
-            visit(expr, args, values[expr.output])
+            visit(expr, operands, values[expr.output])
     return [store(t, values[t]) for t in fusion.outputs]
 
 
@@ -64,8 +77,8 @@ MAX_INPUT_BYTES = 2**33  # 8 GiB: larger inputs are a typo, not a test
 
 def random_inputs(fusion: Fusion, seed: int = 0) -> list[np.ndarray]:
     """Seeded random inputs matching the fusion's inputs."""
-    if not isinstance(seed, int) or seed < 0:
-        raise ExecutionError(f"the seed must be a non-negative integer, got {seed!r}")
+    args.instance(fusion, Fusion, "random_inputs", "fusion", "a Fusion", ExecutionError)
+    seed = args.integer(seed, "random_inputs", "the seed", minimum=0, error=ExecutionError)
     rng = np.random.default_rng(seed)
     arrays = []
     for tv in fusion.inputs:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fuserlite.ir import args
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
@@ -163,6 +164,8 @@ def validate(
     """Raise ValidationError unless `outputs` equal evaluate(fusion, inputs) element by
     element within their tolerance (see output_tolerances); returns the max errors."""
     reference = evaluate(fusion, inputs)
+    accepted = "a list or tuple of arrays, one per fusion output"
+    args.instance(outputs, (list, tuple), "validate", "outputs", accepted, ExecutionError)
     if len(outputs) != len(reference):
         raise ValidationError(f"expected {len(reference)} outputs, got {len(outputs)}")
     scales = None

@@ -12,17 +12,24 @@ naming the tensor and the axis.
 
 from __future__ import annotations
 
+from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain, Merge, Split
-from fuserlite.ir.errors import ScheduleError
+from fuserlite.ir.errors import FuserliteError, ScheduleError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ParallelType
 
 MAX_FACTOR = 2**31 - 1  # loop extents are 32-bit in CUDA's grid
 
 
-def _axis_index(tv: TensorView, axis: int, what: str) -> int:
+def _tensor(tv: object, what: str) -> TensorView:
+    return args.instance(tv, TensorView, what, "tv", "a TensorView", ScheduleError)
+
+
+def axis_index(tv: TensorView, axis: int, what: str) -> int:
+    """Loop position `axis` of tv (negative counts from the end), or a ScheduleError."""
     n = len(tv.domain.loop)
-    if not isinstance(axis, int) or not -n <= axis < n:
+    axis = args.integer(axis, what, "axis", error=ScheduleError)
+    if not -n <= axis < n:
         raise ScheduleError(f"{what}: {tv.name} has {n} loop axes; axis {axis} is out of range")
     return axis % n
 
@@ -32,11 +39,15 @@ def split(
 ) -> tuple[IterDomain, IterDomain]:
     """Split loop axis `axis` of `tv` by `factor`; returns (outer, inner)."""
     kind = "split" if inner_split else "outer_split"
-    i = _axis_index(tv, axis, kind)
-    if not isinstance(factor, int) or not 1 <= factor <= MAX_FACTOR:
-        raise ScheduleError(
-            f"{kind}: {tv.name} axis {axis}: factor must be an integer in 1..{MAX_FACTOR}, got {factor!r}"
-        )
+    i = axis_index(_tensor(tv, kind), axis, kind)
+    factor = args.integer(
+        factor,
+        f"{kind}: {tv.name} axis {axis}",
+        "factor",
+        minimum=1,
+        maximum=MAX_FACTOR,
+        error=ScheduleError,
+    )
     ax = tv.domain.loop[i]
     if ax.is_device_parallel and not ax.is_broadcast:
         raise ScheduleError(
@@ -53,8 +64,8 @@ def split(
 
 def merge(tv: TensorView, axis_o: int, axis_i: int) -> IterDomain:
     """Merge loop axes axis_o and axis_i of `tv` into one axis at axis_o's position."""
-    o = _axis_index(tv, axis_o, "merge")
-    i = _axis_index(tv, axis_i, "merge")
+    o = axis_index(_tensor(tv, "merge"), axis_o, "merge")
+    i = axis_index(tv, axis_i, "merge")
     if o == i:
         raise ScheduleError(f"merge: {tv.name}: cannot merge axis {axis_o} with itself")
     outer, inner = tv.domain.loop[o], tv.domain.loop[i]
@@ -81,12 +92,10 @@ def merge(tv: TensorView, axis_o: int, axis_i: int) -> IterDomain:
 
 def reorder(tv: TensorView, order: dict[int, int]) -> None:
     """Move loop axes: `order` maps old positions to new ones; the rest keep their order."""
-    n = len(tv.domain.loop)
+    n = len(_tensor(tv, "reorder").domain.loop)
     if not isinstance(order, dict):
-        raise ScheduleError(f"reorder: {tv.name}: expects {{old: new}}, got {order!r}")
-    pairs = [
-        (_axis_index(tv, k, "reorder"), _axis_index(tv, v, "reorder")) for k, v in order.items()
-    ]
+        raise args.fail(f"reorder: {tv.name}", "order", "a dict {old: new}", order, ScheduleError)
+    pairs = [(axis_index(tv, k, "reorder"), axis_index(tv, v, "reorder")) for k, v in order.items()]
     src = dict(pairs)
     if len(src) != len(pairs):
         raise ScheduleError(f"reorder: {tv.name}: one axis is listed twice in {order}")
@@ -101,7 +110,23 @@ def reorder(tv: TensorView, order: dict[int, int]) -> None:
 
 def parallelize_axis(ax: IterDomain, parallel_type: ParallelType | str) -> None:
     """Give loop axis `ax` a parallel type; no tensor may carry one type on two loop axes."""
-    pt = ParallelType.parse(parallel_type) if isinstance(parallel_type, str) else parallel_type
+    args.instance(
+        ax, IterDomain, "parallelize", "axis", "an IterDomain (tv.axis(i))", ScheduleError
+    )
+    if isinstance(parallel_type, str):
+        try:
+            pt = ParallelType.parse(parallel_type)
+        except FuserliteError as exc:
+            raise ScheduleError(f"parallelize: parallel_type: {exc}") from None
+    else:
+        pt = args.instance(
+            parallel_type,
+            ParallelType,
+            "parallelize",
+            "parallel_type",
+            "a ParallelType or its name (DIDx, deviceIdx.x, TIDx, ...)",
+            ScheduleError,
+        )
     tv = ax.owner
     if tv is not None:
         if ax not in tv.domain.loop:
@@ -124,4 +149,6 @@ def parallelize_axis(ax: IterDomain, parallel_type: ParallelType | str) -> None:
 
 def parallelize(tv: TensorView, axis: int, parallel_type: ParallelType | str) -> None:
     """parallelize(tv, axis, type): tv.axis(axis).parallelize(type)."""
-    parallelize_axis(tv.domain.loop[_axis_index(tv, axis, "parallelize")], parallel_type)
+    parallelize_axis(
+        tv.domain.loop[axis_index(_tensor(tv, "parallelize"), axis, "parallelize")], parallel_type
+    )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuserlite import ops
+from fuserlite.ir.expr import CACHE_OPS
 from fuserlite.ir.tensor import TensorView
 from fuserlite.text.source import Source
 
@@ -36,6 +37,7 @@ class Param:
     name: str
     kind: str  # "tensor", "operand", "ints", "bools", "axes", "bool" or "ident"
     required: bool = True
+    choices: tuple[str, ...] = ()  # the names an "ident" may be (none: any)
 
 
 UNARY_OPS = ("neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log")
@@ -47,7 +49,7 @@ _REDUCTION = (_X, Param("axes", "axes", required=False), Param("keepdim", "bool"
 SIGNATURES: dict[str, tuple[Param, ...]] = {
     **{op: (_X,) for op in UNARY_OPS},
     **{op: (Param("a", "operand"), Param("b", "operand")) for op in BINARY_OPS},
-    "set": (_X, Param("cache_op", "ident", required=False)),
+    "set": (_X, Param("cache_op", "ident", required=False, choices=CACHE_OPS)),
     "broadcast": (_X, Param("flags", "bools")),
     "sum": _REDUCTION,
     "max": _REDUCTION,
@@ -133,8 +135,15 @@ def convert(source: Source, op: str, param: Param, arg: Arg, lookup: TensorLooku
         return arg.value if arg.kind == "int" else [a.value for a in arg.value]
     if kind == "bool" and arg.kind == "bool":
         return arg.value
-    if kind == "ident" and arg.kind == "name":
+    if kind == "ident" and arg.kind == "name" and arg.value in (param.choices or (arg.value,)):
         return arg.value
+    if kind == "ident" and arg.kind == "name":
+        raise source.error(
+            f"{op}: argument {param.name!r} must be one of {', '.join(param.choices)}, "
+            f"got {arg.value}",
+            arg.line,
+            arg.column,
+        )
     # Point at the first wrong element of a list rather than at its bracket.
     element = "bool" if kind == "bools" else "int"
     if arg.kind == "list" and kind in ("ints", "bools", "axes"):
@@ -158,8 +167,4 @@ def call_op(source: Source, op_arg: Arg, args: list[Arg], lookup: TensorLookup) 
     bound = bind(source, op, op_arg, args)
     params = {p.name: p for p in SIGNATURES[op]}
     values = {name: convert(source, op, params[name], arg, lookup) for name, arg in bound.items()}
-    cache_op = values.pop("cache_op", None)
-    out = getattr(ops, op)(**values)
-    if cache_op is not None:
-        out.definition.cache_op = cache_op
-    return out
+    return getattr(ops, op)(**values)

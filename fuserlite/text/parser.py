@@ -25,13 +25,17 @@ tensors T0, T1, ... in creation order. Every mistake is a ParseError with
 from __future__ import annotations
 
 import functools
+import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput
+from lark.lexer import PatternStr
 
 from fuserlite import ops
+from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FuserliteError, ParseError, ScheduleError
 from fuserlite.ir.fusion import Fusion
@@ -45,6 +49,7 @@ from fuserlite.text.source import Source, syntax_error
 
 _GRAMMAR = Path(__file__).with_name("fus.lark")
 _PUNCTUATION = ("LSQB", "RSQB", "COMMA")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @functools.cache
@@ -54,8 +59,34 @@ def _lark() -> Lark:
     )
 
 
+@functools.cache
+def reserved_words() -> frozenset[str]:
+    """The grammar's keywords that look like names (`mesh`, `on`, `true`, ...): never names.
+
+    lark's contextual lexer would accept most of them as names where no keyword fits
+    (`mesh mesh = [0]`); docs/fus-format.md promises they are reserved, so they are."""
+    return frozenset(
+        t.pattern.value
+        for t in _lark().terminals
+        if isinstance(t.pattern, PatternStr) and _NAME.fullmatch(t.pattern.value)
+    )
+
+
+# A .fus file is text a person writes or a tool generates: 16 MiB is ~600k statements.
+# Larger input is refused before it is read, so a path to /dev/zero or a huge file is
+# an error, not a parse that grows until memory runs out.
+MAX_SOURCE_BYTES = 16 * 2**20
+
+
 def parse(text: str, filename: str = "<string>") -> Fusion:
     """Parse .fus text into a new Fusion; raises ParseError on any mistake."""
+    args.instance(text, str, "parse", "text", "a str (decode bytes first)", ParseError)
+    args.instance(filename, str, "parse", "filename", "a str", ParseError)
+    if len(text) > MAX_SOURCE_BYTES:
+        raise ParseError(
+            f"{filename}: {len(text)} characters; .fus text is limited to {MAX_SOURCE_BYTES} "
+            f"(16 MiB)"
+        )
     source = Source(text, filename)
     try:
         tree = _lark().parse(text)
@@ -65,9 +96,20 @@ def parse(text: str, filename: str = "<string>") -> Fusion:
 
 
 def load(path: str | Path) -> Fusion:
-    """Read and parse a .fus file."""
+    """Read and parse a .fus file of at most MAX_SOURCE_BYTES."""
+    accepted = "a file path (str or os.PathLike)"
+    args.instance(path, (str, os.PathLike), "load", "path", accepted, ParseError)
+    too_big = f"{path}: the file is larger than {MAX_SOURCE_BYTES} bytes (16 MiB), the limit of a .fus file"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_SOURCE_BYTES:  # a regular file: refuse before reading
+                raise ParseError(too_big)
+            # Devices and pipes report no size: read one byte past the limit at most.
+            data = f.read(MAX_SOURCE_BYTES + 1)
+        if len(data) > MAX_SOURCE_BYTES:
+            raise ParseError(too_big)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ParseError(f"{path}: cannot read the file: {exc}") from None
     return parse(text, str(path))
@@ -118,6 +160,7 @@ class _Builder:
 
     def run(self, tree: Tree) -> Fusion:
         for stmt in tree.children:
+            made = len(self.fusion.tensors_created)
             try:
                 getattr(self, "_" + stmt.data)(*stmt.children)
             except ParseError:
@@ -129,14 +172,13 @@ class _Builder:
             except Exception as exc:  # noqa: BLE001 - never let an internal error escape
                 what = f"internal error ({type(exc).__name__}: {exc}); please report it"
                 raise self._at_stmt(stmt, what) from exc
+            # Every tensor the statement made (implicit broadcasts too) points back at it.
+            for tv in self.fusion.tensors_created[made:]:
+                tv.origin = f"{self.source.filename}:{stmt.meta.line}"
         return self.fusion
 
     def _at_stmt(self, stmt: Tree, message: str) -> ParseError:
-        used = stmt.scan_values(lambda v: isinstance(v, Token) and v.type == "NAME")
-        names = {str(t): self.tensors[str(t)] for t in used if str(t) in self.tensors}
-        aliases = [f"{n} is {tv.name}" for n, tv in names.items() if n != tv.name]
-        if aliases:
-            message += f" (here {', '.join(aliases)})"
+        # Tensors carry their written names, so the message already says `x (T0)`.
         return self.source.error(message, stmt.meta.line, stmt.meta.column)
 
     def _fail(self, message: str, where: Token | Arg) -> ParseError:
@@ -144,6 +186,12 @@ class _Builder:
 
     # -- names ------------------------------------------------------------------
     def _define(self, name: Token) -> str:
+        if name in reserved_words():
+            raise self._fail(
+                f"{name!s} is a reserved word of the .fus format and cannot name a tensor or "
+                "a mesh; pick another name",
+                name,
+            )
         if name in self.tensors or name in self.meshes:
             what = "tensor" if name in self.tensors else "mesh"
             raise self._fail(f"{name!s} is already defined (as a {what}); pick a new name", name)
@@ -171,7 +219,7 @@ class _Builder:
         if bad:
             raise self._fail(f"a device id must be an integer, got {bad[0].text}", bad[0])
         try:
-            return DeviceMesh(a.value for a in arg.value)
+            return DeviceMesh([a.value for a in arg.value])
         except FuserliteError as exc:
             raise self._fail(str(exc), arg) from None
 
@@ -195,7 +243,7 @@ class _Builder:
             raise self._fail(str(exc), dtype_tok) from None
         shape = [self._int(t, "an extent", 1) for t in dims.children if not _is_punctuation(t)]
         contiguous = not any(isinstance(r, Token) and r.type == "NONCONTIGUOUS" for r in rest)
-        tv = ops.tensor(shape, dtype, contiguous=contiguous, fusion=self.fusion)
+        tv = ops.tensor(shape, dtype, contiguous=contiguous, fusion=self.fusion, name=key)
         for r in rest:
             if isinstance(r, Tree):  # placement
                 tv.set_device_mesh(self._mesh(r.children[0]))
@@ -225,7 +273,9 @@ class _Builder:
                 )
             else:
                 written.append(_arg(a.children[0]))
-        self.tensors[key] = call_op(self.source, _arg(op), written, self._tensor)
+        out = call_op(self.source, _arg(op), written, self._tensor)
+        out.user_name = key
+        self.tensors[key] = out
 
     # -- directives ---------------------------------------------------------------
     def _set_mesh(self, name: Token, ref: Token | Tree) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from lark import Lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -77,7 +78,10 @@ def _expected(lark: Lark, names: set[str]) -> str:
 def syntax_error(source: Source, lark: Lark, exc: UnexpectedInput) -> ParseError:
     """Translate a lark exception into a located ParseError (no lark type escapes)."""
     if isinstance(exc, UnexpectedCharacters):
-        return source.error(f"unexpected character {exc.char!r}", exc.line, exc.column)
+        hint = ""
+        if exc.char.isdigit() and not exc.char.isascii():  # '٣' would otherwise look like 3
+            hint = f" ({unicodedata.name(exc.char, 'a digit')}); write numbers with the digits 0-9"
+        return source.error(f"unexpected character {exc.char!r}{hint}", exc.line, exc.column)
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
         if tok.type == "$END":

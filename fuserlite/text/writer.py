@@ -9,6 +9,7 @@ types are given last (or just before a transform consumes the axis).
 
 from __future__ import annotations
 
+from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import (
@@ -28,6 +29,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, MemoryType, ParallelType
+from fuserlite.ops import builder_name
 
 
 def _cannot(tv: TensorView, why: str) -> FusionError:
@@ -46,15 +48,16 @@ def _list(values) -> str:
 
 def _args(expr: Expr) -> tuple[str, list[str]]:
     """The builder name and written arguments of one expression."""
-    names = [t.name for t in expr.inputs]
+    names = [t.ir_name for t in expr.inputs]
     kind = type(expr)
     if kind is LoadStoreOp:
         return "set", names + ([f"cache_op={expr.cache_op}"] if expr.cache_op else [])
     if kind is UnaryOp:
         return expr.op.value, names
     if kind is BinaryOp:
-        op = {"max": "maximum", "min": "minimum"}.get(expr.op.value, expr.op.value)
-        return op, [x.name if isinstance(x, TensorView) else _scalar(x) for x in expr.operands()]
+        return builder_name(expr.op), [
+            x.ir_name if isinstance(x, TensorView) else _scalar(x) for x in expr.operands()
+        ]
     if kind is BroadcastOp:
         return "broadcast", names + [_list(expr.flags)]
     if kind is ReductionOp:
@@ -74,7 +77,7 @@ def _call(tv: TensorView, written: set[int]) -> str:
     if late:
         raise _cannot(tv, f"reads {', '.join(late)}, created after it")
     op, args = _args(expr)
-    return f"{tv.name} = {op}({', '.join(args)})"
+    return f"{tv.ir_name} = {op}({', '.join(args)})"
 
 
 def _declaration(tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str]) -> str:
@@ -89,7 +92,7 @@ def _declaration(tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str]) ->
     if tv.domain.contiguity != wanted:
         raise _cannot(tv, f"has contiguity {tv.domain.contiguity}")
     shape = ", ".join(str(ax.extent) for ax in logical)
-    text = f"{keyword} {tv.name}: {tv.dtype.name}[{shape}]"
+    text = f"{keyword} {tv.ir_name}: {tv.dtype.name}[{shape}]"
     text += "" if contiguous else " noncontiguous"
     return text + (f" on {meshes[tv.mesh]}" if tv.mesh is not None else "")
 
@@ -113,7 +116,7 @@ def _check(tv: TensorView) -> None:
 def _parallelize(tv: TensorView, pos: int, ax: IterDomain) -> list[str]:
     if ax.parallel_type is ParallelType.Serial:
         return []
-    return [f"parallelize {tv.name} axis {pos} {ax.parallel_type.name}"]
+    return [f"parallelize {tv.ir_name} axis {pos} {ax.parallel_type.name}"]
 
 
 def _schedule(tv: TensorView) -> list[str]:
@@ -133,10 +136,10 @@ def _schedule(tv: TensorView) -> list[str]:
         if isinstance(t, Split):
             k = pos(t.input)
             verb = "split" if t.inner_split else "outer_split"
-            lines.append(f"{verb} {tv.name} axis {k} by {t.factor}")
+            lines.append(f"{verb} {tv.ir_name} axis {k} by {t.factor}")
             loop[k : k + 1] = [t.outer, t.inner]
         else:
-            lines.append(f"merge {tv.name} axes {pos(t.outer)} {pos(t.inner)}")
+            lines.append(f"merge {tv.ir_name} axes {pos(t.outer)} {pos(t.inner)}")
             del loop[pos(t.inner)]  # the merged axis takes the outer axis's place
             loop[pos(t.outer)] = t.output
     if len(loop) != len(tv.domain.loop):
@@ -144,7 +147,7 @@ def _schedule(tv: TensorView) -> list[str]:
     order = {pos(ax): k for k, ax in enumerate(tv.domain.loop) if pos(ax) != k}
     if order:
         pairs = ", ".join(f"{old}: {new}" for old, new in order.items())
-        lines.append(f"reorder {tv.name} {{{pairs}}}")
+        lines.append(f"reorder {tv.ir_name} {{{pairs}}}")
     for k, ax in enumerate(tv.domain.loop):
         lines += _parallelize(tv, k, ax)
     return lines
@@ -164,6 +167,7 @@ def _section(lines: list[str]) -> str:
 
 def to_fus(fusion: Fusion) -> str:
     """The fusion as .fus text that parses back to a fusion printing identically."""
+    args.instance(fusion, Fusion, "to_fus", "fusion", "a Fusion")
     meshes = _mesh_names(fusion)
     declared = [tv for tv in fusion.tensors_created if tv.definition is None]
     inline = [tv for tv in declared if tv in fusion.inputs] == fusion.inputs
@@ -178,11 +182,11 @@ def to_fus(fusion: Fusion) -> str:
         else:
             body.append(_call(tv, written))
             if tv.mesh is not None:
-                directives.append(f"set_mesh {tv.name} {meshes[tv.mesh]}")
+                directives.append(f"set_mesh {tv.ir_name} {meshes[tv.mesh]}")
         written.add(id(tv))
         directives += _schedule(tv)
-    marks = [] if inline else [f"input {tv.name}" for tv in fusion.inputs]
-    marks += [f"output {tv.name}" for tv in fusion.outputs]
+    marks = [] if inline else [f"input {tv.ir_name}" for tv in fusion.inputs]
+    marks += [f"output {tv.ir_name}" for tv in fusion.outputs]
     header = ["# written by fuserlite.to_fus"]
     header += [f"mesh {name} = {_list(m.devices)}" for m, name in meshes.items()]
     parts = [_section(header), _section(body + marks)]

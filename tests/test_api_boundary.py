@@ -1,0 +1,406 @@
+"""The public boundary: every function of fuserlite/__init__.py checks its arguments.
+
+Three tables: bad calls (each raises a FuserliteError subclass whose message names
+the argument and what was given), coercions that used to pass silently and must be
+refused, and the spellings numpy/torch users write, which must be accepted and mean
+the same as the canonical one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fuserlite as fl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Env:
+    """A small fusion to call the API on; the executor is built only when a row needs it."""
+
+    def __init__(self) -> None:
+        self.fusion = fl.Fusion()
+        with self.fusion:
+            self.mesh = fl.DeviceMesh([0, 1])
+            self.x = fl.tensor([4, 6])
+            self.i = fl.tensor([4], "int32")
+            self.w = fl.tensor([5, 6])
+            self.w3 = fl.tensor([2, 5, 6])
+            self.b = fl.tensor([5])
+            self.s = fl.spmd_input([2, 6], self.mesh)  # global [4, 6], sharded on axis 0
+            self.y = fl.neg(self.x)
+        self.fusion.add_input(self.x)
+        self.fusion.add_output(self.y)
+
+    @functools.cached_property
+    def ex(self) -> fl.FusionExecutor:
+        return fl.FusionExecutor(self.fusion)
+
+    @property
+    def inputs(self) -> list[np.ndarray]:
+        return [np.ones((4, 6), np.float32)]
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    call: Callable[[Env], object]
+    expect: tuple[str, ...]  # fragments the message must contain: the argument, the value
+
+
+def bad(id: str, call: Callable[[Env], object], *expect: str) -> Bad:
+    return Bad(id, call, expect)
+
+
+class Ragged:
+    """An object numpy cannot turn into an array of one dtype and shape."""
+
+
+BAD = [
+    # -- fl.tensor -------------------------------------------------------------------
+    bad("tensor str shape", lambda e: fl.tensor("12"), "shape", "'12'"),
+    bad("tensor float extent", lambda e: fl.tensor([2.5]), "shape", "2.5"),
+    bad("tensor integral float", lambda e: fl.tensor([2.0]), "shape", "2.0"),
+    bad("tensor bool extent", lambda e: fl.tensor([True]), "shape", "True"),
+    bad("tensor zero extent", lambda e: fl.tensor([2, 0]), "shape", "item 1 is 0"),
+    bad("tensor negative extent", lambda e: fl.tensor([-1]), "shape", "-1"),
+    bad("tensor None shape", lambda e: fl.tensor(None), "shape", "None"),
+    bad("tensor nested shape", lambda e: fl.tensor([[2, 3]]), "shape", "[2, 3]"),
+    bad("tensor set shape", lambda e: fl.tensor({2, 3}), "shape", "set"),
+    bad("tensor 2-D array shape", lambda e: fl.tensor(np.ones((2, 2), int)), "shape", "array"),
+    bad("tensor inf shape", lambda e: fl.tensor(float("inf")), "shape", "inf"),
+    bad("tensor 65 axes", lambda e: fl.tensor([1] * 65), "shape", "65 axes", "at most 64"),
+    bad("tensor dtype None", lambda e: fl.tensor([2], None), "dtype", "None"),
+    bad("tensor dtype complex", lambda e: fl.tensor([2], "complex64"), "dtype", "complex64"),
+    bad("tensor dtype int", lambda e: fl.tensor([2], 5), "dtype", "5"),
+    bad("tensor dtype numpy complex", lambda e: fl.tensor([2], np.complex64), "dtype", "complex"),
+    bad("tensor contiguous str", lambda e: fl.tensor([2], contiguous="yes"), "contiguous", "yes"),
+    bad("tensor contiguous int", lambda e: fl.tensor([2], contiguous=0), "contiguous", "0"),
+    bad("tensor fusion int", lambda e: fl.tensor([2], fusion=5), "fusion", "5"),
+    bad("tensor name digit", lambda e: fl.tensor([2], name="1x"), "name", "'1x'"),
+    bad("tensor name space", lambda e: fl.tensor([2], name="w 1"), "name", "'w 1'"),
+    bad("tensor name int", lambda e: fl.tensor([2], name=5), "name", "5"),
+    # -- unary ops -------------------------------------------------------------------
+    bad("neg int", lambda e: fl.neg(5), "neg", "x must be a TensorView", "5"),
+    bad("exp str", lambda e: fl.exp("x"), "exp", "x must be", "'x'"),
+    bad("tanh None", lambda e: fl.tanh(None), "tanh", "x must be", "None"),
+    bad("relu list", lambda e: fl.relu([1]), "relu", "x must be", "[1]"),
+    bad("abs array", lambda e: fl.abs(np.ones(2)), "abs", "x must be", "ndarray"),
+    bad("gelu axis", lambda e: fl.gelu(e.x.axis(0)), "gelu", "x must be", "IterDomain"),
+    bad("sqrt fusion", lambda e: fl.sqrt(e.fusion), "sqrt", "x must be", "Fusion"),
+    bad("log float", lambda e: fl.log(3.0), "log", "x must be", "3.0"),
+    bad("neg bool tensor", lambda e: fl.neg(fl.tensor([2], "bool")), "neg", "bool"),
+    # -- binary ops ------------------------------------------------------------------
+    bad("add str", lambda e: fl.add(e.x, "1"), "add", "b must be", "'1'"),
+    bad("sub str first", lambda e: fl.sub("1", e.x), "sub", "a must be", "'1'"),
+    bad("mul None", lambda e: fl.mul(e.x, None), "mul", "b must be", "None"),
+    bad("div complex", lambda e: fl.div(e.x, 1j), "div", "b must be", "1j"),
+    bad("maximum list", lambda e: fl.maximum(e.x, [1]), "maximum", "b must be", "[1]"),
+    bad("minimum array", lambda e: fl.minimum(e.x, np.ones(2)), "minimum", "b must be"),
+    bad("add 0-d array", lambda e: fl.add(e.x, np.array(1.0)), "add", "b must be", "array"),
+    bad("add two numbers", lambda e: fl.add(1, 2), "add", "a and b are both numbers"),
+    bad("add int overflow", lambda e: fl.add(e.i, 2**40), "add", "1099511627776", "int32"),
+    bad("array times tensor", lambda e: np.ones(2) * e.x, "mul", "a must be", "ndarray"),
+    bad("add shapes", lambda e: fl.add(e.x, e.b), "add", "T0[4, 6]", "T4[5]"),
+    bad("operator str", lambda e: e.x + "1", "add", "b must be", "'1'"),
+    # -- set, broadcast ----------------------------------------------------------------
+    bad("set int", lambda e: fl.set(5), "set", "x must be", "5"),
+    bad("set cache_op", lambda e: fl.set(e.x, cache_op="Bogus"), "cache_op", "'Bogus'"),
+    bad("set cache_op int", lambda e: fl.set(e.x, cache_op=1), "cache_op", "1"),
+    bad("broadcast str flags", lambda e: fl.broadcast(e.b, "ab"), "flags", "'ab'"),
+    bad("broadcast int flags", lambda e: fl.broadcast(e.b, [1, 0]), "flags", "[1, 0]"),
+    bad("broadcast None flags", lambda e: fl.broadcast(e.b, None), "flags", "None"),
+    bad("broadcast x", lambda e: fl.broadcast(5, [True]), "broadcast", "x must be", "5"),
+    bad("broadcast count", lambda e: fl.broadcast(e.b, [True, True]), "broadcast", "flags"),
+    bad("broadcast rank", lambda e: fl.broadcast(e.b, [True] * 64 + [False]), "flags", "65"),
+    # -- reductions ------------------------------------------------------------------------
+    bad("sum str axes", lambda e: fl.sum(e.x, "0"), "sum", "axes", "'0'"),
+    bad("sum float axis", lambda e: fl.sum(e.x, 1.0), "sum", "axes", "1.0"),
+    bad("sum bool axis", lambda e: fl.sum(e.x, True), "sum", "axes", "True"),
+    bad("sum nested axes", lambda e: fl.sum(e.x, [[0]]), "sum", "axes", "[0]"),
+    bad("sum axis twice", lambda e: fl.sum(e.x, [0, 0]), "sum", "axis listed twice"),
+    bad("sum axis range", lambda e: fl.sum(e.x, 5), "sum", "axis 5 is out of range"),
+    bad("sum keepdim str", lambda e: fl.sum(e.x, 0, keepdim="no"), "keepdim", "'no'"),
+    bad("sum keepdim int", lambda e: fl.sum(e.x, 0, keepdim=1), "keepdim", "1"),
+    bad("sum None", lambda e: fl.sum(None), "sum", "x must be", "None"),
+    bad("max str axes", lambda e: fl.max(e.x, "0"), "max", "axes", "'0'"),
+    bad("max keepdim None", lambda e: fl.max(e.x, 0, keepdim=None), "keepdim", "None"),
+    bad("max of two tensors", lambda e: fl.max(e.x, e.x), "maximum"),
+    bad("max float axis", lambda e: fl.max(e.x, 2.5), "max", "axes", "2.5"),
+    # -- expand, reshape ------------------------------------------------------------------------
+    bad("expand str shape", lambda e: fl.expand(e.x, "46"), "expand", "shape", "'46'"),
+    bad("expand float shape", lambda e: fl.expand(e.x, [4.0, 6]), "expand", "shape", "4.0"),
+    bad("expand None", lambda e: fl.expand(e.x, None), "expand", "shape", "None"),
+    bad("expand x", lambda e: fl.expand(5, [4]), "expand", "x must be", "5"),
+    bad("expand rank", lambda e: fl.expand(e.x, [4]), "expand", "shape [4] has 1"),
+    bad("expand iteration axis", lambda e: fl.expand(e.x, [8, 6]), "expand", "axis 0"),
+    bad("reshape str", lambda e: fl.reshape(e.x, "24"), "reshape", "shape", "'24'"),
+    bad("reshape float", lambda e: fl.reshape(e.x, [2.5, 2]), "reshape", "shape", "2.5"),
+    bad("reshape None", lambda e: fl.reshape(e.x, None), "reshape", "shape", "None"),
+    bad("reshape count", lambda e: fl.reshape(e.x, [5, 5]), "reshape", "[5, 5]"),
+    bad("reshape x", lambda e: fl.reshape("x", [24]), "reshape", "x must be", "'x'"),
+    bad("reshape rank", lambda e: fl.reshape(e.b, [1] * 64 + [5]), "reshape", "shape", "65"),
+    # -- matmul, linear --------------------------------------------------------------------------
+    bad("matmul b int", lambda e: fl.matmul(e.x, 5), "matmul", "b must be", "5"),
+    bad("matmul a int", lambda e: fl.matmul(5, e.x), "matmul", "a must be", "5"),
+    bad("matmul batched b", lambda e: fl.matmul(e.b, e.w3), "b must be 2-D", "3 axes"),
+    bad("matmul k", lambda e: fl.matmul(e.x, e.w), "matmul", "last axis has 6", "has 5"),
+    bad("linear weight int", lambda e: fl.linear(e.x, 5), "linear", "weight must be", "5"),
+    bad("linear bias int", lambda e: fl.linear(e.x, e.w, 5), "linear", "bias must be", "5"),
+    bad("linear 3-D weight", lambda e: fl.linear(e.x, e.w3), "weight must be 2-D", "3 axes"),
+    bad("linear bias shape", lambda e: fl.linear(e.x, e.w, e.x), "bias", "[5]"),
+    bad("linear k", lambda e: fl.linear(e.x, fl.tensor([5, 4])), "linear", "has 6", "has 4"),
+    # -- DeviceMesh ----------------------------------------------------------------------------------
+    bad("mesh 2-D", lambda e: fl.DeviceMesh([[0, 1], [2, 3]]), "devices", "1-D today"),
+    bad("mesh 2-D array", lambda e: fl.DeviceMesh(np.zeros((2, 2), int)), "devices", "1-D"),
+    bad("mesh float id", lambda e: fl.DeviceMesh([1.5]), "devices", "1.5"),
+    bad("mesh str", lambda e: fl.DeviceMesh("01"), "devices", "'01'"),
+    bad("mesh int", lambda e: fl.DeviceMesh(5), "devices", "5"),
+    bad("mesh None", lambda e: fl.DeviceMesh(None), "devices", "None"),
+    bad("mesh bool id", lambda e: fl.DeviceMesh([True]), "devices", "True"),
+    bad("mesh set", lambda e: fl.DeviceMesh({0, 1}), "devices", "set"),
+    bad("mesh twice", lambda e: fl.DeviceMesh([0, 0]), "DeviceMesh{0 0}", "twice"),
+    bad("mesh negative", lambda e: fl.DeviceMesh([-1]), "devices", "-1"),
+    bad("mesh empty", lambda e: fl.DeviceMesh([]), "DeviceMesh", "at least one device"),
+    bad("mesh too many", lambda e: fl.DeviceMesh(range(10**9)), "1000000000 devices", "4096"),
+    bad("mesh id too big", lambda e: fl.DeviceMesh([0, 10**9]), "devices", "1000000000"),
+    bad("mesh size zero", lambda e: fl.DeviceMesh.for_num_devices(0), "number of devices", "0"),
+    bad("mesh size float", lambda e: fl.DeviceMesh.for_num_devices(2.0), "number of dev", "2.0"),
+    bad("mesh size str", lambda e: fl.DeviceMesh.for_num_devices("2"), "number of dev", "'2'"),
+    bad("mesh size huge", lambda e: fl.DeviceMesh.for_num_devices(10**9), "1..4096"),
+    # -- Fusion, TensorView and IterDomain methods -------------------------------------------------
+    bad("add_input int", lambda e: e.fusion.add_input(5), "add_input", "tv", "5"),
+    bad("add_output str", lambda e: e.fusion.add_output("x"), "add_output", "tv", "'x'"),
+    bad("add_input computed", lambda e: e.fusion.add_input(e.y), "add_input", "T6"),
+    bad("add_input twice", lambda e: e.fusion.add_input(e.x), "add_input", "already"),
+    bad("axis str", lambda e: e.x.axis("0"), "axis", "i must be", "'0'"),
+    bad("axis float", lambda e: e.x.axis(1.0), "axis", "1.0"),
+    bad("axis range", lambda e: e.x.axis(5), "axis 5 is out of range"),
+    bad("split str axis", lambda e: e.x.split("0", 2), "split", "axis", "'0'"),
+    bad("split float factor", lambda e: e.x.split(0, 2.0), "split", "factor", "2.0"),
+    bad("split zero factor", lambda e: e.x.split(0, 0), "split", "factor", "0"),
+    bad("split bool factor", lambda e: e.x.split(0, True), "split", "factor", "True"),
+    bad("outer_split str", lambda e: e.x.outer_split(0, "2"), "outer_split", "factor", "'2'"),
+    bad("merge str", lambda e: e.x.merge("0"), "merge", "axis_o", "'0'"),
+    bad("merge str inner", lambda e: e.x.merge(0, "1"), "merge", "axis", "'1'"),
+    bad("merge itself", lambda e: e.x.merge(0, 0), "merge", "itself"),
+    bad("reorder list", lambda e: e.x.reorder([1, 0]), "reorder", "order", "[1, 0]"),
+    bad("reorder str key", lambda e: e.x.reorder({"0": 1}), "reorder", "axis", "'0'"),
+    bad("reorder range", lambda e: e.x.reorder({0: 5}), "reorder", "axis 5"),
+    bad("set_device_mesh list", lambda e: e.x.set_device_mesh([0, 1]), "DeviceMesh", "[0, 1]"),
+    bad("parallelize int", lambda e: e.x.axis(0).parallelize(5), "parallel_type", "5"),
+    bad("parallelize None", lambda e: e.x.axis(0).parallelize(None), "parallel_type", "None"),
+    bad("parallelize name", lambda e: e.x.axis(0).parallelize("warpIdx"), "'warpIdx'"),
+    bad("parallel type parse", lambda e: fl.ParallelType.parse(5), "parallel type", "5"),
+    bad("dtype parse None", lambda e: fl.DType.parse(None), "dtype", "None"),
+    # -- SPMD collectives ------------------------------------------------------------------------------
+    bad("spmd_input str", lambda e: fl.spmd_input("4", e.mesh), "local_shape", "'4'"),
+    bad("spmd_input float", lambda e: fl.spmd_input([4.0], e.mesh), "local_shape", "4.0"),
+    bad("spmd_input empty", lambda e: fl.spmd_input([], e.mesh), "local_shape", "[]"),
+    bad("spmd_input mesh", lambda e: fl.spmd_input([4], [0, 1]), "mesh", "[0, 1]"),
+    bad("spmd_input dtype", lambda e: fl.spmd_input([4], e.mesh, None), "dtype", "None"),
+    bad("all_gather int", lambda e: fl.all_gather(5), "all_gather", "t must be", "5"),
+    bad("all_gather dim str", lambda e: fl.all_gather(e.s, "0"), "all_gather", "dim", "'0'"),
+    bad("all_gather dim range", lambda e: fl.all_gather(e.s, 5), "all_gather", "dim", "5"),
+    bad("all_gather no mesh", lambda e: fl.all_gather(e.x), "all_gather", "no device mesh"),
+    bad("all_reduce op list", lambda e: fl.all_reduce(e.s, op=["sum"]), "op", "['sum']"),
+    bad("all_reduce op name", lambda e: fl.all_reduce(e.s, op="mean"), "op", "'mean'"),
+    bad("reduce_scatter dim", lambda e: fl.reduce_scatter(e.s, scatter_dim="0"), "scatter_dim"),
+    bad("reduce_scatter count", lambda e: fl.reduce_scatter(e.s, shard_count="2"), "shard_count"),
+    bad("reduce_scatter range", lambda e: fl.reduce_scatter(e.s, scatter_dim=9), "scatter_dim 9"),
+    bad("all_to_all split str", lambda e: fl.all_to_all(e.s, "1", 0), "split_dim", "'1'"),
+    bad("all_to_all split range", lambda e: fl.all_to_all(e.s, 9, 0), "split_dim", "9"),
+    bad("all_to_all concat", lambda e: fl.all_to_all(e.s, 1, None), "concat_dim", "None"),
+    bad("local_sum None", lambda e: fl.local_sum(None), "local_sum", "t must be", "None"),
+    # -- FusionExecutor ----------------------------------------------------------------------------------
+    bad("executor fusion", lambda e: fl.FusionExecutor(5), "FusionExecutor", "fusion", "5"),
+    bad("executor backend int", lambda e: fl.FusionExecutor(e.fusion, 5), "backend", "5"),
+    bad("executor backend name", lambda e: fl.FusionExecutor(e.fusion, "gpu"), "backend", "gpu"),
+    bad("executor schedule", lambda e: fl.FusionExecutor(e.fusion, schedule="no"), "schedule"),
+    bad("executor pipeline", lambda e: fl.FusionExecutor(e.fusion, pipeline="x"), "pipeline"),
+    bad("run None", lambda e: e.ex.run(None), "inputs", "None"),
+    bad("run bare array", lambda e: e.ex.run(e.inputs[0]), "inputs", "ndarray"),
+    bad("run count", lambda e: e.ex.run([]), "takes 1 inputs", "got 0"),
+    bad("run ragged", lambda e: e.ex.run([[[1, 2], [3]]]), "input T0", "not an array"),
+    bad("run shape", lambda e: e.ex.run([np.ones(3, np.float32)]), "input T0", "[3]"),
+    bad("run dtype", lambda e: e.ex.run([np.ones((4, 6))]), "input T0", "float64"),
+    bad("run_per_device int", lambda e: e.ex.run_per_device(5), "inputs", "5"),
+    # -- reference, validation, random inputs ------------------------------------------------------
+    bad("evaluate fusion", lambda e: fl.evaluate(5, []), "evaluate", "fusion", "5"),
+    bad("evaluate None", lambda e: fl.evaluate(e.fusion, None), "inputs", "None"),
+    bad("evaluate shape", lambda e: fl.evaluate(e.fusion, [np.ones(3, np.float32)]), "[3]"),
+    bad("evaluate object", lambda e: fl.evaluate(e.fusion, [Ragged()]), "input T0", "shape"),
+    bad("validate outputs", lambda e: fl.validate(e.fusion, e.inputs, None), "outputs", "None"),
+    bad("validate outputs int", lambda e: fl.validate(e.fusion, e.inputs, 5), "outputs", "5"),
+    bad("validate fusion", lambda e: fl.validate(5, e.inputs, []), "fusion", "5"),
+    bad("random_inputs fusion", lambda e: fl.random_inputs(5), "random_inputs", "fusion", "5"),
+    bad("random_inputs str", lambda e: fl.random_inputs(e.fusion, "1"), "seed", "'1'"),
+    bad("random_inputs negative", lambda e: fl.random_inputs(e.fusion, -1), "seed", "-1"),
+    bad("random_inputs float", lambda e: fl.random_inputs(e.fusion, 1.5), "seed", "1.5"),
+    # -- text, verify, pipeline ----------------------------------------------------------------------
+    bad("parse int", lambda e: fl.parse(5), "parse", "text", "5"),
+    bad("parse bytes", lambda e: fl.parse(b"input x: float32[2]"), "text", "bytes"),
+    bad("parse filename", lambda e: fl.parse("", filename=5), "filename", "5"),
+    bad("parse too big", lambda e: fl.parse("#" * (16 * 2**20 + 1)), "limited to 16777216"),
+    bad("load None", lambda e: fl.load(None), "load", "path", "None"),
+    bad("load int", lambda e: fl.load(5), "load", "path", "5"),
+    bad("load directory", lambda e: fl.load(ROOT), "cannot read the file"),
+    bad("load missing", lambda e: fl.load(ROOT / "missing.fus"), "missing.fus", "cannot read"),
+    bad("to_fus int", lambda e: fl.to_fus(5), "to_fus", "fusion", "5"),
+    bad("verify int", lambda e: fl.verify(5), "verify", "fusion", "5"),
+    bad("verify require_mesh", lambda e: fl.verify(e.fusion, require_mesh="no"), "require_mesh"),
+    bad("lower int", lambda e: fl.lower(5), "fusion", "5"),
+    bad("pipeline str", lambda e: fl.Pipeline("segment"), "passes", "'segment'"),
+    bad("pipeline int pass", lambda e: fl.Pipeline([5]), "passes", "[5]"),
+    bad("pipeline unknown pass", lambda e: fl.Pipeline(["nope"]), "unknown pass 'nope'"),
+    bad("pipeline print_after", lambda e: fl.Pipeline([], print_after="segment"), "print_after"),
+    bad("pipeline verify_each", lambda e: fl.Pipeline([], verify_each="no"), "verify_each"),
+    bad("pipeline run", lambda e: fl.Pipeline([]).run(5), "Pipeline.run", "fusion", "5"),
+]
+
+
+def test_the_corpus_covers_every_public_function() -> None:
+    assert len(BAD) >= 120
+    assert len({case.id for case in BAD}) == len(BAD)
+    names = {n for n in fl.__all__ if callable(getattr(fl, n)) and not n[0].isupper()}
+    used = {name for case in BAD for name in _names_used(case.call)}
+    assert names - used == set(), f"no bad call for {sorted(names - used)}"
+
+
+def _names_used(fn: Callable) -> set[str]:
+    return set(fn.__code__.co_names)
+
+
+@pytest.mark.parametrize("case", BAD, ids=[case.id for case in BAD])
+def test_bad_call_is_a_clear_error(case: Bad) -> None:
+    env = Env()
+    with env.fusion, pytest.raises(fl.FuserliteError) as info:
+        case.call(env)
+    error = info.value
+    assert type(error) is not fl.FuserliteError  # a subclass that says what kind of mistake
+    message = str(error)
+    for fragment in case.expect:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert len(message) < 400, message  # one paragraph, long values abbreviated
+
+
+# -- silent coercions that are refused now ----------------------------------------------------
+COERCIONS = {
+    "float extent is not truncated": lambda e: fl.tensor([2.5]),
+    "a string is not a list of digits": lambda e: fl.tensor("12"),
+    "a float device id is not truncated": lambda e: fl.DeviceMesh([1.5]),
+    "dtype None is not float64": lambda e: fl.tensor([2], None),
+    "1/0 are not flags": lambda e: fl.broadcast(e.b, [1, 0]),
+    "True is not axis 1": lambda e: fl.sum(e.x, True),
+    "a string is not keepdim": lambda e: fl.max(e.x, 0, keepdim="no"),
+    "0 is not contiguous=False": lambda e: fl.tensor([2], contiguous=0),
+    "an integral float is not a factor": lambda e: e.x.split(0, 2.0),
+    "a bool is not a device id": lambda e: fl.DeviceMesh([True, False]),
+    "a string is not a seed": lambda e: fl.random_inputs(e.fusion, "7"),
+    "an unknown cache op is not kept": lambda e: fl.set(e.x, cache_op="Bogus"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COERCIONS))
+def test_no_silent_coercion(name: str) -> None:
+    env = Env()
+    with env.fusion, pytest.raises(fl.FuserliteError):
+        COERCIONS[name](env)
+
+
+# -- what numpy and torch users write ---------------------------------------------------------
+def _math(build: Callable[[Env], object]) -> str:
+    """The fusion's math after `build` adds an output to a fresh Env."""
+    env = Env()
+    with env.fusion:
+        out = build(env)
+    env.fusion.add_output(out)
+    return env.fusion.print_math() + repr(out)
+
+
+# (accepted spelling, canonical spelling): both must build the same fusion.
+SPELLINGS = {
+    "tuple shape": (lambda e: fl.tensor((3, 2)), lambda e: fl.tensor([3, 2])),
+    "array shape": (lambda e: fl.tensor(np.array([3, 2])), lambda e: fl.tensor([3, 2])),
+    "numpy int extents": (
+        lambda e: fl.tensor([np.int64(3), np.int32(2)]),
+        lambda e: fl.tensor([3, 2]),
+    ),
+    "int shape": (lambda e: fl.tensor(3), lambda e: fl.tensor([3])),
+    "numpy dtype": (lambda e: fl.tensor([3], np.float16), lambda e: fl.tensor([3], "float16")),
+    "nvFuser dtype name": (lambda e: fl.tensor([3], "double"), lambda e: fl.tensor([3], "float64")),
+    "numpy int axis": (lambda e: fl.sum(e.x, np.int64(0)), lambda e: fl.sum(e.x, 0)),
+    "tuple axes": (lambda e: fl.sum(e.x, (0, 1)), lambda e: fl.sum(e.x, [0, 1])),
+    "array axes": (lambda e: fl.max(e.x, np.array([1])), lambda e: fl.max(e.x, [1])),
+    "numpy bool keepdim": (
+        lambda e: fl.sum(e.x, 1, keepdim=np.bool_(True)),
+        lambda e: fl.sum(e.x, 1, keepdim=True),
+    ),
+    "tuple flags": (
+        lambda e: fl.broadcast(e.b, (True, False)),
+        lambda e: fl.broadcast(e.b, [True, False]),
+    ),
+    "numpy bool flags": (
+        lambda e: fl.broadcast(e.b, np.array([True, False])),
+        lambda e: fl.broadcast(e.b, [True, False]),
+    ),
+    "numpy float scalar": (lambda e: fl.add(e.x, np.float32(1.5)), lambda e: fl.add(e.x, 1.5)),
+    "numpy int scalar": (lambda e: fl.mul(np.int64(2), e.i), lambda e: fl.mul(2, e.i)),
+    "numpy scalar operator": (lambda e: e.x * np.float64(2.0), lambda e: e.x * 2.0),
+    "tuple reshape": (lambda e: fl.reshape(e.x, (2, -1)), lambda e: fl.reshape(e.x, [2, 12])),
+    "numpy expand": (
+        lambda e: fl.expand(fl.tensor([1, 6]), np.array([4, 6])),
+        lambda e: fl.expand(fl.tensor([1, 6]), [4, 6]),
+    ),
+    "numpy split": (
+        lambda e: fl.set(e.x.split(np.int64(1), np.int32(3))),
+        lambda e: fl.set(e.x.split(1, 3)),
+    ),
+    "numpy axis": (
+        lambda e: fl.set(e.x.merge(np.int64(0))),
+        lambda e: fl.set(e.x.merge(0)),
+    ),
+    "tuple mesh": (
+        lambda e: fl.set(e.x.set_device_mesh(fl.DeviceMesh((0, 1)))),
+        lambda e: fl.set(e.x.set_device_mesh(fl.DeviceMesh([0, 1]))),
+    ),
+    "array mesh": (
+        lambda e: fl.set(e.x.set_device_mesh(fl.DeviceMesh(np.arange(2)))),
+        lambda e: fl.set(e.x.set_device_mesh(fl.DeviceMesh([0, 1]))),
+    ),
+    "numpy mesh size": (
+        lambda e: fl.set(e.x.set_device_mesh(fl.DeviceMesh.for_num_devices(np.int64(2)))),
+        lambda e: fl.set(e.x.set_device_mesh(fl.DeviceMesh([0, 1]))),
+    ),
+    "parallel type name": (
+        lambda e: fl.set(e.x.axis(np.int64(1)).parallelize("threadIdx.x").owner),
+        lambda e: fl.set(e.x.axis(1).parallelize(fl.ParallelType.TIDx).owner),
+    ),
+    "numpy spmd dim": (lambda e: fl.all_gather(e.s, np.int64(0)), lambda e: fl.all_gather(e.s, 0)),
+    "tuple spmd shape": (
+        lambda e: fl.spmd_input((2, 6), e.mesh),
+        lambda e: fl.spmd_input([2, 6], e.mesh),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPELLINGS))
+def test_accepted_spelling_means_the_canonical_one(name: str) -> None:
+    spelled, canonical = SPELLINGS[name]
+    assert _math(spelled) == _math(canonical)
+
+
+def test_numpy_seed_and_tuple_inputs() -> None:
+    env = Env()
+    assert [a.tolist() for a in fl.random_inputs(env.fusion, np.int64(3))] == [
+        a.tolist() for a in fl.random_inputs(env.fusion, 3)
+    ]
+    (out,) = fl.evaluate(env.fusion, tuple(env.inputs))
+    np.testing.assert_array_equal(out, -np.ones((4, 6), np.float32))
+    fl.validate(env.fusion, tuple(env.inputs), (out,))
