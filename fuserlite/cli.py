@@ -289,7 +289,7 @@ def communications_table(executor: FusionExecutor) -> Table:
             c.kind.value,
             c.input.name,
             c.output.name,
-            " ".join(str(d) for d in c.team),
+            abbreviate(c.team),
             "" if c.root is None else str(c.root),
             "" if c.layout is None else str(c.layout),
             str(c.bytes_per_device),
@@ -436,7 +436,7 @@ def _closed_pipe() -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError):  # a stream without a file descriptor (tests)
+    except (AttributeError, OSError, ValueError):  # a stream without a file descriptor
         pass
     return EXIT_BROKEN_PIPE
 

@@ -37,6 +37,7 @@ from fuserlite.ir.types import DType, IterType, result_type
 Scalar = int | float
 
 MAX_RANK = 64  # numpy's limit on the number of array dimensions
+MAX_EXTENT = 2**63 - 1  # extents are int64, as in nvFuser (and in the emitted CUDA)
 
 
 def _shape_text(tv: TensorView) -> str:
@@ -65,7 +66,7 @@ def tensor(
     if fusion is None:
         fusion = active_fusion()
     args.instance(fusion, Fusion, "tensor", "fusion", "a Fusion or None (the active one)")
-    extents = args.integers(shape, "tensor", "shape", minimum=1, scalar_ok=True)
+    extents = args.integers(shape, "tensor", "shape", minimum=1, maximum=MAX_EXTENT, scalar_ok=True)
     check_rank(len(extents), "tensor", "shape")
     dtype = DType.parse(dtype)
     contiguous = args.boolean(contiguous, "tensor", "contiguous")

@@ -49,13 +49,15 @@ def spmd_input(
     mesh: DeviceMesh,
     dtype: DType | str = DType.float32,
     fusion: Fusion | None = None,
+    name: str | None = None,
 ) -> TensorView:
-    """A fusion input whose device d holds a block of `local_shape` (concatenated on axis 0)."""
+    """A fusion input whose device d holds a block of `local_shape` (concatenated on axis 0);
+    `name` as for fl.tensor."""
     local_shape = args.integers(local_shape, "spmd_input", "local_shape", minimum=1, scalar_ok=True)
     args.instance(mesh, DeviceMesh, "spmd_input", "mesh", "a DeviceMesh")
     if not local_shape:
         raise FusionError("spmd_input: local_shape needs at least one axis, got []")
-    t = ops.tensor([local_shape[0] * mesh.size, *local_shape[1:]], dtype, fusion=fusion)
+    t = ops.tensor([local_shape[0] * mesh.size, *local_shape[1:]], dtype, fusion=fusion, name=name)
     shard_axis(t, 0, mesh)
     return t
 

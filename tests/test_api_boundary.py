@@ -75,6 +75,8 @@ BAD = [
     bad("tensor set shape", lambda e: fl.tensor({2, 3}), "shape", "set"),
     bad("tensor 2-D array shape", lambda e: fl.tensor(np.ones((2, 2), int)), "shape", "array"),
     bad("tensor inf shape", lambda e: fl.tensor(float("inf")), "shape", "inf"),
+    bad("tensor huge extent", lambda e: fl.tensor([2**63]), "shape", "9223372036854775808"),
+    bad("tensor dtype value", lambda e: fl.tensor([2], np.int64(3)), "dtype", "np.int64(3)"),
     bad("tensor 65 axes", lambda e: fl.tensor([1] * 65), "shape", "65 axes", "at most 64"),
     bad("tensor dtype None", lambda e: fl.tensor([2], None), "dtype", "None"),
     bad("tensor dtype complex", lambda e: fl.tensor([2], "complex64"), "dtype", "complex64"),

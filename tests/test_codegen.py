@@ -46,7 +46,7 @@ def test_source_follows_the_schedule() -> None:
     ti = lower_tensor(out, kernel_grid([e.output for e in kernel.exprs]))
     ((ix, bound),) = ti.predicates  # 1000 is not a multiple of 128: one tail predicate
     assert f"{c_expr(ix)} < {bound}" in src  # the runner's predicate, printed as C
-    assert f"if (p{out.number}) {out.name}[{c_expr(ti.logical[0])}] = t" in src
+    assert f"if (p{out.number}) {out.ir_name}[{c_expr(ti.logical[0])}] = t" in src
 
 
 def test_launch_dims() -> None:

@@ -3,11 +3,13 @@ a caret under the column; no lark, numpy or Python exception ever escapes."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 import fuserlite as fl
+from fuserlite.text.parser import reserved_words
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "mesh m = [0, 1]\ninput x: float32[2, 8] on m\ninput y: float32[3]\n"  # lines 1-3
@@ -84,6 +86,12 @@ BAD = [
     ("bad expand", HEADER + "z = expand(x, [4, 8])\n", 4, 1, "cannot be expanded"),
     ("bad reshape", HEADER + "z = reshape(x, [3, 5])\n", 4, 1, "cannot view"),
     ("keyword as name", HEADER + "output = exp(x)\n", 4, 8, "expected a name"),
+    ("reserved op result", HEADER + "on = exp(x)\n", 4, 1, "on is a reserved word"),
+    ("reserved mesh", "mesh mesh = [0, 1]\n", 1, 6, "mesh is a reserved word"),
+    ("reserved input", "input split: float32[2]\n", 1, 7, "split is a reserved word"),
+    ("arabic digit", HEADER + "input w: float32[\u0663]\n", 4, 18, "(ARABIC-INDIC DIGIT THREE)"),
+    ("superscript digit", HEADER + "z = add(x, \u00b2)\n", 4, 12, "with the digits 0-9"),
+    ("bogus cache op", HEADER + "z = set(x, cache_op=Bogus)\n", 4, 12, "AllLevels, Streaming"),
 ]
 
 
@@ -101,6 +109,26 @@ def test_bad_input(text: str, line: int, column: int, fragment: str) -> None:
     assert fragment in first, message
     assert src == text.split("\n")[line - 1]
     assert caret == " " * (column - 1) + "^"
+
+
+@pytest.mark.parametrize("word", sorted(reserved_words()))
+def test_every_reserved_word_is_refused_as_a_name(word: str) -> None:
+    for text in (f"mesh {word} = [0]\n", f"input {word}: float32[2]\n", f"{word} = neg(x)\n"):
+        with pytest.raises(fl.ParseError, match=f"{word} is a reserved word|expected"):
+            fl.parse(HEADER + text, "bad.fus")
+
+
+def test_the_documented_reserved_words_are_the_grammars() -> None:
+    doc = (ROOT / "docs" / "fus-format.md").read_text()
+    match = re.search(r"Reserved words \(never names\): ((?:`\w+` ?)+)", doc)
+    assert match, "docs/fus-format.md lists the reserved words"
+    assert set(re.findall(r"`(\w+)`", match.group(1))) == reserved_words()
+
+
+def test_cache_ops_of_the_format() -> None:
+    for op in ("Unspecified", "AllLevels", "Streaming", "Global"):
+        fusion = fl.parse(f"input x: float32[2]\ny = set(x, cache_op={op})\noutput y\n")
+        assert f"cache_op={op} )" in fusion.print_math()
 
 
 def test_enough_distinct_bad_inputs() -> None:

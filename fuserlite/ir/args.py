@@ -74,18 +74,27 @@ def integer(
     error: type[FuserliteError] = FusionError,
 ) -> int:
     """`value` as a Python int within [minimum, maximum], or `error`."""
-    accepted = _int_words(minimum, maximum)
-    if not is_integer(value):
-        raise fail(who, arg, accepted, value, error)
-    n = operator.index(value)
-    if (minimum is not None and n < minimum) or (maximum is not None and n > maximum):
-        raise fail(who, arg, accepted, value, error)
-    return n
+    if not _is_integer_in(value, minimum, maximum):
+        raise fail(who, arg, _int_words(minimum, maximum), value, error)
+    return operator.index(value)
+
+
+def _is_integer_in(value: object, minimum: int | None, maximum: int | None) -> bool:
+    return is_integer(value) and (
+        (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    )
+
+
+def _bound(n: int) -> str:
+    """2**63-1 rather than 9223372036854775807."""
+    if n > 2**32 and (n + 1) & n == 0:
+        return f"2**{(n + 1).bit_length() - 1}-1"
+    return str(n)
 
 
 def _int_words(minimum: int | None, maximum: int | None) -> str:
     if minimum is not None and maximum is not None:
-        return f"an integer in {minimum}..{maximum}"
+        return f"an integer in {minimum}..{_bound(maximum)}"
     if minimum is not None:
         return f"an integer >= {minimum}"
     if maximum is not None:
@@ -120,9 +129,7 @@ def integers(
         raise fail(who, arg, accepted, value, error)
     out = []
     for k, item in enumerate(value):
-        if not is_integer(item) or not (
-            (minimum is None or item >= minimum) and (maximum is None or item <= maximum)
-        ):
+        if not _is_integer_in(item, minimum, maximum):
             raise error(
                 f"{who}: {arg} must be {accepted}, got {given(value)}: item {k} is {given(item)}"
             )

@@ -124,6 +124,9 @@ class DType(Enum):
             )
         if type(value).__module__ == "torch":  # torch.float32 -> 'float32', without torch
             value = str(value).removeprefix("torch.")
+        if not isinstance(value, (str, np.dtype, type)):  # np.dtype(np.int64(5)) is int64
+            names = ", ".join(dt.name for dt in cls)
+            raise FusionError(f"unknown dtype {value!r}; expected one of {names}")
         if not isinstance(value, str):
             try:
                 name = np.dtype(value).name
