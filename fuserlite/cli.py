@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -48,7 +47,7 @@ from fuserlite.schedule.shard import resize_meshes
 
 EXIT_OK = 0
 EXIT_ERROR = 1
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, what a shell reports for `cat big | head -1`
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13): what a shell reports for `cat big | head -1`
 
 
 class UsageError(Exception):

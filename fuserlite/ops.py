@@ -66,8 +66,8 @@ def tensor(
     if fusion is None:
         fusion = active_fusion()
     args.instance(fusion, Fusion, "tensor", "fusion", "a Fusion or None (the active one)")
+    check_rank(shape, "tensor", "shape")
     extents = args.integers(shape, "tensor", "shape", minimum=1, maximum=MAX_EXTENT, scalar_ok=True)
-    check_rank(len(extents), "tensor", "shape")
     dtype = DType.parse(dtype)
     contiguous = args.boolean(contiguous, "tensor", "contiguous")
     axes = [_new_axis(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in extents]
@@ -78,11 +78,13 @@ def tensor(
     return tv
 
 
-def check_rank(rank: int, who: str, arg: str) -> None:
-    """A tensor has at most MAX_RANK axes (numpy cannot hold more)."""
-    if rank > MAX_RANK:
+def check_rank(shape: object, who: str, arg: str) -> None:
+    """A tensor has at most MAX_RANK axes (numpy cannot hold more); checked before the
+    items are, so that a shape of a billion items is refused at once."""
+    if args.is_sequence(shape) and len(shape) > MAX_RANK:
         raise FusionError(
-            f"{who}: {arg} gives {rank} axes; a tensor has at most {MAX_RANK} (as in numpy)"
+            f"{who}: {arg} has {len(shape)} items; a tensor has at most {MAX_RANK} axes "
+            "(as in numpy)"
         )
 
 
@@ -303,8 +305,8 @@ def set(x: TensorView, cache_op: str | None = None) -> TensorView:  # noqa: A001
 def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     """Insert broadcast axes where flags are True; False flags consume x's axes in order."""
     x = _check_tensor(x, "broadcast")
+    check_rank(flags, "broadcast", "flags")
     flags = args.booleans(flags, "broadcast", "flags")
-    check_rank(len(flags), "broadcast", "flags")
     src = data_axes(x)
     if flags.count(False) != len(src):
         raise FusionError(
@@ -326,6 +328,7 @@ def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
 
 def _normalize_axes(x: TensorView, axes, op: str) -> list[int]:
     n = len(x.shape)
+    check_rank(axes, op, "axes")
     axes = list(range(n)) if axes is None else args.integers(axes, op, "axes", scalar_ok=True)
     out = []
     for a in axes:
@@ -379,6 +382,7 @@ def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
     """Materialize broadcast axes to `shape` (-1 keeps an axis); other axes must match."""
     x = _check_tensor(x, "expand")
     src = data_axes(x)
+    check_rank(shape, "expand", "shape")
     shape = args.integers(shape, "expand", "shape", scalar_ok=True)
     if len(shape) != len(src):
         raise FusionError(
@@ -406,8 +410,8 @@ def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     total = 1
     for e in x.shape:
         total *= e
+    check_rank(shape, "reshape", "shape")
     shape = args.integers(shape, "reshape", "shape", scalar_ok=True)
-    check_rank(len(shape), "reshape", "shape")
     if shape.count(-1) > 1:
         raise FusionError(f"reshape: at most one -1 in {shape}")
     known = 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 import re
+import reprlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -24,6 +25,12 @@ from fuserlite.ir.errors import FuserliteError, FusionError
 
 LIST_LIMIT = 8  # long lists in messages show this many items at most
 _REPR_LIMIT = 60
+
+# A repr that never grows with the value: long lists, strings and nests are cut.
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = LIST_LIMIT
+_SHORT.maxstring = _SHORT.maxother = _REPR_LIMIT
+_SHORT.maxlevel = 3
 
 
 def abbreviate(items: Iterable[object], limit: int = LIST_LIMIT) -> str:
@@ -37,17 +44,16 @@ def abbreviate(items: Iterable[object], limit: int = LIST_LIMIT) -> str:
 
 def given(value: object) -> str:
     """A short description of a wrong value: its repr (shortened) and its type."""
-    if isinstance(value, (list, tuple)) and len(value) > LIST_LIMIT:
-        text = f"[{', '.join(repr(v) for v in value[: LIST_LIMIT - 1])}, ... ({len(value)} items)]"
-    else:
-        try:
-            text = repr(value)
-        except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
-            text = f"<{type(value).__name__} object>"
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__} object>"
     if len(text) > _REPR_LIMIT:
         text = text[: _REPR_LIMIT - 3] + "..."
     kind = type(value).__name__
-    return text if kind in ("int", "list") else f"{text} (a {kind})"
+    if kind in ("int", "list"):
+        return text
+    return f"{text} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
 
 
 def fail(
@@ -189,7 +195,7 @@ def identifier(value: object, who: str, arg: str, error: type[FuserliteError] = 
         raise fail(
             who,
             arg,
-            "a name of letters, digits and _ (not starting with a digit, at most 64 characters)",
+            "a name of ASCII letters, digits and _, not starting with a digit",
             value,
             error,
         )
