@@ -1,0 +1,51 @@
+"""Redistribution planning as a pure library: placements, steps, plans, blocks, moves.
+
+Imports nothing of fuserlite but `fuserlite.ir.errors` (a leaf like the IR):
+the compiler's lower-communications turns a resharding into one of these
+plans, the executor and the printers use the block model.
+"""
+
+from fuserlite.plan.blocks import Box, blocks, chunk_bounds, device_box
+from fuserlite.plan.brute_force import BruteForce, Optimum, brute_force
+from fuserlite.plan.classic import classic_steps
+from fuserlite.plan.errors import RedistributionError
+from fuserlite.plan.mesh_axes import axis_name, team_name, teams
+from fuserlite.plan.placement import (
+    Partial,
+    Placement,
+    Replicate,
+    Shard,
+    all_placements,
+    dtensor_placements,
+)
+from fuserlite.plan.search import Alternative, Geometry, Plan, PlannedStep, Planner, plan
+from fuserlite.plan.steps import Step, StepKind
+
+__all__ = [
+    "Alternative",
+    "Box",
+    "BruteForce",
+    "Geometry",
+    "Optimum",
+    "Partial",
+    "Placement",
+    "Plan",
+    "PlannedStep",
+    "Planner",
+    "RedistributionError",
+    "Replicate",
+    "Shard",
+    "Step",
+    "StepKind",
+    "all_placements",
+    "axis_name",
+    "blocks",
+    "brute_force",
+    "chunk_bounds",
+    "classic_steps",
+    "device_box",
+    "dtensor_placements",
+    "plan",
+    "team_name",
+    "teams",
+]

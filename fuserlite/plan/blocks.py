@@ -1,0 +1,63 @@
+"""The block model: which box of the global tensor each device of a mesh holds.
+
+This is the one definition of "which device holds which block". Chunking
+follows torch.chunk: a tensor axis of extent n split over d devices gives
+chunks of ceil(n/d), the trailing devices short or empty. A tensor axis
+sharded by several mesh axes is chunked by the outermost first, then each
+chunk again by the next. A partial placement holds addends of the same boxes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from fuserlite.plan.mesh_axes import MeshShape, coords
+from fuserlite.plan.placement import Placement
+
+Interval = tuple[int, int]  # [start, stop)
+Box = tuple[Interval, ...]  # one interval per tensor axis
+
+
+def chunk_bounds(n: int, d: int, i: int) -> Interval:
+    """[start, stop) of chunk i when torch.chunk splits n elements into d chunks."""
+    size = -(-n // d)  # ceil(n / d): torch.chunk's chunk size
+    return min(i * size, n), min((i + 1) * size, n)
+
+
+def device_box(shape: Sequence[int], mesh: MeshShape, p: Placement, coord: Sequence[int]) -> Box:
+    """The box the device at mesh coordinates `coord` holds under placement `p`."""
+    box = []
+    for n, axes in zip(shape, p.shards):
+        start, stop = 0, n
+        for a in axes:
+            lo, hi = chunk_bounds(stop - start, mesh[a], coord[a])
+            start, stop = start + lo, start + hi
+        box.append((start, stop))
+    return tuple(box)
+
+
+def blocks(shape: Sequence[int], mesh: MeshShape, p: Placement) -> list[Box]:
+    """Every device's box, in device-index (row-major mesh coordinate) order."""
+    return [device_box(shape, mesh, p, c) for c in coords(mesh)]
+
+
+def volume(box: Box) -> int:
+    """Elements in a box."""
+    return math.prod(stop - start for start, stop in box)
+
+
+def intersect(a: Box, b: Box) -> Box | None:
+    """The common part of two boxes, or None when they do not overlap."""
+    out = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
+    return out if all(lo < hi for lo, hi in out) else None
+
+
+def contains(outer: Box, inner: Box) -> bool:
+    """True when `inner` lies inside `outer`."""
+    return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner))
+
+
+def box_text(box: Box) -> str:
+    """A box as numpy slices: [0:4, 2:8]."""
+    return "[" + ", ".join(f"{lo}:{hi}" for lo, hi in box) + "]"

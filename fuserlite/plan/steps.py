@@ -1,0 +1,224 @@
+"""Steps of a redistribution on one mesh, and what each one costs.
+
+A step is one collective over the teams of a group G of mesh axes (one axis,
+or several flattened, ordered outer -> inner: a device's rank in its team is
+its G coordinates read outer first), or a local slice:
+
+| step | before -> after | bytes sent per device |
+|---|---|---|
+| LocalSlice(G, t) | G replicated -> G innermost sharding of tensor axis t | 0 |
+| Allgather(G, t) | G innermost sharding of t -> G replicated | (D-1) * B_local |
+| AllToAll(G, t -> u) | G innermost of t -> G innermost of u | (D-1)/D * B_local |
+| Allreduce(G) | partial over G -> replicated | 2(D-1)/D * B_local |
+| ReduceScatter(G, t) | partial over G -> G innermost sharding of t | (D-1)/D * B_local |
+
+D is the team size (the product of G's axis sizes) and B_local the bytes a
+device holds before the step; these are the ring algorithms' counts. On a 1-D
+mesh B_local is B/D for a sharded tensor and B for a partial one, which gives
+DESIGN.md §5: Allgather (D-1)/D * B, AllToAll (D-1)/D^2 * B, Allreduce
+2(D-1)/D * B_out, ReduceScatter (D-1)/D * B_in_local. An Allreduce whose
+elements D does not divide sends the ring's padded chunks, 2(D-1) * ceil(n/D)
+elements. Shardings must divide their extents for now (uneven extents are a
+later issue: `local_shape` is the one place that will take per-device sizes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from fuserlite.plan.errors import RedistributionError
+from fuserlite.plan.mesh_axes import Group, MeshShape, axis_name, groups, team_name, team_size
+from fuserlite.plan.placement import Placement
+
+
+class StepKind(str, Enum):
+    """What a step (or a move between meshes) does; values are CommKind's printed names."""
+
+    LocalSlice = "LocalSlice"
+    Allgather = "Allgather"
+    AllToAll = "AllToAll"
+    Allreduce = "Allreduce"
+    ReduceScatter = "ReduceScatter"
+    Broadcast = "Broadcast"
+    Scatter = "Scatter"
+    Gather = "Gather"
+    Reduce = "Reduce"
+    SendRecv = "SendRecv"
+
+    @property
+    def is_collective(self) -> bool:
+        """False for LocalSlice, which moves no data."""
+        return self is not StepKind.LocalSlice
+
+
+_ORDER = {k: i for i, k in enumerate(StepKind)}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One collective over the teams of `group` (or a local slice) on a placement."""
+
+    kind: StepKind
+    group: Group
+    axis: int | None = None  # tensor axis sliced, gathered, reduce-scattered onto, or moved from
+    to_axis: int | None = None  # AllToAll only: the tensor axis the group moves to
+
+    def sort_key(self) -> tuple[int, Group, int, int]:
+        """A total order on steps, for deterministic tie-breaking."""
+        return (_ORDER[self.kind], self.group, _or(self.axis), _or(self.to_axis))
+
+    def apply(self, p: Placement) -> Placement | None:
+        """The placement after this step, or None where it does not apply to `p`."""
+        g, shards = self.group, [list(axes) for axes in p.shards]
+        k, t = self.kind, self.axis
+        if k is StepKind.LocalSlice:
+            if not set(g) <= set(p.replicated_axes()):
+                return None
+            shards[t] += g
+            return Placement(p.mesh_rank, tuple(map(tuple, shards)), p.partial)
+        if k in (StepKind.Allgather, StepKind.AllToAll):
+            if not _innermost(shards[t], g) or t == self.to_axis:
+                return None
+            del shards[t][len(shards[t]) - len(g) :]
+            if k is StepKind.AllToAll:
+                shards[self.to_axis] += g
+            return Placement(p.mesh_rank, tuple(map(tuple, shards)), p.partial)
+        if not set(g) <= set(p.partial):
+            return None
+        rest = tuple(a for a in p.partial if a not in g)
+        if k is StepKind.Allreduce:
+            # one collective, whatever the order of its axes: only the sorted group is a step
+            return Placement(p.mesh_rank, p.shards, rest) if list(g) == sorted(g) else None
+        shards[t] += g
+        return Placement(p.mesh_rank, tuple(map(tuple, shards)), rest)
+
+    def describe(self, mesh_rank: int) -> str:
+        """'AllToAll S1->S2 on DIDx teams', 'Allreduce on (DIDy, DIDx) teams'."""
+        what = {
+            StepKind.LocalSlice: f" R->S{self.axis}",
+            StepKind.Allgather: f" S{self.axis}->R",
+            StepKind.AllToAll: f" S{self.axis}->S{self.to_axis}",
+            StepKind.ReduceScatter: f" P->S{self.axis}",
+        }.get(self.kind, "")
+        return f"{self.kind.value}{what} on {team_name(mesh_rank, self.group)}"
+
+
+def _innermost(axes: Sequence[int], g: Group) -> bool:
+    """True when `g` is the innermost part of the nesting `axes`."""
+    return len(g) <= len(axes) and tuple(axes[len(axes) - len(g) :]) == g
+
+
+def _or(axis: int | None) -> int:
+    return -1 if axis is None else axis
+
+
+def moves(p: Placement) -> Iterator[Step]:
+    """Every step that applies to `p` (the planner's neighbours of a state)."""
+    ndim, free = p.ndim, p.replicated_axes()
+    for n in range(1, len(free) + 1):
+        for g in itertools.permutations(free, n):
+            for t in range(ndim):
+                yield Step(StepKind.LocalSlice, g, t)
+    for t, axes in enumerate(p.shards):
+        for n in range(1, len(axes) + 1):
+            g = axes[len(axes) - n :]
+            yield Step(StepKind.Allgather, g, t)
+            for u in range(ndim):
+                if u != t:
+                    yield Step(StepKind.AllToAll, g, t, u)
+    for n in range(1, len(p.partial) + 1):
+        for subset in itertools.combinations(p.partial, n):
+            yield Step(StepKind.Allreduce, subset)
+            for g in itertools.permutations(subset):
+                for t in range(ndim):
+                    yield Step(StepKind.ReduceScatter, g, t)
+
+
+def catalog(ndim: int, mesh_rank: int) -> list[Step]:
+    """Every step of every kind on every group and tensor axis, applicable or not."""
+    out = []
+    for g in groups(mesh_rank):
+        out.append(Step(StepKind.Allreduce, g))
+        for t in range(ndim):
+            out += [Step(k, g, t) for k in _ONE_AXIS]
+            out += [Step(StepKind.AllToAll, g, t, u) for u in range(ndim) if u != t]
+    return out
+
+
+_ONE_AXIS = (StepKind.LocalSlice, StepKind.Allgather, StepKind.ReduceScatter)
+
+
+def local_shape(shape: Sequence[int], mesh: MeshShape, p: Placement) -> tuple[int, ...] | None:
+    """Each device's local extents under `p`, or None where a sharding does not divide."""
+    out = []
+    for n, axes in zip(shape, p.shards):
+        d = math.prod(mesh[a] for a in axes)
+        if n % d:
+            return None
+        out.append(n // d)
+    return tuple(out)
+
+
+def step_bytes(step: Step, local_elements: int, itemsize: int, mesh: MeshShape) -> int:
+    """Bytes each device sends in `step`, holding `local_elements` before it (ring counts)."""
+    d, n = team_size(mesh, step.group), local_elements
+    sent = {
+        StepKind.LocalSlice: 0,
+        StepKind.Allgather: (d - 1) * n,
+        StepKind.AllToAll: (d - 1) * n // d,
+        StepKind.Allreduce: 2 * (d - 1) * -(-n // d),
+        StepKind.ReduceScatter: (d - 1) * n // d,
+    }[step.kind]
+    return sent * itemsize
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What a redistribution is about: the global shape, the element size and the mesh."""
+
+    shape: tuple[int, ...]
+    itemsize: int
+    mesh: MeshShape
+
+    def local_elements(self, p: Placement) -> int | None:
+        """Elements each device holds under `p`, or None where a sharding does not divide."""
+        local = local_shape(self.shape, self.mesh, p)
+        return None if local is None else math.prod(local)
+
+    def cost(self, step: Step, before: Placement) -> int:
+        """Bytes each device sends in `step` from `before`."""
+        return step_bytes(step, self.local_elements(before), self.itemsize, self.mesh)
+
+    def transition(self, step: Step, before: Placement) -> tuple[Placement, int] | None:
+        """The placement after `step` and its bytes, or None where it does not apply here."""
+        after = step.apply(before)
+        if after is None or self.local_elements(after) is None:
+            return None
+        return after, self.cost(step, before)
+
+    def what(self) -> str:
+        """'a [8, 8, 16] tensor of 4-byte elements on a 2x4 mesh'."""
+        mesh = "x".join(map(str, self.mesh))
+        return f"a {list(self.shape)} tensor of {self.itemsize}-byte elements on a {mesh} mesh"
+
+    def check(self, p: Placement, role: str, pair: str) -> None:
+        """Raise a RedistributionError naming `pair` unless `p` fits this tensor and mesh."""
+        if p.ndim != len(self.shape) or p.mesh_rank != len(self.mesh):
+            raise RedistributionError(
+                f"cannot redistribute {self.what()} {pair}: the {role} {p} is for a rank-"
+                f"{p.ndim} tensor on a rank-{p.mesh_rank} mesh"
+            )
+        for t, (n, axes) in enumerate(zip(self.shape, p.shards)):
+            d = math.prod(self.mesh[a] for a in axes)
+            if n % d:
+                names = " x ".join(axis_name(p.mesh_rank, a) for a in axes)
+                raise RedistributionError(
+                    f"cannot redistribute {self.what()} {pair}: in the {role} {p}, tensor axis "
+                    f"{t} (extent {n}) is split over {names} = {d} devices, which does not "
+                    f"divide it; uneven sharding is not supported yet: use an extent that "
+                    f"{d} divides"
+                )

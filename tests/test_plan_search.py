@@ -1,0 +1,233 @@
+"""The redistribution planner: optimal on every pair, DESIGN §5 on one mesh axis, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from fuserlite.plan import (
+    BruteForce,
+    Placement,
+    Planner,
+    RedistributionError,
+    Shard,
+    Step,
+    StepKind,
+    all_placements,
+    classic_steps,
+    plan,
+)
+from fuserlite.plan.steps import Geometry, catalog, moves
+
+P = Placement.parse
+MESHES = [(2, 2), (2, 4), (2, 2, 2)]
+SHAPES = {1: (8,), 2: (4, 8), 3: (8, 8, 16)}  # (4, 8): axis 0 cannot take every nesting
+
+
+def pairs(shape, mesh):
+    """Every (source, complete target) whose shardings divide `shape`."""
+    g = Geometry(shape, 4, mesh)
+    fits = [p for p in all_placements(len(shape), len(mesh)) if g.local_elements(p) is not None]
+    return fits, [p for p in fits if p.is_complete]
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m)))
+def test_planner_equals_brute_force_on_every_pair(mesh, rank):
+    """No sequence of up to one step more than the longest plan beats any plan.
+
+    Four steps are not always enough: on 2x2x2 some optima take 5 or 6 steps
+    (the planner's Dijkstra has no length bound), so the brute force runs to
+    the longest plan's length plus one.
+    """
+    shape = SHAPES[rank]
+    planner, brute = Planner(shape, 4, mesh), BruteForce(shape, 4, mesh)
+    sources, targets = pairs(shape, mesh)
+    plans = {(s, t): planner.plan(s, t) for s in sources for t in targets}
+    bound = max(len(p.steps) for p in plans.values()) + 1
+    beyond_four = 0
+    for source in sources:
+        by_length = brute.optima_by_length(source, bound)
+        four, best = by_length[4], by_length[bound]
+        for target in targets:
+            p = plans[source, target]
+            assert (p.bytes, p.collectives) == (best[target].bytes, best[target].collectives), (
+                f"{source} -> {target}: planner {p.describe()}, brute force {best[target]}"
+            )
+            assert p.bytes <= four[target].bytes
+            beyond_four += p.bytes < four[target].bytes
+            state = source
+            for s in p.steps:  # the record chains and its bytes are the step's
+                assert s.before == state and s.step.apply(state) == s.after
+                assert s.bytes == planner.geometry.cost(s.step, state)
+                state = s.after
+            assert state == target and p.bytes == sum(s.bytes for s in p.steps)
+    assert (beyond_four > 0) == (len(mesh) == 3 and rank > 1)
+
+
+def test_moves_are_exactly_the_catalog_steps_that_apply():
+    """The planner's neighbour generator misses no step the full catalog has."""
+    for ndim, rank in [(1, 2), (3, 2), (2, 3), (3, 3)]:
+        steps = catalog(ndim, rank)
+        for p in all_placements(ndim, rank):
+            applicable = {s for s in steps if s.apply(p) is not None}
+            generated = list(moves(p))
+            assert len(generated) == len(set(generated)) and set(generated) == applicable, p
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_one_mesh_axis_costs_are_design_section_5(d):
+    """B = bytes of the global tensor; the table of DESIGN.md §5, row by row."""
+    shape, b = (16, 8), 16 * 8 * 4
+    cases = {
+        ("(S0)", "(S0)"): ([], 0),
+        ("(R)", "(S0)"): ([StepKind.LocalSlice], 0),
+        ("(S0)", "(R)"): ([StepKind.Allgather], (d - 1) * b // d),
+        ("(S0)", "(S1)"): ([StepKind.AllToAll], (d - 1) * b // (d * d)),
+        ("(P)", "(R)"): ([StepKind.Allreduce], 2 * (d - 1) * b // d),  # B_out = B
+        ("(P)", "(S1)"): ([StepKind.ReduceScatter], (d - 1) * b // d),  # B_in_local = B
+    }
+    for (source, target), (kinds, sent) in cases.items():
+        p = plan(shape, 4, (d,), P(source, 2), P(target, 2))
+        assert [s.step.kind for s in p.steps] == kinds and p.bytes == sent, (source, target)
+
+
+def test_allreduce_of_an_element_count_the_team_does_not_divide_sends_padded_chunks():
+    p = plan((3,), 4, (2, 2), P("(P,P)", 1), P("(R,R)", 1))
+    assert [s.step for s in p.steps] == [Step(StepKind.Allreduce, (0, 1))]
+    assert p.bytes == 2 * 3 * 1 * 4  # 2(D-1) chunks of ceil(3/4) = 1 element
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m)))
+def test_a_shard_to_shard_move_on_one_mesh_axis_is_one_alltoall(mesh):
+    """Never through replicated when an AllToAll does the move: every such pair, every mesh axis."""
+    planner = Planner((8, 8, 16), 4, mesh)
+    for source in all_placements(3, len(mesh), partial=False):
+        for axis in range(len(mesh)):
+            here = source.of_mesh_axis(axis)
+            if not isinstance(here, Shard) or source.shards[here.dim][-1] != axis:
+                continue
+            t = here.dim
+            for u in range(3):
+                target = Step(StepKind.AllToAll, (axis,), t, u).apply(source) if u != t else None
+                if target is None or planner.geometry.local_elements(target) is None:
+                    continue
+                steps = [s.step for s in planner.plan(source, target).steps]
+                assert steps == [Step(StepKind.AllToAll, (axis,), t, u)], (source, target)
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m)))
+def test_partials_over_every_mesh_axis_complete_in_one_allreduce(mesh):
+    rank = len(mesh)
+    p = plan(
+        (8, 8),
+        4,
+        mesh,
+        Placement(rank, ((), ()), tuple(range(rank))),
+        P("(" + ",".join("R" * rank) + ")", 2),
+    )
+    assert [s.step for s in p.steps] == [Step(StepKind.Allreduce, tuple(range(rank)))]
+    classic = Planner((8, 8), 4, mesh).planned(p.source, classic_steps(p.source, p.target))
+    assert sum(s.bytes for s in classic) > p.bytes
+
+
+def test_describe_names_the_steps_their_teams_bytes_and_the_rejected_plan():
+    shape = (8, 8, 16)
+    cases = [
+        ((2, 4), "(S1,S1)", "(S1,S2)",
+         "(S1,S1) -> (S1,S2): AllToAll S1->S2 on DIDx teams, 384 B/device; "
+         "via replicate: Allgather + LocalSlice, 1536 B/device"),
+        ((2, 2), "(P,P)", "(R,R)",
+         "(P,P) -> (R,R): Allreduce on (DIDy, DIDx) teams, 6144 B/device; "
+         "one mesh axis at a time: Allreduce + Allreduce, 8192 B/device"),
+        ((2, 4), "(P,S0)", "(S1,S0)",
+         "(P,S0) -> (S1,S0): ReduceScatter P->S1 on DIDy teams, 512 B/device; "
+         "via replicate: Allreduce + LocalSlice, 1024 B/device"),
+        ((2, 2), "(S0,R)", "(R,R)",
+         "(S0,R) -> (R,R): Allgather S0->R on DIDy teams, 2048 B/device; "
+         "next best: LocalSlice + Allgather, 3072 B/device"),
+        ((2, 2), "(R,R)", "(S0,S1)",
+         "(R,R) -> (S0,S1): LocalSlice R->S0 on DIDy teams (0 B) + "
+         "LocalSlice R->S1 on DIDx teams (0 B), 0 B/device"),
+        ((2, 2), "(S0,R)", "(S0,R)", "(S0,R) -> (S0,R): nothing to move, 0 B/device"),
+        ((2, 2, 2), "(R,P,P)", "(S0.1,R,S0.0)",
+         "(R,P,P) -> (S0.1,R,S0.0): LocalSlice R->S1 on DIDz teams (0 B) + "
+         "ReduceScatter P->S2 on DIDy teams (1024 B) + ReduceScatter P->S0 on DIDx teams "
+         "(512 B) + AllToAll S1->S0 on DIDz teams (256 B) + Allgather S2->R on DIDy teams "
+         "(512 B), 2304 B/device; via replicate: Allreduce + Allreduce + LocalSlice + "
+         "LocalSlice, 8192 B/device"),
+    ]  # fmt: skip
+    for mesh, source, target, text in cases:
+        assert plan(shape, 4, mesh, P(source, 3), P(target, 3)).describe() == text
+
+
+def test_the_alternative_is_a_real_plan_never_cheaper_than_the_chosen_one():
+    planner = Planner((8, 8, 16), 4, (2, 4))
+    sources, targets = pairs((8, 8, 16), (2, 4))
+    for source in sources[::3]:
+        for target in targets:
+            p = planner.plan(source, target)
+            alt = p.alternative
+            assert (alt is None) == (p.bytes == 0)
+            if alt is None:
+                continue
+            state = source
+            for s in alt.steps:
+                assert s.step.apply(state) == s.after
+                state = s.after
+            assert state == target and [s.step for s in alt.steps] != [s.step for s in p.steps]
+            assert (alt.bytes, sum(s.step.kind.is_collective for s in alt.steps)) >= (
+                p.bytes,
+                p.collectives,
+            )
+
+
+@pytest.mark.parametrize("mesh, every", [((2, 4), 1), ((2, 2, 2), 4)], ids=["2x4", "2x2x2"])
+def test_classic_plans_go_one_mesh_axis_at_a_time_and_arrive(mesh, every):
+    sources, targets = pairs((8, 8, 16), mesh)
+    single = {StepKind.Allgather, StepKind.Allreduce, StepKind.LocalSlice}
+    for source in sources[::every]:
+        for target in targets:
+            state = source
+            for step in classic_steps(source, target):
+                assert step.kind in single and len(step.group) == 1
+                state = step.apply(state)
+            assert state == target
+
+
+def test_plans_are_deterministic():
+    a = Planner((8, 8, 16), 4, (2, 2, 2)).plan(P("(P,S1,P)", 3), P("(S0,S0,S2)", 3))
+    b = plan((8, 8, 16), 4, (2, 2, 2), P("(P,S1,P)", 3), P("(S0,S0,S2)", 3))
+    assert a.steps == b.steps and a.describe() == b.describe()
+
+
+def test_a_partial_target_is_an_error_naming_both_placements():
+    with pytest.raises(RedistributionError) as e:
+        plan((8, 8), 4, (2, 4), P("(S0,P)", 2), P("(S0,P)", 2))
+    assert str(e.value) == (
+        "cannot redistribute a [8, 8] tensor of 4-byte elements on a 2x4 mesh from (S0,P) to "
+        "(S0,P): the target is partial over DIDx; a redistribution produces complete values "
+        "(partial values come only from a reduction); make the target replicated or sharded "
+        "on those mesh axes"
+    )
+
+
+def test_a_sharding_that_does_not_divide_is_an_error_naming_the_axis_and_both_placements():
+    with pytest.raises(RedistributionError) as e:
+        plan((6, 8), 4, (2, 4), P("(S1,R)", 2), P("(S0,S0)", 2))
+    assert str(e.value) == (
+        "cannot redistribute a [6, 8] tensor of 4-byte elements on a 2x4 mesh from (S1,R) to "
+        "(S0,S0): in the target (S0,S0), tensor axis 0 (extent 6) is split over DIDy x DIDx = "
+        "8 devices, which does not divide it; uneven sharding is not supported yet: use an "
+        "extent that 8 divides"
+    )
+
+
+def test_bad_arguments_are_errors():
+    with pytest.raises(
+        RedistributionError, match=r"the source \(S0\) is for a rank-1 tensor on a rank-1 mesh"
+    ):
+        plan((8, 8), 4, (2, 4), P("(S0)", 1), P("(R,R)", 2))
+    with pytest.raises(RedistributionError, match="non-empty list of positive axis sizes"):
+        plan((8,), 4, (2, 0), P("(R,R)", 1), P("(R,R)", 1))
+    with pytest.raises(RedistributionError, match="non-negative extents"):
+        plan((-1,), 4, (2,), P("(R)", 1), P("(R)", 1))
