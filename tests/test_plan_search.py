@@ -200,26 +200,34 @@ def test_plans_are_deterministic():
     assert a.steps == b.steps and a.describe() == b.describe()
 
 
-def test_a_partial_target_is_an_error_naming_both_placements():
+@pytest.mark.parametrize(
+    "shape, source, target, message",
+    [
+        (
+            (8, 8),
+            "(S0,P)",
+            "(S0,P)",
+            "cannot redistribute a [8, 8] tensor of 4-byte elements on a 2x4 mesh from (S0,P) "
+            "to (S0,P): the target is partial over DIDx; a redistribution produces complete "
+            "values (partial values come only from a reduction); make the target replicated or "
+            "sharded on those mesh axes",
+        ),
+        (
+            (6, 8),
+            "(S1,R)",
+            "(S0,S0)",
+            "cannot redistribute a [6, 8] tensor of 4-byte elements on a 2x4 mesh from (S1,R) "
+            "to (S0,S0): in the target (S0,S0), tensor axis 0 (extent 6) is split over DIDy x "
+            "DIDx = 8 devices, which does not divide it; uneven sharding is not supported yet: "
+            "use an extent that 8 divides",
+        ),
+    ],
+    ids=["partial-target", "uneven"],
+)
+def test_an_impossible_target_is_an_error_naming_both_placements(shape, source, target, message):
     with pytest.raises(RedistributionError) as e:
-        plan((8, 8), 4, (2, 4), P("(S0,P)", 2), P("(S0,P)", 2))
-    assert str(e.value) == (
-        "cannot redistribute a [8, 8] tensor of 4-byte elements on a 2x4 mesh from (S0,P) to "
-        "(S0,P): the target is partial over DIDx; a redistribution produces complete values "
-        "(partial values come only from a reduction); make the target replicated or sharded "
-        "on those mesh axes"
-    )
-
-
-def test_a_sharding_that_does_not_divide_is_an_error_naming_the_axis_and_both_placements():
-    with pytest.raises(RedistributionError) as e:
-        plan((6, 8), 4, (2, 4), P("(S1,R)", 2), P("(S0,S0)", 2))
-    assert str(e.value) == (
-        "cannot redistribute a [6, 8] tensor of 4-byte elements on a 2x4 mesh from (S1,R) to "
-        "(S0,S0): in the target (S0,S0), tensor axis 0 (extent 6) is split over DIDy x DIDx = "
-        "8 devices, which does not divide it; uneven sharding is not supported yet: use an "
-        "extent that 8 divides"
-    )
+        plan(shape, 4, (2, 4), P(source, 2), P(target, 2))
+    assert str(e.value) == message
 
 
 def test_bad_arguments_are_errors():
