@@ -239,3 +239,10 @@ def test_bad_arguments_are_errors():
         plan((8,), 4, (2, 0), P("(R,R)", 1), P("(R,R)", 1))
     with pytest.raises(RedistributionError, match="non-negative extents"):
         plan((-1,), 4, (2,), P("(R)", 1), P("(R)", 1))
+
+
+def test_numpy_integers_are_extents_and_sizes_too():
+    import numpy as np
+
+    p = plan((np.int64(8),), np.int64(4), (np.int64(2),), P("(S0)", 1), P("(R)", 1))
+    assert p.bytes == 16 and p.geometry.shape == (8,) and type(p.geometry.shape[0]) is int

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 
 from fuserlite.plan.errors import RedistributionError
@@ -22,12 +23,20 @@ _DID_NAMES = ("DIDx", "DIDy", "DIDz")
 
 def mesh_shape(sizes: Sequence[int]) -> MeshShape:
     """`sizes` as a mesh shape, or a RedistributionError saying what is wrong."""
-    shape = tuple(sizes)
-    if not shape or any(not isinstance(s, int) or s < 1 for s in shape):
+    shape = integers(sizes)
+    if not shape or any(s < 1 for s in shape):
         raise RedistributionError(
-            f"a mesh shape is a non-empty list of positive axis sizes, got {list(shape)}"
+            f"a mesh shape is a non-empty list of positive axis sizes, got {list(sizes)}"
         )
     return shape
+
+
+def integers(values: Sequence[int]) -> tuple[int, ...] | None:
+    """`values` as plain ints (numpy integers too), or None if one is not an integer."""
+    try:
+        return tuple(operator.index(v) for v in values)
+    except TypeError:
+        return None
 
 
 def axis_name(rank: int, axis: int) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from fuserlite.plan.classic import classic_steps
 from fuserlite.plan.errors import RedistributionError
-from fuserlite.plan.mesh_axes import axis_name, mesh_shape
+from fuserlite.plan.mesh_axes import axis_name, integers, mesh_shape
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import Geometry, Step, StepKind, moves
 
@@ -98,12 +98,13 @@ class Planner:
     """Plans redistributions of one tensor shape on one mesh; caches its search graph."""
 
     def __init__(self, shape: Sequence[int], itemsize: int, mesh: Sequence[int]) -> None:
-        if any(not isinstance(n, int) or n < 0 for n in shape) or itemsize < 1:
+        extents, size = integers(shape), integers([itemsize])
+        if extents is None or size is None or any(n < 0 for n in extents) or size[0] < 1:
             raise RedistributionError(
                 f"a redistribution needs non-negative extents and a positive element size, "
                 f"got shape {list(shape)} and itemsize {itemsize}"
             )
-        self.geometry = Geometry(tuple(shape), itemsize, mesh_shape(mesh))
+        self.geometry = Geometry(extents, size[0], mesh_shape(mesh))
         self._edges: dict[Placement, list[Edge]] = {}
         self._trees: dict[Placement, dict[Placement, tuple[Key, tuple[Edge, ...]]]] = {}
 
