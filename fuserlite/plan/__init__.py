@@ -8,6 +8,7 @@ plans, the executor and the printers use the block model.
 from fuserlite.plan.blocks import Box, blocks, chunk_bounds, device_box
 from fuserlite.plan.brute_force import BruteForce, Optimum, brute_force
 from fuserlite.plan.classic import classic_steps
+from fuserlite.plan.cross_mesh import Holding, Move, Transfer, holdings, needs, plan_move
 from fuserlite.plan.errors import RedistributionError
 from fuserlite.plan.mesh_axes import axis_name, team_name, teams
 from fuserlite.plan.placement import (
@@ -26,6 +27,8 @@ __all__ = [
     "Box",
     "BruteForce",
     "Geometry",
+    "Holding",
+    "Move",
     "Optimum",
     "Partial",
     "Placement",
@@ -37,6 +40,7 @@ __all__ = [
     "Shard",
     "Step",
     "StepKind",
+    "Transfer",
     "all_placements",
     "axis_name",
     "blocks",
@@ -45,7 +49,10 @@ __all__ = [
     "classic_steps",
     "device_box",
     "dtensor_placements",
+    "holdings",
+    "needs",
     "plan",
+    "plan_move",
     "team_name",
     "teams",
 ]

@@ -30,6 +30,8 @@ from fuserlite.plan.mesh_axes import MeshShape, coords, rank_in_team
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import StepKind
 
+Unit = tuple[int, int, Box, tuple[int, ...]]  # destination, term, part, the devices holding it
+
 
 @dataclass(frozen=True)
 class Holding:
@@ -108,7 +110,7 @@ def plan_move(
     """The cheapest correct transfers from `sources` to `destinations` (see the module doc)."""
     _check(sources, destinations)
     terms = sorted({h.term for h in sources})
-    units: list[tuple[int, int, Box, tuple[int, ...]]] = []  # dst, term, box, holders
+    units: list[Unit] = []
     for dst, need in destinations:
         for term in terms:
             holders = [h for h in sources if h.term == term]
@@ -137,7 +139,7 @@ def _check(sources: Sequence[Holding], destinations: Sequence[tuple[int, Box]]) 
 
 def _lacking(
     dst: int, need: Box, term: int, holders: Sequence[Holding], *, partial: bool
-) -> list[tuple[int, int, Box, tuple[int, ...]]]:
+) -> list[Unit]:
     """The parts of `need` that `dst` lacks of addend `term`, each with the devices holding it."""
     own = [h.box for h in holders if h.device == dst]
     relevant = [h for h in holders if intersect(h.box, need) is not None]
@@ -190,7 +192,7 @@ def merge_boxes(boxes: Sequence[Box]) -> list[Box]:
     return out
 
 
-def _spread(units: list[tuple[int, int, Box, tuple[int, ...]]]) -> list:
+def _spread(units: list[Unit]) -> list[Unit]:
     """Cut each part into pieces where fewer parts than holders share one holder set."""
     count: dict[tuple[int, ...], int] = {}
     for *_, who in units:
@@ -212,7 +214,7 @@ def _split(box: Box, pieces: int) -> list[Box]:
     return [(*box[:axis], (lo + a, lo + b), *box[axis + 1 :]) for a, b in parts if a < b]
 
 
-def _assign(units: list, order: Sequence[int]) -> tuple[Transfer, ...]:
+def _assign(units: list[Unit], order: Sequence[int]) -> tuple[Transfer, ...]:
     """Give each part a sender: forced parts first, then the largest to the least loaded."""
     load: dict[int, int] = {}
     chosen: dict[tuple[int, int, int], list[Box]] = {}
