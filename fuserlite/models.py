@@ -96,11 +96,13 @@ def resharding(
     reduce_axis: int | None = None,
     rows: int = 8,
     cols: int = 12,
+    dtype: str = "float32",
 ) -> Fusion:
-    """x[rows, cols] on in_mesh, sharded on in_axis -> y = set(x), or sum(x, reduce_axis),
-    on out_mesh, sharded on out_axis (an axis of y's data; None: replicated)."""
+    """x[rows, cols] of `dtype` on in_mesh, sharded on in_axis -> y = set(x), or
+    sum(x, reduce_axis), on out_mesh, sharded on out_axis (an axis of y's data; None:
+    replicated)."""
     with Fusion() as fusion:
-        x = fl.tensor([rows, cols])
+        x = fl.tensor([rows, cols], dtype)
         fusion.add_input(x)
         x.set_device_mesh(in_mesh)
         if in_axis is not None:

@@ -185,7 +185,7 @@ def _fits(value: int | float, dtype: DType) -> bool:
             f = float(value)
         except OverflowError:
             return False
-        return f != f or builtins.abs(f) <= float(np.finfo(dtype.numpy).max) or f in (_INF, -_INF)
+        return f != f or builtins.abs(f) <= dtype.largest or f in (_INF, -_INF)
     info = np.iinfo(dtype.numpy)
     return isinstance(value, int) and info.min <= value <= info.max
 

@@ -44,6 +44,19 @@ def dtype_mix() -> fl.Fusion:
     return fusion
 
 
+def bfloat16_chain() -> fl.Fusion:
+    """(x + 100) - 100 on bfloat16, and bfloat16 * float16 (promoted to float32): in
+    float the first is x again; rounded to bfloat16 after each op it would be a
+    multiple of 0.5 (bfloat16's spacing at 100)."""
+    with fl.Fusion() as fusion:
+        x, h = fl.tensor([300], "bfloat16"), fl.tensor([300], "float16")
+        fusion.add_input(x)
+        fusion.add_input(h)
+        fusion.add_output(fl.sub(fl.add(x, 100), 100))
+        fusion.add_output(fl.mul(x, h))
+    return fusion
+
+
 def with_broadcast_at(rank: int, pos: int) -> list[list[int]]:
     """Shapes [full, same with extent 1 at `pos`] for a rank-`rank` tensor."""
     full = [3, 5, 7, 2][:rank]

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pointwise_cases import CASES, build, dtype_mix, seed004
+from pointwise_cases import CASES, bfloat16_chain, build, dtype_mix, seed004
 
 import fuserlite as fl
 from fuserlite.codegen import cuda_source, launch_dims
@@ -31,6 +31,7 @@ def all_test_fusions() -> dict[str, Kernel]:
         kernels[name] = scheduled(build(*case))
     kernels["vectorized"] = scheduled(build([[8, 16], [16]], lambda a, b: [a * b]), vectorize=True)
     kernels["dtypes"] = scheduled(dtype_mix())
+    kernels["bfloat16"] = scheduled(bfloat16_chain())
     return kernels
 
 

@@ -11,7 +11,7 @@ from fuserlite.ir.expr import ReductionOpType
 from fuserlite.runtime.communicator import canonical, combine, identity
 
 SUM, MAX = ReductionOpType.sum, ReductionOpType.max
-FLOATS = ("float16", "float32", "float64")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def specials(dtype: str) -> np.ndarray:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import fuserlite as fl
 from fuserlite import cli
 
 pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install '.[mpi]'")
@@ -30,7 +31,7 @@ TIMEOUT = 60  # seconds; a hang fails the test instead of stalling the suite
 # Kinds whose data only moves: bit-identical on any number of ranks.
 MOVING = {"LocalSlice", "Allgather", "AllToAll", "Broadcast", "Scatter", "Gather", "SendRecv"}
 SECTION5 = MOVING | {"Allreduce", "ReduceScatter", "Reduce"}
-DTYPES = ("float32", "float64", "float16", "int32", "int64", "bool")
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool")
 
 
 def mpiexec(n: int, *args: str, env: dict[str, str] | None = None):
@@ -70,6 +71,8 @@ def test_two_ranks_are_bit_identical_to_sim():
             assert r["kinds"] == [name]
     for name, r in reductions(results, ["Allreduce", "ReduceScatter", "Reduce"]).items():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
+    for kind in SECTION5 - {"SendRecv"}:  # bfloat16 moves as uint16 bits on MPI
+        assert results[f"{kind}-bfloat16"]["kinds"] == [kind]
 
 
 def test_four_ranks_match_sim():
@@ -87,8 +90,9 @@ def test_four_ranks_match_sim():
     # (NaN, inf, -0.0, small integers), are bit-identical even so.
     kinds = ["Allreduce", "ReduceScatter", "Reduce", "Reduce-root-outside"]
     for name, r in reductions(results, kinds).items():
-        float_matmul = "matmul-float" in name
+        float_matmul = "matmul" in name and fl.DType.parse(name.split("-")[-1]).is_float
         assert r["verdict"] in (("identical", "close") if float_matmul else ("identical",)), name
+    assert results["SendRecv-bfloat16"]["kinds"] == ["SendRecv"]
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
 

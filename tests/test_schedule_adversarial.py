@@ -4,7 +4,7 @@ tests/test_differential.py covers sharding and lowering broadly; this file
 stresses `schedule-pointwise` itself: random pointwise fusions of rank 1-4 with
 extents 1..300 (primes, 1, powers of two and their neighbours), broadcasts on
 every axis position, outputs of different ranks, several outputs, a tensor used
-twice, scalar operands, int32 / float16 / float32 / float64, sharded or not on
+twice, scalar operands, int32 / float16 / bfloat16 / float32 / float64, sharded or not on
 1, 2 or 4 devices, and random `block_size` values of the pass. Each case runs
 
 - through the kernel runner (`fl.FusionExecutor(f)` with a random block size),
@@ -56,7 +56,7 @@ MAX_ELEMENTS = 4096  # per tensor: keeps a case a few milliseconds
 MAX_BOUND = 60.0  # |values| stay small so float16 neither overflows nor loses its tolerance
 NVCC_SAMPLE = 30
 EXTENTS = (1, 1, 2, 3, 4, 5, 7, 8, 11, 13, 16, 31, 32, 64, 97, 127, 128, 129, 251, 256, 257, 300)
-DTYPES = ("float32", "float16", "float64", "int32")
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
 FLOAT_UNARY = ("neg", "abs", "relu", "exp", "tanh", "gelu")
 INT_UNARY = ("neg", "abs", "relu")
 BINARY = ("add", "sub", "mul", "maximum", "minimum")
@@ -362,7 +362,7 @@ def outputs_differ(a: list[np.ndarray], b: list[np.ndarray]) -> str | None:
     for k, (x, y) in enumerate(zip(a, b)):
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"output {k}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
-        if not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+        if not np.array_equal(x, y, equal_nan=fl.DType.from_numpy(x.dtype).is_float):
             return f"output {k}: values differ"
     return None
 
@@ -457,7 +457,7 @@ def test_generator_covers_the_space() -> None:
         ranks |= {len(t.shape) for t in case.fusion.outputs}
         meshes |= {t.mesh.size for t in case.fusion.inputs if t.mesh is not None}
         blocks.add(case.block_size)
-    assert {"float32", "float16", "float64", "int32"} <= dtypes
+    assert {"float32", "float16", "bfloat16", "float64", "int32"} <= dtypes
     assert {1, 2, 3, 4} <= ranks
     assert {1, 2, 4} <= meshes
     assert any(b & (b - 1) for b in blocks) and {1, 1024} <= blocks

@@ -223,7 +223,9 @@ OPS = _words(
     "set broadcast sum max expand reshape matmul linear"
 )
 KEYWORD_ARGS = _words("cache_op keepdim axes flags shape weight bias Streaming")
-DTYPES = _words("float32 float64 float16 int32 int64 bool float double half int int64_t float33")
+DTYPES = _words(
+    "float32 float64 float16 bfloat16 int32 int64 bool float double half __bfloat int int64_t float33"
+)
 PTYPES = _words(
     "DIDx DIDy DIDz deviceIdx.x deviceIdx.y BIDx blockIdx.x blockIdx.y TIDx threadIdx.x "
     "threadIdx.z Unswitch US Unroll UR Vectorize V Serial S DIDw"

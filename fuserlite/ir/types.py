@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+import ml_dtypes
 import numpy as np
 
 from fuserlite.ir.errors import FusionError
@@ -77,14 +78,15 @@ class DType(Enum):
     float32 = "float"
     float64 = "double"
     float16 = "half"
+    bfloat16 = "__bfloat"
     int32 = "int"
     int64 = "int64_t"
     bool = "bool"
 
     @property
     def numpy(self) -> np.dtype:
-        """The numpy dtype used to execute this type."""
-        return np.dtype(_NUMPY_NAMES[self])
+        """The numpy dtype used to execute this type (bfloat16: ml_dtypes.bfloat16)."""
+        return _NUMPY[self]
 
     @property
     def itemsize(self) -> int:
@@ -92,16 +94,25 @@ class DType(Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float32, DType.float64, DType.float16)
+        return self in (DType.float32, DType.float64, DType.float16, DType.bfloat16)
 
     @property
     def compute(self) -> DType:
         """The dtype arithmetic on this storage dtype runs in.
 
-        As in nvFuser's kernels, half is loaded into float registers, computed in float
-        and rounded back only where a value is stored to global memory.
+        As in nvFuser's kernels, half and bfloat16 are loaded into float registers,
+        computed in float and rounded back only where a value is stored to global memory.
         """
         return _COMPUTE.get(self, self)
+
+    @property
+    def largest(self) -> int | float:
+        """The largest finite value (numpy's finfo does not know bfloat16; ml_dtypes' does)."""
+        if self.is_float:
+            return float(ml_dtypes.finfo(self.numpy).max)
+        if self is DType.bool:
+            return True
+        return int(np.iinfo(self.numpy).max)
 
     @property
     def lowest(self) -> int | float | bool:
@@ -145,21 +156,32 @@ class DType(Enum):
         return cls.parse(np.dtype(dtype).name)
 
 
-_NUMPY_NAMES = {
-    DType.float32: "float32",
-    DType.float64: "float64",
-    DType.float16: "float16",
-    DType.int32: "int32",
-    DType.int64: "int64",
-    DType.bool: "bool",
+_NUMPY = {
+    DType.float32: np.dtype(np.float32),
+    DType.float64: np.dtype(np.float64),
+    DType.float16: np.dtype(np.float16),
+    DType.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    DType.int32: np.dtype(np.int32),
+    DType.int64: np.dtype(np.int64),
+    DType.bool: np.dtype(np.bool_),
 }
 
 
-_COMPUTE = {DType.float16: DType.float32}
+_COMPUTE = {DType.float16: DType.float32, DType.bfloat16: DType.float32}
 
-# torch's type promotion: categories bool < integer < floating; within one, by width.
+# torch's type promotion: categories bool < integer < floating; within one, by rank.
+# float16 and bfloat16 share a rank: neither holds the other, so together they promote
+# to the next rank up, float32 (torch.promote_types(float16, bfloat16) is float32).
 _CATEGORY = {DType.bool: 0, DType.int32: 1, DType.int64: 1}
-_WIDTH = [DType.bool, DType.int32, DType.int64, DType.float16, DType.float32, DType.float64]
+_RANK = {
+    DType.bool: 0,
+    DType.int32: 1,
+    DType.int64: 2,
+    DType.float16: 3,
+    DType.bfloat16: 3,
+    DType.float32: 4,
+    DType.float64: 5,
+}
 
 
 def category(dtype: DType) -> int:
@@ -177,15 +199,24 @@ def scalar_dtype(value: bool | int | float) -> DType:
 def result_type(tensors: list[DType], scalars: list[bool | int | float]) -> DType:
     """The dtype of a pointwise op on tensors of `tensors` dtypes and Python `scalars`.
 
-    Tensors promote to the widest dtype; a scalar counts only where it raises the
-    category (bool tensor + 5 -> int64, int32 tensor + 5 -> int32, int32 + 2.5 ->
-    float32, half + 2.5 -> half), as in torch and nvFuser's frontend.
+    Tensors promote to the widest dtype, float16 with bfloat16 to float32; a scalar
+    counts only where it raises the category (bool tensor + 5 -> int64, int32 tensor
+    + 5 -> int32, int32 + 2.5 -> float32, half + 2.5 -> half), as in torch and
+    nvFuser's frontend.
     """
-    dtype = max(tensors, key=_WIDTH.index)
+    dtype = tensors[0]
+    for other in tensors[1:]:
+        dtype = _promote_pair(dtype, other)
     for value in scalars:
         if category(scalar_dtype(value)) > category(dtype):
             dtype = scalar_dtype(value)
     return dtype
+
+
+def _promote_pair(a: DType, b: DType) -> DType:
+    if _RANK[a] != _RANK[b]:
+        return a if _RANK[a] > _RANK[b] else b
+    return a if a is b else DType.float32  # float16 with bfloat16
 
 
 class MemoryType(Enum):

@@ -99,7 +99,7 @@ def combine(op: ReductionOpType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         if op is ReductionOpType.sum:
             out = np.add(a, b)
-        elif a.dtype.kind == "f":
+        elif is_float(a.dtype):
             out = np.where(a == b, np.where(np.signbit(a), b, a), np.maximum(a, b))
         else:
             out = np.maximum(a, b)
@@ -108,15 +108,20 @@ def combine(op: ReductionOpType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def canonical(a: np.ndarray) -> np.ndarray:
     """`a` with every NaN replaced by the quiet NaN np.nan (in place: a is a result)."""
-    if a.dtype.kind == "f":
+    if is_float(a.dtype):
         a[np.isnan(a)] = np.nan
     return a
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """True for float dtypes, bfloat16 included (an ml_dtypes type: numpy kind 'V')."""
+    return DType.from_numpy(dtype).is_float
 
 
 def identity(dtype: np.dtype, op: ReductionOpType) -> np.generic:
     """The neutral element of `op`; -0.0 because -0.0 + x == x bit for bit, even for x = -0.0."""
     if op is ReductionOpType.sum:
-        return dtype.type(-0.0) if dtype.kind == "f" else dtype.type(0)
+        return dtype.type(-0.0) if is_float(dtype) else dtype.type(0)
     return dtype.type(DType.from_numpy(dtype).lowest)
 
 

@@ -28,24 +28,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 M = fl.DeviceMesh
 
 
-def section5_cases(size: int) -> dict[str, object]:
-    """Each §5 row on `size` devices (roots inside and, on 4 ranks, outside the mesh)."""
+def section5_cases(size: int, dtype: str = "float32") -> dict[str, object]:
+    """Each §5 row on `size` devices (roots inside and, on 4 ranks, outside the mesh),
+    on x of `dtype`; names other than float32's end in -dtype."""
     every = M(range(size))
+    suffix = "" if dtype == "float32" else f"-{dtype}"
+
+    def row(*args):
+        return lambda: build(*args, dtype=dtype)
+
     cases = {
-        "LocalSlice": lambda: build(every, None, every, 1),
-        "Allgather": lambda: build(every, 0, every, None),
-        "AllToAll": lambda: build(every, 0, every, 1),
-        "Allreduce": lambda: build(every, 0, every, None, 0),
-        "ReduceScatter": lambda: build(every, 0, every, 0, 0),
-        "Broadcast": lambda: build(M([0]), None, every, None),
-        "Scatter": lambda: build(M([0]), None, every, 0),
-        "Gather": lambda: build(every, 0, M([0]), None),
-        "Reduce": lambda: build(every, 0, M([0]), None, 0),
+        "LocalSlice": row(every, None, every, 1),
+        "Allgather": row(every, 0, every, None),
+        "AllToAll": row(every, 0, every, 1),
+        "Allreduce": row(every, 0, every, None, 0),
+        "ReduceScatter": row(every, 0, every, 0, 0),
+        "Broadcast": row(M([0]), None, every, None),
+        "Scatter": row(M([0]), None, every, 0),
+        "Gather": row(every, 0, M([0]), None),
+        "Reduce": row(every, 0, M([0]), None, 0),
     }
     if size == 4:
+        cases["SendRecv"] = row(M([0, 1]), 1, M([2, 3]), 1)
+    cases = {f"{name}{suffix}": make for name, make in cases.items()}
+    if size == 4 and dtype == "float32":
         three = M([0, 1, 2])  # COLS = 12 splits three ways
         cases |= {
-            "SendRecv": lambda: build(M([0, 1]), 1, M([2, 3]), 1),
             "Broadcast-root-outside": lambda: build(M([3]), None, three, None),
             "Scatter-root-outside": lambda: build(M([3]), None, three, 1),
             "Gather-root-outside": lambda: build(three, 1, M([3]), None),
@@ -55,7 +63,7 @@ def section5_cases(size: int) -> dict[str, object]:
     return cases
 
 
-DTYPES = ("float32", "float64", "float16", "int32", "int64", "bool")
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool")
 
 
 def special_values(dtype: str, rows: int) -> np.ndarray:
@@ -162,6 +170,7 @@ def all_cases(size: int) -> dict[str, object]:
         for path in sorted(glob.glob(os.path.join(root, "*.fus"))):
             cases["example:" + os.path.basename(path)] = lambda p=path: fl.load(p)
     cases |= section5_cases(size)
+    cases |= section5_cases(size, "bfloat16")  # moved as uint16 bits, reduced as bfloat16
     cases |= reduction_cases(size)
     cases["seed000"] = lambda: models.all_gather_all_reduce_reduce_scatter(size, local=64)
     cases["tp-mlp"] = lambda: models.tensor_parallel_mlp(size)

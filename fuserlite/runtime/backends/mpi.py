@@ -1,7 +1,8 @@
 """The `mpi` backend: one process per device, collectives through mpi4py.
 
 Launch with `mpiexec -n D`; rank r is device r. Every method moves numpy
-buffers with mpi4py's buffer (upper-case) calls. A team that is not the whole
+buffers with mpi4py's buffer (upper-case) calls; bfloat16, which MPI has no
+datatype for, moves as its bits (uint16) and reduces as bfloat16. A team that is not the whole
 world in rank order gets a sub-communicator, made once by `prepare` with
 `COMM_WORLD.Split`, which every rank calls for every team in program order, so
 no rank waits on a split the others skip. SendRecv pairs use point-to-point
@@ -61,25 +62,35 @@ def _mpi():
     return MPI
 
 
-_USER_OPS: dict[ReductionOpType, object] = {}  # per process: MPI limits how many exist
+# per process, one per (op, dtype) a program reduces: MPI limits how many exist
+_USER_OPS: dict[tuple[ReductionOpType, np.dtype], object] = {}
 
 
-def _user_op(MPI, op: ReductionOpType):
-    """The MPI op that computes communicator.combine, as sim does, for every dtype.
+def _user_op(MPI, op: ReductionOpType, dtype: np.dtype):
+    """The MPI op that computes communicator.combine on `dtype`, as sim does.
 
     MPI's own MAX drops NaN depending on which rank holds it and is undefined for bool
-    (so is SUM); combine is commutative, so MPI may apply it in any order.
+    (so is SUM); combine is commutative, so MPI may apply it in any order. The op
+    reads its buffers as `dtype` whatever datatype MPI was told: bfloat16 travels as
+    uint16 (see `_wire`) but is combined as bfloat16.
     """
-    if op not in _USER_OPS:
-        from mpi4py.util import dtlib
+    key = (op, np.dtype(dtype))
+    if key not in _USER_OPS:
 
         def apply(inbuf, inoutbuf, datatype) -> None:
-            dtype = dtlib.to_numpy_dtype(datatype)
-            mine = np.frombuffer(inoutbuf, dtype)
-            mine[...] = combine(op, np.frombuffer(inbuf, dtype), mine)
+            mine = np.frombuffer(inoutbuf, key[1])
+            mine[...] = combine(op, np.frombuffer(inbuf, key[1]), mine)
 
-        _USER_OPS[op] = MPI.Op.Create(apply, commute=True)
-    return _USER_OPS[op]
+        _USER_OPS[key] = MPI.Op.Create(apply, commute=True)
+    return _USER_OPS[key]
+
+
+def _wire(a: np.ndarray | None) -> np.ndarray | None:
+    """`a` as MPI can describe it: a numpy extension dtype (ml_dtypes' bfloat16, which
+    mpi4py has no datatype for) as a view of its bits, unsigned integers of its size."""
+    if a is None or a.dtype.kind != "V":
+        return a
+    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
 
 
 class MpiCommunicator(Communicator):
@@ -180,7 +191,7 @@ class MpiCommunicator(Communicator):
         send = contiguous(bufs[self.rank])
         recv = np.empty((len(team) * send.shape[0], *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes
-        comm.Allgather(send, recv)
+        comm.Allgather(_wire(send), _wire(recv))
         return {self.rank: recv}
 
     def _check_divisible(self, kind: str, team, send: np.ndarray) -> None:
@@ -198,7 +209,7 @@ class MpiCommunicator(Communicator):
         self._check_divisible("AllToAll", team, send)
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
-        comm.Alltoall(send, recv)
+        comm.Alltoall(_wire(send), _wire(recv))
         return {self.rank: np.split(recv, len(team), axis=0)}
 
     def allreduce(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
@@ -208,7 +219,7 @@ class MpiCommunicator(Communicator):
         send = contiguous(bufs[self.rank])
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes
-        comm.Allreduce(send, recv, op=_user_op(self.MPI, op))
+        comm.Allreduce(_wire(send), _wire(recv), op=_user_op(self.MPI, op, send.dtype))
         return {self.rank: canonical(recv)}
 
     def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
@@ -219,7 +230,7 @@ class MpiCommunicator(Communicator):
         self._check_divisible("ReduceScatter", team, send)
         recv = np.empty((send.shape[0] // len(team), *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
-        comm.Reduce_scatter_block(send, recv, op=_user_op(self.MPI, op))
+        comm.Reduce_scatter_block(_wire(send), _wire(recv), op=_user_op(self.MPI, op, send.dtype))
         return {self.rank: canonical(recv)}
 
     def broadcast(self, team, root: int, bufs: Buffers, spec: BufferSpec) -> Buffers:
@@ -231,7 +242,7 @@ class MpiCommunicator(Communicator):
             self.bytes_sent += buf.nbytes
         else:
             buf = np.empty(spec.shape, spec.dtype)
-        comm.Bcast(buf, root=tuple(team).index(root))
+        comm.Bcast(_wire(buf), root=tuple(team).index(root))
         return {self.rank: buf}
 
     def _chunked(self, team, members, shape, what: str):
@@ -255,13 +266,13 @@ class MpiCommunicator(Communicator):
         chunk, counts, displs = self._chunked(team, receivers, spec.shape, "Scatter")
         send = None
         if self.rank == root:
-            whole = contiguous(bufs[root], dtype=spec.dtype)
+            whole = _wire(contiguous(bufs[root], dtype=spec.dtype))
             send = [whole, (counts, displs), self.MPI.Datatype.fromcode(whole.dtype.char)]
             kept = counts[tuple(team).index(root)] * whole.itemsize
             self.bytes_sent += whole.nbytes - kept
         mine = chunk if self.rank in receivers else (0, *chunk[1:])
         recv = np.empty(mine, spec.dtype)
-        comm.Scatterv(send, recv, root=tuple(team).index(root))
+        comm.Scatterv(send, _wire(recv), root=tuple(team).index(root))
         return {self.rank: recv} if self.rank in receivers else {}
 
     def gather(self, team, root: int, senders, bufs: Buffers, spec: BufferSpec) -> Buffers:
@@ -277,11 +288,12 @@ class MpiCommunicator(Communicator):
         recv = None
         if self.rank == root:
             whole = np.empty(whole_shape, spec.dtype)
-            recv = [whole, (counts, displs), self.MPI.Datatype.fromcode(whole.dtype.char)]
+            wire = _wire(whole)
+            recv = [wire, (counts, displs), self.MPI.Datatype.fromcode(wire.dtype.char)]
         if self.rank != root:
             self.bytes_sent += send.nbytes
-        comm.Gatherv(send, recv, root=tuple(team).index(root))
-        return {root: recv[0]} if self.rank == root else {}
+        comm.Gatherv(_wire(send), recv, root=tuple(team).index(root))
+        return {root: whole} if self.rank == root else {}
 
     def reduce(
         self, team, root: int, senders, bufs: Buffers, op: ReductionOpType, spec: BufferSpec
@@ -296,7 +308,8 @@ class MpiCommunicator(Communicator):
         recv = np.empty(spec.shape, spec.dtype) if self.rank == root else None
         if self.rank != root:
             self.bytes_sent += send.nbytes
-        comm.Reduce(send, recv, op=_user_op(self.MPI, op), root=tuple(team).index(root))
+        mpi_op = _user_op(self.MPI, op, send.dtype)
+        comm.Reduce(_wire(send), _wire(recv), op=mpi_op, root=tuple(team).index(root))
         return {root: canonical(recv)} if self.rank == root else {}
 
     def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
@@ -308,10 +321,10 @@ class MpiCommunicator(Communicator):
             elif src == self.rank:
                 sent.append(contiguous(bufs[src], dtype=spec.dtype))
                 self.bytes_sent += sent[-1].nbytes
-                requests.append(self.world.Isend(sent[-1], dest=dst, tag=_SENDRECV_TAG))
+                requests.append(self.world.Isend(_wire(sent[-1]), dest=dst, tag=_SENDRECV_TAG))
             elif dst == self.rank:
                 out[dst] = np.empty(spec.shape, spec.dtype)
-                requests.append(self.world.Irecv(out[dst], source=src, tag=_SENDRECV_TAG))
+                requests.append(self.world.Irecv(_wire(out[dst]), source=src, tag=_SENDRECV_TAG))
         self.MPI.Request.Waitall(requests)
         return out
 
