@@ -138,3 +138,18 @@ def test_importing_the_ir_loads_no_upper_layer() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+NUMERICS_MODULES = sorted((PACKAGE / "numerics").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", NUMERICS_MODULES, ids=lambda p: p.name)
+def test_numerics_import_only_the_ir(path: Path) -> None:
+    """fuserlite.numerics serves the runtime's evaluators and the code generator alike."""
+    project = [
+        f"{path.relative_to(ROOT)}:{line}: imports {mod}"
+        for line, mod in imported_names(path)
+        if mod.split(".")[0] in ("fuserlite", "passes")
+        and not (mod.startswith(("fuserlite.ir.", "fuserlite.numerics")) or mod == "fuserlite.ir")
+    ]
+    assert project == []
