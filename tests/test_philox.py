@@ -171,6 +171,12 @@ void uniformf_n(uint64_t seed, uint64_t offset, const uint64_t* index, long n, f
 void uniform_n(uint64_t seed, uint64_t offset, const uint64_t* index, long n, double* out) {
   for (long i = 0; i < n; ++i) out[i] = fl_uniform(seed, offset, index[i]);
 }
+void bits_n(const uint32_t* x, const uint32_t* y, long n, float* out, double* out64) {
+  for (long i = 0; i < n; ++i) {
+    out[i] = fl_uniformf_bits(x[i]);
+    out64[i] = fl_uniform_bits(x[i], y[i]);
+  }
+}
 }
 """
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -189,6 +195,7 @@ def clib(tmp_path_factory) -> ctypes.CDLL:
     u64, ptr = ctypes.c_uint64, ctypes.c_void_p
     for name in ("philox_n", "uniformf_n", "uniform_n"):
         getattr(lib, name).argtypes = [u64, u64, ptr, ctypes.c_long, ptr]
+    lib.bits_n.argtypes = [ptr, ptr, ctypes.c_long, ptr, ptr]
     return lib
 
 
@@ -235,3 +242,15 @@ extern "C" __global__ void draw(float* out, double* out64, unsigned long long n)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "rng.ptx").read_text().count(".entry") == 1
+
+
+def test_c_maps_words_to_uniforms_as_numpy_ends_included(clib):
+    edges = [0, 1, 0x001FFFFF, 0x7FFFFFFF, 0xFFF00000, 0xFFFFFF7F, 0xFFFFFF80, 0xFFFFFFFF]
+    words = np.random.default_rng(3).integers(0, 2**32, (2, 4000), dtype=np.uint64)
+    x = np.concatenate([edges * 8, words[0]]).astype(np.uint32)
+    y = np.concatenate([np.repeat(edges, 8), words[1]]).astype(np.uint32)
+    f32, f64 = np.zeros(x.size, np.float32), np.zeros(x.size, np.float64)
+    clib.bits_n(x.ctypes.data, y.ctypes.data, x.size, f32.ctypes.data, f64.ctypes.data)
+    assert f32.tobytes() == uniform_from_bits(x, None, np.float32).tobytes()
+    assert f64.tobytes() == uniform_from_bits(x, y, np.float64).tobytes()
+    assert (f32 == 0).any() and (f64 == 0).any()  # the top words reach the 1 -> 0 mapping

@@ -183,7 +183,8 @@ class Block:
 # The same generator in C (C99/C++ and CUDA: host and device functions). The code
 # generator emits it once per kernel file; fl_uniformf / fl_uniform are rand_like's
 # float32 / float64 numbers, fl_raw_uniformf the float draw half and bfloat16 round
-# (then map a rounded 1 to 0), as numpy's uniform above.
+# (then map a rounded 1 to 0), as numpy's uniform above; the *_bits functions are
+# uniform_from_bits.
 C_SOURCE = r"""
 #include <stdint.h>
 #if defined(__CUDACC__)
@@ -219,26 +220,42 @@ FL_RNG_FN void fl_philox(uint64_t seed, uint64_t subsequence, uint64_t offset,
   out[3] = c3;
 }
 
-/* x * 2**-32 + 2**-33 in float: (0, 1]; exact products, so contraction cannot matter */
+/* nvFuser's raw_uniform_float / uniformf / uniform(x, y): words -> (0, 1] / [0, 1).
+   The products are exact (powers of two), so contracting them to an fma changes nothing. */
+FL_RNG_FN float fl_raw_uniformf_bits(uint32_t x) {
+  const float scale = 2.3283064365386963e-10f; /* 2**-32 */
+  return (float)x * scale + 0.5f * scale;
+}
+
+FL_RNG_FN float fl_uniformf_bits(uint32_t x) {
+  const float u = fl_raw_uniformf_bits(x);
+  return u == 1.0f ? 0.0f : u;
+}
+
+FL_RNG_FN double fl_uniform_bits(uint32_t x, uint32_t y) {
+  const uint64_t z = (uint64_t)x ^ ((uint64_t)y << 21);
+  const double scale = 1.1102230246251565e-16; /* 2**-53 */
+  const double u = (double)z * scale + 0.5 * scale;
+  return u == 1.0 ? 0.0 : u;
+}
+
+/* rand_like's number at a global linear index */
 FL_RNG_FN float fl_raw_uniformf(uint64_t seed, uint64_t offset, uint64_t index) {
   uint32_t r[4];
   fl_philox(seed, index / 4, offset, r);
-  const float scale = 2.3283064365386963e-10f; /* 2**-32 */
-  return (float)r[index % 4] * scale + 0.5f * scale;
+  return fl_raw_uniformf_bits(r[index % 4]);
 }
 
 FL_RNG_FN float fl_uniformf(uint64_t seed, uint64_t offset, uint64_t index) {
-  const float u = fl_raw_uniformf(seed, offset, index);
-  return u == 1.0f ? 0.0f : u;
+  uint32_t r[4];
+  fl_philox(seed, index / 4, offset, r);
+  return fl_uniformf_bits(r[index % 4]);
 }
 
 FL_RNG_FN double fl_uniform(uint64_t seed, uint64_t offset, uint64_t index) {
   uint32_t r[4];
   fl_philox(seed, index / 2, offset, r);
   const int c = (int)(index % 2);
-  const uint64_t z = (uint64_t)r[2 * c] ^ ((uint64_t)r[2 * c + 1] << 21);
-  const double scale = 1.1102230246251565e-16; /* 2**-53 */
-  const double u = (double)z * scale + 0.5 * scale;
-  return u == 1.0 ? 0.0 : u;
+  return fl_uniform_bits(r[2 * c], r[2 * c + 1]);
 }
 """
