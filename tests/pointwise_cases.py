@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.schedule.shard import shard_axis
 
 
 def seed004(parallelized: bool, num_devices: int) -> fl.Fusion:
@@ -41,6 +44,28 @@ def dtype_mix() -> fl.Fusion:
         fusion.add_output(fl.maximum(fl.add(i, b), -(2**63)))
         fusion.add_output(fl.add(fl.mul(h, float("inf")), float("nan")))
         fusion.add_output(fl.div(fl.sub(x, float("-inf")), b))
+    return fusion
+
+
+def run_everywhere(fusion: fl.Fusion, inputs: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """The reference, the kernel runner and op by op numpy; each validated."""
+    runs = [fl.evaluate(fusion, inputs)]
+    for schedule in (True, False):
+        runs.append(fl.FusionExecutor(fusion, schedule=schedule).run(inputs))
+        fl.validate(fusion, inputs, runs[-1])
+    return runs
+
+
+def sharded_sum(shape: list[int], dtype: str, num_devices: int) -> fl.Fusion:
+    """sum(x, [0]) of x sharded on axis 0, the result on the same mesh (partial sums)."""
+    with fl.Fusion() as fusion:
+        x = fl.tensor(shape, dtype)
+        fusion.add_input(x)
+        mesh = fl.DeviceMesh.for_num_devices(num_devices)
+        shard_axis(x, 0, mesh)
+        y = fl.sum(x, [0])
+        y.set_device_mesh(mesh)
+        fusion.add_output(y)
     return fusion
 
 

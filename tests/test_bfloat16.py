@@ -6,13 +6,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from pointwise_cases import bfloat16_chain
+from pointwise_cases import bfloat16_chain, run_everywhere, sharded_sum
 
 import fuserlite as fl
 from fuserlite.codegen import cuda_source
 from fuserlite.runtime.validate import TOLERANCES, ValidationError, output_tolerances
 from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
-from fuserlite.schedule.shard import shard_axis
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -82,15 +81,6 @@ def test_random_inputs_are_bfloat16():
     assert x.dtype == BF16 and h.dtype == np.float16 and np.isfinite(x.astype(float)).all()
 
 
-def run_everywhere(fusion: fl.Fusion, inputs: list[np.ndarray]) -> list[list[np.ndarray]]:
-    """The reference, the kernel runner and op by op numpy; each validated."""
-    runs = [fl.evaluate(fusion, inputs)]
-    for schedule in (True, False):
-        runs.append(fl.FusionExecutor(fusion, schedule=schedule).run(inputs))
-        fl.validate(fusion, inputs, runs[-1])
-    return runs
-
-
 X = np.linspace(-3, 3, 300).astype(BF16)
 H = np.linspace(2, -2, 300).astype(np.float16)
 
@@ -105,16 +95,8 @@ def test_bfloat16_chains_are_computed_in_float_and_rounded_once():
 
 
 def test_bfloat16_sums_accumulate_in_float_across_devices():
-    with fl.Fusion() as f:
-        x = fl.tensor([512, 2], "bfloat16")
-        f.add_input(x)
-        mesh = fl.DeviceMesh.for_num_devices(4)
-        shard_axis(x, 0, mesh)
-        y = fl.sum(x, [0])
-        y.set_device_mesh(mesh)
-        f.add_output(y)
     x = np.full((512, 2), 1.0, BF16)  # summed in bfloat16, the count would stop at 256
-    for (out,) in run_everywhere(f, [x]):
+    for (out,) in run_everywhere(sharded_sum([512, 2], "bfloat16", 4), [x]):
         assert out.dtype == BF16
         np.testing.assert_array_equal(out.astype(float), [512.0, 512.0])
 

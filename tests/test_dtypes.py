@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pointwise_cases import dtype_mix
+from pointwise_cases import dtype_mix, run_everywhere, sharded_sum
 
 import fuserlite as fl
 from fuserlite.codegen import cuda_source
@@ -66,15 +66,6 @@ def test_max_of_int64_starts_from_the_int64_minimum():
     assert y.definition.init == np.iinfo(np.int64).min
 
 
-def run_everywhere(fusion: fl.Fusion, inputs: list[np.ndarray]) -> list[list[np.ndarray]]:
-    """The reference, the kernel runner and op by op numpy; each validated."""
-    runs = [fl.evaluate(fusion, inputs)]
-    for schedule in (True, False):
-        runs.append(fl.FusionExecutor(fusion, schedule=schedule).run(inputs))
-        fl.validate(fusion, inputs, runs[-1])
-    return runs
-
-
 B = np.array([True, False, True, True, False, False, True, False])
 
 
@@ -90,16 +81,8 @@ def test_bool_plus_an_int_is_an_int64_count_like_numpy():
 
 
 def test_sum_of_bool_counts_across_devices():
-    with fl.Fusion() as f:
-        b = fl.tensor([8, 2], "bool")
-        f.add_input(b)
-        mesh = fl.DeviceMesh.for_num_devices(4)
-        shard_axis(b, 0, mesh)
-        y = fl.sum(b, [0])
-        y.set_device_mesh(mesh)
-        f.add_output(y)
     x = np.stack([B, ~B], axis=1)
-    for outputs in run_everywhere(f, [x]):
+    for outputs in run_everywhere(sharded_sum([8, 2], "bool", 4), [x]):
         np.testing.assert_array_equal(outputs[0], [4, 4])
         assert outputs[0].dtype == np.int64
 
