@@ -16,6 +16,7 @@ from fuserlite.ir.sharding import (
     is_resharding,
     non_local_inputs,
     sharding_problem,
+    shardings,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
@@ -120,6 +121,7 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
     problems.extend(layout_problems([e for e in exprs if isinstance(e, Communication)], namer))
     if fusion.segments is not None:
         problems.extend(locality_problems(fusion))
+        problems.extend(partial_output_problems(fusion, namer))
     if problems:
         raise VerifyError("invalid fusion:\n  " + "\n  ".join(dict.fromkeys(problems)))
 
@@ -144,6 +146,21 @@ def layout_problems(comms: list[Communication], namer: Namer) -> list[str]:
             + ", ".join(name(c) for c in reducing)
             + "; run assign-layouts so that all are pinned or all are free"
         )
+    return problems
+
+
+def partial_output_problems(fusion: Fusion, namer: Namer) -> list[str]:
+    """After `segment`: a fusion output is a complete value, never partial sums."""
+    problems = []
+    for out in fusion.outputs:
+        for s in shardings(out).values():
+            if s.is_partial:
+                ax = out.device_axes()[s.parallel_type]
+                problems.append(
+                    f"output {out.name} reduction axis {s.logical_index} ({namer.id(ax)}) holds "
+                    "partial results, one per device; a fusion output must be complete: "
+                    "run insert-reshardings, which completes it with a communication"
+                )
     return problems
 
 

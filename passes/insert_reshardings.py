@@ -8,6 +8,9 @@ needed sharding is inserted before the expression; that Set is the only
 place data moves. A reduction over a device-parallel axis becomes a local
 partial reduction (output axis rDIDx) followed by a Set to the final sharding
 (on the same mesh, or on a one-device mesh: a Reduce to that root).
+A fusion output is always a complete value: one the user made partial (rDIDx)
+is completed by a Set to its sharding without the partial axis, and that
+completed tensor takes its place among the outputs.
 Broadcast axes never take part: b and bDIDx are the same sharding (seed 004).
 """
 
@@ -22,7 +25,9 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import (
     Placement,
+    completed_placement,
     has_unmapped_sharding,
+    is_partial,
     needed_placement,
     placement,
     shardings,
@@ -83,13 +88,37 @@ def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
     return replicated
 
 
-def _reshard_input(expr: Expr, producer: TensorView, wanted: Placement) -> None:
+def _on_data_axes(tv: TensorView, wanted: Placement) -> Placement:
+    """A placement given on tv's logical axes, on its data axes instead (the logical
+    axes of a copy of tv, which has no reduction axes)."""
     mesh, axes = wanted
+    data = tv.data_positions()
+    return mesh, {pt: data.index(li) for pt, li in axes.items()}
+
+
+def _resharded(producer: TensorView, wanted: Placement) -> TensorView:
+    """`Set( producer )` to the placement `wanted` (on the logical axes of `producer`)."""
     resharded = like(producer)
-    data = producer.data_positions()
-    _shard(resharded, mesh, {pt: data.index(li) for pt, li in axes.items()})
+    _shard(resharded, *_on_data_axes(producer, wanted))
     LoadStoreOp(resharded, producer)
-    expr.replace_input(producer, resharded)
+    return resharded
+
+
+def _reshard_input(expr: Expr, producer: TensorView, wanted: Placement) -> None:
+    expr.replace_input(producer, _resharded(producer, wanted))
+
+
+def _complete_outputs(fusion: Fusion) -> None:
+    """Replace every partial fusion output by the Set that completes it (reusing one
+    a consumer already needed), in the same output position."""
+    for out in list(fusion.outputs):
+        if not is_partial(out):
+            continue
+        wanted = completed_placement(out)
+        copy = _on_data_axes(out, wanted)
+        done = [u.output for u in out.uses if isinstance(u, LoadStoreOp)]
+        complete = next((t for t in done if placement(t) == copy), None)
+        fusion.replace_output(out, complete or _resharded(out, wanted))
 
 
 @register
@@ -110,3 +139,4 @@ class InsertReshardings(Pass):
             for producer, wanted in zip(list(expr.inputs), needed):
                 if producer in expr.inputs and placement(producer) != wanted:
                     _reshard_input(expr, producer, wanted)
+        _complete_outputs(fusion)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import fuserlite as fl
@@ -108,3 +109,85 @@ def test_validator_rejects_a_program_segmented_without_insert_reshardings():
     msg = str(err.value)
     assert "pass segment (after: propagate-shardings) left an invalid fusion" in msg
     assert "not local; run insert-reshardings before segment" in msg
+
+
+# -- a fusion output is always complete (issue 8, item 1) ---------------------
+PARTIAL_SUM_FUS = """
+mesh m = [0, 1]
+input x: float32[8, 16] on m
+y = sum(x, [1])
+outer_split y axis 1 by 2
+parallelize y axis 1 DIDx
+output y
+"""
+
+
+def _partial_output(kind: str) -> fl.Fusion:
+    """An output the user made partial (rDIDx on its reduction axis), by `kind`."""
+    if kind == "sum-outer-split":
+        return fl.parse(PARTIAL_SUM_FUS)
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        if kind in ("max-whole-axis", "sum-whole-axis"):
+            x = fl.tensor([4, 2])  # the reduced axis has the mesh's extent: rDIDx on it directly
+            inputs = [x]
+            y = (fl.max if kind.startswith("max") else fl.sum)(x, [1])
+        elif kind == "linear":
+            x, w = fl.tensor([4, 8]), fl.tensor([6, 8])
+            inputs = [x, w]
+            shard_axis(x, 1, mesh)
+            shard_axis(w, 1, mesh)
+            y = fl.linear(x, w)
+        else:  # matmul, a replicated operand
+            x, w = fl.tensor([4, 8]), fl.tensor([8, 6])
+            inputs = [x, w]
+            shard_axis(x, 1, mesh)
+            y = fl.matmul(x, w)
+        for t in inputs:
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+        f.add_output(fl.neg(x) if kind == "sum-whole-axis" else y)  # a second output first
+        if kind == "sum-whole-axis":
+            f.add_output(y)
+        y.set_device_mesh(mesh)
+        shard_axis(y, len(y.domain.logical) - 1, mesh)  # the reduction axis: rDIDx
+    return f
+
+
+PARTIAL_KINDS = ["sum-outer-split", "max-whole-axis", "sum-whole-axis", "linear", "matmul"]
+
+
+@pytest.mark.parametrize("kind", PARTIAL_KINDS)
+def test_a_partial_output_is_completed_to_the_reference_value(kind):
+    f = _partial_output(kind)
+    position = len(f.outputs) - 1  # the partial one
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f, seed=3)
+    outputs = ex.run(inputs)
+    fl.validate(f, inputs, outputs)
+    assert "Allreduce" in [c.kind.value for c in ex.communications]
+    completed = ex.lowered.outputs[position]  # the user's output position is kept
+    assert not is_partial(completed)
+    assert completed.definition.input.number == f.outputs[position].number
+    # every device holds the whole value, not its partial sum
+    for outs in ex.run_per_device(inputs).values():
+        np.testing.assert_allclose(outs[position], outputs[position], rtol=1e-6)
+
+
+def test_a_partial_output_read_by_another_expression_is_completed_once():
+    f = fl.parse(PARTIAL_SUM_FUS + "z = add(y, 1.0)\noutput z\n")
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert [c.kind.value for c in ex.communications] == ["LocalSlice", "Allreduce"]
+
+
+def test_validator_rejects_a_partial_output_after_segment():
+    lowered = fl.Pipeline.default().run(fl.parse(PARTIAL_SUM_FUS))
+    partial = lowered.outputs[0].definition.input
+    lowered.outputs = [partial]  # undo the completion, as a broken pass would
+    with pytest.raises(fl.VerifyError) as err:
+        fl.verify(lowered, require_mesh=True)
+    msg = str(err.value)
+    assert f"output {partial.name} reduction axis 1 (rdeviceIdx.x" in msg
+    assert "a fusion output must be complete" in msg

@@ -143,6 +143,11 @@ def placement(tv: TensorView) -> Placement:
     return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items()}
 
 
+def completed_placement(tv: TensorView) -> Placement:
+    """tv's placement once its partial values are reduced: its data shardings only."""
+    return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items() if not s.is_partial}
+
+
 def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement:
     """How `producer` must be sharded for `expr` to compute `target` locally: sharded
     where it maps to a sharded axis of `target` (unless broadcast), whole elsewhere."""

@@ -163,6 +163,19 @@ def _subteam() -> fl.Fusion:
     return f
 
 
+def _partial_output(size: int) -> fl.Fusion:
+    """A fusion output the user made partial (rDIDx): the pipeline must complete it."""
+    with fl.Fusion() as f:
+        mesh = M(range(size))
+        x = fl.tensor([4, 4 * size])
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        y = fl.sum(x, [1])
+        f.add_output(y)
+        shard_axis(y, 1, mesh)
+    return f
+
+
 def all_cases(size: int) -> dict[str, object]:
     cases = {}
     if size == 2:
@@ -175,6 +188,7 @@ def all_cases(size: int) -> dict[str, object]:
     cases["seed000"] = lambda: models.all_gather_all_reduce_reduce_scatter(size, local=64)
     cases["tp-mlp"] = lambda: models.tensor_parallel_mlp(size)
     cases["sp-mlp"] = lambda: models.tensor_parallel_mlp(size, sequence_parallel=True)
+    cases["partial-output-completed"] = lambda: _partial_output(size)
     return cases
 
 
