@@ -158,11 +158,29 @@ class Generator:
             if tv.domain.logical[i].is_iteration and tv.domain.logical[i].extent % mesh.size == 0
         ]
         bcast = [i for i in data if tv.domain.logical[i].is_broadcast]
+        # A reduction axis over devices (rDIDx): partial values, complete once an output.
+        reduced = [
+            i
+            for i, ax in enumerate(tv.domain.logical)
+            if ax.is_reduction and ax.extent % mesh.size == 0
+        ]
+        if reduced and self.chance(0.3):
+            shardable = reduced
         if shardable and self.chance(p_shard):
             i = int(self.pick(shardable))
-            shard_axis(tv, i, mesh)
+            pos = tv.domain.loop.index(tv.domain.logical[i])
+            if tv.domain.logical[i].extent == mesh.size > 1 and self.chance(0.5):
+                # the same sharding as shard_axis gives, written as an outer split by D
+                # whose inner part has extent 1
+                tv.outer_split(pos, mesh.size).axis(pos).parallelize(ParallelType.DIDx)
+                self.emit(
+                    f"{self.name(tv)}.outer_split({pos}, {mesh.size}).axis({pos})"
+                    ".parallelize(fl.ParallelType.DIDx)"
+                )
+            else:
+                shard_axis(tv, i, mesh)
+                self.emit(f"shard_axis({self.name(tv)}, {i}, {self.mesh_text(mesh)})")
             self.sharded = True
-            self.emit(f"shard_axis({self.name(tv)}, {i}, {self.mesh_text(mesh)})")
         elif bcast and self.chance(p_bcast):
             i = int(self.pick(bcast))
             pos = tv.domain.loop.index(tv.domain.logical[i])

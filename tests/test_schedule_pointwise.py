@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from pointwise_cases import build, seed004
 
 import fuserlite as fl
@@ -110,3 +111,89 @@ def test_running_the_pass_twice_on_an_unsegmented_fusion_schedules_once() -> Non
     once = str(fusion)
     SchedulePointwise().run(fusion)
     assert str(fusion) == once
+
+
+# -- one sharding written two ways (issue 8, item 8) --------------------------
+def _sharded(tv: fl.TensorView, logical: int, mesh: fl.DeviceMesh, outer: bool) -> None:
+    """Shard `tv` on a logical axis of extent D: whole (`ideviceIdx.x{D}`), or as an outer
+    split by D whose inner part has extent 1 (`ideviceIdx.x{D}, iS{1}`)."""
+    tv.set_device_mesh(mesh)
+    pos = tv.domain.loop.index(tv.domain.logical[logical])
+    if outer:
+        tv.outer_split(pos, mesh.size).axis(pos).parallelize(ParallelType.DIDx)
+    else:
+        tv.axis(pos).parallelize(ParallelType.DIDx)
+
+
+def _made_elsewhere_then_add(kind: str, producer_outer: bool, consumer_outer: bool) -> fl.Fusion:
+    """`y = add(s, 1.0)` where `s` comes from another segment, both sharded on an axis of
+    extent D = 2, each written whole or as an outer split."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor({"linear": [4, 8], "expand": [2, 1]}.get(kind, [2, 3, 4]))
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        if kind == "linear":
+            w = fl.tensor([2, 8])
+            f.add_input(w)
+            _sharded(w, 0, mesh, False)
+            s, axis = fl.linear(x, w), 1
+        else:
+            if kind != "set":  # a set of replicated x to a sharded s is a LocalSlice
+                _sharded(x, 0, mesh, False)
+            ops = {
+                "reduction": lambda: fl.sum(x, [1]),
+                "reshape": lambda: fl.reshape(x, [2, 12]),
+                "expand": lambda: fl.expand(x, [2, 5]),
+                "set": lambda: fl.set(x),
+            }
+            s, axis = ops[kind](), 0
+        _sharded(s, axis, mesh, producer_outer)
+        y = fl.add(s, 1.0)
+        _sharded(y, s.data_positions().index(axis), mesh, consumer_outer)
+        f.add_output(y)
+    return f
+
+
+def test_issue_case_outer_split_of_an_extent_d_axis_runs_through_the_schedule() -> None:
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([2, 3, 4])
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        x.axis(0).parallelize(ParallelType.DIDx)
+        s = fl.sum(x, [1])
+        s.outer_split(0, 2)
+        s.axis(0).parallelize(ParallelType.DIDx)
+        f.add_output(fl.add(s, 1.0))
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    (pointwise,) = [k for k in ex.lowered.segments if isinstance(k, Kernel) and k.scheduled]
+    assert pointwise.notes == []
+
+
+@pytest.mark.parametrize("kind", ["reduction", "reshape", "linear", "expand", "set"])
+@pytest.mark.parametrize("producer_outer", [False, True], ids=["s-whole", "s-outer"])
+@pytest.mark.parametrize("consumer_outer", [False, True], ids=["y-whole", "y-outer"])
+def test_a_sharding_written_two_ways_is_one_kernel_schedule(
+    kind: str, producer_outer: bool, consumer_outer: bool
+) -> None:
+    f = _made_elsewhere_then_add(kind, producer_outer, consumer_outer)
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    kernel = [k for k in ex.lowered.segments if isinstance(k, Kernel)][-1]
+    assert kernel.scheduled, kernel.notes  # scheduled, not fallen back to op by op
+
+
+def test_a_schedule_that_fits_no_single_grid_is_rejected_at_scheduling_time() -> None:
+    """The scheduler checks the whole kernel's grid before execution could fail on it."""
+    from fuserlite.schedule.pointwise import check_grid
+
+    kernel = whole_fusion_kernel(build([[6, 8]], lambda a: [fl.exp(fl.neg(a))]))
+    schedule_pointwise(kernel)
+    extra = kernel.exprs[1].output  # one tensor gets a loop axis no other tensor has
+    extra.split(-1, 2)
+    with pytest.raises(fl.ScheduleError, match=r"scheduled loop axes but the kernel has"):
+        check_grid(kernel)

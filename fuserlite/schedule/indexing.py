@@ -169,9 +169,23 @@ def flat_offset(shape: tuple[int, ...], coords: list) -> Ix:
     return total
 
 
+def _is_sharding_remainder(ax: IterDomain) -> bool:
+    """True for the extent-1 inner part of a sharding split (an axis of extent D outer-split
+    by D): like a logical axis of extent 1 it iterates nothing, and a tensor sharded by
+    the whole axis (`ideviceIdx.x{D}`) has no such axis, so it is no loop of the grid."""
+    d = ax.definition
+    return isinstance(d, Split) and ax is d.inner and ax.extent == 1 and d.outer.is_device_parallel
+
+
 def grid_axes(tv: TensorView) -> list[IterDomain]:
     """The loop axes of `tv` bound to the kernel grid (scheduler-made, not device-parallel)."""
-    return [ax for ax in tv.domain.loop if not ax.is_device_parallel and ax.definition is not None]
+    return [
+        ax
+        for ax in tv.domain.loop
+        if not ax.is_device_parallel
+        and ax.definition is not None
+        and not _is_sharding_remainder(ax)
+    ]
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,26 @@ For a kernel whose expressions are all pointwise, broadcast or Set:
    (`ca_pos` = its loop depth) when each consumer axis that iterates real data
    comes from a data axis of the tensor, so the value a thread holds at a loop
    point is the one its consumer needs there; otherwise `ca_pos` is 0 and the
-   tensor is read by index. `produce_pos` is the largest ca_pos of the producers.
+   tensor is read by index. `produce_pos` is the largest ca_pos of the producers;
+6. every tensor the kernel computes must fit the one loop nest the kernel runner and
+   codegen will build (`check_grid`); if one does not, scheduling fails here, with a
+   ScheduleError, not at execution.
+
+A sharding written as an outer split by D of an axis of extent D (`ideviceIdx.x{D},
+iS{1}`) is the same as the axis parallelized whole (`ideviceIdx.x{D}`): the split's
+inner part iterates nothing and is no loop of the grid.
 """
 
 from __future__ import annotations
 
 from fuserlite.ir.domain import IterDomain, Split
-from fuserlite.ir.errors import ScheduleError
+from fuserlite.ir.errors import ExecutionError, ScheduleError
 from fuserlite.ir.expr import BinaryOp, BroadcastOp, Expr, LoadStoreOp, UnaryOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MemoryType, ParallelType
-from fuserlite.schedule.indexing import grid_axes
+from fuserlite.schedule.indexing import grid_axes, kernel_grid, lower_tensor
 from fuserlite.schedule.primitives import merge, parallelize_axis, split
 from fuserlite.schedule.propagate import (
     axis_pairs,
@@ -220,6 +227,18 @@ def compute_inline_positions(kernel: Kernel) -> None:
         e.output.produce_pos = max((t.compute_at_pos for t in producers), default=0)
 
 
+def check_grid(kernel: Kernel) -> None:
+    """Every tensor the kernel computes (those made from another segment's tensors
+    included) must fit one loop nest, as the kernel runner and codegen will need."""
+    computed = [e.output for e in kernel.exprs]
+    try:
+        grid = kernel_grid(computed)
+        for tv in computed:
+            lower_tensor(tv, grid)
+    except ExecutionError as exc:
+        raise ScheduleError(str(exc)) from None
+
+
 def schedule_pointwise(
     kernel: Kernel, block_size: int = 128, vectorize: bool = False
 ) -> TensorView:
@@ -255,12 +274,7 @@ def schedule_pointwise(
         schedule_reference(ref, block_size, vectorize)
         reached.update(id(t) for t in propagate(ref, exprs))
         reference = reference or ref
-    depths = {len(grid_axes(e.output)) for e in exprs}
-    if len(depths) > 1:
-        raise ScheduleError(
-            "schedule-pointwise: the references of this kernel give its tensors different loop "
-            f"depths {sorted(depths)} (vectorized and not); schedule its outputs separately"
-        )
+    check_grid(kernel)
     for inp in kernel.inputs:  # nvFuser leaves global inputs unparallelized
         if id(inp) in frozen:
             continue

@@ -97,6 +97,17 @@ def _consumer_of(tv: TensorView, ax: IterDomain) -> Split | Merge | None:
     return None
 
 
+def _same_sharding_split(tr: Split, ax: IterDomain) -> bool:
+    """True if `tr` shards an axis of extent D by an outer split by D and `ax` is an axis
+    of extent D sharded whole by the same parallel type: one sharding written two ways
+    (the split's inner part has extent 1)."""
+    return (
+        not tr.inner_split
+        and tr.outer.parallel_type is ax.parallel_type
+        and tr.factor == ax.extent == tr.input.extent
+    )
+
+
 def replay(reference: TensorView, target: TensorView, to_target: dict) -> None:
     """Replay `reference`'s transforms onto `target`; `to_target` maps reference logical
     axes to target logical axes. Existing transforms of the target must agree."""
@@ -130,6 +141,8 @@ def replay(reference: TensorView, target: TensorView, to_target: dict) -> None:
             if x.is_device_parallel:
                 if x.is_broadcast:
                     continue  # bDIDx is pinned; never copied onto split outputs
+                if _same_sharding_split(tr, x):
+                    continue  # x{D} sharded whole is the split's outer part; no inner
                 raise ScheduleError(
                     f"cannot propagate the schedule of {reference.name} to {target.name}: "
                     f"{_describe(target, x)} is sharded ({x.parallel_type.value}) but "
