@@ -482,7 +482,9 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
     axes = [_new_axis(ax.extent, ax.iter_type) for ax in data_axes(x)[:-1]]
     axes += [_new_axis(n), _new_axis(x.shape[-1], IterType.REDUCTION)]
     out = TensorView(x.fusion, axes, _promote(x, weight, BinaryOpType.mul))
-    LinearOp([x, weight], [out])
-    # The bias is a separate add so that a row-parallel linear (partial sums over
-    # devices) adds it once, after the reduction, not once per device.
-    return out if bias is None else add(out, bias)
+    if bias is not None:  # the type of the product plus the bias
+        out.dtype = _promote(out, bias, BinaryOpType.add)
+    # One op with the bias, so that sharding sees one linear; where the contraction
+    # axis is sharded, insert-reshardings adds the bias once, after the reduction.
+    LinearOp([x, weight] + ([bias] if bias is not None else []), [out])
+    return out

@@ -8,7 +8,9 @@ needed sharding is inserted before the expression; that Set is the only
 place data moves. A reduction over a device-parallel axis becomes a local
 partial reduction (output axis rDIDx) followed by a Set to the final sharding
 (on the same mesh, or on a one-device mesh: a Reduce to that root).
-A fusion output is always a complete value: one the user made partial (rDIDx)
+A linear with a bias is one op; where it would write partial sums, the bias
+is split off and added once to the completed value (`add(out, bias)` takes
+out's place). A fusion output is always a complete value: one the user made partial (rDIDx)
 is completed by a Set to its sharding without the partial axis, and that
 completed tensor takes its place among the outputs.
 Broadcast axes never take part: b and bDIDx are the same sharding (seed 004).
@@ -18,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fuserlite import ops
 from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.communication import Communication
-from fuserlite.ir.expr import Expr, LoadStoreOp
+from fuserlite.ir.expr import Expr, LinearOp, LoadStoreOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import (
@@ -46,9 +49,9 @@ def _shard(tv: TensorView, mesh: DeviceMesh | None, axes: dict[ParallelType, int
         shard_axis(tv, li, mesh, pt)
 
 
-def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
-    """If `expr` reduces a sharded axis, make it write a partial tensor; return the
-    tensor whose sharding the expression computes in."""
+def _device_reduction(expr: Expr) -> tuple[DeviceMesh | None, dict[ParallelType, int]]:
+    """The mesh and the partial axes ({parallel type: output logical axis}) `expr` must
+    write because it reduces axes its inputs are sharded on; none if it reduces none."""
     out = expr.output
     partial_axes: dict[ParallelType, int] = {}
     mesh = None
@@ -64,7 +67,14 @@ def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
                 partial_axes.setdefault(pt, target)
                 mesh = mesh or producer.mesh
     already = {pt for pt, s in shardings(out).items() if s.is_partial}
-    partial_axes = {pt: li for pt, li in partial_axes.items() if pt not in already}
+    return mesh, {pt: li for pt, li in partial_axes.items() if pt not in already}
+
+
+def _split_device_reduction(expr: Expr) -> TensorView:
+    """If `expr` reduces a sharded axis, make it write a partial tensor; return the
+    tensor whose sharding the expression computes in."""
+    out = expr.output
+    mesh, partial_axes = _device_reduction(expr)
     if not partial_axes:
         return out
     partial = like(out, keep_reductions=True)
@@ -76,7 +86,7 @@ def _split_device_reduction(expr: Expr, fusion: Fusion) -> TensorView:
     return partial
 
 
-def _compute_replicated_then_slice(expr: Expr, fusion: Fusion) -> TensorView:
+def _compute_replicated_then_slice(expr: Expr) -> TensorView:
     """For outputs whose sharded axis maps to no input axis: compute replicated, then slice."""
     out = expr.output
     replicated = like(out, keep_reductions=True)
@@ -121,6 +131,48 @@ def _complete_outputs(fusion: Fusion) -> None:
         fusion.replace_output(out, complete or _resharded(out, wanted))
 
 
+def _split_off_bias(linear: LinearOp, fusion: Fusion) -> list[Expr]:
+    """linear(x, w, bias) that writes partial sums (its contraction axis is sharded) adds
+    the bias once, to the completed value: linear(x, w), then `add(out, bias)` takes
+    out's place in its uses and among the outputs (nvFuser's decomposition of a
+    row-parallel linear). Returns the new expressions, to make local in turn."""
+    out, bias = linear.output, linear.inputs[2]
+    linear.inputs = linear.inputs[:2]
+    bias.uses = [u for u in bias.uses if u is not linear]
+    users = list(out.uses)
+    result = ops.add(out, bias)  # broadcasts the bias to out's rank first
+    add = result.definition
+    for user in users:
+        user.replace_input(out, result)
+    if out in fusion.outputs:
+        fusion.replace_output(out, result)
+    _shard(result, *_on_data_axes(out, completed_placement(out)))
+    new = [add]
+    for operand in add.inputs:
+        if operand is not out and operand is not bias:  # the broadcast bias
+            _shard(operand, *needed_placement(add, result, operand))
+            new.insert(0, operand.definition)
+    return new
+
+
+def _has_bias_over_partial_sums(expr: Expr) -> bool:
+    """A linear with a bias whose output is (or is about to be made) partial."""
+    if not isinstance(expr, LinearOp) or len(expr.inputs) != 3:
+        return False
+    return is_partial(expr.output) or bool(_device_reduction(expr)[1])
+
+
+def _make_local(expr: Expr) -> None:
+    """Make `expr` compute from local shards: partial output, or reshardings of its inputs."""
+    target = _split_device_reduction(expr)
+    if has_unmapped_sharding(expr, target):
+        target = _compute_replicated_then_slice(expr)
+    needed = [needed_placement(expr, target, p) for p in expr.inputs]
+    for producer, wanted in zip(list(expr.inputs), needed):
+        if producer in expr.inputs and placement(producer) != wanted:
+            _reshard_input(expr, producer, wanted)
+
+
 @register
 @dataclass(frozen=True)
 class InsertReshardings(Pass):
@@ -132,11 +184,7 @@ class InsertReshardings(Pass):
         for expr in fusion.exprs():
             if isinstance(expr, (LoadStoreOp, Communication)):
                 continue
-            target = _split_device_reduction(expr, fusion)
-            if has_unmapped_sharding(expr, target):
-                target = _compute_replicated_then_slice(expr, fusion)
-            needed = [needed_placement(expr, target, p) for p in expr.inputs]
-            for producer, wanted in zip(list(expr.inputs), needed):
-                if producer in expr.inputs and placement(producer) != wanted:
-                    _reshard_input(expr, producer, wanted)
+            after = _split_off_bias(expr, fusion) if _has_bias_over_partial_sums(expr) else []
+            for e in [expr, *after]:
+                _make_local(e)
         _complete_outputs(fusion)

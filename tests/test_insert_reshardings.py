@@ -191,3 +191,81 @@ def test_validator_rejects_a_partial_output_after_segment():
     msg = str(err.value)
     assert f"output {partial.name} reduction axis 1 (rdeviceIdx.x" in msg
     assert "a fusion output must be complete" in msg
+
+
+# -- a linear with bias is one op for sharding (issue 8, item 7) ---------------
+def _linear(d: int, x_axis, w_axis, b_axis, out_axis, bias=True, x_shape=(128, 64), n=64):
+    """linear(x, w, bias) on d devices; each *_axis is the logical axis to shard (or None)."""
+    mesh = fl.DeviceMesh.for_num_devices(d)
+    with fl.Fusion() as f:
+        x, w, b = fl.tensor(list(x_shape)), fl.tensor([n, x_shape[-1]]), fl.tensor([n])
+        inputs = [x, w, b] if bias else [x, w]
+        for t, axis in zip(inputs, (x_axis, w_axis, b_axis)):
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+            if axis is not None:
+                shard_axis(t, axis, mesh)
+        y = fl.linear(x, w, b if bias else None)
+        f.add_output(y)
+        if out_axis is not None:  # otherwise propagate-shardings gives y the weight's
+            shard_axis(y, out_axis, mesh)
+    return f
+
+
+def _lowered_comms(f: fl.Fusion) -> list[tuple[str, int]]:
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f, seed=1)
+    fl.validate(f, inputs, ex.run(inputs))
+    return [(c.kind.value, c.bytes_per_device) for c in ex.communications]
+
+
+@pytest.mark.parametrize("d, weight_bytes", [(2, 8192), (4, 12288)])
+def test_sequence_sharded_linear_with_bias_gathers_only_the_weight_and_the_bias(d, weight_bytes):
+    """x[128, 64] and y sharded on the sequence, w[64, 64] and bias[64] on the output
+    features: Allgather w and the bias (8320 bytes per device at D=2, 12480 at D=4),
+    as without the bias; the bias does not turn it into activation traffic."""
+    without = _lowered_comms(_linear(d, 0, 0, None, 0, bias=False))
+    assert without == [("Allgather", weight_bytes)]
+    bias_bytes = (d - 1) * 64 * 4 // d
+    assert _lowered_comms(_linear(d, 0, 0, 0, 0)) == [
+        ("Allgather", weight_bytes),
+        ("Allgather", bias_bytes),
+    ]
+    assert weight_bytes + bias_bytes == {2: 8320, 4: 12480}[d]
+
+
+def test_column_parallel_linear_with_bias_is_local():
+    f = _linear(2, None, 0, 0, None)  # y inherits the weight's sharding, as does the bias
+    assert _lowered_comms(f) == []
+    (linear,) = [e for e in f.exprs() if isinstance(e, fl.ir.LinearOp)]
+    assert len(linear.inputs) == 3  # one op, printed with three operands
+    assert str(f).count("= linear(") == 1 and "broadcast" not in f.print_math()
+
+
+@pytest.mark.parametrize(
+    "b_axis, out_axis, kinds",
+    [
+        (None, None, ["Allreduce"]),
+        (0, None, ["ReduceScatter"]),  # y takes the bias's sharding: the add is local
+        (None, 0, ["ReduceScatter"]),
+        (0, "partial", ["Allreduce", "Allgather"]),  # the bias is gathered for the add
+    ],
+    ids=["replicated-out", "sharded-bias", "row-sharded-out", "partial-out"],
+)
+def test_row_parallel_linear_adds_the_bias_once_after_the_reduction(b_axis, out_axis, kinds):
+    """The contraction axis is sharded: each device holds a partial product, and the bias
+    must be added once to the sum, not once per device."""
+    f = _linear(2, 1, 1, b_axis, 2 if out_axis == "partial" else out_axis, x_shape=(8, 16), n=6)
+    assert [k for k, _ in _lowered_comms(f)] == kinds
+    lowered = fl.Pipeline.default().run(f)
+    (linear,) = [e for e in lowered.exprs() if isinstance(e, fl.ir.LinearOp)]
+    assert len(linear.inputs) == 2 and is_partial(linear.output)
+
+
+def test_a_row_parallel_linear_with_bias_read_by_another_op_feeds_it_the_biased_sum():
+    f = _linear(2, 1, 1, None, None, x_shape=(8, 16), n=6)
+    with f:
+        y = f.outputs[0]
+        z = fl.relu(y)
+        f.add_output(z)
+    assert [k for k, _ in _lowered_comms(f)] == ["Allreduce"]
