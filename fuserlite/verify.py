@@ -11,6 +11,7 @@ from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
+from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
     describe_sharding,
     is_resharding,
@@ -22,12 +23,17 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import Namer
 
+SERIAL = ParallelType.Serial
+
 
 def duplicate_parallel_types(tv: TensorView, namer: Namer) -> list[str]:
     """nvFuser's check: one parallel type on two loop axes of one tensor."""
+    types = [ax.parallel_type for ax in tv.domain.loop if ax.parallel_type is not SERIAL]
+    if len({id(pt) for pt in types}) == len(types):
+        return []  # the common case, without hashing enums
     by_type: dict[ParallelType, list] = {}
     for ax in tv.domain.loop:
-        if ax.parallel_type is not ParallelType.Serial:
+        if ax.parallel_type is not SERIAL:
             by_type.setdefault(ax.parallel_type, []).append(ax)
     return [
         f"{tv.name}: found multiple loop IterDomains with the same parallel type "
@@ -39,6 +45,8 @@ def duplicate_parallel_types(tv: TensorView, namer: Namer) -> list[str]:
 
 def _loop_is_consistent(tv: TensorView) -> bool:
     """The loop domain is exactly the leaves of the recorded transforms."""
+    if not tv.domain.transforms and tv.domain.loop == tv.domain.logical:
+        return True  # the common case, checked without building sets
     leaves = {id(ax): ax for ax in tv.domain.logical}
     for t in tv.domain.transforms:
         for ax in t.inputs:
@@ -68,11 +76,20 @@ def located(tv: TensorView, problem: str) -> str:
 
 def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
     """Every problem of one tensor's domains and sharding."""
+    dom = tv.domain
+    if (
+        not dom.transforms
+        and dom.loop == dom.logical
+        and all(ax.parallel_type is SERIAL for ax in dom.loop)
+    ):
+        return []  # untransformed and unparallelized: nothing can be wrong
     problems = duplicate_parallel_types(tv, namer)
     if not _loop_is_consistent(tv):
         problems.append(f"{tv.name}: loop domain does not match its recorded transforms")
     for pos, ax in enumerate(tv.domain.loop):
         pt = ax.parallel_type
+        if pt is SERIAL:
+            continue
         if pt.is_thread and ax.extent > 1024:
             problems.append(
                 f"{tv.name} axis {pos} ({namer.id(ax)}): {pt.value} extent {ax.extent} exceeds 1024"
@@ -96,6 +113,11 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
     """
     args.instance(fusion, Fusion, "verify", "fusion", "a Fusion")
     require_mesh = args.boolean(require_mesh, "verify", "require_mesh")
+    with reading_only():
+        _verify(fusion, require_mesh)
+
+
+def _verify(fusion: Fusion, require_mesh: bool) -> None:
     namer = _LazyNamer(fusion)
     exprs = fusion.exprs()
     tensors = fusion.tensors(exprs)
@@ -105,12 +127,13 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
         problems.extend(located(tv, p) for p in tensor_problems(tv, namer, mesh_inferable))
     if not fusion.outputs:
         problems.append("the fusion has no outputs; mark one with fusion.add_output")
+    inputs = {id(t) for t in fusion.inputs}
     for out in fusion.outputs:
-        if out.definition is None and out not in fusion.inputs:
+        if out.definition is None and id(out) not in inputs:
             problems.append(located(out, f"output {out.name} is neither computed nor an input"))
     for expr in exprs:
         for tv in expr.inputs:
-            if tv.definition is None and tv not in fusion.inputs:
+            if tv.definition is None and id(tv) not in inputs:
                 problems.append(
                     located(
                         tv,

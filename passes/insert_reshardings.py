@@ -114,38 +114,59 @@ def _resharded(producer: TensorView, wanted: Placement) -> TensorView:
     return resharded
 
 
-def _reshard_input(expr: Expr, producer: TensorView, wanted: Placement) -> None:
-    expr.replace_input(producer, _resharded(producer, wanted))
+class _Reshardings:
+    """The input reshardings the pass inserts: one Set per producer and placement,
+    however many expressions read it; the readers are moved onto it together at
+    the end (so that a tensor read by thousands costs one pass over its uses)."""
+
+    def __init__(self) -> None:
+        self._readers: dict[tuple, tuple[TensorView, TensorView, list[Expr]]] = {}
+
+    def request(self, expr: Expr, producer: TensorView, wanted: Placement) -> None:
+        """`expr` must read `producer` resharded to `wanted` (on producer's logical axes)."""
+        mesh, axes = wanted
+        key = (id(producer), mesh, tuple(sorted((pt.name, li) for pt, li in axes.items())))
+        if key not in self._readers:
+            self._readers[key] = (producer, _resharded(producer, wanted), [])
+        readers = self._readers[key][2]
+        if not readers or readers[-1] is not expr:  # expr reads producer twice
+            readers.append(expr)
+
+    def insert(self) -> None:
+        """Make every requesting expression read its resharded input."""
+        for producer, resharded, readers in self._readers.values():
+            Expr.replace_uses(producer, resharded, readers)
 
 
 def _complete_outputs(fusion: Fusion) -> None:
     """Replace every partial fusion output by the Set that completes it (reusing one
     a consumer already needed), in the same output position."""
-    for out in list(fusion.outputs):
+    new_of: dict[TensorView, TensorView] = {}
+    for out in fusion.outputs:
         if not is_partial(out):
             continue
         wanted = completed_placement(out)
         copy = _on_data_axes(out, wanted)
         done = [u.output for u in out.uses if isinstance(u, LoadStoreOp)]
         complete = next((t for t in done if placement(t) == copy), None)
-        fusion.replace_output(out, complete or _resharded(out, wanted))
+        new_of[out] = complete or _resharded(out, wanted)
+    fusion.replace_outputs(new_of)
 
 
-def _split_off_bias(linear: LinearOp, fusion: Fusion) -> list[Expr]:
+def _split_off_bias(linear: LinearOp, new_of: dict[TensorView, TensorView]) -> list[Expr]:
     """linear(x, w, bias) that writes partial sums (its contraction axis is sharded) adds
     the bias once, to the completed value: linear(x, w), then `add(out, bias)` takes
-    out's place in its uses and among the outputs (nvFuser's decomposition of a
-    row-parallel linear). Returns the new expressions, to make local in turn."""
+    out's place in its uses and, through `new_of`, among the outputs (nvFuser's
+    decomposition of a row-parallel linear). Returns the new expressions, to make
+    local in turn."""
     out, bias = linear.output, linear.inputs[2]
     linear.inputs = linear.inputs[:2]
     bias.uses = [u for u in bias.uses if u is not linear]
-    users = list(out.uses)
+    users = list(dict.fromkeys(out.uses))
     result = ops.add(out, bias)  # broadcasts the bias to out's rank first
     add = result.definition
-    for user in users:
-        user.replace_input(out, result)
-    if out in fusion.outputs:
-        fusion.replace_output(out, result)
+    Expr.replace_uses(out, result, users)
+    new_of[out] = result
     _shard(result, *_on_data_axes(out, completed_placement(out)))
     new = [add]
     for operand in add.inputs:
@@ -162,15 +183,16 @@ def _has_bias_over_partial_sums(expr: Expr) -> bool:
     return is_partial(expr.output) or bool(_device_reduction(expr)[1])
 
 
-def _make_local(expr: Expr) -> None:
-    """Make `expr` compute from local shards: partial output, or reshardings of its inputs."""
+def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
+    """Make `expr` compute from local shards: a partial output, or (requested from
+    `reshardings`) its inputs resharded."""
     target = _split_device_reduction(expr)
     if has_unmapped_sharding(expr, target):
         target = _compute_replicated_then_slice(expr)
-    needed = [needed_placement(expr, target, p) for p in expr.inputs]
-    for producer, wanted in zip(list(expr.inputs), needed):
-        if producer in expr.inputs and placement(producer) != wanted:
-            _reshard_input(expr, producer, wanted)
+    for producer in expr.inputs:
+        wanted = needed_placement(expr, target, producer)
+        if placement(producer) != wanted:
+            reshardings.request(expr, producer, wanted)
 
 
 @register
@@ -181,10 +203,14 @@ class InsertReshardings(Pass):
     name = "insert-reshardings"
 
     def run(self, fusion: Fusion) -> None:
+        new_of: dict[TensorView, TensorView] = {}  # outputs to replace
+        reshardings = _Reshardings()
         for expr in fusion.exprs():
             if isinstance(expr, (LoadStoreOp, Communication)):
                 continue
-            after = _split_off_bias(expr, fusion) if _has_bias_over_partial_sums(expr) else []
+            after = _split_off_bias(expr, new_of) if _has_bias_over_partial_sums(expr) else []
             for e in [expr, *after]:
-                _make_local(e)
+                _make_local(e, reshardings)
+        reshardings.insert()
+        fusion.replace_outputs(new_of)
         _complete_outputs(fusion)

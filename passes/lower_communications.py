@@ -140,12 +140,13 @@ def fuse_reduce_then_slice(fusion: Fusion, segments: list) -> list:
     """partial -> replicated (Allreduce) whose only use slices it (LocalSlice) is one
     ReduceScatter: half the bytes, and the replicated tensor is never built."""
     dropped: set[int] = set()
+    outputs = {id(t) for t in fusion.outputs}
     for s in segments:
         if not (is_resharding(s) and is_partial(s.input)):
             continue
         whole = s.output
         uses = whole.uses
-        if whole in fusion.outputs or len(uses) != 1 or not is_resharding(uses[0]):
+        if id(whole) in outputs or len(uses) != 1 or not is_resharding(uses[0]):
             continue
         (slice_,) = uses
         same_mesh = slice_.output.mesh == whole.mesh == s.input.mesh

@@ -12,10 +12,11 @@ already carries.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from fuserlite.ir.axis_map import producer_to_consumer
-from fuserlite.ir.expr import LinearOp, MatmulOp
+from fuserlite.ir.expr import Expr, LinearOp, MatmulOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
@@ -23,25 +24,64 @@ from fuserlite.passes.base import Pass, register
 from fuserlite.schedule.shard import shard_axis
 
 
-def _propagate_meshes(fusion: Fusion) -> None:
+def _sweep(exprs: list[Expr], todo: list[int] | None, forward: bool, next_of) -> list[TensorView]:
+    """One sweep in (reverse) topological order over the expressions at positions `todo`
+    (None: all of them) and those `next_of(tensor)` adds when a tensor gets a mesh:
+    each gives its outputs (its inputs, going backward) without a mesh the first mesh
+    on the other side. Returns the tensors that got one."""
+    changed: list[TensorView] = []
+
+    def visit(expr: Expr) -> list[TensorView]:
+        source, dest = (expr.inputs, expr.outputs) if forward else (expr.outputs, expr.inputs)
+        mesh = next((t.mesh for t in source if t.mesh is not None), None)
+        got = [t for t in dest if t.mesh is None] if mesh is not None else []
+        for t in got:
+            t.mesh = mesh
+        changed.extend(got)
+        return got
+
+    if todo is None:  # every expression, in order: what a tensor's mesh opens comes later
+        for expr in exprs if forward else reversed(exprs):
+            visit(expr)
+        return changed
+    sign = 1 if forward else -1
+    heap = [sign * k for k in set(todo)]
+    heapq.heapify(heap)
+    done: set[int] = set()
+    while heap:
+        k = sign * heapq.heappop(heap)
+        if k not in done:
+            done.add(k)
+            for t in visit(exprs[k]):
+                for j in next_of(t):
+                    heapq.heappush(heap, sign * j)
+    return changed
+
+
+def _propagate_meshes(exprs: list[Expr]) -> None:
     """Forward from producers, backward from consumers, until nothing changes (a
-    mesh found going backward can open a new forward path to a sibling)."""
-    exprs = fusion.exprs()
-    changed = True
-    while changed:
-        changed = False
-        for expr in exprs:
-            mesh = next((t.mesh for t in expr.inputs if t.mesh is not None), None)
-            for out in expr.outputs:
-                if out.mesh is None and mesh is not None:
-                    out.mesh = mesh
-                    changed = True
-        for expr in reversed(exprs):
-            mesh = next((t.mesh for t in expr.outputs if t.mesh is not None), None)
-            for inp in expr.inputs:
-                if inp.mesh is None and mesh is not None:
-                    inp.mesh = mesh
-                    changed = True
+    mesh found going backward can open a new forward path to a sibling). After the
+    first two, a sweep visits only the expressions next to a tensor that got a mesh
+    since: the result of repeated full sweeps, with each tensor changed once."""
+    readers: dict[int, list[int]] = {}
+    writer: dict[int, list[int]] = {}
+    for k, e in enumerate(exprs):
+        for t in e.inputs:
+            readers.setdefault(id(t), []).append(k)
+        for t in e.outputs:
+            writer.setdefault(id(t), []).append(k)
+
+    def reading(t: TensorView) -> list[int]:
+        return readers.get(id(t), [])
+
+    def writing(t: TensorView) -> list[int]:
+        return writer.get(id(t), [])
+
+    got = _sweep(exprs, None, True, reading)
+    got = _sweep(exprs, None, False, writing)
+    while got:
+        got = _sweep(exprs, [k for t in got for k in reading(t)], True, reading)
+        got = _sweep(exprs, [k for t in got for k in writing(t)], False, writing)
 
 
 def _candidates(expr) -> list[TensorView]:
@@ -80,13 +120,14 @@ class PropagateShardings(Pass):
     name = "propagate-shardings"
 
     def run(self, fusion: Fusion) -> None:
+        exprs = fusion.exprs()
         untouched = {
             id(t)
-            for t in fusion.tensors()
+            for t in fusion.tensors(exprs)
             if t.mesh is None and not any(ax.parallel_type.is_device for ax in t.domain.loop)
         }
-        _propagate_meshes(fusion)
-        for expr in fusion.exprs():
+        _propagate_meshes(exprs)
+        for expr in exprs:
             for out in expr.outputs:
                 if id(out) in untouched and out.mesh is not None:
                     _inherit_sharding(expr, out)

@@ -25,8 +25,9 @@ def _is_data_movement(expr: Expr) -> bool:
     return isinstance(expr, Communication) or is_resharding(expr)
 
 
-def finish_kernel(kernel: Kernel, fusion: Fusion, users: dict[int, list[Expr]]) -> None:
-    """Fill a kernel's inputs (read, not produced inside) and outputs (used outside)."""
+def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, list[Expr]]) -> None:
+    """Fill a kernel's inputs (read, not produced inside) and outputs (used outside or
+    `fusion_outputs`, the ids of the fusion's outputs)."""
     inside = {id(e) for e in kernel.exprs}
     produced = {id(t) for e in kernel.exprs for t in e.outputs}
     inputs, outputs = {}, {}
@@ -36,7 +37,7 @@ def finish_kernel(kernel: Kernel, fusion: Fusion, users: dict[int, list[Expr]]) 
                 inputs.setdefault(id(t), t)
         for t in e.outputs:
             outside = any(id(u) not in inside for u in users.get(id(t), []))
-            if outside or t in fusion.outputs:
+            if outside or id(t) in fusion_outputs:
                 outputs.setdefault(id(t), t)
     kernel.inputs = list(inputs.values())
     kernel.outputs = list(outputs.values())
@@ -64,9 +65,10 @@ def segment_exprs(fusion: Fusion) -> list:
             segments.append(current)
             current_pointwise = pointwise
         current.exprs.append(e)
+    fusion_outputs = {id(t) for t in fusion.outputs}
     for s in segments:
         if isinstance(s, Kernel):
-            finish_kernel(s, fusion, users)
+            finish_kernel(s, fusion_outputs, users)
     return segments
 
 

@@ -269,3 +269,19 @@ def test_a_row_parallel_linear_with_bias_read_by_another_op_feeds_it_the_biased_
         z = fl.relu(y)
         f.add_output(z)
     assert [k for k, _ in _lowered_comms(f)] == ["Allreduce"]
+
+
+def test_one_resharding_serves_every_expression_that_needs_it():
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([4, 8])
+        f.add_input(x)
+        shard_axis(x, 1, mesh)
+        for op in (fl.neg, fl.exp, fl.relu):
+            y = op(x)
+            shard_axis(y, 0, mesh)  # each needs x sharded on axis 0
+            f.add_output(y)
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert [c.kind.value for c in ex.communications] == ["AllToAll"]

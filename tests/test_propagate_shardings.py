@@ -104,3 +104,45 @@ def test_resize_meshes_keeps_the_sharded_axes():
     assert w1.mesh == fl.DeviceMesh.for_num_devices(4) and sharded_data_axis(w1) == 0
     inputs = fl.random_inputs(f)
     fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
+
+
+def _full_sweeps(exprs) -> None:
+    """The specification of mesh propagation: whole forward and backward sweeps until
+    nothing changes (propagate-shardings visits only what can change)."""
+    changed = True
+    while changed:
+        changed = False
+        for sweep, src, dst in ((exprs, "inputs", "outputs"), (exprs[::-1], "outputs", "inputs")):
+            for expr in sweep:
+                mesh = next((t.mesh for t in getattr(expr, src) if t.mesh is not None), None)
+                for t in getattr(expr, dst):
+                    if t.mesh is None and mesh is not None:
+                        t.mesh = mesh
+                        changed = True
+
+
+def test_meshes_propagate_as_repeated_full_sweeps_would():
+    """A zig-zag needs several sweeps: x -> a <- y -> b <- z -> c, meshes from x and c."""
+    from test_differential import build_case
+
+    from fuserlite.passes.propagate_shardings import _propagate_meshes
+
+    with fl.Fusion() as zigzag:
+        x, y, z = fl.tensor([4]), fl.tensor([4]), fl.tensor([4])
+        for t in (x, y, z):
+            zigzag.add_input(t)
+        x.set_device_mesh(fl.DeviceMesh([0, 1]))
+        a, b = fl.add(x, y), fl.add(y, z)
+        c = fl.neg(z)
+        c.set_device_mesh(fl.DeviceMesh([2, 3]))
+        for t in (a, b, c):
+            zigzag.add_output(t)
+    fusions = [zigzag] + [build_case(seed).fusion for seed in range(300)]
+    for fusion in fusions:
+        spec, _ = fusion.clone()
+        ours, _ = fusion.clone()
+        _full_sweeps(spec.exprs())
+        _propagate_meshes(ours.exprs())
+        assert [t.mesh for t in ours.tensors_created] == [t.mesh for t in spec.tensors_created]
+    lowered = fl.Pipeline(["propagate-shardings"]).run(zigzag)
+    assert lowered.outputs[1].mesh == fl.DeviceMesh([0, 1])  # b: from y, found going backward

@@ -9,6 +9,7 @@ from fuserlite.ir.expr import (
     MatmulOp,
     ReshapeOp,
 )
+from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 
 
@@ -21,6 +22,10 @@ def producer_to_consumer(expr: Expr, producer: TensorView) -> dict[int, int]:
     trailing reduction axis); a reshape maps the outermost axis of each group
     of axes it splits or merges (so an outer sharding of a group stays local).
     """
+    return remembered(("axis map", id(producer)), expr, lambda: _axis_map(expr, producer))
+
+
+def _axis_map(expr: Expr, producer: TensorView) -> dict[int, int]:
     consumer = expr.output
     p_data = producer.data_positions()
     c_all = list(range(len(consumer.domain.logical)))

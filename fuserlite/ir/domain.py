@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuserlite.ir.types import IterType, ParallelType
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, IterType, ParallelType
 
 if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
@@ -50,7 +50,7 @@ class IterDomain:
 
     @property
     def is_device_parallel(self) -> bool:
-        return self.parallel_type.is_device
+        return self.parallel_type in DEVICE_PARALLEL_TYPES  # asked millions of times
 
     def parallelize(self, parallel_type: ParallelType | str) -> IterDomain:
         """Bind this loop axis to a parallel type (checked against its TensorView)."""

@@ -54,6 +54,16 @@ class Expr:
         old.uses = [u for u in old.uses if u is not self]
         new.uses.append(self)
 
+    @staticmethod
+    def replace_uses(old: TensorView, new: TensorView, users: list[Expr]) -> None:
+        """Make each of `users` read `new` where it read `old`: replace_input for many
+        users in one pass over old.uses (a tensor read by thousands stays linear)."""
+        ids = {id(e) for e in users}
+        for e in users:
+            e.inputs = [new if t is old else t for t in e.inputs]
+            new.uses.append(e)
+        old.uses = [u for u in old.uses if id(u) not in ids]
+
     def __repr__(self) -> str:
         ins = ", ".join(t.name for t in self.inputs)
         outs = ", ".join(t.name for t in self.outputs)

@@ -31,11 +31,38 @@ class Fusion:
 
     def __init__(self) -> None:
         self.tensors_created: list[TensorView] = []
-        self.inputs: list[TensorView] = []
-        self.outputs: list[TensorView] = []
+        self.inputs = []
+        self.outputs = []
         self._next_number = 0
         # Filled by the `segment` pass: the ordered steps of the lowered program.
         self.segments: list | None = None
+
+    # Inputs and outputs are lists; a set of their ids beside each keeps add_input /
+    # add_output's duplicate check O(1) (a fusion may have 20 000 outputs).
+    @property
+    def inputs(self) -> list[TensorView]:
+        return self._inputs
+
+    @inputs.setter
+    def inputs(self, tensors: list[TensorView]) -> None:
+        self._inputs = list(tensors)
+        self._input_ids = {id(t) for t in self._inputs}
+
+    @property
+    def outputs(self) -> list[TensorView]:
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, tensors: list[TensorView]) -> None:
+        self._outputs = list(tensors)
+        self._output_ids = {id(t) for t in self._outputs}
+
+    @staticmethod
+    def _listed(tv: TensorView, tensors: list[TensorView], ids: set[int]) -> bool:
+        if len(ids) != len(tensors):  # the list was edited in place: recount
+            ids.clear()
+            ids.update(id(t) for t in tensors)
+        return id(tv) in ids
 
     # -- context manager ----------------------------------------------------
     def __enter__(self) -> Fusion:
@@ -67,25 +94,37 @@ class Fusion:
         self._check_owned(tv, "add_input")
         if tv.definition is not None:
             raise FusionError(f"add_input: {tv.name} is computed by {tv.definition.op_name}")
-        if tv in self.inputs:
+        if self._listed(tv, self._inputs, self._input_ids):
             raise FusionError(f"add_input: {tv.name} is already an input")
-        self.inputs.append(tv)
+        self._inputs.append(tv)
+        self._input_ids.add(id(tv))
         tv.memory_type = MemoryType.GLOBAL
 
     def add_output(self, tv: TensorView) -> None:
         """Mark a tensor as a fusion output."""
         self._check_owned(tv, "add_output")
-        if tv in self.outputs:
+        if self._listed(tv, self._outputs, self._output_ids):
             raise FusionError(f"add_output: {tv.name} is already an output")
-        self.outputs.append(tv)
+        self._outputs.append(tv)
+        self._output_ids.add(id(tv))
         tv.memory_type = MemoryType.GLOBAL
 
     def replace_output(self, old: TensorView, new: TensorView) -> None:
         """Make `new` the output in the place of `old`."""
-        self.outputs = [new if t is old else t for t in self.outputs]
-        new.memory_type = MemoryType.GLOBAL
-        if old not in self.inputs:
-            old.memory_type = MemoryType.LOCAL
+        self.replace_outputs({old: new})
+
+    def replace_outputs(self, new_of: dict[TensorView, TensorView]) -> None:
+        """Make each `new_of[old]` the output in the place of `old` (one pass over the outputs)."""
+        inputs = {id(t) for t in self.inputs}
+        outputs = []
+        for t in self.outputs:
+            new = new_of.get(t)
+            if new is not None:
+                new.memory_type = MemoryType.GLOBAL
+                if id(t) not in inputs:
+                    t.memory_type = MemoryType.LOCAL
+            outputs.append(t if new is None else new)
+        self.outputs = outputs
 
     # -- traversal ----------------------------------------------------------
     def exprs(self) -> list[Expr]:

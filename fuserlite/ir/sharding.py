@@ -16,8 +16,9 @@ from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,14 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
 
 def shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
     """The valid device shardings of a tensor (broadcast DIDs ignored)."""
+    return remembered("shardings", tv, lambda: _shardings(tv))
+
+
+def _shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
     out: dict[ParallelType, AxisSharding] = {}
     data_pos: dict[int, int] | None = None
     for ax in tv.domain.loop:
-        if not ax.parallel_type.is_device or ax.is_broadcast:
+        if ax.parallel_type not in DEVICE_PARALLEL_TYPES or ax.is_broadcast:
             continue
         if sharding_problem(tv, ax) is not None:
             continue
@@ -106,6 +111,10 @@ def is_partial(tv: TensorView) -> bool:
 
 def local_shape(tv: TensorView) -> tuple[int, ...]:
     """Shape of one device's shard of the data."""
+    return remembered("local_shape", tv, lambda: _local_shape(tv))
+
+
+def _local_shape(tv: TensorView) -> tuple[int, ...]:
     shape = list(tv.shape)
     for s in shardings(tv).values():
         if s.data_index is not None:
@@ -151,9 +160,12 @@ def completed_placement(tv: TensorView) -> Placement:
 def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement:
     """How `producer` must be sharded for `expr` to compute `target` locally: sharded
     where it maps to a sharded axis of `target` (unless broadcast), whole elsewhere."""
+    sharded = shardings(target)
+    if not sharded:
+        return target.mesh, {}
     back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
     needed: dict[ParallelType, int] = {}
-    for pt, s in shardings(target).items():
+    for pt, s in sharded.items():
         p = back.get(s.logical_index)
         if p is not None and not producer.domain.logical[p].is_broadcast:
             needed[pt] = p

@@ -20,6 +20,7 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.program import Kernel
+from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
 from fuserlite.pipeline import Pipeline
@@ -134,7 +135,9 @@ class FusionExecutor:
 
     # -- execution ----------------------------------------------------------
     def _execute(self, inputs: Sequence[np.ndarray]) -> dict[int, dict[TensorView, np.ndarray]]:
-        with self.backend.guard():
+        # Running reads the lowered IR only: shapes and schedules are worked out once,
+        # not once per device.
+        with self.backend.guard(), reading_only():
             return self._execute_unguarded(inputs)
 
     def _execute_unguarded(

@@ -27,6 +27,7 @@ import numpy as np
 
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
@@ -179,6 +180,10 @@ def _is_sharding_remainder(ax: IterDomain) -> bool:
 
 def grid_axes(tv: TensorView) -> list[IterDomain]:
     """The loop axes of `tv` bound to the kernel grid (scheduler-made, not device-parallel)."""
+    return remembered("grid_axes", tv, lambda: _grid_axes(tv))
+
+
+def _grid_axes(tv: TensorView) -> list[IterDomain]:
     return [
         ax
         for ax in tv.domain.loop
@@ -228,6 +233,16 @@ def loop_var(position: int) -> str:
     return f"l{position}"
 
 
+def unbound_loop_axis(tv: TensorView) -> IterDomain | None:
+    """A loop axis of `tv` that iterates but is not on the grid (the tensor then has
+    no index at a grid point), or None."""
+    bound = {id(ax) for ax in grid_axes(tv)}
+    for ax in tv.domain.loop:
+        if id(ax) not in bound and not ax.is_device_parallel and ax.extent != 1:
+            return ax
+    return None
+
+
 def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
     """Logical coordinates of `tv` at the grid point (l0, l1, ...), with tail predicates."""
     axes = grid_axes(tv)
@@ -235,21 +250,23 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
         raise ExecutionError(
             f"{tv.name} has {len(axes)} scheduled loop axes but the kernel grid has {len(grid)}"
         )
+    unbound = unbound_loop_axis(tv)
+    if unbound is not None:
+        raise ExecutionError(
+            f"{tv.name} loop axis {axis_text(unbound)} is neither device-parallel nor bound to "
+            "the kernel grid; schedule the kernel first (schedule-pointwise)"
+        )
     env: dict[int, Ix] = {}
     preds: list[tuple[Ix, int]] = []
+    position = {id(ax): j for j, ax in enumerate(axes)}
     for ax in tv.domain.loop:
-        if ax in axes:
-            j = axes.index(ax)
-            env[id(ax)] = var(loop_var(j), grid[j].extent)
-            if ax.extent < grid[j].extent:
-                preds.append((env[id(ax)], ax.extent))
-        elif ax.is_device_parallel or ax.extent == 1:
+        j = position.get(id(ax))
+        if j is None:  # device-parallel or of extent 1
             env[id(ax)] = const(0)
-        else:
-            raise ExecutionError(
-                f"{tv.name} loop axis {axis_text(ax)} is neither device-parallel nor bound to the "
-                "kernel grid; schedule the kernel first (schedule-pointwise)"
-            )
+            continue
+        env[id(ax)] = var(loop_var(j), grid[j].extent)
+        if ax.extent < grid[j].extent:
+            preds.append((env[id(ax)], ax.extent))
     for tr in reversed(tv.domain.transforms):
         if isinstance(tr, Split):
             idx = add(mul(env[id(tr.outer)], tr.inner.extent), env[id(tr.inner)])
@@ -275,17 +292,18 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
 
 def schedule_signature(tv: TensorView) -> tuple:
     """A key equal for two tensors whose index lowering is identical."""
+    return remembered("schedule_signature", tv, lambda: _schedule_signature(tv))
+
+
+def _schedule_signature(tv: TensorView) -> tuple:
     ids = tv.domain.ids_between_logical_and_loop()
     pos = {id(ax): k for k, ax in enumerate(ids)}
-    logical = tuple((ax.extent, ax.iter_type, ax.is_device_parallel) for ax in tv.domain.logical)
-    transforms = tuple(
-        (
-            type(t).__name__,
-            tuple(pos[id(a)] for a in t.inputs),
-            getattr(t, "factor", 0),
-            getattr(t, "inner_split", False),
-        )
+    logical = [(ax.extent, ax.iter_type, ax.is_device_parallel) for ax in tv.domain.logical]
+    transforms = [
+        (t.factor, t.inner_split, pos[id(t.input)])
+        if isinstance(t, Split)
+        else (pos[id(t.outer)], pos[id(t.inner)])
         for t in tv.domain.transforms
-    )
-    loop = tuple((pos[id(ax)], ax.is_device_parallel) for ax in tv.domain.loop)
-    return logical, transforms, loop
+    ]
+    loop = [(pos[id(ax)], ax.is_device_parallel) for ax in tv.domain.loop]
+    return tuple(logical), tuple(transforms), tuple(loop)

@@ -33,15 +33,18 @@ from fuserlite.ir.errors import ExecutionError, ScheduleError
 from fuserlite.ir.expr import BinaryOp, BroadcastOp, Expr, LoadStoreOp, UnaryOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
+from fuserlite.ir.readonly import reading_only, remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MemoryType, ParallelType
-from fuserlite.schedule.indexing import grid_axes, kernel_grid, lower_tensor
+from fuserlite.printer import axis_text
+from fuserlite.schedule.indexing import grid_axes, kernel_grid, unbound_loop_axis
 from fuserlite.schedule.primitives import merge, parallelize_axis, split
 from fuserlite.schedule.propagate import (
     axis_pairs,
     data_axes,
     is_device_parallel_logical,
     propagate,
+    propagation_edges,
 )
 
 POINTWISE_EXPRS = (UnaryOp, BinaryOp, BroadcastOp, LoadStoreOp)
@@ -50,8 +53,9 @@ VECTOR_WIDTH = 4
 
 def whole_fusion_kernel(fusion: Fusion) -> Kernel:
     """The whole fusion as one kernel (used while `fusion.segments` is None)."""
-    mesh = next((tv.mesh for tv in fusion.tensors() if tv.mesh is not None), None)
-    kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), mesh)
+    exprs = fusion.exprs()
+    mesh = next((tv.mesh for tv in fusion.tensors(exprs) if tv.mesh is not None), None)
+    kernel = Kernel(exprs, list(fusion.inputs), list(fusion.outputs), mesh)
     # A fusion scheduled before (no segments to remember it) has thread/block axes.
     kernel.scheduled = any(
         ax.parallel_type.is_thread or ax.parallel_type.is_block
@@ -89,14 +93,26 @@ def free_axes(tv: TensorView) -> list[IterDomain]:
     ]
 
 
+def _reference_key(tv: TensorView) -> tuple[int, int]:
+    return len(free_axes(tv)), sum(not ax.is_broadcast for ax in tv.data_axes())
+
+
 def choose_reference(candidates: list[TensorView]) -> TensorView:
     """The candidate with the most free logical axes; on ties the one with more
     non-broadcast axes (a broadcast-only tensor reaches nothing), then the first."""
+    return max(candidates, key=_reference_key)  # max keeps the first on ties
 
-    def key(tv: TensorView) -> tuple[int, int]:
-        return len(free_axes(tv)), sum(not ax.is_broadcast for ax in tv.data_axes())
 
-    return max(candidates, key=key)  # max keeps the first on ties
+def _by_preference(candidates: list[TensorView], keys: dict[int, tuple]) -> list[TensorView]:
+    """Candidates in the order choose_reference would pick them one after the other
+    (`keys`: their reference keys by id, filled as needed)."""
+
+    def key(tv: TensorView) -> tuple:
+        if id(tv) not in keys:
+            keys[id(tv)] = _reference_key(tv)
+        return keys[id(tv)]
+
+    return sorted(candidates, key=key, reverse=True)  # stable: first on ties
 
 
 def _local_like(tv: TensorView) -> TensorView:
@@ -124,16 +140,22 @@ def _local_like(tv: TensorView) -> TensorView:
     return out
 
 
+def _users_in(tv: TensorView, position: dict[int, int]) -> list[Expr]:
+    """The expressions of a kernel (`position`: id -> index in it) that read `tv`, in order."""
+    users = {id(e): e for e in tv.uses if id(e) in position}
+    return sorted(users.values(), key=lambda e: position[id(e)])
+
+
 def cache_inputs(kernel: Kernel) -> list[Expr]:
     """`cache = Set( input )` for each kernel input; the kernel's reads use the cache."""
     new = []
+    position = {id(e): k for k, e in enumerate(kernel.exprs)}
     for inp in kernel.inputs:
-        users = [e for e in kernel.exprs if any(t is inp for t in e.inputs)]
+        users = _users_in(inp, position)
         if not users:
             continue
         cache = _local_like(inp)
-        for e in users:
-            e.replace_input(inp, cache)
+        Expr.replace_uses(inp, cache, users)
         all_broadcast = all(ax.is_broadcast for ax in data_axes(inp))
         new.append(LoadStoreOp(cache, inp, "AllLevels" if all_broadcast else "Streaming"))
     return new
@@ -142,18 +164,16 @@ def cache_inputs(kernel: Kernel) -> list[Expr]:
 def cache_outputs(kernel: Kernel) -> list[Expr]:
     """Each kernel output computed here is written from a new local: `out = Set( local )`."""
     new = []
-    ids = {id(e) for e in kernel.exprs}
+    position = {id(e): k for k, e in enumerate(kernel.exprs)}
     for out in kernel.outputs:
         d = out.definition
-        if d is None or id(d) not in ids:
+        if d is None or id(d) not in position:
             continue
         local = _local_like(out)
         d.outputs = [local if t is out else t for t in d.outputs]
         local.definition = d
         out.definition = None
-        for e in kernel.exprs:
-            if any(t is out for t in e.inputs):
-                e.replace_input(out, local)
+        Expr.replace_uses(out, local, _users_in(out, position))
         new.append(LoadStoreOp(out, local, "Streaming"))
     return new
 
@@ -179,14 +199,17 @@ def schedule_reference(ref: TensorView, block_size: int = 128, vectorize: bool =
         parallelize_axis(ref.domain.loop[k + j], pt)
 
 
-def _iterated(tv: TensorView, ax: IterDomain) -> bool:
-    """True if logical axis `ax` holds more than one element of a device's shard."""
-    if not ax.is_iteration or ax.is_device_parallel:
-        return False
+def _iterated(tv: TensorView) -> set[int]:
+    """Ids of the logical axes of `tv` that hold more than one element of a device's shard."""
+    per_device = {id(ax): ax.extent for ax in tv.domain.logical}
     for t in tv.domain.transforms:  # a sharding split leaves extent / D per device
-        if isinstance(t, Split) and t.input is ax and t.outer.is_device_parallel:
-            return t.inner.extent > 1
-    return ax.extent > 1
+        if isinstance(t, Split) and t.outer.is_device_parallel and id(t.input) in per_device:
+            per_device[id(t.input)] = t.inner.extent
+    return {
+        id(ax)
+        for ax in tv.domain.logical
+        if ax.is_iteration and not ax.is_device_parallel and per_device[id(ax)] > 1
+    }
 
 
 def _inlinable(producer: TensorView, expr: Expr) -> bool:
@@ -194,8 +217,10 @@ def _inlinable(producer: TensorView, expr: Expr) -> bool:
     consumer = expr.output
     if len(grid_axes(producer)) != len(grid_axes(consumer)):
         return False
-    covered = {id(c) for p, c in axis_pairs(expr, producer) if _iterated(producer, p)}
-    return all(id(c) in covered for c in data_axes(consumer) if _iterated(consumer, c))
+    iterated_p = remembered("iterated", producer, lambda: _iterated(producer))
+    iterated_c = remembered("iterated", consumer, lambda: _iterated(consumer))
+    covered = {id(c) for p, c in axis_pairs(expr, producer) if id(p) in iterated_p}
+    return iterated_c <= covered
 
 
 def _inline_position(tv: TensorView, inputs: set[int], outputs: set[int]) -> int:
@@ -232,11 +257,16 @@ def check_grid(kernel: Kernel) -> None:
     included) must fit one loop nest, as the kernel runner and codegen will need."""
     computed = [e.output for e in kernel.exprs]
     try:
-        grid = kernel_grid(computed)
-        for tv in computed:
-            lower_tensor(tv, grid)
+        kernel_grid(computed)
     except ExecutionError as exc:
         raise ScheduleError(str(exc)) from None
+    for tv in computed:  # what else index lowering (lower_tensor) would reject
+        ax = unbound_loop_axis(tv)
+        if ax is not None:
+            raise ScheduleError(
+                f"{tv.name} loop axis {axis_text(ax)} is on no loop of the kernel grid; "
+                "the reference schedule does not reach it"
+            )
 
 
 def schedule_pointwise(
@@ -263,25 +293,30 @@ def schedule_pointwise(
         if t.definition is not None or any(id(u) not in inside for u in t.uses)
     }
     exprs = [e for e in kernel.exprs if not any(id(t) in frozen for t in e.inputs)]
+    # One reference per connected part: the best kernel output not yet reached, then
+    # (for parts that reach no output) the best tensor not yet reached.
+    produced = {id(e.output) for e in exprs}
+    outputs = [t for t in kernel.outputs if id(t) in produced]
+    keys: dict[int, tuple] = {}
+    candidates = _by_preference(outputs, keys) + _by_preference([e.output for e in exprs], keys)
+    edges = propagation_edges(exprs)
     reached: set[int] = set()
     reference = None
-    while True:
-        todo = [e.output for e in exprs if id(e.output) not in reached]
-        if not todo:
-            break
-        outputs = [t for t in kernel.outputs if id(t) in {id(x) for x in todo}]
-        ref = choose_reference(outputs or todo)
+    for ref in candidates:
+        if id(ref) in reached:
+            continue
         schedule_reference(ref, block_size, vectorize)
-        reached.update(id(t) for t in propagate(ref, exprs))
+        reached.update(id(t) for t in propagate(ref, exprs, edges))
         reference = reference or ref
-    check_grid(kernel)
     for inp in kernel.inputs:  # nvFuser leaves global inputs unparallelized
         if id(inp) in frozen:
             continue
         for ax in inp.domain.loop:
             if not ax.is_device_parallel and ax.definition is not None:
                 ax.parallel_type = ParallelType.Serial
-    compute_inline_positions(kernel)
+    with reading_only():  # the domains are final: grid axes and axis maps are asked once
+        check_grid(kernel)
+        compute_inline_positions(kernel)
     kernel.scheduled = True
     kernel.reference = reference
     return reference

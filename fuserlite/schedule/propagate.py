@@ -35,6 +35,7 @@ from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.domain import IterDomain, Merge, Split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import BroadcastOp, Expr
+from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
@@ -48,6 +49,10 @@ def data_axes(tv: TensorView) -> list[IterDomain]:
 
 def axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     """(producer logical axis, consumer logical axis) pairs of one expression."""
+    return remembered(("axis_pairs", id(producer)), expr, lambda: _axis_pairs(expr, producer))
+
+
+def _axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     consumer = expr.output
     kept = len(consumer.data_axes())
     if isinstance(expr, BroadcastOp):
@@ -219,7 +224,10 @@ def _order_and_parallelize(reference: TensorView, target: TensorView, ref_of: di
             parallelize_axis(ax, pt)
 
 
-def _edges(exprs: Iterable[Expr]) -> dict[int, list[tuple[TensorView, Expr, bool]]]:
+Edges = dict[int, list[tuple[TensorView, Expr, bool]]]
+
+
+def propagation_edges(exprs: Iterable[Expr]) -> Edges:
     """For each tensor: (neighbour, expression, neighbour is the consumer)."""
     out: dict[int, list[tuple[TensorView, Expr, bool]]] = {}
     for e in exprs:
@@ -229,15 +237,18 @@ def _edges(exprs: Iterable[Expr]) -> dict[int, list[tuple[TensorView, Expr, bool
     return out
 
 
-def propagate(reference: TensorView, exprs: list[Expr]) -> list[TensorView]:
+def propagate(
+    reference: TensorView, exprs: list[Expr], edges: Edges | None = None
+) -> list[TensorView]:
     """Replay `reference`'s loop transforms onto every tensor connected to it through
-    `exprs`; returns the tensors reached, the reference first.
+    `exprs` (`edges`: their propagation_edges, when known); returns the tensors reached,
+    the reference first.
 
     Tensors are reached best-first: each next tensor is the one whose path from the
     reference maps the most of its logical axes (nvFuser's maximum-information
     spanning tree), so a broadcast on one path cannot hide an axis another path maps.
     """
-    edges = _edges(exprs)
+    edges = propagation_edges(exprs) if edges is None else edges
     # For each reached tensor: id(its logical axis) -> reference logical axis.
     to_ref: dict[int, dict[int, IterDomain]] = {}
     order: list[TensorView] = []
