@@ -8,11 +8,12 @@ needed sharding is inserted before the expression; that Set is the only
 place data moves. A reduction over a device-parallel axis becomes a local
 partial reduction (output axis rDIDx) followed by a Set to the final sharding
 (on the same mesh, or on a one-device mesh: a Reduce to that root).
+An input several expressions need resharded the same way is resharded once.
 A linear with a bias is one op; where it would write partial sums, the bias
 is split off and added once to the completed value (`add(out, bias)` takes
-out's place). A fusion output is always a complete value: one the user made partial (rDIDx)
-is completed by a Set to its sharding without the partial axis, and that
-completed tensor takes its place among the outputs.
+out's place). A fusion output is always a complete value: one the user made
+partial (rDIDx) is completed by a Set to its sharding without the partial
+axis, and that completed tensor takes its place among the outputs.
 Broadcast axes never take part: b and bDIDx are the same sharding (seed 004).
 """
 
