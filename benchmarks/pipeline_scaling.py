@@ -1,25 +1,36 @@
 """Pipeline time as the fusion grows, and the kernel runner against numpy (DESIGN.md §8).
 
-    python benchmarks/pipeline_scaling.py [--quick]
+    python benchmarks/pipeline_scaling.py [--quick] [--repeats K]
 
-Part 1: the whole default pipeline (propagate-shardings ... assign-layouts,
-validator after each pass) on a chain of N pointwise ops over x[64, 128]
-sharded on 8 devices, N = 10, 100, 1000, 10000. Targets: time(10000) /
-time(1000) <= 12 (linear growth) and N = 1000 under one second.
+Part 1, chain: the whole default pipeline (propagate-shardings ... assign-layouts,
+the validator after each pass) on a chain of N pointwise ops over x[64, 128]
+sharded on 8 devices, N = 10, 100, 1000, 10000, 100000. Targets: N = 1000 under
+one second, t(10000) / t(1000) <= 12 and t(100000) / t(10000) <= 12 (linear
+growth).
 
-Part 2:
-For a chain of N pointwise ops (alternating add / mul / tanh on x[rows, cols]
-plus a broadcast bias) the fusion is scheduled once by schedule-pointwise as a
-single kernel. Timed, best of a few runs after one warm-up run (which builds the cached grid
-indices, like compiling a kernel once): the reference evaluator
-(`fl.evaluate`, direct numpy on whole arrays) and the schedule-driven kernel
-runner (`run_kernel`, every value computed through its loop indices over the
-whole blockIdx x Unswitch x threadIdx grid). Target: runner / numpy <= 3.
+Part 1, outputs: N outputs `y_k = x + k` of one input x[8, 16] sharded on 2
+devices, N = 1000, 5000, 20000, end to end as `fuserlite run` does it: build
+the fusion, lower it (the pipeline), run it on the sim backend, validate the
+outputs against the reference. Target: N = 20000 under 5 s end to end.
+
+Each row is printed as soon as it is measured; the median of K runs (default
+3; one run for N >= 100000 and for 20000 outputs) and the spread (max - min).
+
+Part 2: for a chain of N pointwise ops (alternating add / mul / tanh on
+x[rows, cols] plus a broadcast bias) the fusion is scheduled once by
+schedule-pointwise as a single kernel. Timed, best of a few runs after one
+warm-up run (which builds the cached grid indices, like compiling a kernel
+once): the reference evaluator (`fl.evaluate`, direct numpy on whole arrays)
+and the schedule-driven kernel runner (`run_kernel`, every value computed
+through its loop indices over the whole blockIdx x Unswitch x threadIdx grid).
+Target: runner / numpy <= 3.
+
 Prints tables, writes results/pipeline_scaling.json.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +43,17 @@ from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
 from fuserlite.schedule.shard import shard_axis
 
 TARGET_RATIO = 3.0
+TARGET_GROWTH = 12.0
+TARGET_OUTPUTS_S = 5.0
+
+
+def _step(t: fl.TensorView, k: int, operand: fl.TensorView | float) -> fl.TensorView:
+    """The k-th op of a chain: add, mul, tanh in turn (only the chosen one is built)."""
+    if k % 3 == 0:
+        return t + operand
+    if k % 3 == 1:
+        return t * 0.5
+    return fl.tanh(t)
 
 
 def chain(n_ops: int, rows: int, cols: int) -> fl.Fusion:
@@ -43,7 +65,7 @@ def chain(n_ops: int, rows: int, cols: int) -> fl.Fusion:
         fusion.add_input(bias)
         t = x
         for k in range(n_ops):
-            t = (t + bias, t * 0.5, fl.tanh(t))[k % 3]
+            t = _step(t, k, bias)
         fusion.add_output(t)
     return fusion
 
@@ -55,6 +77,16 @@ def best_of(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """(median seconds, max - min seconds) of `repeats` runs."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), max(times) - min(times)
 
 
 def kernel_runner_rows(quick: bool) -> list[dict]:
@@ -103,33 +135,125 @@ def sharded_chain(n_ops: int) -> fl.Fusion:
         shard_axis(x, 0, fl.DeviceMesh.for_num_devices(8))
         t = x
         for k in range(n_ops):
-            t = (t + 1.0, t * 0.5, fl.tanh(t))[k % 3]
+            t = _step(t, k, 1.0)
         fusion.add_output(t)
     return fusion
 
 
-def pipeline_rows(quick: bool) -> list[dict]:
+def many_outputs(n_outputs: int) -> fl.Fusion:
+    """`y_k = x + k` for k < n_outputs, x[8, 16] sharded on 2 devices."""
+    with fl.Fusion() as fusion:
+        x = fl.tensor([8, 16])
+        fusion.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(2))
+        for k in range(n_outputs):
+            fusion.add_output(x + float(k))
+    return fusion
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def pipeline_rows(quick: bool, repeats: int) -> list[dict]:
     """Seconds of the whole default pipeline per chain length."""
     rows = []
-    for n_ops in [10, 100, 1000] if quick else [10, 100, 1000, 10000]:
+    for n_ops in [10, 100, 1000] if quick else [10, 100, 1000, 10000, 100000]:
         fusion = sharded_chain(n_ops)
-        seconds = best_of(lambda f=fusion: fl.lower(f), 2 if n_ops >= 10000 else 3)
-        rows.append({"ops": n_ops, "pipeline_s": seconds, "per_op_us": 1e6 * seconds / n_ops})
+        median, spread = timed(lambda f=fusion: fl.lower(f), 1 if n_ops >= 100000 else repeats)
+        rows.append(
+            {
+                "ops": n_ops,
+                "pipeline_s": median,
+                "spread_s": spread,
+                "per_op_us": 1e6 * median / n_ops,
+            }
+        )
+        _say(f"  chain of {n_ops} ops: pipeline {median:.3g} s (spread {spread:.2g} s)")
     return rows
+
+
+def end_to_end(n_outputs: int) -> dict[str, float]:
+    """Seconds of each step `fuserlite run` takes, for `n_outputs` outputs."""
+    steps: dict[str, float] = {}
+    start = time.perf_counter()
+    fusion = many_outputs(n_outputs)
+    steps["build_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    executor = fl.FusionExecutor(fusion)  # lowers: the whole pipeline
+    steps["lower_s"] = time.perf_counter() - start
+    inputs = fl.random_inputs(fusion)
+    start = time.perf_counter()
+    outputs = executor.run(inputs)
+    steps["run_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    fl.validate(fusion, inputs, outputs)
+    steps["validate_s"] = time.perf_counter() - start
+    steps["total_s"] = sum(steps.values())
+    return steps
+
+
+def outputs_rows(quick: bool, repeats: int) -> list[dict]:
+    """End-to-end seconds (median of runs) per number of outputs, with each step's."""
+    rows = []
+    for n in [100, 1000] if quick else [1000, 5000, 20000]:
+        runs = [end_to_end(n) for _ in range(1 if n >= 20000 else repeats)]
+        totals = [r["total_s"] for r in runs]
+        median = sorted(runs, key=lambda r: r["total_s"])[len(runs) // 2]
+        row = {"outputs": n, **median, "spread_s": max(totals) - min(totals)}
+        rows.append(row)
+        _say(
+            f"  {n} outputs: {row['total_s']:.3g} s end to end (build {row['build_s']:.2g}, "
+            f"lower {row['lower_s']:.3g}, run {row['run_s']:.3g}, "
+            f"validate {row['validate_s']:.2g}; spread {row['spread_s']:.2g} s)"
+        )
+    return rows
+
+
+def _option(argv: list[str], name: str, default: int) -> int:
+    if name in argv:
+        return int(argv[argv.index(name) + 1])
+    return default
 
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
-    scaling = pipeline_rows(quick)
+    repeats = _option(argv, "--repeats", 3)
+    _say("default pipeline, chain of N ops on 8 devices:")
+    scaling = pipeline_rows(quick, repeats)
     by_ops = {r["ops"]: r["pipeline_s"] for r in scaling}
-    growth = by_ops[10000] / by_ops[1000] if 10000 in by_ops else None
+    growth = {
+        f"{b}/{a}": by_ops[b] / by_ops[a]
+        for a, b in ((1000, 10000), (10000, 100000))
+        if a in by_ops and b in by_ops
+    }
     print_table(
-        "default pipeline on 8 devices (targets: N=1000 < 1 s, t(10000)/t(1000) <= 12)",
-        ["ops", "pipeline s", "us per op"],
-        [[r["ops"], r["pipeline_s"], r["per_op_us"]] for r in scaling],
+        f"default pipeline on 8 devices (targets: N=1000 < 1 s, growth per 10x <= "
+        f"{TARGET_GROWTH:g})",
+        ["ops", "pipeline s (median)", "spread s", "us per op"],
+        [[r["ops"], r["pipeline_s"], r["spread_s"], r["per_op_us"]] for r in scaling],
     )
-    if growth is not None:
-        print(f"growth t(10000)/t(1000) = {growth:.2f}")
+    for name, ratio in growth.items():
+        print(f"growth t({name.replace('/', ')/t(')}) = {ratio:.2f}")
+    _say("many outputs, end to end (build, lower, run on sim, validate):")
+    outs = outputs_rows(quick, repeats)
+    print_table(
+        f"N outputs of x[8, 16] on 2 devices, end to end (target: 20000 in < "
+        f"{TARGET_OUTPUTS_S:g} s)",
+        ["outputs", "total s", "build s", "lower s", "run s", "validate s", "spread s"],
+        [
+            [
+                r["outputs"],
+                r["total_s"],
+                r["build_s"],
+                r["lower_s"],
+                r["run_s"],
+                r["validate_s"],
+                r["spread_s"],
+            ]
+            for r in outs
+        ],
+    )
     rows = kernel_runner_rows(quick)
     print_table(
         f"kernel runner vs direct numpy (target ratio <= {TARGET_RATIO})",
@@ -149,7 +273,8 @@ def main(argv: list[str]) -> int:
     write_json(
         "pipeline_scaling",
         {
-            "pipeline": {"rows": scaling, "growth_10000_over_1000": growth},
+            "pipeline": {"rows": scaling, "growth": growth},
+            "outputs": {"target_s": TARGET_OUTPUTS_S, "rows": outs},
             "kernel_runner": {"target_ratio": TARGET_RATIO, "rows": rows},
         },
     )
