@@ -25,7 +25,7 @@ from fuserlite import ops
 from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.expr import Expr, LinearOp, LoadStoreOp
-from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.fusion import Fusion, takes_place_of
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import (
     Placement,
@@ -167,6 +167,7 @@ def _split_off_bias(linear: LinearOp, new_of: dict[TensorView, TensorView]) -> l
     result = ops.add(out, bias)  # broadcasts the bias to out's rank first
     add = result.definition
     Expr.replace_uses(out, result, users)
+    takes_place_of(result, out)
     new_of[out] = result
     _shard(result, *_on_data_axes(out, completed_placement(out)))
     new = [add]

@@ -169,6 +169,7 @@ def test_a_partial_output_is_completed_to_the_reference_value(kind):
     completed = ex.lowered.outputs[position]  # the user's output position is kept
     assert not is_partial(completed)
     assert completed.definition.input.number == f.outputs[position].number
+    assert completed.user_name == f.outputs[position].user_name  # and the user's name
     # every device holds the whole value, not its partial sum
     for outs in ex.run_per_device(inputs).values():
         np.testing.assert_allclose(outs[position], outputs[position], rtol=1e-6)
@@ -206,6 +207,7 @@ def _linear(d: int, x_axis, w_axis, b_axis, out_axis, bias=True, x_shape=(128, 6
             if axis is not None:
                 shard_axis(t, axis, mesh)
         y = fl.linear(x, w, b if bias else None)
+        y.user_name = "y"
         f.add_output(y)
         if out_axis is not None:  # otherwise propagate-shardings gives y the weight's
             shard_axis(y, out_axis, mesh)
@@ -260,6 +262,7 @@ def test_row_parallel_linear_adds_the_bias_once_after_the_reduction(b_axis, out_
     lowered = fl.Pipeline.default().run(f)
     (linear,) = [e for e in lowered.exprs() if isinstance(e, fl.ir.LinearOp)]
     assert len(linear.inputs) == 2 and is_partial(linear.output)
+    assert lowered.outputs[0].user_name == "y"  # linear + bias stands for the user's y
 
 
 def test_a_row_parallel_linear_with_bias_read_by_another_op_feeds_it_the_biased_sum():

@@ -114,12 +114,14 @@ class Fusion:
         self.replace_outputs({old: new})
 
     def replace_outputs(self, new_of: dict[TensorView, TensorView]) -> None:
-        """Make each `new_of[old]` the output in the place of `old` (one pass over the outputs)."""
+        """Make each `new_of[old]` the output in the place of `old` (one pass over the
+        outputs); it takes old's user name and origin too (see `takes_place_of`)."""
         inputs = {id(t) for t in self.inputs}
         outputs = []
         for t in self.outputs:
             new = new_of.get(t)
             if new is not None:
+                takes_place_of(new, t)
                 new.memory_type = MemoryType.GLOBAL
                 if id(t) not in inputs:
                     t.memory_type = MemoryType.LOCAL
@@ -240,6 +242,16 @@ class Fusion:
                 seen.add(id(d))
                 extra.append(d)
         return exprs + extra
+
+
+def takes_place_of(new: TensorView, old: TensorView) -> None:
+    """A compiler-made tensor that stands for the user's `old` from now on (the completed
+    value of a partial output, a linear plus its bias) keeps the user's name for it and
+    where it was made, so messages and reports still say `y (T7)`, `model.fus:3`."""
+    if new.user_name is None:
+        new.user_name = old.user_name
+    if new.origin is None:
+        new.origin = old.origin
 
 
 def _clone_domain(old: TensorDomain, mapping: dict) -> TensorDomain:
