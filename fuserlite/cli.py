@@ -43,6 +43,7 @@ from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
 from fuserlite.printer import print_program, print_scheduled
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.executor import FusionExecutor
+from fuserlite.runtime.numpy_ops import blocks
 from fuserlite.schedule.shard import resize_meshes
 
 EXIT_OK = 0
@@ -125,9 +126,10 @@ def load_fusion(path: str) -> Fusion:
 
 def checksum_row(name: str, array: np.ndarray) -> list[str]:
     """Name, shape, dtype, sum and sum of |x| of one output, as table cells."""
-    values = np.asarray(array).astype(np.float64)
-    total = float(values.sum())
-    total_abs = float(np.abs(values).sum())
+    flat, total, total_abs = np.asarray(array).reshape(-1), 0.0, 0.0
+    for b in blocks(flat.size):  # an output may be GiBs: no float64 copy of it
+        total += float(flat[b].sum(dtype=np.float64))
+        total_abs += float(np.abs(flat[b]).sum(dtype=np.float64))
     shape = "[" + ", ".join(str(s) for s in array.shape) + "]"
     return [name, shape, str(array.dtype), f"{total:.6g}", f"{total_abs:.6g}"]
 

@@ -10,13 +10,17 @@ device of its mesh on local shards; communications go through the backend.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
 from fuserlite.ir import args
 from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.program import Kernel
@@ -26,6 +30,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.pipeline import Pipeline
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
+from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.runtime.reference import check_inputs
 
@@ -53,6 +58,25 @@ def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
     if axis is None:
         return shards[mesh.devices[0]]
     return np.concatenate([shards[d] for d in mesh.devices], axis=axis)
+
+
+def device_bytes(tv: TensorView) -> int:
+    """Bytes of `tv` summed over the devices of its mesh (a replicated tensor on D
+    devices counts D times, as D devices would hold it)."""
+    return math.prod(local_shape(tv)) * tv.dtype.itemsize * mesh_of(tv).size
+
+
+@dataclass(frozen=True)
+class WorkingSet:
+    """What an execution must hold at its fullest, in bytes summed over devices."""
+
+    inputs: int
+    outputs: int
+    intermediates: int  # the largest set live at once
+
+    @property
+    def total(self) -> int:
+        return self.inputs + self.outputs + self.intermediates
 
 
 class FusionExecutor:
@@ -87,9 +111,34 @@ class FusionExecutor:
                 raise ExecutionError(
                     f"input {tv.name} is marked partial (rDIDx); inputs hold whole values"
                 )
+        # Values are freed after their last reader, on every device: the outputs stay.
+        steps = self.lowered.segments
+        self._dead = dead_after(steps, _reads, _writes, keep=self.lowered.outputs)
+        self._needed = read_anywhere(steps, _reads) | set(self.lowered.outputs)
+        self._dead_in_kernel = {
+            id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
+            for k in steps
+            if isinstance(k, Kernel)
+        }
         # Multi-process backends check their world and build team communicators here,
         # on every process, before any communication.
         self.backend.prepare(self.devices, self.communications)
+
+    def working_set(self) -> WorkingSet:
+        """Bytes of the inputs, the outputs and the largest set of intermediates live
+        at once, each summed over the devices that hold it (DESIGN.md §8)."""
+        steps: list = []  # what the executor materializes one at a time
+        for s in self.lowered.segments:
+            if isinstance(s, Kernel) and not (s.scheduled and self.schedule):
+                steps.extend(s.exprs)  # op by op: each expression's output is an array
+            else:
+                steps.append(s)
+        io = {*self.lowered.inputs, *self.lowered.outputs}
+        return WorkingSet(
+            inputs=sum(device_bytes(t) for t in dict.fromkeys(self.lowered.inputs)),
+            outputs=sum(device_bytes(t) for t in dict.fromkeys(self.lowered.outputs)),
+            intermediates=peak_live(steps, _reads, _writes, device_bytes, exclude=io),
+        )
 
     @property
     def communications(self) -> list[Communication]:
@@ -128,6 +177,9 @@ class FusionExecutor:
         for i, tv in enumerate(self.lowered.outputs):
             shards = {d: o[i] for d, o in every.items() if o[i] is not None}
             outs.append(self._assemble(tv, shards))
+            for o in every.values():  # the shards are copied into the global array: free them
+                o[i] = None
+            del shards
         return outs
 
     def _assemble(self, tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
@@ -147,13 +199,18 @@ class FusionExecutor:
         hosted = self.backend.hosted(self.devices)
         values: dict[int, dict[TensorView, np.ndarray]] = {d: {} for d in hosted}
         for tv, array in zip(self.lowered.inputs, arrays):
+            if tv not in self._needed:
+                continue
             for d in self.backend.hosted(mesh_of(tv).devices):
                 values[d][tv] = shard(tv, array, d)
-        for step in self.lowered.segments or []:
+        del arrays
+        for step, dead in zip(self.lowered.segments, self._dead):
             if isinstance(step, Kernel):
                 self._run_kernel(step, values)
             else:
                 self._run_communication(step, values)
+            for local in values.values():
+                _forget(local, dead)
         return values
 
     def _run_kernel(self, kernel: Kernel, values) -> None:
@@ -170,8 +227,9 @@ class FusionExecutor:
 
                 local.update(run_kernel(kernel, {t: local[t] for t in kernel.inputs}))
                 continue
-            for e in kernel.exprs:
+            for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
                 local[e.output] = eval_expr(e, [local[t] for t in e.inputs], local_shape(e.output))
+                _forget(local, dead)
             for t in kernel.outputs:  # computed in the compute dtype, stored in their own
                 local[t] = store(t, local[t])
 
@@ -179,3 +237,22 @@ class FusionExecutor:
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}
         for d, array in run_communication(comm, self.backend, bufs).items():
             values[d][comm.output] = array
+
+
+def _reads(step: Kernel | Communication | Expr) -> list[TensorView]:
+    return [step.input] if isinstance(step, Communication) else list(step.inputs)
+
+
+def _writes(step: Kernel | Communication | Expr) -> list[TensorView]:
+    return [step.output] if isinstance(step, Communication) else list(step.outputs)
+
+
+def kernel_io(kernel: Kernel) -> set[TensorView]:
+    """A kernel's inputs and outputs: values that outlive its expressions."""
+    return {*kernel.inputs, *kernel.outputs}
+
+
+def _forget(local: dict[TensorView, np.ndarray], dead: list[TensorView]) -> None:
+    """Drop dead values (their memory goes with the last reference)."""
+    for tv in dead:
+        local.pop(tv, None)

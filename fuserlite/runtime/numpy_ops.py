@@ -10,6 +10,7 @@ in the reference.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -30,6 +31,14 @@ from fuserlite.ir.expr import (
     UnaryOpType,
 )
 from fuserlite.ir.tensor import TensorView
+
+BLOCK = 1 << 18  # elements a pass over a whole array takes at a time
+
+
+def blocks(size: int, block: int = BLOCK) -> Iterator[slice]:
+    """Slices of `block` elements covering range(size): a pass over an array of GiBs
+    that needs temporaries (float64 copies, random draws) keeps them a few MiB."""
+    return (slice(start, start + block) for start in range(0, size, block))
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:

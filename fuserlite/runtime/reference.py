@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -11,7 +13,8 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
-from fuserlite.runtime.numpy_ops import eval_expr, store
+from fuserlite.runtime.liveness import dead_after
+from fuserlite.runtime.numpy_ops import blocks, eval_expr, store
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -58,7 +61,10 @@ def evaluate(
     """
     args.instance(fusion, Fusion, "evaluate", "fusion", "a Fusion", ExecutionError)
     values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
-    for expr in fusion.exprs():
+    exprs = fusion.exprs()
+    # Free each intermediate after its last reader: memory stays near the working set.
+    dead = dead_after(exprs, attrgetter("inputs"), attrgetter("outputs"), keep=fusion.outputs)
+    for expr, drop in zip(exprs, dead):
         missing = [t.name for t in expr.inputs if t not in values]
         if missing:
             raise ExecutionError(
@@ -69,31 +75,47 @@ def evaluate(
         values[expr.output] = eval_expr(expr, operands, expr.output.shape)
         if visit is not None:
             visit(expr, operands, values[expr.output])
+        del operands
+        for t in drop:
+            del values[t]
     return [store(t, values[t]) for t in fusion.outputs]
 
 
-MAX_INPUT_BYTES = 2**33  # 8 GiB: larger inputs are a typo, not a test
+MAX_INPUT_BYTES = 2**32  # 4 GiB of random inputs in all: more is a typo, not a test
 
 
 def random_inputs(fusion: Fusion, seed: int = 0) -> list[np.ndarray]:
-    """Seeded random inputs matching the fusion's inputs."""
+    """Seeded random inputs matching the fusion's inputs (at most MAX_INPUT_BYTES in all).
+
+    Floats are standard normal, integers uniform in [-8, 8), bools fair coins; each
+    input is drawn in blocks straight into an array of its dtype, which gives the same
+    values as drawing it whole."""
     args.instance(fusion, Fusion, "random_inputs", "fusion", "a Fusion", ExecutionError)
     seed = args.integer(seed, "random_inputs", "the seed", minimum=0, error=ExecutionError)
+    sizes = {tv: math.prod(tv.shape) * tv.dtype.itemsize for tv in fusion.inputs}
+    total = sum(sizes.values())
+    if total > MAX_INPUT_BYTES:
+        largest = sorted(sizes, key=lambda tv: -sizes[tv])[:3]
+        named = ", ".join(f"{tv.name} {list(tv.shape)} {sizes[tv]} bytes" for tv in largest)
+        raise ExecutionError(
+            f"the random inputs of this fusion need {total} bytes in all (largest: {named}); "
+            f"random inputs are limited to {MAX_INPUT_BYTES} bytes (4 GiB) in all: shrink the "
+            "shapes, or pass your own arrays to FusionExecutor.run"
+        )
     rng = np.random.default_rng(seed)
-    arrays = []
-    for tv in fusion.inputs:
-        elements = 1
-        for e in tv.shape:
-            elements *= e
-        if elements * tv.dtype.itemsize > MAX_INPUT_BYTES:
-            raise ExecutionError(
-                f"input {tv.name} {list(tv.shape)} needs {elements * tv.dtype.itemsize} bytes; "
-                f"random inputs are limited to {MAX_INPUT_BYTES} bytes each"
-            )
-        if tv.dtype.is_float:
-            arrays.append(rng.standard_normal(tv.shape).astype(tv.dtype.numpy))
-        elif tv.dtype.name == "bool":
-            arrays.append(rng.integers(0, 2, tv.shape).astype(bool))
+    return [_draw(rng, tv.shape, tv.dtype.numpy, tv.dtype.is_float) for tv in fusion.inputs]
+
+
+def _draw(rng: np.random.Generator, shape, dtype: np.dtype, is_float: bool) -> np.ndarray:
+    """One input: `rng`'s stream cast element by element into an array of `dtype`."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)  # a view: a float64 temporary of a block, not of the input
+    for b in blocks(flat.size):
+        part = flat[b]
+        if is_float:
+            part[...] = rng.standard_normal(part.size)
+        elif dtype == np.bool_:
+            part[...] = rng.integers(0, 2, part.size)
         else:
-            arrays.append(rng.integers(-8, 8, tv.shape).astype(tv.dtype.numpy))
-    return arrays
+            part[...] = rng.integers(-8, 8, part.size)
+    return out

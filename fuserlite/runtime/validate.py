@@ -8,7 +8,7 @@ an infinity only the same infinity.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +19,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
 from fuserlite.runtime.magnitude import magnitudes
+from fuserlite.runtime.numpy_ops import blocks
 from fuserlite.runtime.reference import evaluate
 
 # (rtol, atol) per float dtype; every other dtype is compared exactly. The executor
@@ -95,10 +96,6 @@ class Mismatch:
 BLOCK = 1 << 18  # elements compared at once: float64 temporaries stay a few MiB
 
 
-def _blocks(size: int) -> Iterator[slice]:
-    return (slice(start, start + BLOCK) for start in range(0, size, BLOCK))
-
-
 def _errors(o: np.ndarray, r: np.ndarray, tol: Tolerance, s: np.ndarray | None):
     """(differs, |o - r|) of one flat block; the error is inf where a NaN or an inf is."""
     if tol is None:  # compared in the dtype itself: an int64 does not fit a float64
@@ -124,7 +121,7 @@ def mismatch(
     o, r = out.reshape(-1), ref.reshape(-1)
     s = None if scale is None else np.broadcast_to(scale, out.shape).reshape(-1)
     count, worst, worst_error = 0, 0, -1.0
-    for b in _blocks(out.size):
+    for b in blocks(out.size, BLOCK):
         bad, error = _errors(o[b], r[b], tol, None if s is None else s[b])
         n = int(np.count_nonzero(bad))
         if n:
@@ -153,7 +150,7 @@ def max_errors(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -
     errors = []
     for out, ref in zip(outputs, reference):
         o, r, worst = np.asarray(out).reshape(-1), np.asarray(ref).reshape(-1), 0.0
-        for b in _blocks(o.size):
+        for b in blocks(o.size, BLOCK):
             with np.errstate(invalid="ignore", over="ignore"):  # inf - inf
                 error = np.abs(o[b].astype(np.float64) - r[b].astype(np.float64))
             error = error[np.isfinite(error)]
