@@ -1,9 +1,11 @@
-"""Run a scheduled kernel through its schedule, vectorized with numpy over the whole grid.
+"""Run a scheduled kernel through its schedule, vectorized with numpy over its grid.
 
 The grid is the kernel's loop nest (`blockIdx x Unswitch x threadIdx`, see
 fuserlite.schedule.indexing.kernel_grid); every grid point is one GPU thread
-iteration, and all of them are evaluated at once as numpy arrays. Device-parallel
-loop axes take index 0: the arrays are one device's local shards.
+iteration, evaluated as numpy arrays a chunk of whole blocks at a time
+(fuserlite.runtime.kernel_grid), so memory beyond the kernel's tensors stays a
+few MiB. Device-parallel loop axes take index 0: the arrays are one device's
+local shards.
 
 Per expression, in kernel order, for its output O at every grid point:
 - O's logical coordinates and predicate come from inverting O's own splits and
@@ -27,6 +29,7 @@ or that does not cover every element, gives wrong numbers.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,17 +39,9 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
 from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
+from fuserlite.runtime.kernel_grid import Grid, GridChunk, Offset, grid_for, trim_cache
 from fuserlite.runtime.numpy_ops import eval_expr, store
-from fuserlite.schedule.indexing import (
-    GridAxis,
-    TensorIndex,
-    evaluate,
-    flat_offset,
-    kernel_grid,
-    loop_var,
-    lower_tensor,
-    schedule_signature,
-)
+from fuserlite.schedule.indexing import TensorIndex, kernel_grid
 from fuserlite.schedule.pointwise import whole_fusion_kernel
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
@@ -65,97 +60,6 @@ def is_inlined(tv: TensorView) -> bool:
     return tv.compute_at_pos > 0
 
 
-MAX_GRID_POINTS = 2**28  # index arrays of this many int64 points take 2 GiB
-
-
-class _Grid:
-    """The kernel grid as numpy index arrays, and lowered indices cached by structure.
-
-    Loop variables are open (broadcastable) aranges, so index arithmetic on outer
-    loops costs little; results are flattened to one value per grid point.
-    """
-
-    def __init__(self, grid: list[GridAxis]) -> None:
-        self.grid = grid
-        self.extents = tuple(g.extent for g in grid)
-        self.size = math.prod(self.extents)
-        if self.size > MAX_GRID_POINTS:
-            raise ExecutionError(
-                f"the kernel grid {list(self.extents)} has {self.size} points; the kernel runner "
-                f"evaluates at most {MAX_GRID_POINTS} at once (split by smaller factors)"
-            )
-        n = len(grid)
-        self.env = {
-            loop_var(j): np.arange(e, dtype=np.int64).reshape([1] * j + [e] + [1] * (n - j - 1))
-            for j, e in enumerate(self.extents)
-        }
-        self._memo: dict[tuple, np.ndarray] = {}
-        self._lowered: dict[tuple, TensorIndex] = {}
-        self._preds: dict[tuple, np.ndarray] = {}
-        self._offsets: dict[tuple, _Offset] = {}
-
-    def flat(self, value: np.ndarray) -> np.ndarray:
-        """One entry per grid point, in grid order."""
-        return np.broadcast_to(value, self.extents).reshape(-1)
-
-    def lower(self, tv: TensorView) -> tuple[tuple, TensorIndex, np.ndarray]:
-        """(structure key, symbolic index, predicate array) of a tensor the kernel computes."""
-        key = schedule_signature(tv)
-        ti = self._lowered.get(key)
-        if ti is None:
-            ti = self._lowered[key] = lower_tensor(tv, self.grid)
-            pred = np.ones(self.extents, dtype=bool)
-            for ix, bound in ti.predicates:
-                pred = pred & (evaluate(ix, self.env, self._memo) < bound)
-            self._preds[key] = self.flat(pred)
-        return key, ti, self._preds[key]
-
-    def offset(self, key: tuple, shape: tuple[int, ...], coords: list) -> _Offset:
-        """Flat offsets into an array of `shape` at `coords` (cached by `key`)."""
-        hit = self._offsets.get(key)
-        if hit is None:
-            ix = flat_offset(shape, coords)
-            off = self.flat(evaluate(ix, self.env, self._memo))
-            hit = self._offsets[key] = _Offset(off, math.prod(shape))
-        return hit
-
-
-_GRIDS: dict[tuple[GridAxis, ...], _Grid] = {}
-
-
-def _grid_for(grid: list[GridAxis]) -> _Grid:
-    """Grids are reused across runs: everything cached in them is keyed by structure."""
-    key = tuple(grid)
-    hit = _GRIDS.get(key)
-    if hit is None:
-        if len(_GRIDS) >= 8:
-            _GRIDS.pop(next(iter(_GRIDS)))
-        hit = _GRIDS[key] = _Grid(grid)
-    return hit
-
-
-class _Offset:
-    """Flat offsets of one access, with the two layouts that need no gather."""
-
-    def __init__(self, off: np.ndarray, n: int) -> None:
-        self.off = off
-        self.n = n
-        self.in_bounds = bool(off.size == 0 or (off.min() >= 0 and off.max() < n))
-        # Grid point k < n reads element k and every later point falls past the end.
-        self.identity = (
-            n <= off.size and np.array_equal(off[:n], np.arange(n)) and bool((off[n:] >= n).all())
-        )
-        # Grid point k reads element k % n (a broadcast over outer axes).
-        self.periodic = (
-            not self.identity
-            and 0 < n < off.size
-            and off.size % n == 0
-            and np.array_equal(
-                off.reshape(-1, n), np.broadcast_to(np.arange(n), (off.size // n, n))
-            )
-        )
-
-
 def _access_key(expr: Expr, producer: TensorView, consumer_key: tuple) -> tuple:
     """What the producer offsets depend on: the consumer's schedule and the axis map."""
     c_pos = {id(ax): k for k, ax in enumerate(data_axes(expr.output))}
@@ -164,11 +68,63 @@ def _access_key(expr: Expr, producer: TensorView, consumer_key: tuple) -> tuple:
     return consumer_key, local_shape(producer), axes
 
 
+@dataclass(eq=False)
+class _Step:
+    """One expression of a kernel as a pass over the grid evaluates it."""
+
+    expr: Expr
+    store: bool  # write its output to memory in this pass
+
+
+def _passes(kernel: Kernel) -> list[list[_Step]]:
+    """The kernel's expressions grouped into passes over the grid.
+
+    Chunk by chunk, a pass evaluates its expressions in kernel order. A tensor read
+    by index (not inlined) must be complete before it is read, as if the whole grid
+    had run each expression in turn; so its readers go to a later pass than the one
+    that writes it. An inlined tensor is a register: it is computed in every pass
+    that reads it (its readers' chunk holds the same grid points), as generated code
+    recomputes a value each thread needs."""
+    inputs = {id(t) for t in kernel.inputs}
+    stored = {id(t) for t in kernel.outputs}
+    level: dict[int, int] = {}
+    for expr in kernel.exprs:
+        lv = 0
+        for inp in expr.inputs:
+            if id(inp) in inputs:
+                continue
+            if id(inp) not in level:
+                raise ExecutionError(
+                    f"run_kernel: {expr.output.name} reads {inp.name}, which is neither a kernel "
+                    "input nor computed earlier in the kernel"
+                )
+            lv = max(lv, level[id(inp)] + (0 if is_inlined(inp) else 1))
+        level[id(expr.output)] = lv
+        if not is_inlined(expr.output):
+            stored.add(id(expr.output))
+    needed: dict[int, set[int]] = {}
+    for expr in reversed(kernel.exprs):
+        out = needed.setdefault(id(expr.output), set())
+        if id(expr.output) in stored:
+            out.add(level[id(expr.output)])
+        for inp in expr.inputs:
+            if id(inp) in level and is_inlined(inp):
+                needed.setdefault(id(inp), set()).update(out)
+    return [
+        [
+            _Step(e, id(e.output) in stored and level[id(e.output)] == lv)
+            for e in kernel.exprs
+            if lv in needed[id(e.output)]
+        ]
+        for lv in range(max(level.values(), default=-1) + 1)
+    ]
+
+
 def run_kernel(
     kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
 ) -> dict[TensorView, np.ndarray]:
     """Execute a scheduled kernel on one device's local input shards; returns local outputs."""
-    grid = _grid_for(kernel_grid([e.output for e in kernel.exprs]))
+    grid = grid_for(kernel_grid([e.output for e in kernel.exprs]))
     arrays: dict[int, np.ndarray] = {}
     written: dict[int, np.ndarray | None] = {}  # None: every element was written
     for tv in kernel.inputs:
@@ -180,98 +136,163 @@ def run_kernel(
                 f"run_kernel: input {tv.name} has local shape {list(local_shape(tv))}, "
                 f"got an array of shape {list(arr.shape)}"
             )
-        arrays[id(tv)] = arr
+        arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
-    regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    outputs = {id(t) for t in kernel.outputs}
-    for expr in kernel.exprs:
-        out = expr.output
-        key, ti, pred = grid.lower(out)
-        coords = [ix for ix, ax in zip(ti.logical, out.domain.logical) if not ax.is_reduction]
-        args, valid = [], pred
-        for inp in expr.inputs:
-            if id(inp) in regs:
-                value, ok = regs[id(inp)]
-            elif id(inp) in arrays:
-                off = grid.offset(
-                    _access_key(expr, inp, key),
-                    local_shape(inp),
-                    producer_coords(expr, inp, coords),
-                )
-                value, ok = _gather(arrays[id(inp)], written[id(inp)], off, pred)
-            else:
-                raise ExecutionError(
-                    f"run_kernel: {out.name} reads {inp.name}, which is neither a kernel input "
-                    "nor computed earlier in the kernel"
-                )
-            args.append(value)
-            if ok is not pred and ok is not valid:
-                valid = valid & ok
-        is_copy = isinstance(expr, BroadcastOp)
-        value = args[0] if is_copy else eval_expr(expr, args, (grid.size,))
-        if is_inlined(out):
-            regs[id(out)] = (value, valid)
-        if id(out) in outputs or not is_inlined(out):
-            off = grid.offset((key, local_shape(out), "self"), local_shape(out), coords)
-            arrays[id(out)], written[id(out)] = _scatter(out, value, valid, pred, off)
+    for steps in _passes(kernel):
+        _run_pass(grid, steps, arrays, written)
+    trim_cache()
     result = {}
     for tv in kernel.outputs:
         if id(tv) not in arrays:
             raise ExecutionError(f"run_kernel: kernel output {tv.name} was never written")
-        result[tv] = store(tv, arrays[id(tv)])
+        result[tv] = store(tv, arrays[id(tv)].reshape(local_shape(tv)))
     return result
 
 
+@dataclass(eq=False)
+class _Lowered:
+    """A step with what its evaluation needs on every chunk: lowered once per pass."""
+
+    expr: Expr
+    key: tuple
+    index: TensorIndex
+    reads: list[tuple[TensorView, tuple, tuple[int, ...], list]]  # (tensor, key, shape, coords)
+    store: _Store | None
+
+
+def _lower(grid: Grid, step: _Step) -> _Lowered:
+    expr, out = step.expr, step.expr.output
+    key, ti = grid.lower(out)
+    coords = [ix for ix, ax in zip(ti.logical, out.domain.logical) if not ax.is_reduction]
+    reads = [
+        (inp, _access_key(expr, inp, key), local_shape(inp), producer_coords(expr, inp, coords))
+        for inp in expr.inputs
+    ]
+    store = _Store(out, (key, local_shape(out), "self"), coords) if step.store else None
+    return _Lowered(expr, key, ti, reads, store)
+
+
+def _run_pass(grid: Grid, steps: list[_Step], arrays: dict, written: dict) -> None:
+    """Evaluate `steps` chunk by chunk; the tensors they store join `arrays`."""
+    plans = [_lower(grid, step) for step in steps]
+    for chunk in grid.chunks():
+        regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for p in plans:
+            expr, out = p.expr, p.expr.output
+            pred = chunk.pred(p.key, p.index)
+            args, valid = [], pred
+            for inp, access, shape, at in p.reads:
+                if id(inp) in regs:
+                    value, ok = regs[id(inp)]
+                else:
+                    off = chunk.offset(access, shape, at)
+                    value, ok = _gather(arrays[id(inp)], written[id(inp)], off, pred)
+                args.append(value)
+                if ok is not pred and ok is not valid:
+                    valid = valid & ok
+            is_copy = isinstance(expr, BroadcastOp)
+            value = args[0] if is_copy else eval_expr(expr, args, (chunk.size,))
+            if is_inlined(out):
+                regs[id(out)] = (value, valid)
+            if p.store is not None:
+                p.store.write(chunk, value, valid, pred)
+        chunk.done()
+    for p in plans:
+        if p.store is not None:
+            arrays[id(p.expr.output)], written[id(p.expr.output)] = p.store.finish()
+
+
 def _gather(
-    arr: np.ndarray, written: np.ndarray | None, off: _Offset, pred: np.ndarray
+    flat: np.ndarray, written: np.ndarray | None, off: Offset, pred: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The array's elements at the offsets, and where they are valid."""
-    flat = arr.reshape(-1)
+    """The array's elements at a chunk's offsets, and where they are valid."""
     ok = pred
-    if off.identity and written is None and off.n == pred.size:
-        return flat, ok  # the grid is the array: read it in place
     if off.identity:  # grid point k reads element k: a slice, no gather
-        value = np.empty(pred.shape, dtype=arr.dtype)
-        value[: off.n] = flat
-        value[off.n :] = flat[0] if off.n else 0
+        lo, m = off.start, off.within
+        if m == pred.size:
+            value = flat[lo : lo + m]  # read in place
+        else:
+            value = np.empty(pred.shape, dtype=flat.dtype)
+            value[:m] = flat[lo : lo + m]
+            value[m:] = flat[0] if off.n else 0
+            ok = ok & (np.arange(pred.size) < m)  # past the end: nothing to read
         if written is not None:
-            ok = ok & np.concatenate([written.reshape(-1), np.zeros(pred.size - off.n, bool)])
+            ok = ok & np.concatenate([written[lo : lo + m], np.zeros(pred.size - m, bool)])
         return value, ok
     if off.periodic and written is None:
-        return np.tile(flat, off.off.size // off.n), ok
+        return np.tile(flat, pred.size // off.n), ok
     value = np.take(flat, off.off, mode="clip")
     if not off.in_bounds:
         ok = ok & (off.off >= 0) & (off.off < off.n)
     if written is not None:
-        ok = ok & np.take(written.reshape(-1), off.off, mode="clip")
+        ok = ok & np.take(written, off.off, mode="clip")
     return value, ok
 
 
-def _scatter(
-    tv: TensorView, value: np.ndarray, valid: np.ndarray, pred: np.ndarray, off: _Offset
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Write the values (in tv's compute dtype) where the predicate holds; returns
-    (array, written mask or None)."""
-    shape = local_shape(tv)
-    dtype = tv.dtype.compute.numpy
-    value = value.astype(dtype, copy=False)
-    if valid is not pred:
-        value = np.where(valid, value, poison(dtype))
-    if off.identity and pred[: off.n].all() and not pred[off.n :].any():
-        return value[: off.n].reshape(shape).copy(), None
-    sel = off.off[pred]
-    if sel.size and (sel.min() < 0 or sel.max() >= off.n):
-        raise ExecutionError(
-            f"run_kernel: {tv.name} is written out of bounds (flat index {sel.max()} of "
-            f"{off.n}); its schedule does not match its shape"
-        )
-    out = np.full(off.n, poison(dtype), dtype=dtype)
-    written = np.zeros(off.n, dtype=bool)
-    out[sel] = value[pred]
-    written[sel] = valid[pred]
-    if written.all():  # e.g. a broadcast row every block writes: readers take the fast paths
-        return out.reshape(shape), None
-    return out.reshape(shape), written.reshape(shape)
+class _Store:
+    """A tensor the kernel writes to memory, filled chunk by chunk in grid order.
+
+    While every chunk so far wrote the elements of its own grid points in order (the
+    identity layout: grid point k writes element k) the elements written are a
+    prefix and no mask is kept; the first chunk that writes otherwise fills the rest
+    with poison and starts a mask of the elements written (and valid). Values are
+    held in the tensor's compute dtype (see fuserlite.runtime.numpy_ops.store)."""
+
+    def __init__(self, tv: TensorView, key: tuple, coords: list) -> None:
+        self.tv = tv
+        self.key = key
+        self.coords = coords
+        self.shape = local_shape(tv)
+        self.dtype = tv.dtype.compute.numpy
+        self.n = math.prod(self.shape)
+        self.data = np.empty(self.n, dtype=self.dtype)
+        self.prefix = 0  # while `mask` is None: elements [0, prefix) are written
+        self.invalid: list[np.ndarray] = []  # ... of which these flat indices are not valid
+        self.mask: np.ndarray | None = None
+
+    def write(self, chunk: GridChunk, value: np.ndarray, valid: np.ndarray, pred) -> None:
+        """Store the chunk's values where the predicate holds (invalid ones as poison)."""
+        off = chunk.offset(self.key, self.shape, self.coords)
+        value = value.astype(self.dtype, copy=False)
+        if valid is not pred:
+            value = np.where(valid, value, poison(self.dtype))
+        lo, m = off.start, off.within
+        if off.identity and pred[:m].all() and not pred[m:].any():
+            self.data[lo : lo + m] = value[:m]
+            if self.mask is not None:
+                self.mask[lo : lo + m] = valid[:m]
+                return
+            if valid is not pred and not valid[:m].all():
+                self.invalid.append(lo + np.flatnonzero(~valid[:m]))
+            if m:
+                self.prefix = lo + m
+            return
+        sel = off.off[pred]
+        if sel.size and (sel.min() < 0 or sel.max() >= off.n):
+            raise ExecutionError(
+                f"run_kernel: {self.tv.name} is written out of bounds (flat index {sel.max()} of "
+                f"{off.n}); its schedule does not match its shape"
+            )
+        self._start_mask()
+        self.data[sel] = value[pred]
+        self.mask[sel] = valid[pred]
+
+    def _start_mask(self) -> None:
+        if self.mask is not None:
+            return
+        self.mask = np.zeros(self.n, dtype=bool)
+        self.mask[: self.prefix] = True
+        for where in self.invalid:
+            self.mask[where] = False
+        self.data[self.prefix :] = poison(self.dtype)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(flat data, mask of the valid elements, or None when every element was written)."""
+        if self.mask is None and self.prefix < self.n:
+            self._start_mask()  # a grid smaller than the tensor
+        if self.mask is None or self.mask.all():
+            return self.data, None
+        return self.data, self.mask
 
 
 def run_scheduled(
