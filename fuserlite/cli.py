@@ -32,6 +32,7 @@ from rich.table import Table
 from rich.theme import Theme
 
 import fuserlite
+from fuserlite.cli_progress import ProgressDisplay
 from fuserlite.codegen import cuda_source
 from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
@@ -42,6 +43,7 @@ from fuserlite.passes import REGISTRY
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
 from fuserlite.printer import print_program, print_scheduled
 from fuserlite.runtime.backends import BACKENDS, make_backend
+from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.executor import FusionExecutor
 from fuserlite.runtime.numpy_ops import blocks
 from fuserlite.schedule.shard import resize_meshes
@@ -49,6 +51,8 @@ from fuserlite.schedule.shard import resize_meshes
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13): what a shell reports for `cat big | head -1`
+RANDOM_INPUTS = "random inputs"  # the phases of `run` around the passes and kernels
+VALIDATION = "validation"
 
 
 class UsageError(Exception):
@@ -253,10 +257,27 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
         check_device_count(args.devices, "--devices")
     fusion = load_fusion(args.path)
     backend = make_backend(args.backend)
+    # Long work shows progress on a terminal (only in the process that reports).
+    with ProgressDisplay(out.console if backend.is_host() else None) as progress:
+        return _run(args, out, fusion, backend, progress)
+
+
+def _run(
+    args: argparse.Namespace,
+    out: Output,
+    fusion: Fusion,
+    backend: Communicator,
+    progress: ProgressDisplay,
+) -> int:
+    """The body of `run`, observed by `progress`."""
     try:
         devices = apply_devices(fusion, args.path, args.devices)
+        progress.phase(RANDOM_INPUTS)
         inputs = fuserlite.random_inputs(fusion, args.seed)
-        executor = FusionExecutor(fusion, backend=backend, schedule=not args.no_schedule)
+        progress.finish(RANDOM_INPUTS)
+        executor = FusionExecutor(
+            fusion, backend=backend, schedule=not args.no_schedule, progress=progress
+        )
         outputs = executor.run(inputs)
     except FuserliteError:
         if backend.is_host():
@@ -274,6 +295,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
         table.add_row(*checksum_row(tv.name, array))
     out.table(table)
     out.table(communications_table(executor))
+    progress.phase(VALIDATION)
     errors = fuserlite.validate(fusion, inputs, outputs)
     worst = max(errors, default=0.0)
     out.text(f"validation: ok, outputs match the reference (max abs error {worst:.3g})\n")

@@ -1,6 +1,9 @@
 """The pass pipeline: run passes by name, verify after each, dump on request.
 
 lowered = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouched
+
+`progress`, if given, is told about each pass before it runs (a display of long
+work hangs on it; see Progress).
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import copy
 import gc
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import fuserlite.passes  # noqa: F401 - registers every pass
 from fuserlite.ir import args
@@ -33,6 +37,14 @@ def default_pass_names(**options: str) -> list[str]:
     return [f"{n}[{options[n]}]" if n in options else n for n in DEFAULT_PASSES if n in REGISTRY]
 
 
+class Progress(Protocol):
+    """An observer of long work: `progress(phase, done, total, current)` is called
+    before each unit of a phase ("passes", "kernels/communications") with the number
+    done so far and the name of the one starting, and once at the end with done == total."""
+
+    def __call__(self, phase: str, done: int, total: int, current: str) -> None: ...
+
+
 class PassFailed(FuserliteError):
     """A pass broke an invariant or raised; names the pass and the passes before it."""
 
@@ -48,6 +60,7 @@ class Pipeline:
         print_after: Sequence[str] = (),
         print_after_all: bool = False,
         dump: Callable[[str, Fusion], None] | None = None,
+        progress: Progress | None = None,
     ) -> None:
         names = "a list of pass names (or Pass objects)"
         if not isinstance(passes, (list, tuple)) or not all(
@@ -70,6 +83,7 @@ class Pipeline:
             raise PassFailed(f"--print-after names unknown pass {unknown[0]!r}")
         self.print_after = set(print_after)
         self.dump = dump or (lambda name, f: print(f"// ----- after {name} -----\n{f}"))
+        self.progress = progress
 
     @classmethod
     def default(cls, **kwargs) -> Pipeline:
@@ -94,6 +108,8 @@ class Pipeline:
         lowered, _ = fusion.clone()
         ran: list[str] = []
         for p in self.passes:
+            if self.progress is not None:
+                self.progress("passes", len(ran), len(self.passes), str(p))
             try:
                 p.run(lowered)
                 if self.verify_each:
@@ -109,6 +125,8 @@ class Pipeline:
             ran.append(str(p))
             if self.print_after_all or p.name in self.print_after:
                 self.dump(str(p), lowered)
+        if self.progress is not None:
+            self.progress("passes", len(ran), len(self.passes), "")
         return lowered
 
 

@@ -27,7 +27,7 @@ from fuserlite.ir.program import Kernel
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
-from fuserlite.pipeline import Pipeline
+from fuserlite.pipeline import Pipeline, Progress
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
@@ -89,7 +89,10 @@ class FusionExecutor:
         *,
         schedule: bool = True,
         pipeline: Pipeline | None = None,
+        progress: Progress | None = None,
     ) -> None:
+        """`progress` observes the default pipeline's passes (a given `pipeline` has its
+        own) and each run's kernels and communications."""
         who = "FusionExecutor"
         self.fusion = args.instance(fusion, Fusion, who, "fusion", "a Fusion", ExecutionError)
         accepted = f"one of {', '.join(BACKENDS)} or a Communicator"
@@ -98,7 +101,8 @@ class FusionExecutor:
         self.schedule = args.boolean(schedule, who, "schedule", ExecutionError)
         if pipeline is not None:
             args.instance(pipeline, Pipeline, who, "pipeline", "a Pipeline or None", ExecutionError)
-        self.lowered = (pipeline or Pipeline.default()).run(fusion)
+        self.progress = progress
+        self.lowered = (pipeline or Pipeline.default(progress=progress)).run(fusion)
         for step in [None] if self.lowered.segments is None else self.lowered.segments:
             if not isinstance(step, (Kernel, Communication)):
                 what = "no segments" if step is None else f"an unlowered {step!r}"
@@ -204,13 +208,18 @@ class FusionExecutor:
             for d in self.backend.hosted(mesh_of(tv).devices):
                 values[d][tv] = shard(tv, array, d)
         del arrays
-        for step, dead in zip(self.lowered.segments, self._dead):
+        steps = self.lowered.segments
+        for i, (step, dead) in enumerate(zip(steps, self._dead)):
+            if self.progress is not None:
+                self.progress(STEPS, i, len(steps), describe_step(step))
             if isinstance(step, Kernel):
                 self._run_kernel(step, values)
             else:
                 self._run_communication(step, values)
             for local in values.values():
                 _forget(local, dead)
+        if self.progress is not None:
+            self.progress(STEPS, len(steps), len(steps), "")
         return values
 
     def _run_kernel(self, kernel: Kernel, values) -> None:
@@ -245,6 +254,19 @@ def _reads(step: Kernel | Communication | Expr) -> list[TensorView]:
 
 def _writes(step: Kernel | Communication | Expr) -> list[TensorView]:
     return [step.output] if isinstance(step, Communication) else list(step.outputs)
+
+
+STEPS = "kernels/communications"  # the executor's phase, as a Progress sees it
+
+
+def describe_step(step: Kernel | Communication) -> str:
+    """`kernel linear on 2 devices`, `scheduled kernel of 6 ops on 2 devices` or
+    `Allgather T3 -> T4`, for a progress display."""
+    if isinstance(step, Communication):
+        return f"{step.kind.value} {step.input.name} -> {step.output.name}"
+    ops = step.exprs[0].op_name if len(step.exprs) == 1 else f"of {len(step.exprs)} ops"
+    where = (step.mesh or SINGLE_DEVICE).size
+    return f"{'scheduled kernel' if step.scheduled else 'kernel'} {ops} on {where} device(s)"
 
 
 def kernel_io(kernel: Kernel) -> set[TensorView]:
