@@ -24,7 +24,7 @@ import sys
 import time
 
 import numpy as np
-from _report import print_table, write_json
+from _report import Table, write_json
 
 import fuserlite as fl
 from fuserlite import models
@@ -101,19 +101,23 @@ def main() -> None:
     # Every sim timing first: MPI ranks that are still winding down would slow them.
     sims = {(n, d): time_sim(n, d, args.iters) for d in args.ranks for n in PROGRAMS}
     rows = []
-    for d in args.ranks:
-        mpi = time_mpi(d, args.iters)
-        for name in PROGRAMS:
-            row = {"program": name, "devices": d, **sims[name, d], **mpi[name]}
-            row["mpi_over_sim"] = row["mpi_s"] / row["sim_s"]
-            rows.append(row)
     columns = ["program", "D", "sim ms", "mpi ms", "mpi/sim", "bound B/dev", "to MPI B/dev"]
-    table = [
-        [r["program"], r["devices"], r["sim_s"] * 1e3, r["mpi_s"] * 1e3, r["mpi_over_sim"]]
-        + [r["bound_bytes"], r["mpi_sent_bytes"]]
-        for r in rows
-    ]
-    print_table(f"mpi vs sim backend, median of {args.iters} iterations", columns, table)
+    with Table(f"mpi vs sim backend, median of {args.iters} iterations", columns) as table:
+        for d in args.ranks:
+            mpi = time_mpi(d, args.iters)
+            for name in PROGRAMS:
+                row = {"program": name, "devices": d, **sims[name, d], **mpi[name]}
+                row["mpi_over_sim"] = row["mpi_s"] / row["sim_s"]
+                rows.append(row)
+                table.row(
+                    name,
+                    d,
+                    row["sim_s"] * 1e3,
+                    row["mpi_s"] * 1e3,
+                    row["mpi_over_sim"],
+                    row["bound_bytes"],
+                    row["mpi_sent_bytes"],
+                )
     write_json("backends", {"iters": args.iters, "cpus": os.cpu_count(), "rows": rows})
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from _report import print_table, write_json
+from _report import Table, write_json
 
 import fuserlite as fl
 from fuserlite import models
@@ -54,13 +54,15 @@ def measure(fusion: Fusion) -> tuple[list[str], int]:
 
 
 def main() -> None:
-    """Measure every case on every mesh size; print and save the table."""
+    """Measure every case on every mesh size; print each row as it is measured, save them."""
     rows = []
-    for d in DEVICES:
-        for name, build, bound in cases(d):
-            kinds, sent = measure(build())
-            rows.append(
-                {
+    title = f"bytes sent per device: §5 cases x[{ROWS}, {COLS}] float32, MLPs {MLP}"
+    columns = ["case", "D", "communications", "bytes/device", "lower bound", "ratio"]
+    with Table(title, columns, widths=[22, 2, 26, 12, 12, 5]) as table:
+        for d in DEVICES:
+            for name, build, bound in cases(d):
+                kinds, sent = measure(build())
+                r = {
                     "case": name,
                     "devices": d,
                     "communications": kinds,
@@ -68,24 +70,17 @@ def main() -> None:
                     "lower_bound": bound,
                     "ratio": sent / bound if bound else None,  # None: nothing need move
                 }
-            )
-    print_table(
-        f"bytes sent per device: §5 cases x[{ROWS}, {COLS}] float32, MLPs {MLP}",
-        ["case", "D", "communications", "bytes/device", "lower bound", "ratio"],
-        [
-            [
-                r["case"],
-                r["devices"],
-                " + ".join(r["communications"]) or "(none)",
-                r["bytes_per_device"],
-                r["lower_bound"],
-                "-" if r["ratio"] is None else f"{r['ratio']:.2f}",
-            ]
-            for r in rows
-        ],
-    )
-    over = [r for r in rows if r["bytes_per_device"] > r["lower_bound"]]
-    print(f"{len(over)} of {len(rows)} programs move more than the lower bound")
+                rows.append(r)
+                table.row(
+                    name,
+                    d,
+                    " + ".join(kinds) or "(none)",
+                    sent,
+                    bound,
+                    "-" if r["ratio"] is None else f"{r['ratio']:.2f}",
+                )
+        over = [r for r in rows if r["bytes_per_device"] > r["lower_bound"]]
+        table.note(f"{len(over)} of {len(rows)} programs move more than the lower bound")
     write_json(
         "comm_volume",
         {"shape": [ROWS, COLS], "mlp": MLP, "devices": list(DEVICES), "rows": rows},

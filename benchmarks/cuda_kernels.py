@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _report import print_table, write_json
+from _report import Table, write_json
 
 import fuserlite as fl
 from fuserlite.codegen import cuda_source, launch_dims
@@ -105,6 +105,31 @@ class Driver:
         return outs
 
 
+def measure(driver: Driver, name: str, fusion: fl.Fusion) -> dict:
+    """Compile `fusion`'s kernel with nvcc, run it on the GPU, compare with numpy."""
+    inputs = fl.random_inputs(fusion)
+    expected = fl.evaluate(fusion, inputs)
+    kernel = whole_fusion_kernel(fusion)
+    schedule_pointwise(kernel)
+    src = cuda_source(kernel, prefix=name)
+    with tempfile.TemporaryDirectory() as tmp:
+        cu, ptx = Path(tmp) / "k.cu", Path(tmp) / "k.ptx"
+        cu.write_text(src)
+        subprocess.run(["nvcc", "-ptx", "-o", str(ptx), str(cu)], check=True)
+        module = driver.load(ptx.read_bytes() + b"\0")
+    dims = launch_dims(kernel_grid([e.output for e in kernel.exprs]))
+    got = driver.run(
+        module,
+        f"{name}_0",
+        dims,
+        [np.ascontiguousarray(a) for a in inputs],
+        [t.shape for t in fusion.outputs],
+        [t.dtype.numpy for t in fusion.outputs],
+    )
+    err = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected))
+    return {"fusion": name, "grid": dims[0], "block": dims[1], "max_abs_err": err}
+
+
 def main() -> int:
     if shutil.which("nvcc") is None:
         print("skipped: nvcc is not on the PATH")
@@ -115,33 +140,13 @@ def main() -> int:
         print(f"skipped: no usable GPU ({exc})")
         return 0
     rows = []
-    for name, fusion in fusions().items():
-        inputs = fl.random_inputs(fusion)
-        expected = fl.evaluate(fusion, inputs)
-        kernel = whole_fusion_kernel(fusion)
-        schedule_pointwise(kernel)
-        src = cuda_source(kernel, prefix=name)
-        with tempfile.TemporaryDirectory() as tmp:
-            cu, ptx = Path(tmp) / "k.cu", Path(tmp) / "k.ptx"
-            cu.write_text(src)
-            subprocess.run(["nvcc", "-ptx", "-o", str(ptx), str(cu)], check=True)
-            module = driver.load(ptx.read_bytes() + b"\0")
-        dims = launch_dims(kernel_grid([e.output for e in kernel.exprs]))
-        got = driver.run(
-            module,
-            f"{name}_0",
-            dims,
-            [np.ascontiguousarray(a) for a in inputs],
-            [t.shape for t in fusion.outputs],
-            [t.dtype.numpy for t in fusion.outputs],
-        )
-        err = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected))
-        rows.append({"fusion": name, "grid": dims[0], "block": dims[1], "max_abs_err": err})
-    print_table(
-        "generated CUDA vs numpy",
-        ["fusion", "gridDim", "blockDim", "max abs err"],
-        [[r["fusion"], str(r["grid"]), str(r["block"]), r["max_abs_err"]] for r in rows],
-    )
+    with Table(
+        "generated CUDA vs numpy", ["fusion", "gridDim", "blockDim", "max abs err"]
+    ) as table:
+        for name, fusion in fusions().items():
+            r = measure(driver, name, fusion)
+            rows.append(r)
+            table.row(r["fusion"], str(r["grid"]), str(r["block"]), r["max_abs_err"])
     write_json("cuda_kernels", {"rows": rows})
     return 0 if all(r["max_abs_err"] < 1e-5 for r in rows) else 1
 

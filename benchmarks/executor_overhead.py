@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from _report import print_table, write_json
+from _report import Table, write_json
 
 import fuserlite as fl
 from fuserlite import models
@@ -52,17 +52,22 @@ def plain_numpy_2d(x, w1, b1, w2, b2) -> np.ndarray:
 
 
 def wall_times(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
-    """Wall times of each function over `runs` rounds, after one warm-up round.
+    """Wall times of each function over `runs` rounds, after one warm-up round; each
+    round is printed as it ends.
 
     The functions take turns within a round, so a busy machine slows all alike.
     """
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for round_ in range(runs + 1):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            if round_:
-                times[name].append(time.perf_counter() - start)
+    with Table("seconds per round (round 0: warm-up, not counted)", ["round", *fns]) as table:
+        for round_ in range(runs + 1):
+            took = []
+            for name, fn in fns.items():
+                start = time.perf_counter()
+                fn()
+                took.append(time.perf_counter() - start)
+                if round_:
+                    times[name].append(took[-1])
+            table.row(round_, *took)
     return times
 
 
@@ -109,22 +114,21 @@ def main() -> None:
         for n in times
     ]
     threads = os.environ.get("OPENBLAS_NUM_THREADS", f"default ({os.cpu_count()} cores)")
-    print_table(
+    with Table(
         f"tensor-parallel MLP {SIZES} float32, {args.runs} runs, BLAS threads {threads}; "
         "ratios to the faster numpy form",
         ["variant", "median s", "min s", "ratio (median)", "ratio (min)"],
-        [
-            [
+        widths=[40],
+    ) as table:
+        for r in rows:
+            table.row(
                 r["variant"],
                 f"{r['median_s']:.3f}",
                 f"{r['min_s']:.3f}",
                 f"{r['ratio_median']:.2f}",
                 f"{r['ratio_min']:.2f}",
-            ]
-            for r in rows
-        ],
-    )
-    print(f"lowering (once per executor): {lower_s:.3f} s; target ratio <= {TARGET}")
+            )
+        table.note(f"lowering (once per executor): {lower_s:.3f} s; target ratio <= {TARGET}")
     write_json(
         "executor_overhead",
         {
