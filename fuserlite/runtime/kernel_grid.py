@@ -59,15 +59,17 @@ class Offset:
             and start % n == 0
             and np.array_equal(off.reshape(-1, n), np.broadcast_to(np.arange(n), (size // n, n)))
         )
-        self._off = None if self.identity else off  # an identity is cheaper to rebuild
+        # These two layouts are cheaper to rebuild than to keep (in the cache).
+        self._off = None if self.identity or self.periodic else off
         self.size = size
 
     @property
     def off(self) -> np.ndarray:
         """The offsets, one per point of the chunk."""
-        if self._off is None:
-            return np.arange(self.start, self.start + self.size)
-        return self._off
+        if self._off is not None:
+            return self._off
+        points = np.arange(self.start, self.start + self.size)
+        return points if self.identity else points % self.n
 
     def nbytes(self) -> int:
         return 0 if self._off is None else self._off.nbytes
@@ -92,6 +94,8 @@ class GridChunk:
 
     def pred(self, key: tuple, ti: TensorIndex) -> np.ndarray:
         """Where the tensor lowered to `ti` (structure `key`) is in bounds."""
+        if not ti.predicates:
+            key = ()  # always in bounds: one array of True serves every such tensor
         hit = self._preds.get(key)
         if hit is None:
             pred = np.ones(self.extents, dtype=bool)
