@@ -11,6 +11,7 @@ import weakref
 import pytest
 
 import fuserlite as fl
+import fuserlite.runtime.magnitude as magnitude
 import fuserlite.runtime.reference as reference
 from fuserlite.runtime.liveness import dead_after, peak_live
 from fuserlite.schedule.shard import shard_axis
@@ -80,6 +81,25 @@ def test_reference_frees_intermediates_after_their_last_use(monkeypatch):
     (out,) = fl.evaluate(f, inputs)
     assert len(produced) == 21
     assert most_alive <= 2  # a chain: the operand and nothing older
+
+
+def test_magnitudes_free_dead_magnitudes(monkeypatch):
+    f = chain_with_communication(n_ops=10)
+    produced: list[weakref.ref] = []
+    most_alive = 0
+    original = magnitude.magnitude
+
+    def counting(expr, args, mags, value):
+        nonlocal most_alive
+        most_alive = max(most_alive, sum(r() is not None for r in produced))
+        out = original(expr, args, mags, value)
+        produced.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(magnitude, "magnitude", counting)
+    (m,) = magnitude.magnitudes(f, fl.random_inputs(f))
+    assert len(produced) == 21 and m.shape == (8, 6)
+    assert most_alive <= 2  # as the reference's values: the operand's and nothing older
 
 
 def test_working_set_of_a_chain():

@@ -19,15 +19,24 @@ Fusion inputs are exact: m(x) = |x|. validate compares |out - ref| <= atol + rto
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 import numpy as np
 
 from fuserlite.ir.expr import BinaryOp, BinaryOpType, Expr, UnaryOp, UnaryOpType
 from fuserlite.ir.fusion import Fusion
+from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr
 from fuserlite.runtime.reference import evaluate
 
 F64 = np.dtype(np.float64)
+
+
+def _abs(v: np.ndarray) -> np.ndarray:
+    """|v|, exact: a float stays in its dtype (numpy widens it against a float64 m),
+    anything else becomes float64 first (|int64 min| does not fit an int64)."""
+    v = np.asarray(v)
+    return np.abs(v) if v.dtype.kind == "f" else np.abs(v.astype(F64))
 
 
 def _divided(m: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -40,11 +49,11 @@ _UNARY: dict[UnaryOpType, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndar
     UnaryOpType.neg: lambda x, m, y: m,
     UnaryOpType.abs: lambda x, m, y: m,
     UnaryOpType.relu: lambda x, m, y: m,
-    UnaryOpType.exp: lambda x, m, y: np.abs(y) * (1 + m),
-    UnaryOpType.tanh: lambda x, m, y: np.abs(y) + m,  # |tanh'| <= 1
-    UnaryOpType.gelu: lambda x, m, y: np.abs(y) + 1.13 * m,  # |gelu'| < 1.13
-    UnaryOpType.sqrt: lambda x, m, y: np.abs(y) + _divided(m, 2 * np.abs(y)),
-    UnaryOpType.log: lambda x, m, y: np.abs(y) + _divided(m, np.abs(x)),
+    UnaryOpType.exp: lambda x, m, y: _abs(y) * (1 + m),
+    UnaryOpType.tanh: lambda x, m, y: _abs(y) + m,  # |tanh'| <= 1
+    UnaryOpType.gelu: lambda x, m, y: _abs(y) + 1.13 * m,  # |gelu'| < 1.13
+    UnaryOpType.sqrt: lambda x, m, y: _abs(y) + _divided(m, np.multiply(_abs(y), 2, dtype=F64)),
+    UnaryOpType.log: lambda x, m, y: _abs(y) + _divided(m, _abs(x)),
 }
 
 # (a, m(a), b, m(b), a op b) -> m(a op b)
@@ -52,7 +61,7 @@ _BINARY: dict[BinaryOpType, Callable[..., np.ndarray]] = {
     BinaryOpType.add: lambda a, ma, b, mb, y: ma + mb,
     BinaryOpType.sub: lambda a, ma, b, mb, y: ma + mb,
     BinaryOpType.mul: lambda a, ma, b, mb, y: ma * mb,
-    BinaryOpType.div: lambda a, ma, b, mb, y: _divided(ma + np.abs(y) * mb, np.abs(b)),
+    BinaryOpType.div: lambda a, ma, b, mb, y: _divided(ma + _abs(y) * mb, _abs(b)),
     BinaryOpType.max: lambda a, ma, b, mb, y: np.maximum(ma, mb),
     BinaryOpType.min: lambda a, ma, b, mb, y: np.maximum(ma, mb),
 }
@@ -61,29 +70,46 @@ _BINARY: dict[BinaryOpType, Callable[..., np.ndarray]] = {
 def magnitude(
     expr: Expr, args: list[np.ndarray], mags: list[np.ndarray], value: np.ndarray
 ) -> np.ndarray:
-    """m of `expr`'s output, from its arguments' values and magnitudes and its value."""
+    """m of `expr`'s output, from its arguments' values and magnitudes and its value.
+
+    Values stay in their dtype (no float64 copy of a GiB tensor): each formula takes
+    |v| first (`_abs`, exact), which numpy widens against the float64 m."""
     with np.errstate(all="ignore"):
         if isinstance(expr, UnaryOp):
-            return _UNARY[expr.op](args[0].astype(F64), mags[0], value.astype(F64))
+            return _UNARY[expr.op](args[0], mags[0], value)
         if isinstance(expr, BinaryOp):
             values, ms = iter(args), iter(mags)
             operands = [
                 (np.asarray(float(x)), np.asarray(abs(float(x))))
                 if isinstance(x, (int, float))
-                else (next(values).astype(F64), next(ms))
+                else (next(values), next(ms))
                 for x in expr.operands()
             ]
             (a, ma), (b, mb) = operands
-            return _BINARY[expr.op](a, ma, b, mb, value.astype(F64))
+            return _BINARY[expr.op](a, ma, b, mb, value)
         return eval_expr(expr, mags, value.shape, F64)
 
 
 def magnitudes(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """m per fusion output (float64), evaluated alongside the reference's values."""
-    mags = {t: np.abs(np.asarray(a, F64)) for t, a in zip(fusion.inputs, inputs)}
+    """m per fusion output (float64), evaluated alongside the reference's values.
+
+    An input's m is made when an expression first reads it and, like every m, dropped
+    after the last one that does, as the reference drops values (runtime/liveness.py)."""
+    given = dict(zip(fusion.inputs, inputs))
+    mags: dict = {}
+    exprs = fusion.exprs()
+    dead = dead_after(exprs, attrgetter("inputs"), attrgetter("outputs"), keep=fusion.outputs)
+    dead_of = {id(e): d for e, d in zip(exprs, dead)}
+
+    def mag(t) -> np.ndarray:
+        if t not in mags:
+            mags[t] = np.abs(np.asarray(given[t], F64))
+        return mags[t]
 
     def visit(expr: Expr, args: list[np.ndarray], value: np.ndarray) -> None:
-        mags[expr.output] = magnitude(expr, args, [mags[t] for t in expr.inputs], value)
+        mags[expr.output] = magnitude(expr, args, [mag(t) for t in expr.inputs], value)
+        for t in dead_of[id(expr)]:
+            mags.pop(t, None)
 
     evaluate(fusion, inputs, visit)
-    return [np.broadcast_to(mags[t], t.shape) for t in fusion.outputs]
+    return [np.broadcast_to(mag(t), t.shape) for t in fusion.outputs]
