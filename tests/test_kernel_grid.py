@@ -39,3 +39,33 @@ def test_chunked_kernel_runner_equals_one_chunk(name: str, chunk_points: int, mo
     kernel_grid._GRIDS.clear()
     for a, b in zip(whole, chunked):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_registers_are_dropped_after_their_last_reader(monkeypatch):
+    import weakref
+
+    import fuserlite.runtime.kernel_runner as kernel_runner
+
+    with fl.Fusion() as fusion:
+        x = fl.tensor([64, 32])
+        fusion.add_input(x)
+        t = x
+        for k in range(20):
+            t = fl.tanh(t) if k % 2 else t * 0.5
+        fusion.add_output(t)
+    produced: list[weakref.ref] = []
+    most_alive = 0
+    original = kernel_runner.eval_expr
+
+    def counting(expr, args, shape, *rest):
+        nonlocal most_alive
+        most_alive = max(most_alive, sum(r() is not None for r in produced))
+        out = original(expr, args, shape, *rest)
+        produced.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(kernel_runner, "eval_expr", counting)
+    inputs = fl.random_inputs(fusion)
+    fl.validate(fusion, inputs, fl.FusionExecutor(fusion).run(inputs))
+    assert len(produced) >= 20
+    assert most_alive <= 3  # the operand's register (and its load), not the whole chain

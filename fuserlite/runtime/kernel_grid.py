@@ -32,7 +32,7 @@ from fuserlite.schedule.indexing import (
     schedule_signature,
 )
 
-CHUNK_POINTS = 2**19  # points evaluated at once: int64 index arrays of 4 MiB
+CHUNK_POINTS = 2**16  # points evaluated at once: arrays of a few hundred KiB, in cache
 CACHE_POINTS = 2**22  # grids up to this size keep their index arrays between runs
 CACHE_BYTES = 2**28  # all cached index arrays together
 MAX_GRID_POINTS = 2**31  # beyond this a schedule multiplies extents far past its tensors
@@ -70,6 +70,14 @@ class Offset:
             return self._off
         points = np.arange(self.start, self.start + self.size)
         return points if self.identity else points % self.n
+
+    def at(self, points: np.ndarray) -> np.ndarray:
+        """The offsets of the chunk's points where the bool mask `points` holds (a
+        rebuilt layout costs only the points selected)."""
+        if self._off is not None:
+            return self._off[points]
+        k = self.start + np.flatnonzero(points)
+        return k if self.identity else k % self.n
 
     def nbytes(self) -> int:
         return 0 if self._off is None else self._off.nbytes

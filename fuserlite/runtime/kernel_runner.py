@@ -40,6 +40,7 @@ from fuserlite.ir.program import Kernel
 from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.runtime.kernel_grid import Grid, GridChunk, Offset, grid_for, trim_cache
+from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.schedule.indexing import TensorIndex, kernel_grid
 from fuserlite.schedule.pointwise import whole_fusion_kernel
@@ -138,8 +139,9 @@ def run_kernel(
             )
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
+    registers = {id(e.output) for e in kernel.exprs if is_inlined(e.output)}
     for steps in _passes(kernel):
-        _run_pass(grid, steps, arrays, written)
+        _run_pass(grid, steps, registers, arrays, written)
     trim_cache()
     result = {}
     for tv in kernel.outputs:
@@ -156,36 +158,50 @@ class _Lowered:
     expr: Expr
     key: tuple
     index: TensorIndex
-    reads: list[tuple[TensorView, tuple, tuple[int, ...], list]]  # (tensor, key, shape, coords)
+    # Per operand: None for a register, else (offsets key, shape, coordinates) to gather.
+    reads: list[tuple[TensorView, tuple[tuple, tuple[int, ...], list] | None]]
     store: _Store | None
 
 
-def _lower(grid: Grid, step: _Step) -> _Lowered:
+def _lower(grid: Grid, step: _Step, registers: set[int]) -> _Lowered:
     expr, out = step.expr, step.expr.output
     key, ti = grid.lower(out)
     coords = [ix for ix, ax in zip(ti.logical, out.domain.logical) if not ax.is_reduction]
     reads = [
-        (inp, _access_key(expr, inp, key), local_shape(inp), producer_coords(expr, inp, coords))
+        (inp, None)
+        if id(inp) in registers
+        else (
+            inp,
+            (_access_key(expr, inp, key), local_shape(inp), producer_coords(expr, inp, coords)),
+        )
         for inp in expr.inputs
     ]
     store = _Store(out, (key, local_shape(out), "self"), coords) if step.store else None
     return _Lowered(expr, key, ti, reads, store)
 
 
-def _run_pass(grid: Grid, steps: list[_Step], arrays: dict, written: dict) -> None:
+def _run_pass(
+    grid: Grid, steps: list[_Step], registers: set[int], arrays: dict, written: dict
+) -> None:
     """Evaluate `steps` chunk by chunk; the tensors they store join `arrays`."""
-    plans = [_lower(grid, step) for step in steps]
+    plans = [_lower(grid, step, registers) for step in steps]
+    # A register is dropped after its last reader in the pass: a chunk holds a few.
+    dead = dead_after(
+        plans,
+        lambda p: [inp for inp, access in p.reads if access is None],
+        lambda p: [p.expr.output] if id(p.expr.output) in registers else [],
+    )
     for chunk in grid.chunks():
         regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for p in plans:
+        for p, drop in zip(plans, dead):
             expr, out = p.expr, p.expr.output
             pred = chunk.pred(p.key, p.index)
             args, valid = [], pred
-            for inp, access, shape, at in p.reads:
-                if id(inp) in regs:
+            for inp, access in p.reads:
+                if access is None:
                     value, ok = regs[id(inp)]
                 else:
-                    off = chunk.offset(access, shape, at)
+                    off = chunk.offset(*access)
                     value, ok = _gather(arrays[id(inp)], written[id(inp)], off, pred)
                 args.append(value)
                 if ok is not pred and ok is not valid:
@@ -196,6 +212,8 @@ def _run_pass(grid: Grid, steps: list[_Step], arrays: dict, written: dict) -> No
                 regs[id(out)] = (value, valid)
             if p.store is not None:
                 p.store.write(chunk, value, valid, pred)
+            for t in drop:
+                regs.pop(id(t), None)
         chunk.done()
     for p in plans:
         if p.store is not None:
@@ -267,13 +285,13 @@ class _Store:
             if m:
                 self.prefix = lo + m
             return
-        sel = off.off[pred]
+        self._start_mask()
+        sel = off.at(pred)  # a broadcast row: the first chunk holds all its points
         if sel.size and (sel.min() < 0 or sel.max() >= off.n):
             raise ExecutionError(
                 f"run_kernel: {self.tv.name} is written out of bounds (flat index {sel.max()} of "
                 f"{off.n}); its schedule does not match its shape"
             )
-        self._start_mask()
         self.data[sel] = value[pred]
         self.mask[sel] = valid[pred]
 
