@@ -124,6 +124,7 @@ class FusionExecutor:
             for k in steps
             if isinstance(k, Kernel)
         }
+        self._plans: dict[int, object] = {}  # kernel_runner plans, made at the first run
         # Multi-process backends check their world and build team communicators here,
         # on every process, before any communication.
         self.backend.prepare(self.devices, self.communications)
@@ -232,9 +233,13 @@ class FusionExecutor:
                     f"device {d}: a kernel reads {', '.join(missing)}, which this device does not hold"
                 )
             if kernel.scheduled and self.schedule:
-                from fuserlite.runtime.kernel_runner import run_kernel
+                from fuserlite.runtime.kernel_runner import plan_kernel, run_kernel
 
-                local.update(run_kernel(kernel, {t: local[t] for t in kernel.inputs}))
+                # The lowered program never changes: each kernel is planned once.
+                plan = self._plans.get(id(kernel))
+                if plan is None:
+                    plan = self._plans[id(kernel)] = plan_kernel(kernel)
+                local.update(run_kernel(kernel, {t: local[t] for t in kernel.inputs}, plan))
                 continue
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
                 local[e.output] = eval_expr(e, [local[t] for t in e.inputs], local_shape(e.output))

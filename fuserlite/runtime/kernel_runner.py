@@ -37,12 +37,13 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import BroadcastOp, Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.program import Kernel
+from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.runtime.kernel_grid import Grid, GridChunk, Offset, grid_for, trim_cache
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr, store
-from fuserlite.schedule.indexing import TensorIndex, kernel_grid
+from fuserlite.schedule.indexing import GridAxis, TensorIndex, kernel_grid
 from fuserlite.schedule.pointwise import whole_fusion_kernel
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
@@ -122,10 +123,15 @@ def _passes(kernel: Kernel) -> list[list[_Step]]:
 
 
 def run_kernel(
-    kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
+    kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], plan: KernelPlan | None = None
 ) -> dict[TensorView, np.ndarray]:
-    """Execute a scheduled kernel on one device's local input shards; returns local outputs."""
-    grid = grid_for(kernel_grid([e.output for e in kernel.exprs]))
+    """Execute a scheduled kernel on one device's local input shards; returns local outputs.
+
+    `plan` is plan_kernel(kernel), for a caller that runs an unchanging kernel often;
+    without it the plan is worked out once per device, or once while the IR is only
+    read (fuserlite.ir.readonly)."""
+    plan = plan or remembered("kernel plan", kernel, lambda: plan_kernel(kernel))
+    grid = grid_for(plan.grid)
     arrays: dict[int, np.ndarray] = {}
     written: dict[int, np.ndarray | None] = {}  # None: every element was written
     for tv in kernel.inputs:
@@ -139,9 +145,8 @@ def run_kernel(
             )
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
-    registers = {id(e.output) for e in kernel.exprs if is_inlined(e.output)}
-    for steps in _passes(kernel):
-        _run_pass(grid, steps, registers, arrays, written)
+    for steps, dead in plan.passes:
+        _run_pass(grid, steps, dead, arrays, written)
     trim_cache()
     result = {}
     for tv in kernel.outputs:
@@ -153,14 +158,45 @@ def run_kernel(
 
 @dataclass(eq=False)
 class _Lowered:
-    """A step with what its evaluation needs on every chunk: lowered once per pass."""
+    """A step with what its evaluation needs on every chunk."""
 
     expr: Expr
     key: tuple
     index: TensorIndex
     # Per operand: None for a register, else (offsets key, shape, coordinates) to gather.
     reads: list[tuple[TensorView, tuple[tuple, tuple[int, ...], list] | None]]
-    store: _Store | None
+    register: bool  # consumers read its value at their own grid point
+    store: tuple[tuple, list] | None  # (offsets key, coordinates) where it is written
+
+
+Pass = tuple[list[_Lowered], list[list[TensorView]]]  # steps, registers dead after each
+
+
+@dataclass(eq=False)
+class KernelPlan:
+    """What running a kernel takes that depends on its IR alone."""
+
+    grid: list[GridAxis]
+    passes: list[Pass]
+
+
+def plan_kernel(kernel: Kernel) -> KernelPlan:
+    """The kernel's grid and passes, lowered, with the registers each step is the last
+    to read."""
+    axes = kernel_grid([e.output for e in kernel.exprs])
+    grid = grid_for(axes)
+    registers = {id(e.output) for e in kernel.exprs if is_inlined(e.output)}
+    plan = KernelPlan(axes, [])
+    for steps in _passes(kernel):
+        lowered = [_lower(grid, step, registers) for step in steps]
+        # A register is dropped after its last reader in the pass: a chunk holds a few.
+        dead = dead_after(
+            lowered,
+            lambda p: [inp for inp, access in p.reads if access is None],
+            lambda p: [p.expr.output] if p.register else [],
+        )
+        plan.passes.append((lowered, dead))
+    return plan
 
 
 def _lower(grid: Grid, step: _Step, registers: set[int]) -> _Lowered:
@@ -176,25 +212,19 @@ def _lower(grid: Grid, step: _Step, registers: set[int]) -> _Lowered:
         )
         for inp in expr.inputs
     ]
-    store = _Store(out, (key, local_shape(out), "self"), coords) if step.store else None
-    return _Lowered(expr, key, ti, reads, store)
+    store = ((key, local_shape(out), "self"), coords) if step.store else None
+    return _Lowered(expr, key, ti, reads, id(out) in registers, store)
 
 
 def _run_pass(
-    grid: Grid, steps: list[_Step], registers: set[int], arrays: dict, written: dict
+    grid: Grid, steps: list[_Lowered], dead: list[list[TensorView]], arrays: dict, written: dict
 ) -> None:
     """Evaluate `steps` chunk by chunk; the tensors they store join `arrays`."""
-    plans = [_lower(grid, step, registers) for step in steps]
-    # A register is dropped after its last reader in the pass: a chunk holds a few.
-    dead = dead_after(
-        plans,
-        lambda p: [inp for inp, access in p.reads if access is None],
-        lambda p: [p.expr.output] if id(p.expr.output) in registers else [],
-    )
+    stores = [None if p.store is None else _Store(p.expr.output, *p.store) for p in steps]
     for chunk in grid.chunks():
         regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for p, drop in zip(plans, dead):
-            expr, out = p.expr, p.expr.output
+        for p, drop, to in zip(steps, dead, stores):
+            expr = p.expr
             pred = chunk.pred(p.key, p.index)
             args, valid = [], pred
             for inp, access in p.reads:
@@ -208,16 +238,16 @@ def _run_pass(
                     valid = valid & ok
             is_copy = isinstance(expr, BroadcastOp)
             value = args[0] if is_copy else eval_expr(expr, args, (chunk.size,))
-            if is_inlined(out):
-                regs[id(out)] = (value, valid)
-            if p.store is not None:
-                p.store.write(chunk, value, valid, pred)
+            if p.register:
+                regs[id(expr.output)] = (value, valid)
+            if to is not None:
+                to.write(chunk, value, valid, pred)
             for t in drop:
                 regs.pop(id(t), None)
         chunk.done()
-    for p in plans:
-        if p.store is not None:
-            arrays[id(p.expr.output)], written[id(p.expr.output)] = p.store.finish()
+    for p, to in zip(steps, stores):
+        if to is not None:
+            arrays[id(p.expr.output)], written[id(p.expr.output)] = to.finish()
 
 
 def _gather(
