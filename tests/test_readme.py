@@ -1,0 +1,52 @@
+"""Every Python snippet of README.md runs on its own, as a newcomer would paste it into a file."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def test_readme_has_python_snippets():
+    assert len(SNIPPETS) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(SNIPPETS)))
+def test_readme_snippet_runs_alone(index, tmp_path):
+    script = tmp_path / f"snippet_{index}.py"
+    script.write_text(SNIPPETS[index])
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, f"README snippet {index} failed:\n{proc.stderr}"
+
+
+def test_readme_points_nowhere_outside_the_repository():
+    text = (ROOT / "README.md").read_text()
+    assert "../shared" not in text and "DESIGN.md" not in text
+
+
+COMMANDS = [
+    line.split("#", 1)[0].split()[1:]
+    for block in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    for line in block.splitlines()
+    if line.startswith("fuserlite ")
+]
+
+
+def test_readme_has_commands():
+    assert len(COMMANDS) >= 10
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_readme_command_succeeds(argv, monkeypatch, capsys):
+    from fuserlite import cli
+
+    monkeypatch.chdir(ROOT)
+    assert cli.main(argv) == 0, capsys.readouterr().err
