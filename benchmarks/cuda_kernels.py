@@ -3,7 +3,7 @@
     python benchmarks/cuda_kernels.py
 
 For a few scheduled pointwise fusions (seed 004, a 1000-element chain, a
-3x5x7 broadcast, outputs of different ranks): emit CUDA with fuserlite.codegen,
+3x5x7 broadcast, outputs of different ranks): emit CUDA with fuserlite.kernel.cuda,
 compile to PTX with nvcc, launch each kernel through the CUDA driver API
 (ctypes on libcuda; no cupy needed) with the gridDim/blockDim the schedule
 says, and compare the outputs with the reference evaluator. Skips cleanly
@@ -25,8 +25,8 @@ import numpy as np
 from _report import Table, write_json
 
 import fuserlite as fl
-from fuserlite.codegen import cuda_source, launch_dims
-from fuserlite.schedule.indexing import kernel_grid
+from fuserlite.kernel.cuda import cuda_source, launch_dims
+from fuserlite.schedule.grid import kernel_grid
 from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
 
 

@@ -33,15 +33,15 @@ from rich.theme import Theme
 
 import fuserlite
 from fuserlite.cli_progress import ProgressDisplay
-from fuserlite.codegen import cuda_source
 from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
-from fuserlite.ir.program import Kernel
+from fuserlite.kernel.cuda import cuda_source
 from fuserlite.passes import REGISTRY
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
-from fuserlite.printer import print_program, print_scheduled
+from fuserlite.program.printer import print_program, print_scheduled
+from fuserlite.program.program import Kernel
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.executor import FusionExecutor

@@ -7,10 +7,8 @@ tensor and axis at fault. The pipeline runs it after every pass.
 from __future__ import annotations
 
 from fuserlite.ir import args
-from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
     describe_sharding,
@@ -22,6 +20,8 @@ from fuserlite.ir.sharding import (
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import Namer
+from fuserlite.program.communication import Communication
+from fuserlite.program.program import Kernel
 
 SERIAL = ParallelType.Serial
 

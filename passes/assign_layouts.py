@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.ir.communication import Communication, Layout
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.passes.base import Pass, register
 from fuserlite.passes.lower_communications import communications
+from fuserlite.program.communication import Communication, Layout
 
 
 def allocation_order(comm: Communication) -> tuple[int, ...]:

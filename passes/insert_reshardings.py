@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from fuserlite import ops
 from fuserlite.ir.axis_map import producer_to_consumer
-from fuserlite.ir.communication import Communication
 from fuserlite.ir.expr import Expr, LinearOp, LoadStoreOp
 from fuserlite.ir.fusion import Fusion, takes_place_of
 from fuserlite.ir.mesh import DeviceMesh
@@ -40,6 +39,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ops import like
 from fuserlite.passes.base import Pass, register
+from fuserlite.program.communication import Communication
 from fuserlite.schedule.shard import shard_axis
 
 

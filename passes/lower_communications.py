@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import LoadStoreOp, ReductionOp, ReductionOpType
 from fuserlite.ir.fusion import Fusion
@@ -24,6 +23,7 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.passes.base import Pass, register
+from fuserlite.program.communication import CommKind, Communication
 
 
 def nbytes(tv: TensorView) -> int:

@@ -24,8 +24,8 @@ from typing import ClassVar
 
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.program import Kernel
 from fuserlite.passes.base import Pass, register
+from fuserlite.program.program import Kernel
 from fuserlite.schedule.pointwise import compute_kernels, schedule_pointwise, unsupported_reason
 from fuserlite.schedule.shard import has_schedule
 

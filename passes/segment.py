@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.ir.communication import Communication
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.sharding import is_resharding
 from fuserlite.passes.base import Pass, register
+from fuserlite.program.communication import Communication
+from fuserlite.program.program import Kernel
 from fuserlite.schedule.pointwise import POINTWISE_EXPRS
 
 

@@ -9,7 +9,7 @@ import pytest
 from pointwise_cases import bfloat16_chain, run_everywhere, sharded_sum
 
 import fuserlite as fl
-from fuserlite.codegen import cuda_source
+from fuserlite.kernel.cuda import cuda_source
 from fuserlite.runtime.validate import TOLERANCES, ValidationError, output_tolerances
 from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
 

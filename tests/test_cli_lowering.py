@@ -10,8 +10,8 @@ import pytest
 
 import fuserlite as fl
 from fuserlite.cli import main
-from fuserlite.codegen import cuda_source
-from fuserlite.ir.program import Kernel
+from fuserlite.kernel.cuda import cuda_source
+from fuserlite.program.program import Kernel
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.fus"))

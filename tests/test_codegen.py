@@ -10,9 +10,10 @@ import pytest
 from pointwise_cases import CASES, bfloat16_chain, build, dtype_mix, seed004
 
 import fuserlite as fl
-from fuserlite.codegen import cuda_source, launch_dims
-from fuserlite.ir.program import Kernel
-from fuserlite.schedule.indexing import c_expr, kernel_grid, lower_tensor
+from fuserlite.kernel.cuda import cuda_source, launch_dims
+from fuserlite.kernel.indexing import c_expr, lower_tensor
+from fuserlite.program.program import Kernel
+from fuserlite.schedule.grid import kernel_grid
 from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
 
 

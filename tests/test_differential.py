@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
-from fuserlite.ir.communication import Communication
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.types import ParallelType
+from fuserlite.program.communication import Communication
+from fuserlite.program.program import Kernel
 from fuserlite.schedule.shard import shard_axis
 
 # Known compiler bugs the generator steers around (flag -> what triggers it).

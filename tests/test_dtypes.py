@@ -7,7 +7,7 @@ import pytest
 from pointwise_cases import dtype_mix, run_everywhere, sharded_sum
 
 import fuserlite as fl
-from fuserlite.codegen import cuda_source
+from fuserlite.kernel.cuda import cuda_source
 from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
 from fuserlite.schedule.shard import shard_axis
 

@@ -7,7 +7,7 @@ import pytest
 
 import fuserlite as fl
 from fuserlite import models
-from fuserlite.ir.communication import CommKind, Communication
+from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.communicator import chunk, run_communication
 from fuserlite.schedule.shard import shard_axis

@@ -7,7 +7,7 @@ from pointwise_cases import CASES, build
 
 import fuserlite as fl
 import fuserlite.runtime.kernel_grid as kernel_grid
-from fuserlite.schedule.indexing import GridAxis
+from fuserlite.schedule.grid import GridAxis
 
 
 def test_grid_chunks_are_whole_blocks_and_cover_the_grid(monkeypatch):

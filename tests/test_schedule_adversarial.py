@@ -37,10 +37,10 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
-from fuserlite.codegen import cuda_source
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.types import ParallelType
+from fuserlite.kernel.cuda import cuda_source
 from fuserlite.pipeline import PassFailed, default_pass_names
+from fuserlite.program.program import Kernel
 from fuserlite.schedule.shard import has_schedule, shard_axis
 
 # Known compiler bugs (flag -> what goes wrong); see the module docstring.

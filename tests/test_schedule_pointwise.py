@@ -10,10 +10,10 @@ from pointwise_cases import build, seed004
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.expr import LoadStoreOp
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.types import MemoryType, ParallelType
 from fuserlite.passes.base import REGISTRY, make_pass
 from fuserlite.passes.schedule_pointwise import SchedulePointwise, schedule_pointwise
+from fuserlite.program.program import Kernel
 from fuserlite.schedule.pointwise import choose_reference, whole_fusion_kernel
 
 

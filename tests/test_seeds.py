@@ -7,8 +7,8 @@ import pytest
 
 import fuserlite as fl
 from fuserlite import models
-from fuserlite.ir.communication import CommKind, Communication, Layout
 from fuserlite.pipeline import Pipeline, default_pass_names
+from fuserlite.program.communication import CommKind, Communication, Layout
 
 
 @pytest.mark.parametrize("num_devices", [1, 2, 4, 8])

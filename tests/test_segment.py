@@ -5,8 +5,8 @@ from __future__ import annotations
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.expr import LoadStoreOp
-from fuserlite.ir.program import Kernel
 from fuserlite.pipeline import Pipeline
+from fuserlite.program.program import Kernel
 
 
 def segments_of(fusion):

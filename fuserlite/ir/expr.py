@@ -3,7 +3,7 @@
 Each Expr records its input and output TensorViews and links them (definition
 and uses). Kinds: Set (LoadStoreOp), unary and binary pointwise ops,
 broadcast, reduction, expand, reshape, matmul/linear, and after lowering,
-communications (see fuserlite.ir.communication).
+communications (see fuserlite.program.communication).
 """
 
 from __future__ import annotations

@@ -18,16 +18,16 @@ from operator import attrgetter
 import numpy as np
 
 from fuserlite.ir import args
-from fuserlite.ir.communication import Communication
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
 from fuserlite.pipeline import Pipeline, Progress
+from fuserlite.program.communication import Communication
+from fuserlite.program.program import Kernel
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere

@@ -1,7 +1,7 @@
 """A kernel's grid as numpy index arrays, in bounded chunks of whole blocks.
 
 The grid is the kernel's loop nest (`blockIdx x Unswitch x threadIdx`, see
-fuserlite.schedule.indexing.kernel_grid). Its points are evaluated a chunk at
+fuserlite.schedule.grid.kernel_grid). Its points are evaluated a chunk at
 a time: a chunk is a run of consecutive points of at most CHUNK_POINTS, made
 of whole values of the outer loops (whole blocks), so the index arrays of a
 chunk stay a few MiB however large the tensors are. Loop variables are open
@@ -22,8 +22,7 @@ import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.tensor import TensorView
-from fuserlite.schedule.indexing import (
-    GridAxis,
+from fuserlite.kernel.indexing import (
     TensorIndex,
     evaluate,
     flat_offset,
@@ -31,6 +30,7 @@ from fuserlite.schedule.indexing import (
     lower_tensor,
     schedule_signature,
 )
+from fuserlite.schedule.grid import GridAxis
 
 CHUNK_POINTS = 2**16  # points evaluated at once: arrays of a few hundred KiB, in cache
 CACHE_POINTS = 2**22  # grids up to this size keep their index arrays between runs

@@ -1,7 +1,7 @@
 """Run a scheduled kernel through its schedule, vectorized with numpy over its grid.
 
 The grid is the kernel's loop nest (`blockIdx x Unswitch x threadIdx`, see
-fuserlite.schedule.indexing.kernel_grid); every grid point is one GPU thread
+fuserlite.schedule.grid.kernel_grid); every grid point is one GPU thread
 iteration, evaluated as numpy arrays a chunk of whole blocks at a time
 (fuserlite.runtime.kernel_grid), so memory beyond the kernel's tensors stays a
 few MiB. Device-parallel loop axes take index 0: the arrays are one device's
@@ -36,14 +36,15 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import BroadcastOp, Expr
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.indexing import TensorIndex
+from fuserlite.program.program import Kernel
 from fuserlite.runtime.kernel_grid import Grid, GridChunk, Offset, grid_for, trim_cache
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr, store
-from fuserlite.schedule.indexing import GridAxis, TensorIndex, kernel_grid
+from fuserlite.schedule.grid import GridAxis, kernel_grid
 from fuserlite.schedule.pointwise import whole_fusion_kernel
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 

@@ -32,12 +32,12 @@ from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.errors import ExecutionError, ScheduleError
 from fuserlite.ir.expr import BinaryOp, BroadcastOp, Expr, LoadStoreOp, UnaryOp
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.program import Kernel
 from fuserlite.ir.readonly import reading_only, remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MemoryType, ParallelType
 from fuserlite.printer import axis_text
-from fuserlite.schedule.indexing import grid_axes, kernel_grid, unbound_loop_axis
+from fuserlite.program.program import Kernel
+from fuserlite.schedule.grid import grid_axes, kernel_grid, unbound_loop_axis
 from fuserlite.schedule.primitives import merge, parallelize_axis, split
 from fuserlite.schedule.propagate import (
     axis_pairs,

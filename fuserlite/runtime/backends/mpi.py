@@ -34,9 +34,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from fuserlite.ir.communication import CommKind, Communication
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.expr import ReductionOpType
+from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,

@@ -14,9 +14,7 @@ sharded axis yields the local coordinate.
 Indices are small symbolic expressions (`Ix`) so that one lowering serves both
 the numpy kernel runner (`evaluate`) and the CUDA printer (`c_expr`).
 
-The loop axes a kernel's grid iterates ("grid axes") are the loop axes of a
-tensor that are neither device-parallel nor logical axes: the outputs of the
-scheduler's merges and splits, e.g. `[iblockIdx.x, iUS, ithreadIdx.x]`.
+The loop axes a kernel's grid iterates are fuserlite.schedule.grid's.
 """
 
 from __future__ import annotations
@@ -25,12 +23,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.domain import Split
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
+from fuserlite.schedule.grid import GridAxis, grid_axes, unbound_loop_axis
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,77 +168,9 @@ def flat_offset(shape: tuple[int, ...], coords: list) -> Ix:
     return total
 
 
-def _is_sharding_remainder(ax: IterDomain) -> bool:
-    """True for the extent-1 inner part of a sharding split (an axis of extent D outer-split
-    by D): like a logical axis of extent 1 it iterates nothing, and a tensor sharded by
-    the whole axis (`ideviceIdx.x{D}`) has no such axis, so it is no loop of the grid."""
-    d = ax.definition
-    return isinstance(d, Split) and ax is d.inner and ax.extent == 1 and d.outer.is_device_parallel
-
-
-def grid_axes(tv: TensorView) -> list[IterDomain]:
-    """The loop axes of `tv` bound to the kernel grid (scheduler-made, not device-parallel)."""
-    return remembered("grid_axes", tv, lambda: _grid_axes(tv))
-
-
-def _grid_axes(tv: TensorView) -> list[IterDomain]:
-    return [
-        ax
-        for ax in tv.domain.loop
-        if not ax.is_device_parallel
-        and ax.definition is not None
-        and not _is_sharding_remainder(ax)
-    ]
-
-
-@dataclass(frozen=True)
-class GridAxis:
-    """One position of a kernel's loop nest: its extent and how it is executed."""
-
-    extent: int
-    parallel_type: ParallelType
-
-
-def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
-    """The loop nest shared by the tensors a kernel computes: per position the largest
-    extent and the (common) parallel type."""
-    depth = max((len(grid_axes(tv)) for tv in tensors), default=0)
-    extents = [1] * depth
-    types: list[ParallelType | None] = [None] * depth
-    for tv in tensors:
-        axes = grid_axes(tv)
-        if not axes:
-            continue
-        if len(axes) != depth:
-            raise ExecutionError(
-                f"{tv.name} has {len(axes)} scheduled loop axes but the kernel has {depth}; "
-                "propagate the reference schedule to every tensor of the kernel"
-            )
-        for j, ax in enumerate(axes):
-            extents[j] = max(extents[j], ax.extent)
-            if ax.parallel_type is not ParallelType.Serial:
-                if types[j] not in (None, ax.parallel_type):
-                    raise ExecutionError(
-                        f"{tv.name} loop axis {axis_text(ax)} is {ax.parallel_type.value} but "
-                        f"another tensor binds position {j} to {types[j].value}"
-                    )
-                types[j] = ax.parallel_type
-    return [GridAxis(e, t or ParallelType.Serial) for e, t in zip(extents, types)]
-
-
 def loop_var(position: int) -> str:
     """Name of the loop index variable of grid position `position`."""
     return f"l{position}"
-
-
-def unbound_loop_axis(tv: TensorView) -> IterDomain | None:
-    """A loop axis of `tv` that iterates but is not on the grid (the tensor then has
-    no index at a grid point), or None."""
-    bound = {id(ax) for ax in grid_axes(tv)}
-    for ax in tv.domain.loop:
-        if id(ax) not in bound and not ax.is_device_parallel and ax.extent != 1:
-            return ax
-    return None
 
 
 def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:

@@ -1,0 +1,1 @@
+"""Kernels: index lowering of scheduled tensors and code generation (CUDA)."""

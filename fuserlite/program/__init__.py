@@ -1,0 +1,1 @@
+"""The lowered program: compute kernels and communications in execution order."""
