@@ -27,7 +27,6 @@ from _report import Table, write_json
 import fuserlite as fl
 from fuserlite.kernel.cuda import cuda_source, launch_dims
 from fuserlite.schedule.grid import kernel_grid
-from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
 
 
 def fusions() -> dict[str, fl.Fusion]:
@@ -109,8 +108,7 @@ def measure(driver: Driver, name: str, fusion: fl.Fusion) -> dict:
     """Compile `fusion`'s kernel with nvcc, run it on the GPU, compare with numpy."""
     inputs = fl.random_inputs(fusion)
     expected = fl.evaluate(fusion, inputs)
-    kernel = whole_fusion_kernel(fusion)
-    schedule_pointwise(kernel)
+    (kernel,) = fl.Pipeline(["segment", "schedule-pointwise"]).run(fusion).kernels
     src = cuda_source(kernel, prefix=name)
     with tempfile.TemporaryDirectory() as tmp:
         cu, ptx = Path(tmp) / "k.cu", Path(tmp) / "k.ptx"

@@ -39,7 +39,6 @@ from _report import print_table, write_json
 
 import fuserlite as fl
 from fuserlite.runtime.kernel_runner import run_scheduled
-from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
 from fuserlite.schedule.shard import shard_axis
 
 TARGET_RATIO = 3.0
@@ -107,13 +106,12 @@ def kernel_runner_rows(quick: bool) -> list[dict]:
         fusion = chain(n_ops, r, c)
         inputs = fl.random_inputs(fusion)
         start = time.perf_counter()
-        kernel = whole_fusion_kernel(fusion)
-        schedule_pointwise(kernel)
+        program = fl.Pipeline(["segment", "schedule-pointwise"]).run(fusion)
         schedule_s = time.perf_counter() - start
         repeats = 3 if quick else 7
-        run_scheduled(fusion, inputs, kernel)  # warm-up: builds the cached grid indices
+        run_scheduled(program, inputs)  # warm-up: builds the cached grid indices
         numpy_s = best_of(lambda f=fusion, i=inputs: fl.evaluate(f, i), repeats)
-        runner_s = best_of(lambda f=fusion, i=inputs, k=kernel: run_scheduled(f, i, k), repeats)
+        runner_s = best_of(lambda p=program, i=inputs: run_scheduled(p, i), repeats)
         rows.append(
             {
                 "ops": n_ops,

@@ -25,7 +25,7 @@ def main() -> None:
     inputs = [np.ones(NUM_DEVICES * LOCAL, np.float32)]
     for device, (t5,) in executor.run_per_device(inputs).items():
         print(f"device {device}: t5 = {t5[0]:g}")
-    for line in executor.lowered.print_math().splitlines():
+    for line in executor.program.fusion.print_math().splitlines():
         if line.startswith("Communication"):
             print(line)
     fl.validate(fusion, inputs, executor.run(inputs))

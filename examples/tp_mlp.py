@@ -22,7 +22,7 @@ def main() -> None:
         errors = fl.validate(fusion, inputs, outputs)
         title = "sequence-parallel" if sequence_parallel else "tensor-parallel"
         print(f"{title} MLP, output {list(outputs[0].shape)}:")
-        for line in executor.lowered.print_math().splitlines():
+        for line in executor.program.fusion.print_math().splitlines():
             if line.startswith("Communication"):
                 print(f"  {line}")
         kinds = ", ".join(c.kind.value for c in executor.communications)

@@ -96,11 +96,22 @@ __all__ = [
 ]
 
 # Multi-device lowering and execution.
+from fuserlite.ir.errors import ValidationError  # noqa: E402
 from fuserlite.pipeline import Pipeline, lower  # noqa: E402
+from fuserlite.program import Program  # noqa: E402
+from fuserlite.program.verify import verify_program  # noqa: E402
 from fuserlite.runtime.executor import FusionExecutor  # noqa: E402
-from fuserlite.runtime.validate import ValidationError, validate  # noqa: E402
+from fuserlite.runtime.validate import validate  # noqa: E402
 
-__all__ += ["FusionExecutor", "Pipeline", "ValidationError", "lower", "validate"]
+__all__ += [
+    "FusionExecutor",
+    "Pipeline",
+    "Program",
+    "ValidationError",
+    "lower",
+    "validate",
+    "verify_program",
+]
 from fuserlite.spmd import (  # noqa: E402
     all_gather,
     all_reduce,

@@ -40,8 +40,8 @@ from fuserlite.ir.mesh import check_device_count
 from fuserlite.kernel.cuda import cuda_source
 from fuserlite.passes import REGISTRY
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
-from fuserlite.program.printer import print_program, print_scheduled
-from fuserlite.program.program import Kernel
+from fuserlite.program.printer import print_scheduled
+from fuserlite.program.program import Program
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.executor import FusionExecutor
@@ -207,18 +207,20 @@ def cmd_print(args: argparse.Namespace, out: Output) -> int:
             names if names is not None else default_pass_names(),
             print_after=args.print_after or (),
             print_after_all=args.print_after_all,
-            dump=lambda name, f: out.text(f"// ----- after {name} -----\n{print_program(f)}"),
+            dump=lambda name, ir: out.text(f"// ----- after {name} -----\n{ir}"),
         )
-        fusion = pipeline.run(fusion)
+        ir = pipeline.run(fusion)
         if args.print_after or args.print_after_all:
             return EXIT_OK
         if args.scheduled:
-            text = print_scheduled(fusion)
+            text = print_scheduled(ir)
             out.text(text or "(no pointwise kernel to schedule)\n")
             return EXIT_OK
         if args.format == "kernel":
-            out.text(print_program(fusion))
+            out.text(str(ir))
             return EXIT_OK
+        # The other forms print the tensor graph, which a program keeps in its fusion.
+        fusion = ir.fusion if isinstance(ir, Program) else ir
     text = PRINTERS[args.format](fusion)
     out.text(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
@@ -324,8 +326,8 @@ def communications_table(executor: FusionExecutor) -> Table:
 
 def cmd_codegen(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite codegen`: CUDA source, one __global__ kernel per scheduled kernel."""
-    fusion = Pipeline(default_pass_names()).run(load_fusion(args.path))
-    out.text(cuda_source([s for s in fusion.segments if isinstance(s, Kernel) and s.scheduled]))
+    program = Pipeline(default_pass_names()).run(load_fusion(args.path))
+    out.text(cuda_source([k for k in program.kernels if k.scheduled]))
     return EXIT_OK
 
 

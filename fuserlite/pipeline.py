@@ -1,6 +1,6 @@
 """The pass pipeline: run passes by name, verify after each, dump on request.
 
-lowered = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouched
+program = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouched
 
 `progress`, if given, is told about each pass before it runs (a display of long
 work hangs on it; see Progress).
@@ -11,13 +11,17 @@ from __future__ import annotations
 import copy
 import gc
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import fuserlite.passes  # noqa: F401 - registers every pass
 from fuserlite.ir import args
-from fuserlite.ir.errors import FuserliteError, VerifyError
+from fuserlite.ir.errors import FuserliteError, PassFailed, PassOptionError, VerifyError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.passes.base import REGISTRY, Pass, make_pass
+from fuserlite.passes.base import IR_CLASSES, REGISTRY, Level, Pass, make_pass
+from fuserlite.program.program import Program
+from fuserlite.program.verify import verify_program
 from fuserlite.verify import verify
 
 DEFAULT_PASSES = (
@@ -45,21 +49,37 @@ class Progress(Protocol):
     def __call__(self, phase: str, done: int, total: int, current: str) -> None: ...
 
 
-class PassFailed(FuserliteError):
-    """A pass broke an invariant or raised; names the pass and the passes before it."""
+@dataclass(frozen=True)
+class _LevelChecks:
+    """How the pipeline treats the IR of one level."""
+
+    check_input: Callable  # the IR handed to run()
+    check_after_pass: Callable  # between passes: every invariant of the level
+    copy: Callable  # run() works on a copy
+
+
+LEVELS = {
+    Level.fusion: _LevelChecks(verify, partial(verify, require_mesh=True), lambda f: f.clone()[0]),
+    Level.program: _LevelChecks(verify_program, verify_program, Program.clone),
+}
 
 
 class Pipeline:
-    """An ordered list of passes with the validator between them."""
+    """An ordered list of passes with the validator between them.
+
+    The passes' levels must chain: from `input_level` (a Fusion by default), each pass
+    takes the level the one before it leaves (segment turns a fusion into a program),
+    or the pipeline is a PassOptionError before anything runs."""
 
     def __init__(
         self,
         passes: Sequence[Pass | str],
         *,
+        input_level: Level | str = Level.fusion,
         verify_each: bool = True,
         print_after: Sequence[str] = (),
         print_after_all: bool = False,
-        dump: Callable[[str, Fusion], None] | None = None,
+        dump: Callable[[str, Fusion | Program], None] | None = None,
         progress: Progress | None = None,
     ) -> None:
         names = "a list of pass names (or Pass objects)"
@@ -74,6 +94,12 @@ class Pipeline:
                 "Pipeline", "print_after", "a list of pass names", print_after, PassFailed
             )
         self.passes = [p if isinstance(p, Pass) else make_pass(p) for p in passes]
+        levels = ", ".join(repr(lv.value) for lv in Level)
+        args.instance(input_level, (Level, str), "Pipeline", "input_level", levels, PassOptionError)
+        if input_level not in {lv.value for lv in Level}:
+            raise args.fail("Pipeline", "input_level", levels, input_level, PassOptionError)
+        self.input_level = Level(input_level)
+        self.output_level = chain_levels(self.passes, self.input_level)
         self.verify_each = args.boolean(verify_each, "Pipeline", "verify_each", PassFailed)
         self.print_after_all = args.boolean(
             print_after_all, "Pipeline", "print_after_all", PassFailed
@@ -82,40 +108,49 @@ class Pipeline:
         if unknown:
             raise PassFailed(f"--print-after names unknown pass {unknown[0]!r}")
         self.print_after = set(print_after)
-        self.dump = dump or (lambda name, f: print(f"// ----- after {name} -----\n{f}"))
+        self.dump = dump or (lambda name, ir: print(f"// ----- after {name} -----\n{ir}"))
         self.progress = progress
 
     @classmethod
     def default(cls, **kwargs) -> Pipeline:
-        """The default lowering pipeline (DESIGN.md §4)."""
+        """The default lowering pipeline (docs/design.md, the passes)."""
         return cls(default_pass_names(), **kwargs)
 
-    def run(self, fusion: Fusion) -> Fusion:
-        """Verify the input, then run every pass on a copy; returns the copy."""
+    def run(self, ir: Fusion | Program) -> Fusion | Program:
+        """Verify the input, then run every pass on a copy; returns what the last pass
+        produced (the copy, or the Program that segment made of it)."""
         # A compile allocates many small, long-lived objects and frees almost no
         # cycles: the cyclic collector's full scans would make lowering superlinear.
         enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._run(fusion)
+            return self._run(ir)
         finally:
             if enabled:
                 gc.enable()
 
-    def _run(self, fusion: Fusion) -> Fusion:
-        args.instance(fusion, Fusion, "Pipeline.run", "fusion", "a Fusion", PassFailed)
-        verify(fusion)
-        lowered, _ = fusion.clone()
+    def _run(self, ir: Fusion | Program) -> Fusion | Program:
+        cls = IR_CLASSES[self.input_level]
+        what = self.input_level.value
+        args.instance(ir, cls, "Pipeline.run", what, f"a {cls.__name__}", PassFailed)
+        checks = LEVELS[self.input_level]
+        checks.check_input(ir)
+        current = checks.copy(ir)
         ran: list[str] = []
         for p in self.passes:
             if self.progress is not None:
                 self.progress("passes", len(ran), len(self.passes), str(p))
+            level = p.output_level()
             try:
-                p.run(lowered)
+                result = p.run(current)
+                if p.produces is not None:
+                    current = _produced(p, result)
                 if self.verify_each:
-                    verify(lowered, require_mesh=True)
+                    LEVELS[level].check_after_pass(current)
             except VerifyError as exc:
-                raise PassFailed(_context(p, ran) + f"left an invalid fusion: {exc}") from exc
+                raise PassFailed(
+                    _context(p, ran) + f"left an invalid {level.value}: {exc}"
+                ) from exc
             except FuserliteError as exc:  # keep the class (LoweringError, ...), add the pass
                 raise _with_context(exc, _context(p, ran)) from exc
             except Exception as exc:  # a bug in a pass: name it, keep the cause
@@ -124,10 +159,39 @@ class Pipeline:
                 ) from exc
             ran.append(str(p))
             if self.print_after_all or p.name in self.print_after:
-                self.dump(str(p), lowered)
+                self.dump(str(p), current)
         if self.progress is not None:
             self.progress("passes", len(ran), len(self.passes), "")
-        return lowered
+        return current
+
+
+def chain_levels(passes: list[Pass], level: Level) -> Level:
+    """The level after `passes` run on IR of `level`; PassOptionError if one of them
+    works on another level than the passes before it leave."""
+    for k, p in enumerate(passes):
+        if p.level is not level:
+            raise PassOptionError(_level_problem(p, level, passes[:k]))
+        level = p.output_level()
+    return level
+
+
+def _level_problem(p: Pass, level: Level, before: list[Pass]) -> str:
+    where = f"after {', '.join(str(b) for b in before)}" if before else "at the start"
+    have, need = level.value, p.level.value
+    bridges = sorted(n for n, c in REGISTRY.items() if c.level is level and c.produces is p.level)
+    if bridges:
+        fix = f"run {' or '.join(bridges)} before it"
+    else:
+        made = [str(b) for b in before if b.produces is level]
+        fix = f"put it before {made[-1]}" if made else f"give the pipeline a {need}"
+    return f"pass {p} works on a {need}, but {where} the pipeline holds a {have}: {fix}"
+
+
+def _produced(p: Pass, result: object) -> Fusion | Program:
+    cls = IR_CLASSES[p.output_level()]
+    if not isinstance(result, cls):
+        raise PassFailed(f"returned {result!r}, not a {cls.__name__}")
+    return result
 
 
 def _with_context(exc: FuserliteError, context: str) -> FuserliteError:
@@ -142,6 +206,6 @@ def _context(p: Pass, ran: list[str]) -> str:
     return f"pass {p} (after: {before}) "
 
 
-def lower(fusion: Fusion, **kwargs) -> Fusion:
-    """Run the default pipeline on a copy of `fusion`."""
+def lower(fusion: Fusion, **kwargs) -> Program:
+    """The Program of the default pipeline, run on a copy of `fusion`."""
     return Pipeline.default(**kwargs).run(fusion)

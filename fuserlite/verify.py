@@ -11,17 +11,11 @@ from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
-    describe_sharding,
-    is_resharding,
-    non_local_inputs,
     sharding_problem,
-    shardings,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import Namer
-from fuserlite.program.communication import Communication
-from fuserlite.program.program import Kernel
 
 SERIAL = ParallelType.Serial
 
@@ -56,7 +50,7 @@ def _loop_is_consistent(tv: TensorView) -> bool:
     return {id(a) for a in tv.domain.loop} == set(leaves) and len(tv.domain.loop) == len(leaves)
 
 
-class _LazyNamer:
+class LazyNamer:
     """Numbers IterDomains only when a message needs them (verify runs after every pass)."""
 
     def __init__(self, fusion: Fusion) -> None:
@@ -118,7 +112,18 @@ def verify(fusion: Fusion, *, require_mesh: bool = False) -> None:
 
 
 def _verify(fusion: Fusion, require_mesh: bool) -> None:
-    namer = _LazyNamer(fusion)
+    problems = fusion_problems(fusion, LazyNamer(fusion), require_mesh)
+    if problems:
+        raise VerifyError(problems_text("invalid fusion", problems))
+
+
+def problems_text(what: str, problems: list[str]) -> str:
+    """`invalid fusion:` and one indented line per distinct problem."""
+    return f"{what}:\n  " + "\n  ".join(dict.fromkeys(problems))
+
+
+def fusion_problems(fusion: Fusion, namer: Namer, require_mesh: bool) -> list[str]:
+    """Every broken invariant of the fusion's tensors, inputs and outputs."""
     exprs = fusion.exprs()
     tensors = fusion.tensors(exprs)
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
@@ -140,69 +145,5 @@ def _verify(fusion: Fusion, require_mesh: bool) -> None:
                         f"{tv.name} is read by {expr.output.name} = {expr.op_name}(...) but is "
                         "not a fusion input; add it with fusion.add_input",
                     )
-                )
-    problems.extend(layout_problems([e for e in exprs if isinstance(e, Communication)], namer))
-    if fusion.segments is not None:
-        problems.extend(locality_problems(fusion))
-        problems.extend(partial_output_problems(fusion, namer))
-    if problems:
-        raise VerifyError("invalid fusion:\n  " + "\n  ".join(dict.fromkeys(problems)))
-
-
-def layout_problems(comms: list[Communication], namer: Namer) -> list[str]:
-    """Seed 000: collectives must not mix pinned and free layouts."""
-
-    def name(c: Communication) -> str:
-        layout = "no layout" if c.layout is None else ("pinned" if c.layout.pinned else "free")
-        return f"{c.kind.value} {c.input.name} -> {c.output.name} ({layout})"
-
-    collectives = [c for c in comms if c.kind.is_collective]
-    assigned = [c for c in collectives if c.layout is not None]
-    problems = []
-    if assigned and len(assigned) != len(collectives):
-        missing = ", ".join(name(c) for c in collectives if c.layout is None)
-        problems.append(f"some collectives have a layout and others do not: {missing}")
-    reducing = [c for c in assigned if c.kind.is_allreduce_class]
-    if len({c.layout.pinned for c in reducing}) > 1:
-        problems.append(
-            "a mix of layout-pinned and free all-reduce-class collectives: "
-            + ", ".join(name(c) for c in reducing)
-            + "; run assign-layouts so that all are pinned or all are free"
-        )
-    return problems
-
-
-def partial_output_problems(fusion: Fusion, namer: Namer) -> list[str]:
-    """After `segment`: a fusion output is a complete value, never partial sums."""
-    problems = []
-    for out in fusion.outputs:
-        for s in shardings(out).values():
-            if s.is_partial:
-                ax = out.device_axes()[s.parallel_type]
-                problems.append(
-                    f"output {out.name} reduction axis {s.logical_index} ({namer.id(ax)}) holds "
-                    "partial results, one per device; a fusion output must be complete: "
-                    "run insert-reshardings, which completes it with a communication"
-                )
-    return problems
-
-
-def locality_problems(fusion: Fusion) -> list[str]:
-    """After `segment`: every expression of a kernel computes from local shards."""
-    problems = []
-    for seg in fusion.segments:
-        if not isinstance(seg, Kernel):
-            continue
-        for e in seg.exprs:
-            if is_resharding(e):
-                problems.append(
-                    f"kernel expression {e.output.name} = Set({e.input.name}) moves data "
-                    f"between shardings ({describe_sharding(e.input)} -> "
-                    f"{describe_sharding(e.output)}); run insert-reshardings before segment"
-                )
-            for p in non_local_inputs(e):
-                problems.append(
-                    f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
-                    f"{describe_sharding(e.output)}: not local; run insert-reshardings before segment"
                 )
     return problems

@@ -1,6 +1,6 @@
 """assign-layouts: every collective gets an explicit, consistent buffer layout (seed 000).
 
-Before: lower-communications ran.
+Before: a Program whose resharding Sets are Communications (lower-communications ran).
 After: every collective has a Layout: with `pin=all` (default) each is pinned
 to its allocation order (sharded axis first); with `pin=none` none is. All
 collectives agree, so all-gather, all-reduce and reduce-scatter can meet in one
@@ -10,12 +10,12 @@ program; the validator rejects any mix among all-reduce-class collectives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fuserlite.ir.errors import LoweringError
-from fuserlite.ir.fusion import Fusion
-from fuserlite.passes.base import Pass, register
-from fuserlite.passes.lower_communications import communications
+from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import Communication, Layout
+from fuserlite.program.program import Program
 
 
 def allocation_order(comm: Communication) -> tuple[int, ...]:
@@ -31,13 +31,14 @@ def allocation_order(comm: Communication) -> tuple[int, ...]:
 class AssignLayouts(Pass):
     """Give every collective a buffer layout: all pinned (pin=all) or all free (pin=none)."""
 
-    name = "assign-layouts"
+    name: ClassVar[str] = "assign-layouts"
+    level: ClassVar[Level] = Level.program
     pin: str = "all"
 
-    def run(self, fusion: Fusion) -> None:
+    def run(self, program: Program) -> None:
         if self.pin not in ("all", "none"):
             raise LoweringError(f"assign-layouts: pin must be 'all' or 'none', got {self.pin!r}")
-        for comm in communications(fusion):
+        for comm in program.communications:
             if comm.kind.is_collective:
                 comm.layout = (
                     Layout(True, allocation_order(comm)) if self.pin == "all" else Layout(False)

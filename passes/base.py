@@ -1,19 +1,34 @@
 """The Pass base class and the registry of passes by name.
 
 A pass is a small frozen dataclass: a kebab-case `name`, its options as typed
-fields, and `run(fusion)` that rewrites the fusion in place. Its docstring
-states what holds before and after it; the first line is its description.
+fields, the IR level it works on, and `run(ir)` that rewrites that IR in place.
+Fusion passes (`level = Level.fusion`) take a Fusion, program passes a Program;
+`segment` is the one pass that takes a Fusion and returns a Program
+(`produces = Level.program`). Its docstring states what holds before and after
+it; the first line is its description.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from enum import Enum
 from typing import ClassVar
 
-from fuserlite.ir.errors import FuserliteError
+from fuserlite.ir.errors import PassOptionError
 from fuserlite.ir.fusion import Fusion
+from fuserlite.program.program import Program
 
 REGISTRY: dict[str, type[Pass]] = {}
+
+
+class Level(str, Enum):
+    """The IR a pass works on: the fusion (a tensor graph) or the lowered program."""
+
+    fusion = "fusion"
+    program = "program"
+
+
+IR_CLASSES: dict[Level, type] = {Level.fusion: Fusion, Level.program: Program}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,10 +36,19 @@ class Pass:
     """Base class of every pass."""
 
     name: ClassVar[str] = ""
+    level: ClassVar[Level] = Level.fusion
+    # The level of what run() returns, for a pass that changes level (segment); other
+    # passes rewrite their IR in place and return None.
+    produces: ClassVar[Level | None] = None
 
-    def run(self, fusion: Fusion) -> None:
-        """Rewrite `fusion` in place."""
+    def run(self, ir: Fusion | Program) -> Program | None:
+        """Rewrite `ir` (a Fusion or a Program, as `level` says) in place."""
         raise NotImplementedError
+
+    @classmethod
+    def output_level(cls) -> Level:
+        """The level of the IR after this pass."""
+        return cls.produces or cls.level
 
     @classmethod
     def description(cls) -> str:
@@ -46,10 +70,6 @@ def register(cls: type[Pass]) -> type[Pass]:
         raise ValueError(f"pass {cls.__name__} needs a unique kebab-case name, got {cls.name!r}")
     REGISTRY[cls.name] = cls
     return cls
-
-
-class PassOptionError(FuserliteError):
-    """A pass name or option given on the command line is unknown or malformed."""
 
 
 def make_pass(spec: str) -> Pass:

@@ -20,6 +20,7 @@ Broadcast axes never take part: b and bDIDx are the same sharding (seed 004).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fuserlite import ops
 from fuserlite.ir.axis_map import producer_to_consumer
@@ -38,7 +39,7 @@ from fuserlite.ir.sharding import (
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ops import like
-from fuserlite.passes.base import Pass, register
+from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import Communication
 from fuserlite.schedule.shard import shard_axis
 
@@ -202,7 +203,8 @@ def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
 class InsertReshardings(Pass):
     """Insert a Set wherever an expression's inputs are sharded unlike its output."""
 
-    name = "insert-reshardings"
+    name: ClassVar[str] = "insert-reshardings"
+    level: ClassVar[Level] = Level.fusion
 
     def run(self, fusion: Fusion) -> None:
         new_of: dict[TensorView, TensorView] = {}  # outputs to replace

@@ -1,6 +1,6 @@
 """lower-communications: every resharding Set becomes one Communication (DESIGN.md §5).
 
-Before: `segment` ran; resharding Sets sit between kernels.
+Before: a Program (segment ran); resharding Sets sit between kernels.
 After: each of them is a Communication with its kind, team, root, reduction
 op and bytes sent per device; a Set that needs no data movement (replicated to
 sharded on one mesh) is a LocalSlice. A reduction of partial sums whose only
@@ -11,10 +11,10 @@ raises LoweringError naming the expression and both shardings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import LoadStoreOp, ReductionOp, ReductionOpType
-from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import (
     describe_sharding,
     is_partial,
@@ -22,8 +22,9 @@ from fuserlite.ir.sharding import (
     sharded_data_axis,
 )
 from fuserlite.ir.tensor import TensorView
-from fuserlite.passes.base import Pass, register
+from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import CommKind, Communication
+from fuserlite.program.program import Program, Step
 
 
 def nbytes(tv: TensorView) -> int:
@@ -125,23 +126,20 @@ def lower_set(expr: LoadStoreOp) -> Communication:
 class LowerCommunications(Pass):
     """Lower every resharding Set to one Communication (or a local slice)."""
 
-    name = "lower-communications"
+    name: ClassVar[str] = "lower-communications"
+    level: ClassVar[Level] = Level.program
 
-    def run(self, fusion: Fusion) -> None:
-        if fusion.segments is None:
-            raise LoweringError(
-                "lower-communications needs the program's segments: run segment first"
-            )
-        segments = fuse_reduce_then_slice(fusion, fusion.segments)
-        fusion.segments = [lower_set(s) if is_resharding(s) else s for s in segments]
+    def run(self, program: Program) -> None:
+        steps = fuse_reduce_then_slice(program)
+        program.steps = [lower_set(s) if is_resharding(s) else s for s in steps]
 
 
-def fuse_reduce_then_slice(fusion: Fusion, segments: list) -> list:
+def fuse_reduce_then_slice(program: Program) -> list[Step]:
     """partial -> replicated (Allreduce) whose only use slices it (LocalSlice) is one
     ReduceScatter: half the bytes, and the replicated tensor is never built."""
     dropped: set[int] = set()
-    outputs = {id(t) for t in fusion.outputs}
-    for s in segments:
+    outputs = {id(t) for t in program.outputs}
+    for s in program.steps:
         if not (is_resharding(s) and is_partial(s.input)):
             continue
         whole = s.output
@@ -159,9 +157,4 @@ def fuse_reduce_then_slice(fusion: Fusion, segments: list) -> list:
         slice_.replace_input(whole, s.input)
         s.detach()
         dropped.add(id(s))
-    return [s for s in segments if id(s) not in dropped]
-
-
-def communications(fusion: Fusion) -> list[Communication]:
-    """The Communications of a lowered fusion, in execution order."""
-    return [s for s in (fusion.segments or []) if isinstance(s, Communication)]
+    return [s for s in program.steps if id(s) not in dropped]

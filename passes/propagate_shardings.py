@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.expr import Expr, LinearOp, MatmulOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
-from fuserlite.passes.base import Pass, register
+from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_axis
 
 
@@ -117,7 +118,8 @@ def _inherit_sharding(expr, out: TensorView) -> None:
 class PropagateShardings(Pass):
     """Give every tensor a mesh and the DID sharding implied by its producers."""
 
-    name = "propagate-shardings"
+    name: ClassVar[str] = "propagate-shardings"
+    level: ClassVar[Level] = Level.fusion
 
     def run(self, fusion: Fusion) -> None:
         exprs = fusion.exprs()

@@ -9,11 +9,12 @@ device's shard is one contiguous block, as collectives need.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import is_resharding
 from fuserlite.ir.tensor import TensorView
-from fuserlite.passes.base import Pass, register
+from fuserlite.passes.base import Level, Pass, register
 
 
 def device_axis_outermost(tv: TensorView) -> None:
@@ -31,7 +32,8 @@ def device_axis_outermost(tv: TensorView) -> None:
 class ReorderShardedAxis(Pass):
     """Put the sharded axis outermost in the allocation of every communication buffer."""
 
-    name = "reorder-sharded-axis"
+    name: ClassVar[str] = "reorder-sharded-axis"
+    level: ClassVar[Level] = Level.fusion
 
     def run(self, fusion: Fusion) -> None:
         for expr in fusion.exprs():

@@ -1,8 +1,7 @@
 """schedule-pointwise: give every pointwise compute kernel a blockIdx/threadIdx schedule.
 
-Before: `fusion.segments` holds the compute kernels (Kernel objects); when it
-is None the whole fusion is treated as one kernel. Kernels may be unscheduled
-or already scheduled (those are left alone).
+Before: a Program (segment ran) whose compute kernels may be unscheduled or
+already scheduled (those are left alone).
 
 After: every kernel whose expressions are all pointwise, broadcast or Set has
 its inputs cached into local tensors (`Set( in, cache_op=Streaming )`), its
@@ -23,10 +22,9 @@ import dataclasses
 from typing import ClassVar
 
 from fuserlite.ir.errors import ScheduleError
-from fuserlite.ir.fusion import Fusion
-from fuserlite.passes.base import Pass, register
-from fuserlite.program.program import Kernel
-from fuserlite.schedule.pointwise import compute_kernels, schedule_pointwise, unsupported_reason
+from fuserlite.passes.base import Level, Pass, register
+from fuserlite.program.program import Kernel, Program
+from fuserlite.schedule.pointwise import schedule_pointwise, unsupported_reason
 from fuserlite.schedule.shard import has_schedule
 
 __all__ = ["SchedulePointwise", "schedule_pointwise"]
@@ -38,10 +36,11 @@ class SchedulePointwise(Pass):
     """Schedule each pointwise compute kernel for blockIdx.x / Unswitch / threadIdx.x."""
 
     name: ClassVar[str] = "schedule-pointwise"
+    level: ClassVar[Level] = Level.program
     block_size: int = 128
     vectorize: bool = False
 
-    def run(self, fusion: Fusion) -> None:
+    def run(self, program: Program) -> None:
         if not 1 <= self.block_size <= 1024:
             raise ScheduleError(
                 f"schedule-pointwise: block_size {self.block_size} is a threadIdx.x extent and "
@@ -49,8 +48,8 @@ class SchedulePointwise(Pass):
             )
         # Tensors carrying transforms other than sharding splits before this pass
         # were scheduled by the user; earlier kernels' schedules do not count.
-        user = {id(tv) for tv in fusion.tensors() if has_schedule(tv)}
-        for kernel in compute_kernels(fusion):
+        user = {id(tv) for tv in program.tensors() if has_schedule(tv)}
+        for kernel in program.kernels:
             if kernel.scheduled:
                 continue
             why = unsupported_reason(kernel)

@@ -1,7 +1,7 @@
-"""segment: split the program into compute kernels and communications.
+"""segment: turn the fusion into a Program of compute kernels and communications.
 
 Before: every expression is local or a single resharding Set.
-After: `fusion.segments` lists, in execution order, Kernels and the
+After: a Program whose steps are, in execution order, Kernels and the
 resharding Sets (or Communications) between them. A kernel is either a maximal
 run of pointwise expressions on one mesh (for schedule-pointwise) or a single
 other expression (reduction, matmul, linear, expand, reshape), as nvFuser gives
@@ -11,13 +11,14 @@ each scheduler its own segment.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import is_resharding
-from fuserlite.passes.base import Pass, register
+from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import Communication
-from fuserlite.program.program import Kernel
+from fuserlite.program.program import Kernel, Program, Step
 from fuserlite.schedule.pointwise import POINTWISE_EXPRS
 
 
@@ -43,41 +44,43 @@ def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, lis
     kernel.outputs = list(outputs.values())
 
 
-def segment_exprs(fusion: Fusion) -> list:
+def segment_exprs(fusion: Fusion) -> list[Step]:
     """Kernels and data movements in execution order."""
     exprs = fusion.exprs()
     users: dict[int, list[Expr]] = {}
     for e in exprs:
         for t in e.inputs:
             users.setdefault(id(t), []).append(e)
-    segments: list = []
+    steps: list[Step] = []
     current: Kernel | None = None
     current_pointwise = False
     for e in exprs:
         if _is_data_movement(e):
-            segments.append(e)
+            steps.append(e)
             current = None
             continue
         mesh = e.output.mesh
         pointwise = isinstance(e, POINTWISE_EXPRS)
         if current is None or current.mesh != mesh or not (pointwise and current_pointwise):
             current = Kernel([], [], [], mesh)
-            segments.append(current)
+            steps.append(current)
             current_pointwise = pointwise
         current.exprs.append(e)
     fusion_outputs = {id(t) for t in fusion.outputs}
-    for s in segments:
+    for s in steps:
         if isinstance(s, Kernel):
             finish_kernel(s, fusion_outputs, users)
-    return segments
+    return steps
 
 
 @register
 @dataclass(frozen=True)
 class Segment(Pass):
-    """Split the program into compute kernels and communication steps."""
+    """Split the fusion into a program of compute kernels and communication steps."""
 
-    name = "segment"
+    name: ClassVar[str] = "segment"
+    level: ClassVar[Level] = Level.fusion
+    produces: ClassVar[Level] = Level.program
 
-    def run(self, fusion: Fusion) -> None:
-        fusion.segments = segment_exprs(fusion)
+    def run(self, fusion: Fusion) -> Program:
+        return Program(fusion, segment_exprs(fusion))

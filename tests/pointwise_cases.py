@@ -8,7 +8,21 @@ import numpy as np
 
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.passes.segment import Segment
+from fuserlite.program import Kernel, Program
 from fuserlite.schedule.shard import shard_axis
+
+
+def segmented(fusion: fl.Fusion) -> Program:
+    """The Program segment makes of `fusion`, in place: its steps hold the fusion's own
+    tensors (a pipeline would work on a copy)."""
+    return Segment().run(fusion)
+
+
+def whole_kernel(fusion: fl.Fusion) -> Kernel:
+    """The one compute kernel of a fusion of pointwise ops on one mesh, unscheduled."""
+    (kernel,) = segmented(fusion).steps
+    return kernel
 
 
 def seed004(parallelized: bool, num_devices: int) -> fl.Fusion:

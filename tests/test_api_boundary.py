@@ -265,6 +265,23 @@ BAD = [
     bad("pipeline print_after", lambda e: fl.Pipeline([], print_after="segment"), "print_after"),
     bad("pipeline verify_each", lambda e: fl.Pipeline([], verify_each="no"), "verify_each"),
     bad("pipeline run", lambda e: fl.Pipeline([]).run(5), "Pipeline.run", "fusion", "5"),
+    bad(
+        "pipeline program pass first",
+        lambda e: fl.Pipeline(["schedule-pointwise", "segment"]),
+        "pass schedule-pointwise works on a program",
+        "run segment before it",
+    ),
+    bad(
+        "pipeline fusion pass after segment",
+        lambda e: fl.Pipeline(["segment", "propagate-shardings"]),
+        "pass propagate-shardings works on a fusion",
+        "after segment",
+        "put it before segment",
+    ),
+    bad("pipeline input_level", lambda e: fl.Pipeline([], input_level="kernel"), "input_level"),
+    bad("pipeline run program", lambda e: fl.Pipeline([]).run(e.ex.program), "fusion", "Program"),
+    bad("verify_program int", lambda e: fl.verify_program(5), "verify_program", "program", "5"),
+    bad("verify_program fusion", lambda e: fl.verify_program(e.fusion), "program", "Fusion"),
 ]
 
 

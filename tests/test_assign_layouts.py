@@ -15,7 +15,7 @@ def lowered(pin: str | None):
 
 
 def comms(fusion):
-    return [s for s in fusion.segments if hasattr(s, "layout")]
+    return [s for s in fusion.steps if hasattr(s, "layout")]
 
 
 def test_default_pins_every_collective_to_its_allocation_order():
@@ -29,7 +29,7 @@ def test_pin_none_frees_every_collective():
 
 
 def test_layout_is_printed():
-    text = lowered(None).print_math()
+    text = lowered(None).fusion.print_math()
     assert "layout=pinned{0}" in text
 
 

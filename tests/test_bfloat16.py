@@ -6,12 +6,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from pointwise_cases import bfloat16_chain, run_everywhere, sharded_sum
+from pointwise_cases import bfloat16_chain, run_everywhere, sharded_sum, whole_kernel
 
 import fuserlite as fl
 from fuserlite.kernel.cuda import cuda_source
 from fuserlite.runtime.validate import TOLERANCES, ValidationError, output_tolerances
-from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
+from fuserlite.schedule.pointwise import schedule_pointwise
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -102,7 +102,7 @@ def test_bfloat16_sums_accumulate_in_float_across_devices():
 
 
 def test_cuda_loads_and_stores_bfloat16_through_float():
-    kernel = whole_fusion_kernel(bfloat16_chain())  # test_codegen compiles it with nvcc
+    kernel = whole_kernel(bfloat16_chain())  # test_codegen compiles it with nvcc
     schedule_pointwise(kernel)
     src = cuda_source(kernel)
     assert "#include <cuda_bf16.h>" in src and "#include <cuda_fp16.h>" in src

@@ -11,7 +11,6 @@ import pytest
 import fuserlite as fl
 from fuserlite.cli import main
 from fuserlite.kernel.cuda import cuda_source
-from fuserlite.program.program import Kernel
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.fus"))
@@ -90,7 +89,7 @@ def test_nvcc_compiles_the_cuda_of_every_example(tmp_path: Path) -> None:
     sources = []
     for path in EXAMPLES:
         lowered = fl.lower(fl.load(path))
-        kernels = [s for s in lowered.segments if isinstance(s, Kernel) and s.scheduled]
+        kernels = [s for s in lowered.kernels if s.scheduled]
         sources.append(cuda_source(kernels, prefix=f"k_{path.stem}"))
     cu = tmp_path / "examples.cu"
     cu.write_text("\n".join(sources))

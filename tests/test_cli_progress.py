@@ -31,7 +31,7 @@ def test_executor_reports_passes_then_each_kernel_and_communication():
     ex = fl.FusionExecutor(models.tensor_parallel_mlp(2), progress=hook)
     ex.run(fl.random_inputs(ex.fusion))
     steps = [c for c in calls if c[0] == "kernels/communications"]
-    segments = ex.lowered.segments
+    segments = ex.program.steps
     assert [c[1:3] for c in steps] == [(i, len(segments)) for i in range(len(segments) + 1)]
     (comm,) = ex.communications
     assert f"Allreduce {comm.input.name} -> {comm.output.name}" in [c[3] for c in steps]

@@ -7,18 +7,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pointwise_cases import CASES, bfloat16_chain, build, dtype_mix, seed004
+from pointwise_cases import CASES, bfloat16_chain, build, dtype_mix, seed004, whole_kernel
 
 import fuserlite as fl
 from fuserlite.kernel.cuda import cuda_source, launch_dims
 from fuserlite.kernel.indexing import c_expr, lower_tensor
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.grid import kernel_grid
-from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
+from fuserlite.schedule.pointwise import schedule_pointwise
 
 
 def scheduled(fusion: fl.Fusion, **options) -> Kernel:
-    kernel = whole_fusion_kernel(fusion)
+    kernel = whole_kernel(fusion)
     schedule_pointwise(kernel, **options)
     return kernel
 

@@ -457,8 +457,8 @@ def build_case(seed: int) -> Case:
 def lowered_problems(case: Case, ex: fl.FusionExecutor) -> list[str]:
     """Invariants of the lowered program."""
     problems = []
-    tensors = {id(t): t for t in ex.lowered.tensors()}
-    for seg in ex.lowered.segments or []:
+    tensors = {id(t): t for t in ex.program.tensors()}
+    for seg in ex.program.steps:
         if isinstance(seg, Kernel):
             tensors.update((id(t), t) for t in seg.tensors)
     for tv in tensors.values():

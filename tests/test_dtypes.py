@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pointwise_cases import dtype_mix, run_everywhere, sharded_sum
+from pointwise_cases import dtype_mix, run_everywhere, sharded_sum, whole_kernel
 
 import fuserlite as fl
 from fuserlite.kernel.cuda import cuda_source
-from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
+from fuserlite.schedule.pointwise import schedule_pointwise
 from fuserlite.schedule.shard import shard_axis
 
 
@@ -104,7 +104,7 @@ def test_half_chains_are_computed_in_float_and_rounded_once():
 
 
 def test_cuda_computes_half_in_float_and_rounds_at_the_store():
-    kernel = whole_fusion_kernel(half_chain())
+    kernel = whole_kernel(half_chain())
     schedule_pointwise(kernel)
     src = cuda_source(kernel)
     assert "const float t" in src and "__half2float(T0[" in src
@@ -123,7 +123,7 @@ def test_half_sums_accumulate_in_float():
 
 
 def test_cuda_scalars_keep_their_value():
-    kernel = whole_fusion_kernel(dtype_mix())  # test_codegen compiles it with nvcc
+    kernel = whole_kernel(dtype_mix())  # test_codegen compiles it with nvcc
     schedule_pointwise(kernel)
     src = cuda_source(kernel)
     assert "static_cast<long long>(t" in src  # the bool operand widened to the int64 result

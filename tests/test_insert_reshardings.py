@@ -107,7 +107,7 @@ def test_validator_rejects_a_program_segmented_without_insert_reshardings():
     with pytest.raises(fl.pipeline.PassFailed) as err:
         pipeline.run(models.tensor_parallel_mlp(2))
     msg = str(err.value)
-    assert "pass segment (after: propagate-shardings) left an invalid fusion" in msg
+    assert "pass segment (after: propagate-shardings) left an invalid program" in msg
     assert "not local; run insert-reshardings before segment" in msg
 
 
@@ -166,7 +166,7 @@ def test_a_partial_output_is_completed_to_the_reference_value(kind):
     outputs = ex.run(inputs)
     fl.validate(f, inputs, outputs)
     assert "Allreduce" in [c.kind.value for c in ex.communications]
-    completed = ex.lowered.outputs[position]  # the user's output position is kept
+    completed = ex.program.outputs[position]  # the user's output position is kept
     assert not is_partial(completed)
     assert completed.definition.input.number == f.outputs[position].number
     assert completed.user_name == f.outputs[position].user_name  # and the user's name
@@ -186,9 +186,9 @@ def test_a_partial_output_read_by_another_expression_is_completed_once():
 def test_validator_rejects_a_partial_output_after_segment():
     lowered = fl.Pipeline.default().run(fl.parse(PARTIAL_SUM_FUS))
     partial = lowered.outputs[0].definition.input
-    lowered.outputs = [partial]  # undo the completion, as a broken pass would
+    lowered.fusion.outputs = [partial]  # undo the completion, as a broken pass would
     with pytest.raises(fl.VerifyError) as err:
-        fl.verify(lowered, require_mesh=True)
+        fl.verify_program(lowered)
     msg = str(err.value)
     assert f"output {partial.name} reduction axis 1 (rdeviceIdx.x" in msg
     assert "a fusion output must be complete" in msg
@@ -260,7 +260,7 @@ def test_row_parallel_linear_adds_the_bias_once_after_the_reduction(b_axis, out_
     f = _linear(2, 1, 1, b_axis, 2 if out_axis == "partial" else out_axis, x_shape=(8, 16), n=6)
     assert [k for k, _ in _lowered_comms(f)] == kinds
     lowered = fl.Pipeline.default().run(f)
-    (linear,) = [e for e in lowered.exprs() if isinstance(e, fl.ir.LinearOp)]
+    (linear,) = [e for e in lowered.fusion.exprs() if isinstance(e, fl.ir.LinearOp)]
     assert len(linear.inputs) == 2 and is_partial(linear.output)
     assert lowered.outputs[0].user_name == "y"  # linear + bias stands for the user's y
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pointwise_cases import CASES, build, seed004
+from pointwise_cases import CASES, build, seed004, segmented, whole_kernel
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
+from fuserlite.program import Kernel
 from fuserlite.runtime.kernel_runner import run_kernel, run_scheduled, shard_slices
-from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
+from fuserlite.schedule.pointwise import schedule_pointwise
 from fuserlite.schedule.primitives import merge, parallelize_axis, split
 
 
@@ -17,10 +18,10 @@ def run_device0(fusion: fl.Fusion, block_size: int = 128, vectorize: bool = Fals
     """(runner outputs on device 0, matching slices of the reference outputs)."""
     inputs = fl.random_inputs(fusion, seed=1)
     expected = fl.evaluate(fusion, inputs)
-    kernel = whole_fusion_kernel(fusion)
-    schedule_pointwise(kernel, block_size, vectorize)
+    program = segmented(fusion)
+    schedule_pointwise(program.kernels[0], block_size, vectorize)
     local = [a[shard_slices(t, 0)] for t, a in zip(fusion.inputs, inputs)]
-    got = run_scheduled(fusion, local, kernel)
+    got = run_scheduled(program, local)
     want = [e[shard_slices(t, 0)] for t, e in zip(fusion.outputs, expected)]
     return got, want
 
@@ -93,7 +94,8 @@ def test_unsharded_intermediate_between_sharded_tensors_is_rejected() -> None:
         fusion.add_input(x)
         fusion.add_output(z)
     with pytest.raises(fl.ScheduleError, match=r"is sharded \(deviceIdx.x\) but T\d axis"):
-        schedule_pointwise(whole_fusion_kernel(fusion))
+        # One kernel, as segment would make of it had the intermediate a mesh too.
+        schedule_pointwise(Kernel(fusion.exprs(), fusion.inputs, fusion.outputs, mesh))
 
 
 def _reschedule(tv: fl.TensorView, factor: int, swap_merge: bool = False) -> None:
@@ -115,9 +117,10 @@ def _broken_run(which: str, factor: int, swap_merge: bool):
     fusion = build([[6, 50], [6, 50]], lambda a, b: [fl.exp(a) + b])
     inputs = fl.random_inputs(fusion, seed=2)
     (want,) = fl.evaluate(fusion, inputs)
-    kernel = whole_fusion_kernel(fusion)
+    program = segmented(fusion)
+    (kernel,) = program.kernels
     schedule_pointwise(kernel, 128)
-    (good,) = run_scheduled(fusion, inputs, kernel)
+    (good,) = run_scheduled(program, inputs)
     np.testing.assert_allclose(good, want, rtol=1e-6)
     by_role = {
         "load": kernel.exprs[0].output,  # the local cache of the first input
@@ -125,7 +128,7 @@ def _broken_run(which: str, factor: int, swap_merge: bool):
         "store": fusion.outputs[0],
     }
     _reschedule(by_role[which], factor, swap_merge)
-    (bad,) = run_scheduled(fusion, inputs, kernel)
+    (bad,) = run_scheduled(program, inputs)
     return bad, want
 
 
@@ -140,7 +143,7 @@ def test_broken_schedule_gives_wrong_numbers(which: str, factor: int, swap: bool
 
 def test_missing_input_is_an_error() -> None:
     fusion = build([[4]], lambda a: [a + 1.0])
-    kernel = whole_fusion_kernel(fusion)
+    kernel = whole_kernel(fusion)
     schedule_pointwise(kernel)
     with pytest.raises(fl.ExecutionError, match="no array given for kernel input T0"):
         run_kernel(kernel, {})
@@ -149,4 +152,4 @@ def test_missing_input_is_an_error() -> None:
 def test_unscheduled_kernel_is_rejected() -> None:
     fusion = build([[4]], lambda a: [a + 1.0])
     with pytest.raises(fl.ExecutionError, match="schedule the kernel first"):
-        run_kernel(whole_fusion_kernel(fusion), {fusion.inputs[0]: np.ones(4, np.float32)})
+        run_kernel(whole_kernel(fusion), {fusion.inputs[0]: np.ones(4, np.float32)})

@@ -56,7 +56,7 @@ def test_executor_keeps_only_the_outputs(schedule: bool):
 
     ex = Counting(f, schedule=schedule)
     values = ex._execute(inputs)
-    assert {tv for v in values.values() for tv in v} == set(ex.lowered.outputs)
+    assert {tv for v in values.values() for tv in v} == set(ex.program.outputs)
     # Before the Allgather each device holds its input shard's successors only:
     # the kernel's result (no input, no intermediate of the op-by-op kernel).
     assert live == [2]

@@ -108,9 +108,9 @@ def test_pipeline_errors_name_file_and_line(tmp_path: Path) -> None:
 def test_clone_keeps_names_and_derived_tensors_have_none() -> None:
     fusion = fl.parse(MLP, "mlp.fus")
     lowered = fl.lower(fusion)
-    named = {tv.ir_name: tv.name for tv in lowered.tensors_created if tv.user_name}
+    named = {tv.ir_name: tv.name for tv in lowered.fusion.tensors_created if tv.user_name}
     assert named == {"T0": "x (T0)", "T1": "w1 (T1)", "T2": "h (T2)", "T3": "out (T3)"}
-    new = lowered.tensors_created[len(fusion.tensors_created) :]
+    new = lowered.fusion.tensors_created[len(fusion.tensors_created) :]
     assert new and all(tv.user_name is None and tv.origin is None for tv in new)
     # The user's out is still the fusion output, written from a compiler-made local.
     assert [tv.name for tv in lowered.outputs] == ["out (T3)"]

@@ -36,7 +36,7 @@ def test_pipeline_leaves_the_input_fusion_untouched():
     f = models.tensor_parallel_mlp(2)
     before = str(f)
     lowered = fl.lower(f)
-    assert str(f) == before and lowered is not f and lowered.segments
+    assert str(f) == before and lowered is not f and lowered.steps
 
 
 def test_a_pass_that_breaks_an_invariant_is_named_with_the_passes_before_it():

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from pointwise_cases import CASES, build, seed004
+from pointwise_cases import CASES, build, seed004, whole_kernel
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
-from fuserlite.schedule.pointwise import schedule_pointwise, whole_fusion_kernel
+from fuserlite.schedule.pointwise import schedule_pointwise
 from fuserlite.schedule.primitives import parallelize_axis
 from fuserlite.schedule.propagate import propagate
 
@@ -20,7 +20,7 @@ def parallel_types(tv: fl.TensorView) -> list[ParallelType]:
 @pytest.mark.parametrize("parallelized", [True, False])
 def test_seed004_at_most_one_didx_per_tensor(parallelized: bool, num_devices: int) -> None:
     fusion = seed004(parallelized, num_devices)
-    schedule_pointwise(whole_fusion_kernel(fusion))
+    schedule_pointwise(whole_kernel(fusion))
     for tv in fusion.tensors():
         assert parallel_types(tv).count(ParallelType.DIDx) <= 1, str(fusion)
     fl.verify(fusion)
@@ -33,7 +33,7 @@ def test_seed004_at_most_one_didx_per_tensor(parallelized: bool, num_devices: in
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_tensor_gets_the_grid(name: str) -> None:
     fusion = build(*CASES[name])
-    schedule_pointwise(whole_fusion_kernel(fusion))
+    schedule_pointwise(whole_kernel(fusion))
     fl.verify(fusion)
     inputs = set(map(id, fusion.inputs))
     for tv in fusion.tensors():
@@ -70,7 +70,7 @@ def test_incompatible_user_schedule_is_a_schedule_error() -> None:
     fusion = build([[1000], [1000]], lambda a, b: [a + b])
     fusion.inputs[1].split(0, 64)
     with pytest.raises(fl.ScheduleError) as err:
-        schedule_pointwise(whole_fusion_kernel(fusion))
+        schedule_pointwise(whole_kernel(fusion))
     msg = str(err.value)
     assert "T1" in msg and "split by 128" in msg and "iS1{1000}" in msg
 
@@ -80,13 +80,13 @@ def test_incompatible_merge_is_a_schedule_error() -> None:
     a = fusion.inputs[0]
     a.reorder({0: 1}).merge(0)  # merges the axes in the other order
     with pytest.raises(fl.ScheduleError, match="T0.*transformed differently"):
-        schedule_pointwise(whole_fusion_kernel(fusion))
+        schedule_pointwise(whole_kernel(fusion))
 
 
 def test_thread_extent_over_1024_is_a_schedule_error() -> None:
     fusion = build([[4096]], lambda a: [a + 1.0])
     with pytest.raises(fl.ScheduleError, match=r"threadIdx.x .*2048.*1024"):
-        schedule_pointwise(whole_fusion_kernel(fusion), block_size=2048)
+        schedule_pointwise(whole_kernel(fusion), block_size=2048)
 
 
 def test_thread_extent_over_1024_by_hand_names_tensor_and_axis() -> None:

@@ -13,7 +13,7 @@ twice, scalar operands, int32 / float16 / bfloat16 / float32 / float64, sharded 
 
 and checks the scheduled program's invariants (one loop axis per parallel type;
 device axes in front, made by no split but the sharding split; threadIdx.x
-extent == block_size; `fl.verify`). A sample of the kernels is compiled with
+extent == block_size; `fl.verify_program`). A sample of the kernels is compiled with
 one `nvcc -ptx` call when nvcc is on the PATH.
 
 Everything derives from the seed: `run_case(seed)` reproduces a case, and a
@@ -308,13 +308,13 @@ def pipeline_for(block_size: int, vectorize: bool = False) -> fl.Pipeline:
 
 # -- invariants -------------------------------------------------------------------
 def scheduled_kernels(lowered: fl.Fusion) -> list[Kernel]:
-    return [s for s in lowered.segments or [] if isinstance(s, Kernel) and s.scheduled]
+    return [s for s in lowered.kernels if s.scheduled]
 
 
 def schedule_problems(lowered: fl.Fusion, block_size: int) -> list[str]:
     problems = []
     tensors = {id(t): t for t in lowered.tensors()}
-    for seg in lowered.segments or []:
+    for seg in lowered.steps:
         if isinstance(seg, Kernel):
             tensors.update((id(t), t) for t in seg.tensors)
     for tv in tensors.values():
@@ -351,7 +351,7 @@ def schedule_problems(lowered: fl.Fusion, block_size: int) -> list[str]:
                         f"{tv.name}: threadIdx.x extent {ax.extent} != block_size {block_size}"
                     )
     try:
-        fl.verify(lowered)
+        fl.verify_program(lowered)
     except fl.VerifyError as exc:
         problems.append(f"verify: {exc}")
     return problems
@@ -392,7 +392,7 @@ def run_case(seed: int) -> Outcome:
         return Outcome("rejected", f"{type(exc).__name__}: {exc}")
     except Exception as exc:
         return bug(f"lowering raised {type(exc).__name__}: {exc}")
-    problems = schedule_problems(ex.lowered, case.block_size)
+    problems = schedule_problems(ex.program, case.block_size)
     if problems:
         return bug("lowered program: " + "; ".join(problems))
     inputs = fl.random_inputs(case.fusion, seed)
@@ -414,9 +414,9 @@ def run_case(seed: int) -> Outcome:
     diff = outputs_differ([runs[True][k] for k in exact], [runs[False][k] for k in exact])
     if diff is not None:
         return bug(f"kernel runner vs schedule=False: {diff}")
-    kernels = [s for s in ex.lowered.segments if isinstance(s, Kernel)]
+    kernels = ex.program.kernels
     n_sched = sum(k.scheduled for k in kernels)
-    return Outcome("ok", "", ex.lowered, len(kernels) - n_sched, n_sched)
+    return Outcome("ok", "", ex.program, len(kernels) - n_sched, n_sched)
 
 
 def run_batch(seeds) -> tuple[Counter, list[str], list[Outcome]]:
@@ -479,7 +479,7 @@ def test_out_of_range_block_size_is_an_error(block_size: int) -> None:
     f = _small_fusion()
     if "invalid-block-size-silently-ignored" in KNOWN_BUGS:
         ex = fl.FusionExecutor(f, pipeline=pipeline_for(block_size))
-        (kernel,) = [s for s in ex.lowered.segments if isinstance(s, Kernel)]
+        (kernel,) = ex.program.kernels
         assert not kernel.scheduled and "1..1024" in kernel.notes[0]
         return
     with pytest.raises((fl.ScheduleError, PassFailed), match=r"block_size.*1\.\.1024"):
@@ -498,8 +498,8 @@ def test_every_block_size_of_a_prime_extent() -> None:
     want = fl.evaluate(f, inputs)
     for block_size in (1, 2, 3, 128, 255, 256, 257, 258, 511, 1023, 1024):
         ex = fl.FusionExecutor(f, pipeline=pipeline_for(block_size))
-        assert scheduled_kernels(ex.lowered), block_size
-        assert not schedule_problems(ex.lowered, block_size)
+        assert scheduled_kernels(ex.program), block_size
+        assert not schedule_problems(ex.program, block_size)
         (got,) = ex.run(inputs)
         np.testing.assert_array_equal(got, want[0], err_msg=f"block_size={block_size}")
 
@@ -537,9 +537,9 @@ def test_cuda_source_of_a_sharded_reduction_program() -> None:
     fl.validate(f, inputs, ex.run(inputs))
     if "codegen-emits-unscheduled-sharded-kernel" in KNOWN_BUGS:
         with pytest.raises(fl.ExecutionError, match="neither device-parallel nor bound"):
-            cuda_source(ex.lowered)
+            cuda_source(ex.program)
         return
-    src = cuda_source(ex.lowered)
+    src = cuda_source(ex.program)
     assert "__global__" not in src and "not scheduled" in src
 
 

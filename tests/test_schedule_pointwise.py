@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from pointwise_cases import build, seed004
+from pointwise_cases import build, seed004, segmented, whole_kernel
 
 import fuserlite as fl
 from fuserlite import models
@@ -13,8 +13,7 @@ from fuserlite.ir.expr import LoadStoreOp
 from fuserlite.ir.types import MemoryType, ParallelType
 from fuserlite.passes.base import REGISTRY, make_pass
 from fuserlite.passes.schedule_pointwise import SchedulePointwise, schedule_pointwise
-from fuserlite.program.program import Kernel
-from fuserlite.schedule.pointwise import choose_reference, whole_fusion_kernel
+from fuserlite.schedule.pointwise import choose_reference
 
 
 def test_registered_with_options() -> None:
@@ -26,9 +25,9 @@ def test_registered_with_options() -> None:
     assert "Before:" in module_doc and "After:" in module_doc
 
 
-def test_pass_on_unsegmented_fusion_matches_seed_shape() -> None:
+def test_pass_on_seed004_matches_seed_shape() -> None:
     fusion = seed004(parallelized=True, num_devices=2)
-    SchedulePointwise().run(fusion)
+    SchedulePointwise().run(segmented(fusion))
     text = str(fusion)
     # The seed's structure: T3/T4 cache the inputs, T5 computes, T2 = Set(T5).
     assert "T3_l_float[ iblockIdx.x" in text and "cache_op=Streaming" in text
@@ -45,17 +44,17 @@ def test_pass_on_unsegmented_fusion_matches_seed_shape() -> None:
 def test_golden_scheduled_seed004_on_2_devices(golden) -> None:
     for parallelized, name in ((True, "parallelized"), (False, "not_parallelized")):
         fusion = seed004(parallelized, num_devices=2)
-        SchedulePointwise().run(fusion)
+        SchedulePointwise().run(segmented(fusion))
         golden(f"scheduled_seed004_{name}_2dev.txt", str(fusion))
 
 
 def test_caches_and_reference() -> None:
     fusion = build([[3, 5], [5]], lambda a, b: [a + b, b * 2.0])
-    kernel = whole_fusion_kernel(fusion)
+    kernel = whole_kernel(fusion)
     ref = schedule_pointwise(kernel)
     assert kernel.scheduled and kernel.reference is ref is fusion.outputs[0]
     loads = [e for e in kernel.exprs if isinstance(e, LoadStoreOp) and e.input in fusion.inputs]
-    assert [e.input for e in loads] == fusion.inputs
+    assert [e.input for e in loads] == kernel.inputs and set(kernel.inputs) == set(fusion.inputs)
     assert all(e.output.memory_type is MemoryType.LOCAL for e in loads)
     for out in fusion.outputs:  # outputs are written from a local
         assert isinstance(out.definition, LoadStoreOp)
@@ -84,33 +83,30 @@ def test_reference_skips_broadcast_and_device_axes() -> None:
 
 
 def test_non_pointwise_kernels_are_skipped_with_a_note() -> None:
-    fusion = build([[4, 8]], lambda a: [fl.sum(a, 1)])
-    kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), None)
-    fusion.segments = [kernel]
-    SchedulePointwise().run(fusion)
+    program = segmented(build([[4, 8]], lambda a: [fl.sum(a, 1)]))
+    SchedulePointwise().run(program)
+    (kernel,) = program.kernels
     assert not kernel.scheduled
     assert kernel.notes and "reduction" in kernel.notes[0]
 
 
 def test_segments_are_each_scheduled_once() -> None:
     fusion = build([[300]], lambda a: [fl.exp(a)])
-    kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), None)
-    fusion.segments = [kernel]
-    SchedulePointwise(block_size=256).run(fusion)
-    SchedulePointwise(block_size=256).run(fusion)  # scheduled kernels are left alone
+    program = segmented(fusion)
+    (kernel,) = program.kernels
+    SchedulePointwise(block_size=256).run(program)
+    SchedulePointwise(block_size=256).run(program)  # scheduled kernels are left alone
     assert kernel.scheduled
     assert [ax.extent for ax in fusion.outputs[0].domain.loop] == [2, 1, 256]
     assert len(kernel.exprs) == 3
 
 
-def test_running_the_pass_twice_on_an_unsegmented_fusion_schedules_once() -> None:
-    from fuserlite.passes.schedule_pointwise import SchedulePointwise
-
-    fusion = models.add_broadcast(2, True)
-    SchedulePointwise().run(fusion)
-    once = str(fusion)
-    SchedulePointwise().run(fusion)
-    assert str(fusion) == once
+def test_running_the_pass_twice_on_a_program_schedules_once() -> None:
+    program = segmented(models.add_broadcast(2, True))
+    SchedulePointwise().run(program)
+    once = str(program)
+    SchedulePointwise().run(program)
+    assert str(program) == once
 
 
 # -- one sharding written two ways (issue 8, item 8) --------------------------
@@ -169,7 +165,7 @@ def test_issue_case_outer_split_of_an_extent_d_axis_runs_through_the_schedule() 
     ex = fl.FusionExecutor(f)
     inputs = fl.random_inputs(f)
     fl.validate(f, inputs, ex.run(inputs))
-    (pointwise,) = [k for k in ex.lowered.segments if isinstance(k, Kernel) and k.scheduled]
+    (pointwise,) = [k for k in ex.program.kernels if k.scheduled]
     assert pointwise.notes == []
 
 
@@ -183,7 +179,7 @@ def test_a_sharding_written_two_ways_is_one_kernel_schedule(
     ex = fl.FusionExecutor(f)
     inputs = fl.random_inputs(f)
     fl.validate(f, inputs, ex.run(inputs))
-    kernel = [k for k in ex.lowered.segments if isinstance(k, Kernel)][-1]
+    kernel = ex.program.kernels[-1]
     assert kernel.scheduled, kernel.notes  # scheduled, not fallen back to op by op
 
 
@@ -191,7 +187,7 @@ def test_a_schedule_that_fits_no_single_grid_is_rejected_at_scheduling_time() ->
     """The scheduler checks the whole kernel's grid before execution could fail on it."""
     from fuserlite.schedule.pointwise import check_grid
 
-    kernel = whole_fusion_kernel(build([[6, 8]], lambda a: [fl.exp(fl.neg(a))]))
+    kernel = whole_kernel(build([[6, 8]], lambda a: [fl.exp(fl.neg(a))]))
     schedule_pointwise(kernel)
     extra = kernel.exprs[1].output  # one tensor gets a loop axis no other tensor has
     extra.split(-1, 2)

@@ -8,7 +8,7 @@ import pytest
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.pipeline import Pipeline, default_pass_names
-from fuserlite.program.communication import CommKind, Communication, Layout
+from fuserlite.program.communication import CommKind, Layout
 
 
 @pytest.mark.parametrize("num_devices", [1, 2, 4, 8])
@@ -19,7 +19,7 @@ def test_seed_004_add_with_broadcast(num_devices, parallelized):
     inputs = fl.random_inputs(fusion, seed=num_devices)
     fl.validate(fusion, inputs, ex.run(inputs))
     assert ex.communications == []  # b and bDIDx are the same sharding
-    for tv in ex.lowered.tensors():
+    for tv in ex.program.tensors():
         dids = [ax for ax in tv.domain.loop if ax.parallel_type is fl.ParallelType.DIDx]
         assert len(dids) <= 1, tv
 
@@ -62,11 +62,11 @@ def test_seed_000_all_gather_all_reduce_reduce_scatter(pin):
 
 def test_seed_000_mixed_layouts_are_rejected():
     lowered = fl.lower(models.all_gather_all_reduce_reduce_scatter(8))
-    comms = [s for s in lowered.segments if isinstance(s, Communication)]
+    comms = lowered.communications
     reducing = [c for c in comms if c.kind in (CommKind.Allreduce, CommKind.ReduceScatter)]
     reducing[1].layout = Layout(False)  # what torch_xla's reduce_scatter did
     with pytest.raises(fl.VerifyError) as err:
-        fl.verify(lowered)
+        fl.verify_program(lowered)
     msg = str(err.value)
     assert "mix of layout-pinned and free all-reduce-class collectives" in msg
     assert "Allreduce" in msg and "ReduceScatter" in msg and "(free)" in msg and "(pinned)" in msg
@@ -74,7 +74,7 @@ def test_seed_000_mixed_layouts_are_rejected():
 
 def test_seed_000_collective_without_layout_is_rejected():
     lowered = fl.lower(models.all_gather_all_reduce_reduce_scatter(4))
-    comms = [s for s in lowered.segments if isinstance(s, Communication)]
+    comms = lowered.communications
     comms[0].layout = None
     with pytest.raises(fl.VerifyError, match="some collectives have a layout and others do not"):
-        fl.verify(lowered)
+        fl.verify_program(lowered)

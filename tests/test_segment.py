@@ -10,7 +10,7 @@ from fuserlite.program.program import Kernel
 
 
 def segments_of(fusion):
-    return Pipeline(["propagate-shardings", "insert-reshardings", "segment"]).run(fusion).segments
+    return Pipeline(["propagate-shardings", "insert-reshardings", "segment"]).run(fusion).steps
 
 
 def test_seed_004_is_one_kernel():

@@ -34,3 +34,20 @@ class LoweringError(FuserliteError):
 
 class ExecutionError(FuserliteError):
     """Running a fusion failed: bad inputs, mismatched buffers, a failing rank."""
+
+
+class RedistributionError(LoweringError):
+    """No sequence of steps (or transfers) produces the target; the message says why."""
+
+
+class PassOptionError(FuserliteError):
+    """A pass name or option is unknown or malformed, or a pipeline's passes are in an
+    impossible order (a program pass before segment, a fusion pass after it)."""
+
+
+class PassFailed(FuserliteError):
+    """A pass broke an invariant or raised; names the pass and the passes before it."""
+
+
+class ValidationError(ExecutionError):
+    """Executed outputs differ from the reference."""

@@ -34,8 +34,6 @@ class Fusion:
         self.inputs = []
         self.outputs = []
         self._next_number = 0
-        # Filled by the `segment` pass: the ordered steps of the lowered program.
-        self.segments: list | None = None
 
     # Inputs and outputs are lists; a set of their ids beside each keeps add_input /
     # add_output's duplicate check O(1) (a fusion may have 20 000 outputs).

@@ -5,11 +5,11 @@ the compiler's lower-communications turns a resharding into one of these
 plans, the executor and the printers use the block model.
 """
 
+from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.blocks import Box, blocks, chunk_bounds, device_box
 from fuserlite.plan.brute_force import BruteForce, Optimum, brute_force
 from fuserlite.plan.classic import classic_steps
 from fuserlite.plan.cross_mesh import Holding, Move, Transfer, holdings, needs, plan_move
-from fuserlite.plan.errors import RedistributionError
 from fuserlite.plan.mesh_axes import axis_name, team_name, teams
 from fuserlite.plan.placement import (
     Partial,

@@ -23,9 +23,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.blocks import Box, box_text, chunk_bounds, contains, device_box, intersect
 from fuserlite.plan.blocks import volume as elements
-from fuserlite.plan.errors import RedistributionError
 from fuserlite.plan.mesh_axes import MeshShape, coords, rank_in_team
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import StepKind

@@ -13,7 +13,7 @@ import math
 import operator
 from collections.abc import Sequence
 
-from fuserlite.plan.errors import RedistributionError
+from fuserlite.ir.errors import RedistributionError
 
 MeshShape = tuple[int, ...]
 Group = tuple[int, ...]  # mesh axes of one collective, ordered outer -> inner

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from fuserlite.plan.errors import RedistributionError
+from fuserlite.ir.errors import RedistributionError
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.classic import classic_steps
-from fuserlite.plan.errors import RedistributionError
 from fuserlite.plan.mesh_axes import axis_name, integers, mesh_shape
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import Geometry, Step, StepKind, moves

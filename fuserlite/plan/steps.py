@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from fuserlite.plan.errors import RedistributionError
+from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.mesh_axes import Group, MeshShape, axis_name, groups, team_name, team_size
 from fuserlite.plan.placement import Placement
 

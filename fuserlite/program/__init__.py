@@ -1,1 +1,16 @@
 """The lowered program: compute kernels and communications in execution order."""
+
+from fuserlite.program.communication import CommKind, Communication, Layout
+from fuserlite.program.printer import print_program, print_scheduled
+from fuserlite.program.program import Kernel, Program, Step
+
+__all__ = [
+    "CommKind",
+    "Communication",
+    "Kernel",
+    "Layout",
+    "Program",
+    "Step",
+    "print_program",
+    "print_scheduled",
+]

@@ -3,13 +3,12 @@ communication on its own line, in execution order (nvFuser's dialect)."""
 
 from __future__ import annotations
 
-from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
-from fuserlite.printer import Namer, expr_text, print_kernel, transforms_text
-from fuserlite.program.program import Kernel
+from fuserlite.printer import Namer, expr_text, transforms_text
+from fuserlite.program.program import Kernel, Program
 
 
-def kernel_text(kernel, namer: Namer, label: str = "%kernel") -> str:
+def kernel_text(kernel: Kernel, namer: Namer, label: str = "%kernel") -> str:
     """One compute kernel in the seed's format: math, then TransformPrinter."""
     mesh = f" ({kernel.mesh.text()})" if kernel.mesh is not None and label != "%kernel" else ""
     math = "".join(expr_text(e, namer) + "\n" for e in kernel.exprs)
@@ -21,24 +20,23 @@ def kernel_text(kernel, namer: Namer, label: str = "%kernel") -> str:
     return f"{label}{mesh} {{\n{math}\nTransformPrinter : \n{blocks}}} // {label}\n"
 
 
-def print_program(fusion: Fusion) -> str:
-    """A lowered fusion: each kernel as a `%kernel<k> { ... }` block, each
-    communication on its own line, in execution order. Unsegmented fusions
-    print as one kernel."""
-    if fusion.segments is None:
-        return print_kernel(fusion)
-    namer = Namer(fusion)
+def print_program(program: Program) -> str:
+    """Each kernel as a `%kernel<k> { ... }` block, each communication (or resharding
+    Set) on its own line, in execution order."""
+    namer = Namer(program.fusion)
     return "".join(
-        kernel_text(seg, namer, f"%kernel{k}")
-        if isinstance(seg, Kernel)
-        else expr_text(seg, namer) + "\n"
-        for k, seg in enumerate(fusion.segments)
+        kernel_text(step, namer, f"%kernel{k}")
+        if isinstance(step, Kernel)
+        else expr_text(step, namer) + "\n"
+        for k, step in enumerate(program.steps)
     )
 
 
-def print_scheduled(fusion: Fusion) -> str:
-    """Every scheduled compute kernel of a lowered fusion, exactly as nvFuser prints
-    a kernel (`%kernel { ... } // %kernel`), separated by blank lines."""
-    namer = Namer(fusion)
-    kernels = [s for s in fusion.segments or [] if isinstance(s, Kernel) and s.scheduled]
-    return "\n".join(kernel_text(k, namer) for k in kernels)
+def print_scheduled(program: Program) -> str:
+    """Every scheduled compute kernel, exactly as nvFuser prints a kernel
+    (`%kernel { ... } // %kernel`), separated by blank lines."""
+    namer = Namer(program.fusion)
+    return "\n".join(kernel_text(k, namer) for k in program.kernels if k.scheduled)
+
+
+Program.__str__ = print_program  # type: ignore[method-assign]  # str(program), as str(fusion)

@@ -1,17 +1,22 @@
-"""The lowered program: an ordered list of compute kernels and communications.
+"""The lowered program: the fusion's tensors and its steps in execution order.
 
-The `segment` pass fills `fusion.segments`. A Kernel is a set of expressions
-every device of its mesh runs on its local shards; communications are the
-Communication expressions between kernels.
+`segment` is the one pass that turns a Fusion into a Program. A step is a Kernel
+(expressions every device of its mesh runs on its local shards), a Communication
+between kernels, or, until lower-communications runs, the resharding Set that
+will become one. The fusion keeps the tensor graph (inputs, outputs, numbering);
+the steps say what runs, in which order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from fuserlite.ir.expr import Expr
+from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
+from fuserlite.program.communication import Communication
 
 
 @dataclass(eq=False)
@@ -35,3 +40,58 @@ class Kernel:
             for t in (*e.inputs, *e.outputs):
                 seen.setdefault(id(t), t)
         return list(seen.values())
+
+
+Step = Kernel | Expr  # an Expr step is a Communication, or a resharding Set before lowering
+
+
+class Program:
+    """A fusion's tensors and the steps that compute them, in execution order."""
+
+    def __init__(self, fusion: Fusion, steps: list[Step]) -> None:
+        self.fusion = fusion
+        self.steps = list(steps)
+
+    @property
+    def inputs(self) -> list[TensorView]:
+        return self.fusion.inputs
+
+    @property
+    def outputs(self) -> list[TensorView]:
+        return self.fusion.outputs
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        """The compute kernels, in execution order."""
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    @property
+    def communications(self) -> list[Communication]:
+        """The communications, in execution order."""
+        return [s for s in self.steps if isinstance(s, Communication)]
+
+    def tensors(self) -> list[TensorView]:
+        """Every tensor of the program, in printing order."""
+        return self.fusion.tensors()
+
+    def clone(self) -> Program:
+        """A deep copy with the same numbering."""
+        fusion, mapping = self.fusion.clone()
+        return Program(fusion, [_clone_step(s, mapping) for s in self.steps])
+
+    def __repr__(self) -> str:
+        kinds = [type(s).__name__ for s in self.steps]
+        return f"<Program {len(kinds)} steps: {', '.join(kinds)}>"
+
+
+def _clone_step(step: Step, mapping: dict) -> Step:
+    if not isinstance(step, Kernel):
+        return mapping[step]
+    return dataclasses.replace(
+        step,
+        exprs=[mapping[e] for e in step.exprs],
+        inputs=[mapping[t] for t in step.inputs],
+        outputs=[mapping[t] for t in step.outputs],
+        reference=None if step.reference is None else mapping[step.reference],
+        notes=list(step.notes),
+    )

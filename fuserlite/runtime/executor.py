@@ -1,8 +1,9 @@
-"""FusionExecutor: lower a fusion, run it per device, return global arrays.
+"""FusionExecutor: run a lowered program per device, return global arrays.
 
-    ex = FusionExecutor(fusion)              # backend "sim": D devices in this process
+    ex = FusionExecutor(fusion)              # lowers the fusion (fl.lower); backend "sim"
+    ex = FusionExecutor(program)             # ... or runs a Program lowered already
     outputs = ex.run(inputs)                 # global numpy arrays in, global arrays out
-    ex.communications                        # the lowered Communications
+    ex.program.communications                # the lowered Communications (ex.communications)
 
 Inputs are sharded as the fusion's inputs say; each kernel runs on every
 device of its mesh on local shards; communications go through the backend.
@@ -25,9 +26,11 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
+from fuserlite.passes.base import Level
 from fuserlite.pipeline import Pipeline, Progress
 from fuserlite.program.communication import Communication
-from fuserlite.program.program import Kernel
+from fuserlite.program.program import Kernel, Program
+from fuserlite.program.verify import verify_program
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
@@ -80,21 +83,21 @@ class WorkingSet:
 
 
 class FusionExecutor:
-    """Lowers `fusion` once, then runs it on a backend's devices."""
+    """Runs a Program (a Fusion is lowered once first) on a backend's devices."""
 
     def __init__(
         self,
-        fusion: Fusion,
+        ir: Fusion | Program,
         backend: str | Communicator = "sim",
         *,
         schedule: bool = True,
         pipeline: Pipeline | None = None,
         progress: Progress | None = None,
     ) -> None:
-        """`progress` observes the default pipeline's passes (a given `pipeline` has its
-        own) and each run's kernels and communications."""
+        """`pipeline` lowers a Fusion (default: Pipeline.default(progress=progress));
+        `progress` also observes each run's kernels and communications."""
         who = "FusionExecutor"
-        self.fusion = args.instance(fusion, Fusion, who, "fusion", "a Fusion", ExecutionError)
+        args.instance(ir, (Fusion, Program), who, "fusion", "a Fusion or a Program", ExecutionError)
         accepted = f"one of {', '.join(BACKENDS)} or a Communicator"
         args.instance(backend, (str, Communicator), who, "backend", accepted, ExecutionError)
         self.backend = make_backend(backend) if isinstance(backend, str) else backend
@@ -102,27 +105,32 @@ class FusionExecutor:
         if pipeline is not None:
             args.instance(pipeline, Pipeline, who, "pipeline", "a Pipeline or None", ExecutionError)
         self.progress = progress
-        self.lowered = (pipeline or Pipeline.default(progress=progress)).run(fusion)
-        for step in [None] if self.lowered.segments is None else self.lowered.segments:
+        if isinstance(ir, Fusion):
+            self.fusion = ir
+            self.program = _lowered(ir, pipeline or Pipeline.default(progress=progress))
+        else:
+            verify_program(ir)  # built or edited outside a pipeline: check it as one would
+            self.program = ir
+            self.fusion = ir.fusion
+        program = self.program
+        for step in program.steps:
             if not isinstance(step, (Kernel, Communication)):
-                what = "no segments" if step is None else f"an unlowered {step!r}"
                 raise ExecutionError(
-                    f"the lowered program has {what}; its pipeline must run segment and "
-                    "lower-communications (fl.Pipeline.default() does)"
+                    f"the program has an unlowered step {step!r}; its pipeline must run "
+                    "segment and lower-communications (fl.Pipeline.default() does)"
                 )
-        for tv in self.lowered.inputs:
+        for tv in program.inputs:
             if is_partial(tv):
                 raise ExecutionError(
                     f"input {tv.name} is marked partial (rDIDx); inputs hold whole values"
                 )
         # Values are freed after their last reader, on every device: the outputs stay.
-        steps = self.lowered.segments
-        self._dead = dead_after(steps, _reads, _writes, keep=self.lowered.outputs)
-        self._needed = read_anywhere(steps, _reads) | set(self.lowered.outputs)
+        steps = program.steps
+        self._dead = dead_after(steps, _reads, _writes, keep=program.outputs)
+        self._needed = read_anywhere(steps, _reads) | set(program.outputs)
         self._dead_in_kernel = {
             id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
-            for k in steps
-            if isinstance(k, Kernel)
+            for k in program.kernels
         }
         self._plans: dict[int, object] = {}  # kernel_runner plans, made at the first run
         # Multi-process backends check their world and build team communicators here,
@@ -133,31 +141,28 @@ class FusionExecutor:
         """Bytes of the inputs, the outputs and the largest set of intermediates live
         at once, each summed over the devices that hold it (DESIGN.md §8)."""
         steps: list = []  # what the executor materializes one at a time
-        for s in self.lowered.segments:
+        for s in self.program.steps:
             if isinstance(s, Kernel) and not (s.scheduled and self.schedule):
                 steps.extend(s.exprs)  # op by op: each expression's output is an array
             else:
                 steps.append(s)
-        io = {*self.lowered.inputs, *self.lowered.outputs}
+        io = {*self.program.inputs, *self.program.outputs}
         return WorkingSet(
-            inputs=sum(device_bytes(t) for t in dict.fromkeys(self.lowered.inputs)),
-            outputs=sum(device_bytes(t) for t in dict.fromkeys(self.lowered.outputs)),
+            inputs=sum(device_bytes(t) for t in dict.fromkeys(self.program.inputs)),
+            outputs=sum(device_bytes(t) for t in dict.fromkeys(self.program.outputs)),
             intermediates=peak_live(steps, _reads, _writes, device_bytes, exclude=io),
         )
 
     @property
     def communications(self) -> list[Communication]:
         """The lowered communications, in execution order."""
-        return [s for s in self.lowered.segments or [] if isinstance(s, Communication)]
+        return self.program.communications
 
     @property
     def devices(self) -> list[int]:
         """Every device any tensor of the lowered program lives on."""
         devs: set[int] = set()
-        for tv in (
-            *self.lowered.inputs,
-            *self.lowered.tensors(),
-        ):  # inputs read only by dead code too
+        for tv in (*self.program.inputs, *self.program.tensors()):  # inputs dead code reads too
             devs.update(mesh_of(tv).devices)
         return sorted(devs)
 
@@ -165,7 +170,7 @@ class FusionExecutor:
         """Each hosted device's local output shards (None where it holds none)."""
         values = self._execute(inputs)
         return {
-            d: [values[d].get(t) for t in self.lowered.outputs]
+            d: [values[d].get(t) for t in self.program.outputs]
             for d in self.backend.hosted(self.devices)
         }
 
@@ -179,7 +184,7 @@ class FusionExecutor:
         if every is None:
             return None
         outs = []
-        for i, tv in enumerate(self.lowered.outputs):
+        for i, tv in enumerate(self.program.outputs):
             shards = {d: o[i] for d, o in every.items() if o[i] is not None}
             outs.append(self._assemble(tv, shards))
             for o in every.values():  # the shards are copied into the global array: free them
@@ -200,16 +205,16 @@ class FusionExecutor:
     def _execute_unguarded(
         self, inputs: Sequence[np.ndarray]
     ) -> dict[int, dict[TensorView, np.ndarray]]:
-        arrays = check_inputs(self.lowered, inputs)
+        arrays = check_inputs(self.program, inputs)
         hosted = self.backend.hosted(self.devices)
         values: dict[int, dict[TensorView, np.ndarray]] = {d: {} for d in hosted}
-        for tv, array in zip(self.lowered.inputs, arrays):
+        for tv, array in zip(self.program.inputs, arrays):
             if tv not in self._needed:
                 continue
             for d in self.backend.hosted(mesh_of(tv).devices):
                 values[d][tv] = shard(tv, array, d)
         del arrays
-        steps = self.lowered.segments
+        steps = self.program.steps
         for i, (step, dead) in enumerate(zip(steps, self._dead)):
             if self.progress is not None:
                 self.progress(STEPS, i, len(steps), describe_step(step))
@@ -251,6 +256,16 @@ class FusionExecutor:
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}
         for d, array in run_communication(comm, self.backend, bufs).items():
             values[d][comm.output] = array
+
+
+def _lowered(fusion: Fusion, pipeline: Pipeline) -> Program:
+    """The Program `pipeline` makes of `fusion`; it must reach the program level."""
+    if pipeline.output_level is not Level.program:
+        raise ExecutionError(
+            f"the pipeline leaves a {pipeline.output_level.value}, not a program; it must run "
+            "segment and lower-communications (fl.Pipeline.default() does)"
+        )
+    return pipeline.run(fusion)
 
 
 def _reads(step: Kernel | Communication | Expr) -> list[TensorView]:

@@ -35,17 +35,15 @@ import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import BroadcastOp, Expr
-from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.indexing import TensorIndex
-from fuserlite.program.program import Kernel
+from fuserlite.program.program import Kernel, Program
 from fuserlite.runtime.kernel_grid import Grid, GridChunk, Offset, grid_for, trim_cache
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.schedule.grid import GridAxis, kernel_grid
-from fuserlite.schedule.pointwise import whole_fusion_kernel
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
 
@@ -344,13 +342,17 @@ class _Store:
         return self.data, self.mask
 
 
-def run_scheduled(
-    fusion: Fusion, local_inputs: list[np.ndarray], kernel: Kernel | None = None
-) -> list[np.ndarray]:
-    """Run the whole fusion (scheduled in place) as one kernel on local input shards."""
-    kernel = kernel or whole_fusion_kernel(fusion)
-    out = run_kernel(kernel, dict(zip(fusion.inputs, local_inputs)))
-    return [out[t] for t in fusion.outputs]
+def run_scheduled(program: Program, local_inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Run a program of one scheduled kernel (a pointwise fusion after segment and
+    schedule-pointwise) on local input shards; returns its outputs."""
+    if len(program.steps) != 1 or not program.kernels:
+        raise ExecutionError(
+            f"run_scheduled runs a program of one kernel, not {program!r}; "
+            "run the program with FusionExecutor"
+        )
+    (kernel,) = program.kernels
+    out = run_kernel(kernel, dict(zip(program.inputs, local_inputs)))
+    return [out[t] for t in program.outputs]
 
 
 def shard_slices(tv: TensorView, device_index: int) -> tuple[slice, ...]:

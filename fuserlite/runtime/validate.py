@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuserlite.ir import args
-from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.errors import ExecutionError, ValidationError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
@@ -56,10 +56,6 @@ def output_tolerances(fusion: Fusion) -> list[Tolerance]:
         for out in expr.outputs:
             upstream[out] = seen | {out.dtype}
     return [tolerance(upstream.get(t, frozenset()) | {t.dtype}) for t in fusion.outputs]
-
-
-class ValidationError(ExecutionError):
-    """Executed outputs differ from the reference."""
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,15 @@ inner part iterates nothing and is no loop of the grid.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.errors import ExecutionError, ScheduleError
 from fuserlite.ir.expr import BinaryOp, BroadcastOp, Expr, LoadStoreOp, UnaryOp
-from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only, remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MemoryType, ParallelType
 from fuserlite.printer import axis_text
-from fuserlite.program.program import Kernel
 from fuserlite.schedule.grid import grid_axes, kernel_grid, unbound_loop_axis
 from fuserlite.schedule.primitives import merge, parallelize_axis, split
 from fuserlite.schedule.propagate import (
@@ -51,28 +51,18 @@ POINTWISE_EXPRS = (UnaryOp, BinaryOp, BroadcastOp, LoadStoreOp)
 VECTOR_WIDTH = 4
 
 
-def whole_fusion_kernel(fusion: Fusion) -> Kernel:
-    """The whole fusion as one kernel (used while `fusion.segments` is None)."""
-    exprs = fusion.exprs()
-    mesh = next((tv.mesh for tv in fusion.tensors(exprs) if tv.mesh is not None), None)
-    kernel = Kernel(exprs, list(fusion.inputs), list(fusion.outputs), mesh)
-    # A fusion scheduled before (no segments to remember it) has thread/block axes.
-    kernel.scheduled = any(
-        ax.parallel_type.is_thread or ax.parallel_type.is_block
-        for tv in kernel.tensors
-        for ax in tv.domain.loop
-    )
-    return kernel
+class Segment(Protocol):
+    """What the scheduler reads and writes of a compute kernel (fuserlite.program.Kernel):
+    its expressions, inputs and outputs, and the schedule it records there."""
+
+    exprs: list[Expr]
+    inputs: list[TensorView]
+    outputs: list[TensorView]
+    scheduled: bool
+    reference: TensorView | None
 
 
-def compute_kernels(fusion: Fusion) -> list[Kernel]:
-    """The compute kernels of the lowered program, or the whole fusion as one kernel."""
-    if fusion.segments is None:
-        return [whole_fusion_kernel(fusion)]
-    return [s for s in fusion.segments if isinstance(s, Kernel)]
-
-
-def unsupported_reason(kernel: Kernel) -> str | None:
+def unsupported_reason(kernel: Segment) -> str | None:
     """Why the pointwise scheduler cannot take this kernel (None if it can)."""
     if not kernel.exprs:
         return "the kernel has no expressions"
@@ -146,7 +136,7 @@ def _users_in(tv: TensorView, position: dict[int, int]) -> list[Expr]:
     return sorted(users.values(), key=lambda e: position[id(e)])
 
 
-def cache_inputs(kernel: Kernel) -> list[Expr]:
+def cache_inputs(kernel: Segment) -> list[Expr]:
     """`cache = Set( input )` for each kernel input; the kernel's reads use the cache."""
     new = []
     position = {id(e): k for k, e in enumerate(kernel.exprs)}
@@ -161,7 +151,7 @@ def cache_inputs(kernel: Kernel) -> list[Expr]:
     return new
 
 
-def cache_outputs(kernel: Kernel) -> list[Expr]:
+def cache_outputs(kernel: Segment) -> list[Expr]:
     """Each kernel output computed here is written from a new local: `out = Set( local )`."""
     new = []
     position = {id(e): k for k, e in enumerate(kernel.exprs)}
@@ -236,7 +226,7 @@ def _inline_position(tv: TensorView, inputs: set[int], outputs: set[int]) -> int
     return len(tv.domain.loop)
 
 
-def compute_inline_positions(kernel: Kernel) -> None:
+def compute_inline_positions(kernel: Segment) -> None:
     """Set ca_pos and produce_pos of every tensor the kernel computes."""
     computed = [e.output for e in kernel.exprs]
     computed_ids = {id(t) for t in computed}
@@ -252,7 +242,7 @@ def compute_inline_positions(kernel: Kernel) -> None:
         e.output.produce_pos = max((t.compute_at_pos for t in producers), default=0)
 
 
-def check_grid(kernel: Kernel) -> None:
+def check_grid(kernel: Segment) -> None:
     """Every tensor the kernel computes (those made from another segment's tensors
     included) must fit one loop nest, as the kernel runner and codegen will need."""
     computed = [e.output for e in kernel.exprs]
@@ -270,7 +260,7 @@ def check_grid(kernel: Kernel) -> None:
 
 
 def schedule_pointwise(
-    kernel: Kernel, block_size: int = 128, vectorize: bool = False
+    kernel: Segment, block_size: int = 128, vectorize: bool = False
 ) -> TensorView:
     """Schedule a pointwise kernel in place; returns its reference tensor."""
     why = unsupported_reason(kernel)

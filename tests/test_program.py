@@ -1,0 +1,108 @@
+"""The program level: segment makes a Program; passes declare their level; the pipeline
+checks the order when it is built; the executor runs a Program."""
+
+from __future__ import annotations
+
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.ir.errors import PassOptionError
+from fuserlite.passes.base import REGISTRY, Level
+from fuserlite.program import Communication, Kernel, Program
+
+
+def test_a_fusion_has_no_program_slot() -> None:
+    fusion = models.tensor_parallel_mlp(2)
+    assert not hasattr(fusion, "segments")
+    fl.lower(fusion)
+    assert not hasattr(fusion, "segments") and not hasattr(fusion, "steps")
+
+
+def test_lower_returns_a_program_of_kernels_and_communications() -> None:
+    fusion = models.tensor_parallel_mlp(2)
+    program = fl.lower(fusion)
+    assert isinstance(program, Program) and program.fusion is not fusion
+    assert [type(s) for s in program.steps] == [Kernel, Kernel, Kernel, Communication, Kernel]
+    assert program.kernels == [s for s in program.steps if isinstance(s, Kernel)]
+    assert [c.kind.value for c in program.communications] == ["Allreduce"]
+    assert program.inputs == program.fusion.inputs and program.outputs == program.fusion.outputs
+    assert str(program).startswith("%kernel0 (DeviceMesh{0 1}) {")
+
+
+def test_the_pipeline_returns_what_its_last_pass_produced() -> None:
+    fusion = models.add_broadcast(2, True)
+    before = fl.Pipeline(["propagate-shardings", "insert-reshardings"]).run(fusion)
+    assert isinstance(before, fl.Fusion) and before is not fusion
+    after = fl.Pipeline(["propagate-shardings", "segment"]).run(fusion)
+    assert isinstance(after, Program)
+
+
+def test_every_pass_declares_its_level_and_only_segment_changes_it() -> None:
+    levels = {name: (cls.level, cls.output_level()) for name, cls in REGISTRY.items()}
+    changes = {name for name, (a, b) in levels.items() if a is not b}
+    assert changes == {"segment"}
+    assert levels["segment"] == (Level.fusion, Level.program)
+    for name in ("schedule-pointwise", "lower-communications", "assign-layouts"):
+        assert levels[name] == (Level.program, Level.program)
+    for name in ("propagate-shardings", "insert-reshardings", "reorder-sharded-axis"):
+        assert levels[name] == (Level.fusion, Level.fusion)
+
+
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        (["schedule-pointwise"], "schedule-pointwise works on a program, but at the start"),
+        (["propagate-shardings", "assign-layouts"], "after propagate-shardings the pipeline"),
+        (["segment", "reorder-sharded-axis"], "put it before segment"),
+        (["segment", "segment"], "pass segment works on a fusion, but after segment"),
+    ],
+)
+def test_an_impossible_order_is_refused_when_the_pipeline_is_built(names, message) -> None:
+    with pytest.raises(PassOptionError, match=message):
+        fl.Pipeline(names)
+
+
+def test_a_program_pipeline_runs_program_passes_on_a_copy() -> None:
+    first = ["propagate-shardings", "insert-reshardings", "reorder-sharded-axis", "segment"]
+    segmented = fl.Pipeline(first).run(models.tensor_parallel_mlp(2))
+    before = str(segmented)
+    rest = fl.Pipeline(
+        ["schedule-pointwise", "lower-communications", "assign-layouts"], input_level="program"
+    )
+    assert rest.input_level is rest.output_level is Level.program
+    program = rest.run(segmented)
+    assert str(segmented) == before  # the input program is untouched
+    assert [c.kind.value for c in program.communications] == ["Allreduce"]
+    assert str(program) == str(fl.lower(models.tensor_parallel_mlp(2)))
+    with pytest.raises(fl.FuserliteError, match="Pipeline.run: program must be a Program"):
+        rest.run(models.tensor_parallel_mlp(2))
+
+
+def test_the_executor_runs_a_program_and_lowers_a_fusion() -> None:
+    fusion = models.tensor_parallel_mlp(2)
+    inputs = fl.random_inputs(fusion)
+    program = fl.lower(fusion)
+    from_program = fl.FusionExecutor(program)
+    assert from_program.program is program
+    from_fusion = fl.FusionExecutor(fusion)
+    assert str(from_fusion.program) == str(program)
+    for ex in (from_program, from_fusion):
+        fl.validate(fusion, inputs, ex.run(inputs))
+
+
+def test_the_executor_verifies_a_program_it_is_given() -> None:
+    program = fl.lower(models.all_gather_all_reduce_reduce_scatter(4))
+    program.communications[0].layout = None  # as a hand edit (or a broken tool) would
+    with pytest.raises(fl.VerifyError, match="some collectives have a layout and others"):
+        fl.FusionExecutor(program)
+
+
+def test_a_program_clone_is_independent() -> None:
+    program = fl.lower(models.tensor_parallel_mlp(2))
+    copy = program.clone()
+    assert str(copy) == str(program)
+    assert copy.kernels[0].exprs[0] is not program.kernels[0].exprs[0]
+    assert copy.kernels[-1].reference in copy.fusion.tensors_created
+    copy.communications[0].layout = None
+    fl.verify_program(program)  # the original still has its layout
