@@ -1,5 +1,6 @@
 """fuserlite: a small, readable, executable multi-device fusion compiler modelled on nvFuser."""
 
+from fuserlite import printer  # noqa: F401 - installs str(tv), str(fusion), print_math()
 from fuserlite.ir import (
     DeviceMesh,
     DType,

@@ -488,3 +488,15 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
     # axis is sharded, insert-reshardings adds the bias once, after the reduction.
     LinearOp([x, weight] + ([bias] if bias is not None else []), [out])
     return out
+
+
+def install_operators() -> None:
+    """`x + y`, `2 * x`, `x / y`, `-x` on TensorViews: the ops side installs the sugar
+    (as torch.fx installs Proxy's magic methods); the IR imports no ops."""
+    for builder, name in ((add, "add"), (sub, "sub"), (mul, "mul"), (div, "truediv")):
+        setattr(TensorView, f"__{name}__", lambda a, b, f=builder: f(a, b))
+        setattr(TensorView, f"__r{name}__", lambda a, b, f=builder: f(b, a))
+    TensorView.__neg__ = neg  # type: ignore[method-assign]
+
+
+install_operators()

@@ -24,6 +24,8 @@ from fuserlite.program.program import Program
 from fuserlite.program.verify import verify_program
 from fuserlite.verify import verify
 
+__all__ = ["DEFAULT_PASSES", "Level", "PassFailed", "Pipeline", "Progress", "lower"]
+
 DEFAULT_PASSES = (
     "propagate-shardings",
     "insert-reshardings",

@@ -201,3 +201,15 @@ def print_kernel(fusion: Fusion) -> str:
     math = "".join(line + "\n" for line in _math_lines(fusion, namer))
     blocks = "".join(transforms_text(tv, namer) + "\n" for tv in fusion.tensors())
     return f"%kernel {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel\n"
+
+
+def install() -> None:
+    """Give the IR classes their printed form: `str(tv)`, `str(fusion)`,
+    `fusion.print_math()`, `fusion.print_transforms()` (the IR imports no printer)."""
+    TensorView.__str__ = tensor_text  # type: ignore[method-assign]
+    Fusion.__str__ = print_kernel  # type: ignore[method-assign]
+    Fusion.print_math = print_math  # type: ignore[attr-defined]
+    Fusion.print_transforms = print_transforms  # type: ignore[attr-defined]
+
+
+install()

@@ -14,7 +14,7 @@ from fuserlite.ir.sharding import (
     sharding_problem,
 )
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType
+from fuserlite.ir.types import MAX_THREADS, ParallelType
 from fuserlite.printer import Namer
 
 SERIAL = ParallelType.Serial
@@ -84,9 +84,10 @@ def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[
         pt = ax.parallel_type
         if pt is SERIAL:
             continue
-        if pt.is_thread and ax.extent > 1024:
+        if pt.is_thread and ax.extent > MAX_THREADS:
             problems.append(
-                f"{tv.name} axis {pos} ({namer.id(ax)}): {pt.value} extent {ax.extent} exceeds 1024"
+                f"{tv.name} axis {pos} ({namer.id(ax)}): {pt.value} extent {ax.extent} "
+                f"exceeds {MAX_THREADS}"
             )
         if not pt.is_device:
             continue

@@ -24,7 +24,7 @@ from typing import ClassVar
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.program import Kernel, Program
-from fuserlite.schedule.pointwise import schedule_pointwise, unsupported_reason
+from fuserlite.schedule.pointwise import check_block_size, schedule_pointwise, unsupported_reason
 from fuserlite.schedule.shard import has_schedule
 
 __all__ = ["SchedulePointwise", "schedule_pointwise"]
@@ -41,11 +41,7 @@ class SchedulePointwise(Pass):
     vectorize: bool = False
 
     def run(self, program: Program) -> None:
-        if not 1 <= self.block_size <= 1024:
-            raise ScheduleError(
-                f"schedule-pointwise: block_size {self.block_size} is a threadIdx.x extent and "
-                "must be in 1..1024"
-            )
+        check_block_size(self.block_size)
         # Tensors carrying transforms other than sharding splits before this pass
         # were scheduled by the user; earlier kernels' schedules do not count.
         user = {id(tv) for tv in program.tensors() if has_schedule(tv)}

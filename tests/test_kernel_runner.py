@@ -11,7 +11,6 @@ from fuserlite.ir.types import ParallelType
 from fuserlite.program import Kernel
 from fuserlite.runtime.kernel_runner import run_kernel, run_scheduled, shard_slices
 from fuserlite.schedule.pointwise import schedule_pointwise
-from fuserlite.schedule.primitives import merge, parallelize_axis, split
 
 
 def run_device0(fusion: fl.Fusion, block_size: int = 128, vectorize: bool = False):
@@ -106,11 +105,10 @@ def _reschedule(tv: fl.TensorView, factor: int, swap_merge: bool = False) -> Non
     if swap_merge and len(dom.loop) > 1:
         tv.reorder({0: 1})
     while len(dom.loop) > 1:
-        merge(tv, 0, 1)
-    split(tv, 0, factor)
-    split(tv, 0, 1)
+        tv.merge(0, 1)
+    tv.split(0, factor).split(0, 1)
     for ax, pt in zip(dom.loop, (ParallelType.BIDx, ParallelType.Unswitch, ParallelType.TIDx)):
-        parallelize_axis(ax, pt)
+        ax.parallelize(pt)
 
 
 def _broken_run(which: str, factor: int, swap_merge: bool):

@@ -8,7 +8,6 @@ from pointwise_cases import CASES, build, seed004, whole_kernel
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
 from fuserlite.schedule.pointwise import schedule_pointwise
-from fuserlite.schedule.primitives import parallelize_axis
 from fuserlite.schedule.propagate import propagate
 
 
@@ -48,7 +47,7 @@ def test_replay_by_hand_through_broadcast() -> None:
     fusion = build([[4]], lambda a: [fl.broadcast(a, [True, False]) * 2.0])
     out = fusion.outputs[0]  # [b1, i4]
     out.merge(0).split(0, 2)
-    parallelize_axis(out.axis(1), ParallelType.TIDx)
+    out.axis(1).parallelize(ParallelType.TIDx)
     reached = propagate(out, fusion.exprs())
     assert [t.name for t in reached] == ["T2", "T1", "T0"]
     a = fusion.inputs[0]
@@ -94,4 +93,4 @@ def test_thread_extent_over_1024_by_hand_names_tensor_and_axis() -> None:
     out = fusion.outputs[0]
     out.split(0, 2048)
     with pytest.raises(fl.ScheduleError, match=r"T1 axis 1: threadIdx.x extent 2048 exceeds 1024"):
-        parallelize_axis(out.axis(1), ParallelType.TIDx)
+        out.axis(1).parallelize(ParallelType.TIDx)

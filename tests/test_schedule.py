@@ -7,7 +7,6 @@ import pytest
 
 import fuserlite as fl
 from fuserlite.ir import Merge, Split
-from fuserlite.schedule import parallelize
 
 P = fl.ParallelType
 
@@ -107,7 +106,7 @@ def test_parallelize_sets_the_type() -> None:
     tv = _tensor([256])
     tv.split(0, 128)
     tv.axis(0).parallelize(P.BIDx)
-    parallelize(tv, 1, "threadIdx.x")
+    tv.axis(1).parallelize("threadIdx.x")
     assert [ax.parallel_type for ax in tv.loop] == [P.BIDx, P.TIDx]
     tv.axis(1).parallelize(P.Serial)
     tv.axis(0).parallelize(P.Serial)
@@ -192,11 +191,6 @@ def test_reorder_needs_a_dict() -> None:
 def test_axis_out_of_range() -> None:
     with _raises(r"T0 has 1 loop axes; axis 1 is out of range"):
         _tensor([4]).axis(1)
-
-
-def test_parallelize_axis_out_of_range() -> None:
-    with _raises(r"parallelize: T0 has 1 loop axes; axis 3 is out of range"):
-        parallelize(_tensor([4]), 3, P.TIDx)
 
 
 @pytest.mark.parametrize("pt", [P.DIDx, P.BIDx, P.TIDx, P.Unswitch, P.Vectorize])

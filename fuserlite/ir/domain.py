@@ -9,10 +9,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, IterType, ParallelType
+from fuserlite.ir import args
+from fuserlite.ir.errors import FuserliteError, ScheduleError
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, IterType, ParallelType
 
 if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
+
+
+def _parallel_type(value: object) -> ParallelType:
+    """A ParallelType or its name, or a ScheduleError saying what was given."""
+    if isinstance(value, str):
+        try:
+            return ParallelType.parse(value)
+        except FuserliteError as exc:
+            raise ScheduleError(f"parallelize: parallel_type: {exc}") from None
+    return args.instance(
+        value,
+        ParallelType,
+        "parallelize",
+        "parallel_type",
+        "a ParallelType or its name (DIDx, deviceIdx.x, TIDx, ...)",
+        ScheduleError,
+    )
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -53,10 +72,31 @@ class IterDomain:
         return self.parallel_type in DEVICE_PARALLEL_TYPES  # asked millions of times
 
     def parallelize(self, parallel_type: ParallelType | str) -> IterDomain:
-        """Bind this loop axis to a parallel type (checked against its TensorView)."""
-        from fuserlite.schedule.primitives import parallelize_axis
-
-        parallelize_axis(self, parallel_type)
+        """Bind this loop axis to a parallel type; no tensor may carry one type on two
+        loop axes, and a thread axis holds at most MAX_THREADS."""
+        pt = _parallel_type(parallel_type)
+        tv = self.owner
+        if tv is not None:
+            loop = tv.domain.loop
+            if self not in loop:
+                raise ScheduleError(
+                    f"parallelize: {tv.name}: {pt.value} is given to an axis that is not in "
+                    "the loop domain"
+                )
+            if pt is not ParallelType.Serial:
+                for k, other in enumerate(loop):
+                    if other is not self and other.parallel_type is pt:
+                        raise ScheduleError(
+                            f"parallelize: {tv.name} axis {loop.index(self)}: loop axis {k} "
+                            f"already has parallel type {pt.value}; a tensor carries each "
+                            "parallel type on at most one loop axis"
+                        )
+        if pt.is_thread and self.extent > MAX_THREADS:
+            where = f"{tv.name} axis {tv.domain.loop.index(self)}" if tv is not None else "axis"
+            raise ScheduleError(
+                f"parallelize: {where}: {pt.value} extent {self.extent} exceeds {MAX_THREADS}"
+            )
+        self.parallel_type = pt
         return self
 
     def clone(self) -> IterDomain:

@@ -27,7 +27,11 @@ def active_fusion() -> Fusion:
 
 
 class Fusion:
-    """A fusion: tensors in creation order, inputs, outputs, and the expressions between."""
+    """A fusion: tensors in creation order, inputs, outputs, and the expressions between.
+
+    `str(fusion)`, `fusion.print_math()` and `fusion.print_transforms()` are installed by
+    fuserlite.printer, which owns the printed form: the IR does not import it.
+    """
 
     def __init__(self) -> None:
         self.tensors_created: list[TensorView] = []
@@ -172,24 +176,6 @@ class Fusion:
         for tv in self.outputs:
             visit(tv)
         return out
-
-    # -- printing -----------------------------------------------------------
-    def print_math(self) -> str:
-        """The expressions, one per statement, in nvFuser's math dialect."""
-        from fuserlite.printer import print_math
-
-        return print_math(self)
-
-    def print_transforms(self) -> str:
-        """The TransformPrinter section: domains and transforms of every tensor."""
-        from fuserlite.printer import print_transforms
-
-        return print_transforms(self)
-
-    def __str__(self) -> str:
-        from fuserlite.printer import print_kernel
-
-        return print_kernel(self)
 
     def __repr__(self) -> str:
         return f"<Fusion inputs={[t.name for t in self.inputs]} outputs={[t.name for t in self.outputs]}>"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import IterDomain, TensorDomain
+from fuserlite.ir.domain import IterDomain, Merge, Split, TensorDomain
 from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.types import DType, MemoryType, ParallelType
+from fuserlite.ir.types import MAX_FACTOR, DType, IterType, MemoryType, ParallelType
 
 if TYPE_CHECKING:
     from fuserlite.ir.expr import Expr
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 class TensorView:
     """A tensor of a fusion. Identity semantics.
+
+    Operators (`x + y`, `-x`) are installed by fuserlite.ops and `str(tv)` by
+    fuserlite.printer, the modules that own them: the IR imports neither.
 
     `ir_name` is T<number>, what the printed IR and the .fus writer use; `name`, what
     every message uses, adds the user's name when the tensor has one: `w1 (T1)`.
@@ -124,83 +127,110 @@ class TensorView:
         """The loop axis carrying each device parallel type (the tensor's sharding)."""
         return {ax.parallel_type: ax for ax in self.domain.loop if ax.parallel_type.is_device}
 
-    # -- scheduling (thin wrappers over fuserlite.schedule.primitives) ------
-    def split(self, axis: int, factor: int) -> TensorView:
-        """Inner split of loop axis `axis`: inner extent = factor."""
-        from fuserlite.schedule.primitives import split
-
-        split(self, axis, factor, inner_split=True)
+    # -- scheduling: transforms of the loop domain, recorded for the printer and index
+    #    lowering; illegal requests raise ScheduleError naming the tensor and the axis.
+    #      split(0, 128)         [iS0{1000}]       -> [iS1{8}, iS2{128}]
+    #      outer_split(0, 2)     [iS0{8}]          -> [iS1{2}, iS2{4}]
+    #      merge(0, 1)           [iS0{2}, iS1{3}]  -> [iS2{6}]
+    #      reorder({0: 1})       [iS0{2}, iS1{3}]  -> [iS1{3}, iS0{2}]
+    def split(self, axis: int, factor: int, inner_split: bool = True) -> TensorView:
+        """Split loop axis `axis` by `factor`: inner extent = factor (outer extent =
+        factor when `inner_split` is False, see outer_split)."""
+        kind = "split" if inner_split else "outer_split"
+        i = self._position(axis, kind)
+        factor = args.integer(
+            factor,
+            f"{kind}: {self.name} axis {axis}",
+            "factor",
+            minimum=1,
+            maximum=MAX_FACTOR,
+            error=ScheduleError,
+        )
+        ax = self.domain.loop[i]
+        if ax.is_device_parallel and not ax.is_broadcast:
+            raise ScheduleError(
+                f"{kind}: {self.name} axis {axis} is device-parallel ({ax.parallel_type.value}); "
+                "split the axis before parallelizing it"
+            )
+        t = Split(ax, factor, inner_split)
+        for out in t.outputs:
+            out.owner = self
+        self.domain.transforms.append(t)
+        self.domain.loop[i : i + 1] = [t.outer, t.inner]
         return self
 
     def outer_split(self, axis: int, factor: int) -> TensorView:
         """Outer split of loop axis `axis`: outer extent = factor."""
-        from fuserlite.schedule.primitives import split
-
-        split(self, axis, factor, inner_split=False)
-        return self
+        return self.split(axis, factor, inner_split=False)
 
     def merge(self, axis_o: int, axis_i: int | None = None) -> TensorView:
-        """Merge loop axes axis_o and axis_i (default axis_o + 1) into one."""
-        from fuserlite.schedule.primitives import merge
-
+        """Merge loop axes axis_o and axis_i (default axis_o + 1) into one axis at
+        axis_o's position."""
         if axis_i is None:
             axis_o = args.integer(axis_o, "merge", "axis_o", error=ScheduleError)
             axis_o = axis_o % self.ndim if -self.ndim <= axis_o < 0 else axis_o
             axis_i = axis_o + 1
-        merge(self, axis_o, axis_i)
+        o, i = self._position(axis_o, "merge"), self._position(axis_i, "merge")
+        if o == i:
+            raise ScheduleError(f"merge: {self.name}: cannot merge axis {axis_o} with itself")
+        outer, inner = self.domain.loop[o], self.domain.loop[i]
+        kinds = {outer.iter_type, inner.iter_type}
+        if IterType.REDUCTION in kinds and IterType.ITERATION in kinds:
+            raise ScheduleError(
+                f"merge: {self.name}: axis {axis_o} and axis {axis_i} mix a reduction and an "
+                "iteration axis; reorder so that reductions are merged with reductions"
+            )
+        for pos, ax in ((axis_o, outer), (axis_i, inner)):
+            if ax.is_device_parallel and not ax.is_broadcast:
+                raise ScheduleError(
+                    f"merge: {self.name} axis {pos} is device-parallel "
+                    f"({ax.parallel_type.value}); device axes are never merged"
+                )
+        t = Merge(outer, inner)
+        t.output.owner = self
+        self.domain.transforms.append(t)
+        loop = [ax for k, ax in enumerate(self.domain.loop) if k not in (o, i)]
+        loop.insert(min(o, i) if o < i else o - 1, t.output)
+        self.domain.loop = loop
         return self
 
     def reorder(self, order: dict[int, int]) -> TensorView:
-        """Move loop axes: {old position: new position}."""
-        from fuserlite.schedule.primitives import reorder
-
-        reorder(self, order)
+        """Move loop axes: `order` maps old positions to new ones; the rest keep their order."""
+        n = len(self.domain.loop)
+        if not isinstance(order, dict):
+            raise args.fail(
+                f"reorder: {self.name}", "order", "a dict {old: new}", order, ScheduleError
+            )
+        pairs = [
+            (self._position(k, "reorder"), self._position(v, "reorder")) for k, v in order.items()
+        ]
+        src = dict(pairs)
+        if len(src) != len(pairs):
+            raise ScheduleError(f"reorder: {self.name}: one axis is listed twice in {order}")
+        if len(set(src.values())) != len(src):
+            raise ScheduleError(
+                f"reorder: {self.name}: two axes moved to the same position in {order}"
+            )
+        new: list[IterDomain | None] = [None] * n
+        for old, pos in src.items():
+            new[pos] = self.domain.loop[old]
+        rest = iter(ax for k, ax in enumerate(self.domain.loop) if k not in src)
+        self.domain.loop = [ax if ax is not None else next(rest) for ax in new]
         return self
 
-    # -- operators ----------------------------------------------------------
-    # numpy defers to our reflected operators (`array * tv` would otherwise be an
-    # object array of one TensorView per element), which reject arrays clearly.
+    def _position(self, axis: int, what: str) -> int:
+        """Loop position `axis` (negative counts from the end), or a ScheduleError."""
+        n = len(self.domain.loop)
+        axis = args.integer(axis, what, "axis", error=ScheduleError)
+        if not -n <= axis < n:
+            raise ScheduleError(
+                f"{what}: {self.name} has {n} loop axes; axis {axis} is out of range"
+            )
+        return axis % n
+
+    # numpy defers to the reflected operators fuserlite.ops installs (`array * tv` would
+    # otherwise be an object array of one TensorView per element); they reject arrays.
     __array_ufunc__ = None
-
-    def _binary(self, other, op: str, reverse: bool = False):
-        from fuserlite import ops
-
-        fn = getattr(ops, op)
-        return fn(other, self) if reverse else fn(self, other)
-
-    def __add__(self, other):
-        return self._binary(other, "add")
-
-    def __radd__(self, other):
-        return self._binary(other, "add", True)
-
-    def __sub__(self, other):
-        return self._binary(other, "sub")
-
-    def __rsub__(self, other):
-        return self._binary(other, "sub", True)
-
-    def __mul__(self, other):
-        return self._binary(other, "mul")
-
-    def __rmul__(self, other):
-        return self._binary(other, "mul", True)
-
-    def __truediv__(self, other):
-        return self._binary(other, "div")
-
-    def __rtruediv__(self, other):
-        return self._binary(other, "div", True)
-
-    def __neg__(self):
-        from fuserlite import ops
-
-        return ops.neg(self)
-
-    def __str__(self) -> str:
-        from fuserlite.printer import tensor_text
-
-        return tensor_text(self)
 
     def __repr__(self) -> str:
         return f"<TensorView {self.name} shape={list(self.shape)} {self.dtype.name}>"

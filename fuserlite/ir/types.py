@@ -70,6 +70,8 @@ class ParallelType(Enum):
 
 
 DEVICE_PARALLEL_TYPES = (ParallelType.DIDx, ParallelType.DIDy, ParallelType.DIDz)
+MAX_THREADS = 1024  # CUDA's limit on a threadIdx extent (and on threads per block)
+MAX_FACTOR = 2**31 - 1  # loop extents are 32-bit in CUDA's grid
 
 
 class DType(Enum):

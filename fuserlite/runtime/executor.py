@@ -26,8 +26,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
-from fuserlite.passes.base import Level
-from fuserlite.pipeline import Pipeline, Progress
+from fuserlite.pipeline import Level, Pipeline, Progress
 from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program
 from fuserlite.program.verify import verify_program

@@ -1,5 +1,5 @@
-"""Scheduling: primitives on loop domains, and transform propagation."""
+"""Scheduling: sharding, transform propagation and the pointwise scheduler.
 
-from fuserlite.schedule.primitives import merge, parallelize, parallelize_axis, reorder, split
-
-__all__ = ["merge", "parallelize", "parallelize_axis", "reorder", "split"]
+The primitives (split, outer_split, merge, reorder, parallelize) are methods of
+the IR's TensorView and IterDomain.
+"""

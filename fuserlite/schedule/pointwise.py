@@ -35,10 +35,9 @@ from fuserlite.ir.errors import ExecutionError, ScheduleError
 from fuserlite.ir.expr import BinaryOp, BroadcastOp, Expr, LoadStoreOp, UnaryOp
 from fuserlite.ir.readonly import reading_only, remembered
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import MemoryType, ParallelType
+from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.printer import axis_text
 from fuserlite.schedule.grid import grid_axes, kernel_grid, unbound_loop_axis
-from fuserlite.schedule.primitives import merge, parallelize_axis, split
 from fuserlite.schedule.propagate import (
     axis_pairs,
     data_axes,
@@ -125,8 +124,8 @@ def _local_like(tv: TensorView) -> TensorView:
     for t in tv.domain.transforms:  # copy the sharding splits, nothing else
         if isinstance(t, Split) and t.outer.is_device_parallel and id(t.input) in new_of:
             src = new_of[id(t.input)]
-            outer, _ = split(out, out.domain.loop.index(src), t.factor, t.inner_split)
-            parallelize_axis(outer, t.outer.parallel_type)
+            pos = out.domain.loop.index(src)
+            out.split(pos, t.factor, t.inner_split).axis(pos).parallelize(t.outer.parallel_type)
     return out
 
 
@@ -178,15 +177,14 @@ def schedule_reference(ref: TensorView, block_size: int = 128, vectorize: bool =
         return
     k = len(pinned)
     while len(ref.domain.loop) > k + 1:
-        merge(ref, k, k + 1)
+        ref.merge(k, k + 1)
     types = [ParallelType.BIDx, ParallelType.Unswitch, ParallelType.TIDx]
     if vectorize and ref.domain.loop[k].extent % VECTOR_WIDTH == 0:
-        split(ref, k, VECTOR_WIDTH)
+        ref.split(k, VECTOR_WIDTH)
         types.append(ParallelType.Vectorize)
-    split(ref, k, block_size)
-    split(ref, k, 1)
+    ref.split(k, block_size).split(k, 1)
     for j, pt in enumerate(types):
-        parallelize_axis(ref.domain.loop[k + j], pt)
+        ref.domain.loop[k + j].parallelize(pt)
 
 
 def _iterated(tv: TensorView) -> set[int]:
@@ -259,6 +257,15 @@ def check_grid(kernel: Segment) -> None:
             )
 
 
+def check_block_size(block_size: int) -> None:
+    """The block size is the threadIdx.x extent: 1..MAX_THREADS, or a ScheduleError."""
+    if not 1 <= block_size <= MAX_THREADS:
+        raise ScheduleError(
+            f"schedule-pointwise: threadIdx.x extent (block_size) {block_size} must be in "
+            f"1..{MAX_THREADS}; choose a block size of at most {MAX_THREADS}"
+        )
+
+
 def schedule_pointwise(
     kernel: Segment, block_size: int = 128, vectorize: bool = False
 ) -> TensorView:
@@ -266,11 +273,7 @@ def schedule_pointwise(
     why = unsupported_reason(kernel)
     if why is not None:
         raise ScheduleError(f"schedule-pointwise cannot schedule this kernel: {why}")
-    if not 1 <= block_size <= 1024:
-        raise ScheduleError(
-            f"schedule-pointwise: threadIdx.x extent (block_size) {block_size} must be in "
-            "1..1024; choose a block size of at most 1024"
-        )
+    check_block_size(block_size)
     loads = cache_inputs(kernel)
     stores = cache_outputs(kernel)
     kernel.exprs = loads + list(kernel.exprs) + stores

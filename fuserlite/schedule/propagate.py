@@ -39,7 +39,6 @@ from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
-from fuserlite.schedule.primitives import merge, parallelize_axis, split
 
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
@@ -164,8 +163,9 @@ def replay(reference: TensorView, target: TensorView, to_target: dict) -> None:
                     f"({tr.outer.parallel_type.value}) but {_describe(target, x)} is not; "
                     "propagate shardings (propagate-shardings) or insert a resharding first"
                 )
-            outer, inner = split(target, target.domain.loop.index(x), tr.factor, tr.inner_split)
-            m[id(tr.outer)], m[id(tr.inner)] = outer, inner
+            target.split(target.domain.loop.index(x), tr.factor, tr.inner_split)
+            made = target.domain.transforms[-1]
+            m[id(tr.outer)], m[id(tr.inner)] = made.outer, made.inner
         else:
             xo, xi = get(tr.outer), get(tr.inner)
             if xo is None or xi is None:
@@ -186,7 +186,8 @@ def replay(reference: TensorView, target: TensorView, to_target: dict) -> None:
                 m[id(tr.output)] = existing.output
                 continue
             loop = target.domain.loop
-            m[id(tr.output)] = merge(target, loop.index(xo), loop.index(xi))
+            target.merge(loop.index(xo), loop.index(xi))
+            m[id(tr.output)] = target.domain.transforms[-1].output
     for r_ax in reference.domain.loop:
         x = m.get(id(r_ax))
         if x is not None and x in target.domain.loop:
@@ -221,7 +222,7 @@ def _order_and_parallelize(reference: TensorView, target: TensorView, ref_of: di
     for ax in mapped:
         pt = ref_of[id(ax)].parallel_type
         if not pt.is_device and pt is not ax.parallel_type:
-            parallelize_axis(ax, pt)
+            ax.parallelize(pt)
 
 
 Edges = dict[int, list[tuple[TensorView, Expr, bool]]]

@@ -9,7 +9,6 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
-from fuserlite.schedule.primitives import parallelize_axis, split
 
 
 def shard_axis(
@@ -27,10 +26,9 @@ def shard_axis(
     ax = tv.domain.logical[logical_index]
     pos = tv.domain.loop.index(ax)
     if ax.extent == mesh.size:
-        parallelize_axis(ax, parallel_type)
+        ax.parallelize(parallel_type)
     else:
-        outer, _ = split(tv, pos, mesh.size, inner_split=False)
-        parallelize_axis(outer, parallel_type)
+        tv.outer_split(pos, mesh.size).axis(pos).parallelize(parallel_type)
 
 
 def has_schedule(tv: TensorView) -> bool:

@@ -43,7 +43,6 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import sharding_problem
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ParallelType
-from fuserlite.schedule import primitives
 from fuserlite.text.calls import Arg, call_op
 from fuserlite.text.source import Source, syntax_error
 
@@ -286,14 +285,14 @@ class _Builder:
 
     def _split(self, name: Token, axis: Token, factor: Token, inner: bool = True) -> None:
         tv = self._tensor(name)
-        primitives.split(tv, self._int(axis, "an axis"), self._int(factor, "a factor", 1), inner)
+        tv.split(self._int(axis, "an axis"), self._int(factor, "a factor", 1), inner)
 
     def _outer_split(self, name: Token, axis: Token, factor: Token) -> None:
         self._split(name, axis, factor, inner=False)
 
     def _merge(self, name: Token, outer: Token, inner: Token) -> None:
         tv = self._tensor(name)
-        primitives.merge(tv, self._int(outer, "an axis"), self._int(inner, "an axis"))
+        tv.merge(self._int(outer, "an axis"), self._int(inner, "an axis"))
 
     def _reorder(self, name: Token, *pairs: Tree) -> None:
         tv = self._tensor(name)
@@ -303,7 +302,7 @@ class _Builder:
             if self._int(old, "an axis") in order:
                 raise self._fail(f"axis {old!s} is moved twice", old)
             order[self._int(old, "an axis")] = self._int(new, "an axis")
-        primitives.reorder(tv, order)
+        tv.reorder(order)
 
     def _parallelize(self, name: Token, axis: Token, ptype: Tree) -> None:
         tv = self._tensor(name)
@@ -313,7 +312,7 @@ class _Builder:
         except FuserliteError as exc:
             raise self._fail(str(exc), ptype.children[0]) from None
         ax = tv.axis(self._int(axis, "an axis"))
-        primitives.parallelize_axis(ax, pt)
+        ax.parallelize(pt)
         self._check_sharding(tv, ax)
 
     def _check_sharding(self, tv: TensorView, ax: IterDomain) -> None:
