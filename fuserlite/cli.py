@@ -34,7 +34,7 @@ from rich.theme import Theme
 import fuserlite
 from fuserlite.cli_progress import ProgressDisplay
 from fuserlite.ir.args import abbreviate
-from fuserlite.ir.errors import ExecutionError, FuserliteError
+from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
 from fuserlite.kernel.cuda import cuda_source
@@ -46,7 +46,6 @@ from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.executor import FusionExecutor
 from fuserlite.runtime.numpy_ops import blocks
-from fuserlite.schedule.shard import resize_meshes
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -226,26 +225,6 @@ def cmd_print(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def fusion_devices(fusion: Fusion) -> list[int]:
-    """Every device a mesh of the fusion names (device 0 when there is no mesh)."""
-    devices = {d for tv in fusion.tensors() if tv.mesh is not None for d in tv.mesh.devices}
-    return sorted(devices) or [0]
-
-
-def apply_devices(fusion: Fusion, path: str, requested: int | None) -> list[int]:
-    """The devices to run on: the file's, or 0..N-1 for `requested` = N after moving
-    every tensor from devices 0..k-1 to 0..N-1 (same sharded axes)."""
-    devices = fusion_devices(fusion)
-    if requested is None or devices == list(range(requested)):
-        return devices
-    try:
-        resize_meshes(fusion, requested)
-        fuserlite.verify(fusion)
-    except FuserliteError as exc:
-        raise ExecutionError(f"{path} cannot run on --devices {requested}: {exc}") from exc
-    return list(range(requested))
-
-
 def devices_text(devices: list[int], backend: str) -> str:
     """`2 sim device(s)`, naming them unless they are 0..n-1: `2 sim device(s) {0 5}`."""
     n = len(devices)
@@ -272,13 +251,19 @@ def _run(
     progress: ProgressDisplay,
 ) -> int:
     """The body of `run`, observed by `progress`."""
+    # --devices N is a pass: resize-mesh moves the file's devices 0..k-1 to 0..N-1 first.
+    resize = [] if args.devices is None else [f"resize-mesh[devices={args.devices}]"]
     try:
-        devices = apply_devices(fusion, args.path, args.devices)
+        pipeline = Pipeline(resize + default_pass_names(), progress=progress)
         progress.phase(RANDOM_INPUTS)
         inputs = fuserlite.random_inputs(fusion, args.seed)
         progress.finish(RANDOM_INPUTS)
         executor = FusionExecutor(
-            fusion, backend=backend, schedule=not args.no_schedule, progress=progress
+            fusion,
+            backend=backend,
+            schedule=not args.no_schedule,
+            pipeline=pipeline,
+            progress=progress,
         )
         outputs = executor.run(inputs)
     except FuserliteError:
@@ -288,7 +273,7 @@ def _run(
     if outputs is None:
         return EXIT_OK  # an MPI rank other than 0: rank 0 prints the report
     table = Table(
-        title=f"{args.path} on {devices_text(devices, args.backend)}, seed {args.seed}",
+        title=f"{args.path} on {devices_text(executor.devices, args.backend)}, seed {args.seed}",
         box=box.SIMPLE_HEAD,
     )
     for column in ("output", "shape", "dtype", "sum", "sum |x|"):
@@ -341,7 +326,10 @@ def cmd_passes(args: argparse.Namespace, out: Output) -> int:
     )
     for name in order:
         cls = REGISTRY[name]
-        options = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls))
+        options = ", ".join(
+            f"{f.name} (required)" if f.default is dataclasses.MISSING else f"{f.name}={f.default}"
+            for f in dataclasses.fields(cls)
+        )
         table.add_row(name, options, cls.description())
     out.table(table)
     return EXIT_OK

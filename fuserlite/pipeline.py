@@ -12,13 +12,13 @@ import copy
 import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Protocol
 
 import fuserlite.passes  # noqa: F401 - registers every pass
 from fuserlite.ir import args
 from fuserlite.ir.errors import FuserliteError, PassFailed, PassOptionError, VerifyError
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.readonly import reading_only
 from fuserlite.passes.base import IR_CLASSES, REGISTRY, Level, Pass, make_pass
 from fuserlite.program.program import Program
 from fuserlite.program.verify import verify_program
@@ -61,7 +61,8 @@ class _LevelChecks:
 
 
 LEVELS = {
-    Level.fusion: _LevelChecks(verify, partial(verify, require_mesh=True), lambda f: f.clone()[0]),
+    # Between fusion passes meshes may still be inferable: propagate-shardings ensures them.
+    Level.fusion: _LevelChecks(verify, verify, lambda f: f.clone()[0]),
     Level.program: _LevelChecks(verify_program, verify_program, Program.clone),
 }
 
@@ -143,12 +144,17 @@ class Pipeline:
             if self.progress is not None:
                 self.progress("passes", len(ran), len(self.passes), str(p))
             level = p.output_level()
+            if self.verify_each:
+                _check_requires(p, ran, current)
+            broken: list[str] = []
             try:
                 result = p.run(current)
                 if p.produces is not None:
                     current = _produced(p, result)
                 if self.verify_each:
-                    LEVELS[level].check_after_pass(current)
+                    with reading_only():  # the validator and the contract read the same IR
+                        LEVELS[level].check_after_pass(current)
+                        broken = p.ensures(current)
             except VerifyError as exc:
                 raise PassFailed(
                     _context(p, ran) + f"left an invalid {level.value}: {exc}"
@@ -159,12 +165,34 @@ class Pipeline:
                 raise PassFailed(
                     _context(p, ran) + f"crashed: {type(exc).__name__}: {exc}"
                 ) from exc
+            _contract_problems(p, ran, "broke its contract: its result", broken)
             ran.append(str(p))
             if self.print_after_all or p.name in self.print_after:
                 self.dump(str(p), current)
         if self.progress is not None:
             self.progress("passes", len(ran), len(self.passes), "")
         return current
+
+
+MAX_PROBLEMS = 10  # a contract's problems shown; the rest are counted
+
+
+def _check_requires(p: Pass, ran: list[str], ir: Fusion | Program) -> None:
+    """Raise PassFailed if `ir` breaks what `p` requires of its input."""
+    with reading_only():  # a contract only reads the IR
+        problems = p.requires(ir)
+    _contract_problems(p, ran, "cannot run: its input", problems)
+
+
+def _contract_problems(p: Pass, ran: list[str], what: str, problems: list[str]) -> None:
+    """Raise PassFailed naming the pass, the passes before it and the problems found."""
+    problems = list(dict.fromkeys(problems))
+    if not problems:
+        return
+    shown = problems[:MAX_PROBLEMS]
+    if len(problems) > MAX_PROBLEMS:
+        shown.append(f"... and {len(problems) - MAX_PROBLEMS} more")
+    raise PassFailed(_context(p, ran) + f"{what}:\n  " + "\n  ".join(shown))
 
 
 def chain_levels(passes: list[Pass], level: Level) -> Level:

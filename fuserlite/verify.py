@@ -1,17 +1,24 @@
 """The validator: every IR invariant, checked in one place.
 
 `verify(fusion)` raises VerifyError listing each broken invariant with the
-tensor and axis at fault. The pipeline runs it after every pass.
+tensor and axis at fault. The pipeline runs it after every fusion pass (and
+fuserlite.program.verify, which builds on it, after every program pass).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
+    describe_sharding,
+    non_local_inputs,
     sharding_problem,
+    shardings,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, ParallelType
@@ -146,5 +153,30 @@ def fusion_problems(fusion: Fusion, namer: Namer, require_mesh: bool) -> list[st
                         f"{tv.name} is read by {expr.output.name} = {expr.op_name}(...) but is "
                         "not a fusion input; add it with fusion.add_input",
                     )
+                )
+    return problems
+
+
+def non_local_problems(exprs: Iterable[Expr], fix: str) -> list[str]:
+    """Each expression but a Set computes from the shards it holds (`fix`: how to get there)."""
+    return [
+        f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
+        f"{describe_sharding(e.output)}: not local; {fix}"
+        for e in exprs
+        for p in non_local_inputs(e)
+    ]
+
+
+def partial_output_problems(outputs: list[TensorView], namer: Namer) -> list[str]:
+    """A fusion output is a complete value, never partial sums."""
+    problems = []
+    for out in outputs:
+        for s in shardings(out).values():
+            if s.is_partial:
+                ax = out.device_axes()[s.parallel_type]
+                problems.append(
+                    f"output {out.name} reduction axis {s.logical_index} ({namer.id(ax)}) holds "
+                    "partial results, one per device; a fusion output must be complete: "
+                    "run insert-reshardings, which completes it with a communication"
                 )
     return problems

@@ -6,6 +6,7 @@ from fuserlite.passes import (
     lower_communications,  # noqa: F401
     propagate_shardings,  # noqa: F401
     reorder_sharded_axis,  # noqa: F401
+    resize_mesh,  # noqa: F401
     schedule_pointwise,  # noqa: F401
     segment,  # noqa: F401
 )

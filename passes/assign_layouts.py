@@ -10,10 +10,10 @@ program; the validator rejects any mix among all-reduce-class collectives.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
-from fuserlite.ir.errors import LoweringError
 from fuserlite.passes.base import Level, Pass, register
+from fuserlite.passes.lower_communications import unlowered_steps
 from fuserlite.program.communication import Communication, Layout
 from fuserlite.program.program import Program
 
@@ -33,11 +33,21 @@ class AssignLayouts(Pass):
 
     name: ClassVar[str] = "assign-layouts"
     level: ClassVar[Level] = Level.program
-    pin: str = "all"
+    pin: Literal["all", "none"] = "all"
+
+    def requires(self, program: Program) -> list[str]:
+        return [f"{p}; run lower-communications first" for p in unlowered_steps(program)]
+
+    def ensures(self, program: Program) -> list[str]:
+        pinned = self.pin == "all"
+        return [
+            f"{c.kind.value} {c.input.name} -> {c.output.name} has layout {c.layout}, not "
+            f"{'pinned' if pinned else 'free'} as pin={self.pin} asks"
+            for c in program.communications
+            if c.kind.is_collective and (c.layout is None or c.layout.pinned is not pinned)
+        ]
 
     def run(self, program: Program) -> None:
-        if self.pin not in ("all", "none"):
-            raise LoweringError(f"assign-layouts: pin must be 'all' or 'none', got {self.pin!r}")
         for comm in program.communications:
             if comm.kind.is_collective:
                 comm.layout = (

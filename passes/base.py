@@ -1,18 +1,25 @@
 """The Pass base class and the registry of passes by name.
 
 A pass is a small frozen dataclass: a kebab-case `name`, its options as typed
-fields, the IR level it works on, and `run(ir)` that rewrites that IR in place.
-Fusion passes (`level = Level.fusion`) take a Fusion, program passes a Program;
+fields (bool, int, str or a Literal of choices, checked when the pass is made),
+the IR level it works on, and `run(ir)` that rewrites that IR in place. Fusion
+passes (`level = Level.fusion`) take a Fusion, program passes a Program;
 `segment` is the one pass that takes a Fusion and returns a Program
-(`produces = Level.program`). Its docstring states what holds before and after
-it; the first line is its description.
+(`produces = Level.program`).
+
+Its contract is code: `requires(ir)` lists what is wrong with its input,
+`ensures(ir)` what is wrong with its result (empty lists when all holds); the
+pipeline runs both around the pass, with the validator. The module docstring
+states the same in prose (Before / After); the class docstring's first line is
+its description.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from enum import Enum
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from fuserlite.ir.errors import PassOptionError
 from fuserlite.ir.fusion import Fusion
@@ -41,9 +48,21 @@ class Pass:
     # passes rewrite their IR in place and return None.
     produces: ClassVar[Level | None] = None
 
+    def __post_init__(self) -> None:
+        for key, typ in option_types(type(self)).items():
+            _check_option(self.name, key, typ, getattr(self, key))
+
     def run(self, ir: Fusion | Program) -> Program | None:
         """Rewrite `ir` (a Fusion or a Program, as `level` says) in place."""
         raise NotImplementedError
+
+    def requires(self, ir: Fusion | Program) -> list[str]:
+        """What is wrong with `ir` as this pass's input (nothing, by default)."""
+        return []
+
+    def ensures(self, ir: Fusion | Program) -> list[str]:
+        """What is wrong with `ir` as this pass's result (nothing, by default)."""
+        return []
 
     @classmethod
     def output_level(cls) -> Level:
@@ -72,6 +91,35 @@ def register(cls: type[Pass]) -> type[Pass]:
     return cls
 
 
+def option_types(cls: type[Pass]) -> dict[str, object]:
+    """The type of each option (dataclass field) of a pass, resolved from its hints."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _choices(typ: object) -> tuple | None:
+    return typing.get_args(typ) if typing.get_origin(typ) is Literal else None
+
+
+def _type_text(typ: object) -> str:
+    choices = _choices(typ)
+    if choices is not None:
+        return "one of " + ", ".join(str(c) for c in choices)
+    return {bool: "true/false", int: "an integer", str: "a string"}.get(typ, str(typ))
+
+
+def _check_option(name: str, key: str, typ: object, value: object) -> None:
+    choices = _choices(typ)
+    if choices is not None:
+        ok = value in choices
+    elif typ is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, typ) if isinstance(typ, type) else True
+    if not ok:
+        raise PassOptionError(f"pass {name}: option {key} expects {_type_text(typ)}, got {value!r}")
+
+
 def make_pass(spec: str) -> Pass:
     """Build a pass from `name` or `name[key=value,...]`."""
     spec = spec.strip()
@@ -81,31 +129,42 @@ def make_pass(spec: str) -> Pass:
         known = ", ".join(sorted(REGISTRY))
         raise PassOptionError(f"unknown pass {name!r}; known passes: {known}")
     options: dict[str, object] = {}
+    types = option_types(cls)
     if rest:
         if not rest.endswith("]"):
             raise PassOptionError(f"pass options must look like {name}[key=value], got {spec!r}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
         for item in filter(None, rest[:-1].split(",")):
             key, eq, value = item.partition("=")
             key = key.strip()
-            if not eq or key not in fields:
-                valid = ", ".join(fields) or "none"
+            if not eq or key not in types:
+                valid = ", ".join(types) or "none"
                 raise PassOptionError(f"pass {name}: unknown option {item!r}; options: {valid}")
-            options[key] = _convert(value.strip(), fields[key].type, name, key)
+            options[key] = _convert(value.strip(), types[key], name, key)
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in options
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        example = ",".join(f"{k}=..." for k in missing)
+        raise PassOptionError(f"pass {name} needs option {missing[0]}: write {name}[{example}]")
     return cls(**options)
 
 
 def _convert(value: str, typ: object, name: str, key: str) -> object:
-    typ = str(typ)
-    if "bool" in typ:
+    """The option text as a value of the option's type."""
+    if typ is bool:
         if value.lower() in ("1", "true", "yes", "on"):
             return True
         if value.lower() in ("0", "false", "no", "off"):
             return False
-        raise PassOptionError(f"pass {name}: option {key} expects true/false, got {value!r}")
-    if "int" in typ:
+    elif typ is int:
         try:
             return int(value)
-        except ValueError as exc:
-            raise PassOptionError(f"pass {name}: option {key} expects an integer") from exc
-    return value
+        except ValueError:
+            pass
+    else:
+        return value  # strings and choices: checked when the pass is made
+    raise PassOptionError(f"pass {name}: option {key} expects {_type_text(typ)}, got {value!r}")

@@ -40,8 +40,9 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ops import like
 from fuserlite.passes.base import Level, Pass, register
-from fuserlite.program.communication import Communication
+from fuserlite.passes.propagate_shardings import meshes_given
 from fuserlite.schedule.shard import shard_axis
+from fuserlite.verify import LazyNamer, non_local_problems, partial_output_problems
 
 
 def _shard(tv: TensorView, mesh: DeviceMesh | None, axes: dict[ParallelType, int]) -> None:
@@ -206,11 +207,21 @@ class InsertReshardings(Pass):
     name: ClassVar[str] = "insert-reshardings"
     level: ClassVar[Level] = Level.fusion
 
+    def requires(self, fusion: Fusion) -> list[str]:
+        return [f"{p}; run propagate-shardings first" for p in meshes_given(fusion)]
+
+    def ensures(self, fusion: Fusion) -> list[str]:
+        computed = [e for e in fusion.exprs() if not isinstance(e, LoadStoreOp)]
+        return [
+            *non_local_problems(computed, "insert a Set before it"),
+            *partial_output_problems(fusion.outputs, LazyNamer(fusion)),
+        ]
+
     def run(self, fusion: Fusion) -> None:
         new_of: dict[TensorView, TensorView] = {}  # outputs to replace
         reshardings = _Reshardings()
         for expr in fusion.exprs():
-            if isinstance(expr, (LoadStoreOp, Communication)):
+            if isinstance(expr, LoadStoreOp):
                 continue
             after = _split_off_bias(expr, new_of) if _has_bias_over_partial_sums(expr) else []
             for e in [expr, *after]:

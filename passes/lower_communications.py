@@ -24,7 +24,7 @@ from fuserlite.ir.sharding import (
 from fuserlite.ir.tensor import TensorView
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import CommKind, Communication
-from fuserlite.program.program import Program, Step
+from fuserlite.program.program import Kernel, Program, Step
 
 
 def nbytes(tv: TensorView) -> int:
@@ -129,6 +129,9 @@ class LowerCommunications(Pass):
     name: ClassVar[str] = "lower-communications"
     level: ClassVar[Level] = Level.program
 
+    def ensures(self, program: Program) -> list[str]:
+        return unlowered_steps(program)
+
     def run(self, program: Program) -> None:
         steps = fuse_reduce_then_slice(program)
         program.steps = [lower_set(s) if is_resharding(s) else s for s in steps]
@@ -158,3 +161,13 @@ def fuse_reduce_then_slice(program: Program) -> list[Step]:
         s.detach()
         dropped.add(id(s))
     return [s for s in program.steps if id(s) not in dropped]
+
+
+def unlowered_steps(program: Program) -> list[str]:
+    """Each step that is neither a kernel nor a Communication (a resharding Set)."""
+    return [
+        f"step {k}, {s.output.name} = {s.op_name}({s.input.name}), is not lowered to a "
+        "Communication"
+        for k, s in enumerate(program.steps)
+        if not isinstance(s, (Kernel, Communication))
+    ]

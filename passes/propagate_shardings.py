@@ -1,7 +1,8 @@
 """propagate-shardings: every tensor gets a mesh and the sharding its producers imply.
 
 Before: users set meshes and DID parallel types on some tensors.
-After: every tensor of a fusion that uses a mesh has one. A tensor the user
+After: every tensor connected through expressions to a tensor with a mesh has one
+(`meshes_given`, the pass's `ensures`). A tensor the user
 left unsharded and without a mesh inherits, through the expression's axis map,
 the sharding of its first producer sharded on a data axis that stays a data
 axis (for linear/matmul the weight is looked at first). Never propagated: DID on broadcast axes (b and bDIDx are the same
@@ -113,6 +114,21 @@ def _inherit_sharding(expr, out: TensorView) -> None:
             return
 
 
+def meshes_given(fusion: Fusion) -> list[str]:
+    """Every expression's tensors all have a mesh or all have none: a mesh reaches every
+    tensor connected to one (a part of the fusion with no mesh anywhere keeps none)."""
+    problems = []
+    for e in fusion.exprs():
+        tensors = (*e.inputs, *e.outputs)
+        missing = [t.name for t in tensors if t.mesh is None]
+        if missing and len(missing) < len(tensors):
+            problems.append(
+                f"{e.output.name} = {e.op_name}(...) mixes tensors with and without a device "
+                f"mesh: {', '.join(missing)} has none"
+            )
+    return problems
+
+
 @register
 @dataclass(frozen=True)
 class PropagateShardings(Pass):
@@ -120,6 +136,9 @@ class PropagateShardings(Pass):
 
     name: ClassVar[str] = "propagate-shardings"
     level: ClassVar[Level] = Level.fusion
+
+    def ensures(self, fusion: Fusion) -> list[str]:
+        return meshes_given(fusion)
 
     def run(self, fusion: Fusion) -> None:
         exprs = fusion.exprs()

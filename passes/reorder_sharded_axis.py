@@ -11,15 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import is_resharding
 from fuserlite.ir.tensor import TensorView
 from fuserlite.passes.base import Level, Pass, register
 
 
+def _device_axes(tv: TensorView) -> list[IterDomain]:
+    return [ax for ax in tv.domain.loop if ax.parallel_type.is_device and not ax.is_broadcast]
+
+
 def device_axis_outermost(tv: TensorView) -> None:
     """Allocation = the device-parallel loop axis, then the other loop axes in order."""
-    device = [ax for ax in tv.domain.loop if ax.parallel_type.is_device and not ax.is_broadcast]
+    device = _device_axes(tv)
     if not device:
         return
     rest = [ax for ax in tv.domain.loop if ax not in device]
@@ -34,6 +39,20 @@ class ReorderShardedAxis(Pass):
 
     name: ClassVar[str] = "reorder-sharded-axis"
     level: ClassVar[Level] = Level.fusion
+
+    def ensures(self, fusion: Fusion) -> list[str]:
+        problems = []
+        for expr in fusion.exprs():
+            if not is_resharding(expr):
+                continue
+            for tv in (expr.input, expr.output):
+                alloc = tv.domain.allocation
+                if _device_axes(tv) and (not alloc or not alloc[0].parallel_type.is_device):
+                    problems.append(
+                        f"{tv.name}, a buffer of {expr.output.name} = Set({expr.input.name}), "
+                        "does not have its device axis outermost in its allocation domain"
+                    )
+        return problems
 
     def run(self, fusion: Fusion) -> None:
         for expr in fusion.exprs():

@@ -40,6 +40,17 @@ class SchedulePointwise(Pass):
     block_size: int = 128
     vectorize: bool = False
 
+    def ensures(self, program: Program) -> list[str]:
+        problems = []
+        for k, kernel in enumerate(program.steps):
+            if not isinstance(kernel, Kernel) or (kernel.scheduled and kernel.reference):
+                continue
+            if kernel.scheduled:
+                problems.append(f"kernel {k} is marked scheduled but has no reference tensor")
+            elif not kernel.notes:
+                problems.append(f"kernel {k} is neither scheduled nor says why (kernel.notes)")
+        return problems
+
     def run(self, program: Program) -> None:
         check_block_size(self.block_size)
         # Tensors carrying transforms other than sharding splits before this pass

@@ -1,6 +1,7 @@
 """segment: turn the fusion into a Program of compute kernels and communications.
 
-Before: every expression is local or a single resharding Set.
+Before: every expression is local or a single resharding Set (insert-reshardings
+ensures it; the program verifier checks every kernel after segment).
 After: a Program whose steps are, in execution order, Kernels and the
 resharding Sets (or Communications) between them. A kernel is either a maximal
 run of pointwise expressions on one mesh (for schedule-pointwise) or a single
@@ -81,6 +82,21 @@ class Segment(Pass):
     name: ClassVar[str] = "segment"
     level: ClassVar[Level] = Level.fusion
     produces: ClassVar[Level] = Level.program
+
+    def ensures(self, program: Program) -> list[str]:
+        problems = []
+        for k, kernel in enumerate(program.steps):
+            if not isinstance(kernel, Kernel):
+                continue
+            if any(e.output.mesh != kernel.mesh for e in kernel.exprs):
+                problems.append(f"kernel {k} computes on more than its mesh {kernel.mesh}")
+            pointwise = all(isinstance(e, POINTWISE_EXPRS) for e in kernel.exprs)
+            if not pointwise and len(kernel.exprs) > 1:
+                problems.append(
+                    f"kernel {k} holds {len(kernel.exprs)} expressions, not all pointwise; "
+                    "a reduction, linear, matmul, expand or reshape is a kernel of its own"
+                )
+        return problems
 
     def run(self, fusion: Fusion) -> Program:
         return Program(fusion, segment_exprs(fusion))

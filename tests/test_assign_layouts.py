@@ -6,6 +6,8 @@ import pytest
 
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.ir.errors import PassOptionError
+from fuserlite.passes.assign_layouts import AssignLayouts
 from fuserlite.pipeline import Pipeline, default_pass_names
 
 
@@ -33,9 +35,11 @@ def test_layout_is_printed():
     assert "layout=pinned{0}" in text
 
 
-def test_bad_option_is_a_clear_error():
-    with pytest.raises(fl.LoweringError, match="pin must be 'all' or 'none'"):
+def test_bad_option_is_refused_before_anything_runs():
+    with pytest.raises(PassOptionError, match="option pin expects one of all, none, got 'some'"):
         lowered("some")
+    with pytest.raises(PassOptionError, match="option pin expects one of all, none"):
+        AssignLayouts(pin="some")  # built in Python too
 
 
 def test_local_slices_get_no_layout():

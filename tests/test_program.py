@@ -106,3 +106,18 @@ def test_a_program_clone_is_independent() -> None:
     assert copy.kernels[-1].reference in copy.fusion.tensors_created
     copy.communications[0].layout = None
     fl.verify_program(program)  # the original still has its layout
+
+
+def test_the_program_verifier_checks_the_order_and_the_cover_of_the_steps() -> None:
+    program = fl.lower(models.tensor_parallel_mlp(2))
+    program.steps = [program.steps[1], program.steps[0], *program.steps[2:]]
+    with pytest.raises(fl.VerifyError, match=r"step 0 reads T\d+ before any step computes it"):
+        fl.verify_program(program)
+    program = fl.lower(models.tensor_parallel_mlp(2))
+    program.steps = program.steps[:-1]
+    with pytest.raises(fl.VerifyError, match=r"output T\d+ is computed by no step"):
+        fl.verify_program(program)
+    program = fl.lower(models.tensor_parallel_mlp(2))
+    program.steps.append(program.steps[0])
+    with pytest.raises(fl.VerifyError, match=r"is in two steps"):
+        fl.verify_program(program)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from fuserlite.ir import args
 from fuserlite.ir.domain import Merge, Split, TensorDomain
 from fuserlite.ir.errors import FusionError
+from fuserlite.ir.readonly import remembered
 from fuserlite.ir.types import MemoryType
 
 if TYPE_CHECKING:
@@ -132,7 +133,11 @@ class Fusion:
 
     # -- traversal ----------------------------------------------------------
     def exprs(self) -> list[Expr]:
-        """Expressions reachable from the outputs, in a deterministic topological order."""
+        """Expressions reachable from the outputs, in a deterministic topological order
+        (while the IR is only read, one list serves every caller: do not change it)."""
+        return remembered("exprs", self, self._exprs)
+
+    def _exprs(self) -> list[Expr]:
         order: list[Expr] = []
         seen: set[int] = set()
         for out in self.outputs:

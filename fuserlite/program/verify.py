@@ -11,11 +11,17 @@ from __future__ import annotations
 from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.readonly import reading_only
-from fuserlite.ir.sharding import describe_sharding, is_resharding, non_local_inputs, shardings
+from fuserlite.ir.sharding import describe_sharding, is_resharding
 from fuserlite.printer import Namer
 from fuserlite.program.communication import Communication
-from fuserlite.program.program import Program
-from fuserlite.verify import LazyNamer, fusion_problems, problems_text
+from fuserlite.program.program import Kernel, Program
+from fuserlite.verify import (
+    LazyNamer,
+    fusion_problems,
+    non_local_problems,
+    partial_output_problems,
+    problems_text,
+)
 
 
 def verify_program(program: Program) -> None:
@@ -25,8 +31,9 @@ def verify_program(program: Program) -> None:
         namer = LazyNamer(program.fusion)
         problems = fusion_problems(program.fusion, namer, require_mesh=True)
         problems.extend(layout_problems(program.communications, namer))
+        problems.extend(step_problems(program))
         problems.extend(locality_problems(program))
-        problems.extend(partial_output_problems(program, namer))
+        problems.extend(partial_output_problems(program.outputs, namer))
     if problems:
         raise VerifyError(problems_text("invalid program", problems))
 
@@ -54,35 +61,43 @@ def layout_problems(comms: list[Communication], namer: Namer) -> list[str]:
     return problems
 
 
-def partial_output_problems(program: Program, namer: Namer) -> list[str]:
-    """A program's output is a complete value, never partial sums."""
-    problems = []
-    for out in program.outputs:
-        for s in shardings(out).values():
-            if s.is_partial:
-                ax = out.device_axes()[s.parallel_type]
-                problems.append(
-                    f"output {out.name} reduction axis {s.logical_index} ({namer.id(ax)}) holds "
-                    "partial results, one per device; a fusion output must be complete: "
-                    "run insert-reshardings, which completes it with a communication"
-                )
-    return problems
-
-
 def locality_problems(program: Program) -> list[str]:
     """Every expression of a kernel computes from local shards."""
     problems = []
+    fix = "run insert-reshardings before segment"
     for kernel in program.kernels:
         for e in kernel.exprs:
             if is_resharding(e):
                 problems.append(
                     f"kernel expression {e.output.name} = Set({e.input.name}) moves data "
                     f"between shardings ({describe_sharding(e.input)} -> "
-                    f"{describe_sharding(e.output)}); run insert-reshardings before segment"
+                    f"{describe_sharding(e.output)}); {fix}"
                 )
-            for p in non_local_inputs(e):
-                problems.append(
-                    f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
-                    f"{describe_sharding(e.output)}: not local; run insert-reshardings before segment"
-                )
+        problems.extend(non_local_problems(kernel.exprs, fix))
+    return problems
+
+
+def step_problems(program: Program) -> list[str]:
+    """Each step reads what the fusion's inputs or earlier steps hold, each expression
+    is in one step and defines its outputs, and every output is computed (so the steps
+    hold every expression the outputs need, in an order they can run in)."""
+    problems = []
+    available = {id(t) for t in program.inputs}
+    placed: set[int] = set()
+    for k, step in enumerate(program.steps):
+        exprs = step.exprs if isinstance(step, Kernel) else [step]
+        for t in step.inputs:
+            if id(t) not in available:
+                problems.append(f"step {k} reads {t.name} before any step computes it")
+        for e in exprs:
+            if id(e) in placed:
+                problems.append(f"{e.output.name} = {e.op_name}(...) is in two steps")
+            placed.add(id(e))
+            for t in e.outputs:
+                if t.definition is not e:
+                    problems.append(f"step {k} computes {t.name}, which another expression defines")
+                available.add(id(t))
+    for t in program.outputs:
+        if id(t) not in available:
+            problems.append(f"output {t.name} is computed by no step of the program")
     return problems
