@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_a_pass_that_breaks_an_invariant_is_named_with_the_passes_before_it():
     class DoubleDid(Pass):
         """Test-only: give a tensor two DIDx axes."""
 
-        name = "test-double-did"
+        name: ClassVar[str] = "test-double-did"
 
         def run(self, fusion):
             tv = fusion.inputs[0]

@@ -32,6 +32,8 @@ from fuserlite.program.program import Kernel, Program
 from fuserlite.program.verify import verify_program
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
+from fuserlite.runtime.kernel_grid import GridCache
+from fuserlite.runtime.kernel_runner import KernelPlan, plan_kernel, run_kernel
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.runtime.reference import check_inputs
@@ -131,7 +133,8 @@ class FusionExecutor:
             id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
             for k in program.kernels
         }
-        self._plans: dict[int, object] = {}  # kernel_runner plans, made at the first run
+        self._plans: dict[int, KernelPlan] = {}  # kernel_runner plans, made at the first run
+        self.grids = GridCache()  # the kernel runner's index arrays, reused across runs
         # Multi-process backends check their world and build team communicators here,
         # on every process, before any communication.
         self.backend.prepare(self.devices, self.communications)
@@ -237,13 +240,12 @@ class FusionExecutor:
                     f"device {d}: a kernel reads {', '.join(missing)}, which this device does not hold"
                 )
             if kernel.scheduled and self.schedule:
-                from fuserlite.runtime.kernel_runner import plan_kernel, run_kernel
-
                 # The lowered program never changes: each kernel is planned once.
                 plan = self._plans.get(id(kernel))
                 if plan is None:
-                    plan = self._plans[id(kernel)] = plan_kernel(kernel)
-                local.update(run_kernel(kernel, {t: local[t] for t in kernel.inputs}, plan))
+                    plan = self._plans[id(kernel)] = plan_kernel(kernel, self.grids)
+                inputs = {t: local[t] for t in kernel.inputs}
+                local.update(run_kernel(kernel, inputs, plan, self.grids))
                 continue
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
                 local[e.output] = eval_expr(e, [local[t] for t in e.inputs], local_shape(e.output))

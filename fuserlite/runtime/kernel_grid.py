@@ -9,8 +9,8 @@ chunk stay a few MiB however large the tensors are. Loop variables are open
 results are flattened to one value per point of the chunk.
 
 Predicates and offsets are cached per chunk for grids of at most CACHE_POINTS
-points (a kernel run again reuses them, like a compiled kernel), and the
-cache as a whole is kept under CACHE_BYTES.
+points (a kernel run again reuses them, like a compiled kernel); a GridCache,
+owned by the executor, keeps them under CACHE_BYTES.
 """
 
 from __future__ import annotations
@@ -204,24 +204,35 @@ class Grid:
                 yield chunk
 
 
-_GRIDS: dict[tuple[GridAxis, ...], Grid] = {}
+class GridCache:
+    """Grids by their axes, most recently used last, their index arrays kept under
+    CACHE_BYTES. An executor owns one for its kernels (runs reuse its indices, like a
+    compiled kernel); nothing is kept past its owner."""
 
+    def __init__(self) -> None:
+        self._grids: dict[tuple[GridAxis, ...], Grid] = {}
 
-def grid_for(grid: list[GridAxis]) -> Grid:
-    """Grids are reused across runs: everything cached in them is keyed by structure."""
-    key = tuple(grid)
-    hit = _GRIDS.pop(key, None) or Grid(grid)
-    _GRIDS[key] = hit  # most recently used last
-    return hit
+    def grid(self, axes: list[GridAxis]) -> Grid:
+        """The grid of `axes`: everything cached in it is keyed by structure."""
+        key = tuple(axes)
+        hit = self._grids.pop(key, None) or Grid(axes)
+        self._grids[key] = hit  # most recently used last
+        return hit
 
+    def trim(self) -> None:
+        """Forget the least recently used grids while they hold over CACHE_BYTES."""
+        grids = self._grids
+        total = sum(g.nbytes() for g in grids.values())
+        for key in list(grids)[:-1]:  # never the grid just used
+            if total <= CACHE_BYTES:
+                break
+            total -= grids.pop(key).nbytes()
+        last = next(reversed(grids), None)
+        if last is not None and total > CACHE_BYTES:
+            del grids[last]
 
-def trim_cache() -> None:
-    """Forget the least recently used grids while the cache holds over CACHE_BYTES."""
-    total = sum(g.nbytes() for g in _GRIDS.values())
-    for key in list(_GRIDS)[:-1]:  # never the grid just used
-        if total <= CACHE_BYTES:
-            break
-        total -= _GRIDS.pop(key).nbytes()
-    last = next(reversed(_GRIDS), None)
-    if last is not None and total > CACHE_BYTES:
-        del _GRIDS[last]
+    def clear(self) -> None:
+        self._grids.clear()
+
+    def __len__(self) -> int:
+        return len(self._grids)

@@ -40,7 +40,7 @@ from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.indexing import TensorIndex
 from fuserlite.program.program import Kernel, Program
-from fuserlite.runtime.kernel_grid import Grid, GridChunk, Offset, grid_for, trim_cache
+from fuserlite.runtime.kernel_grid import Grid, GridCache, GridChunk, Offset
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.schedule.grid import GridAxis, kernel_grid
@@ -122,15 +122,20 @@ def _passes(kernel: Kernel) -> list[list[_Step]]:
 
 
 def run_kernel(
-    kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], plan: KernelPlan | None = None
+    kernel: Kernel,
+    local_inputs: dict[TensorView, np.ndarray],
+    plan: KernelPlan | None = None,
+    grids: GridCache | None = None,
 ) -> dict[TensorView, np.ndarray]:
     """Execute a scheduled kernel on one device's local input shards; returns local outputs.
 
     `plan` is plan_kernel(kernel), for a caller that runs an unchanging kernel often;
     without it the plan is worked out once per device, or once while the IR is only
-    read (fuserlite.ir.readonly)."""
-    plan = plan or remembered("kernel plan", kernel, lambda: plan_kernel(kernel))
-    grid = grid_for(plan.grid)
+    read (fuserlite.ir.readonly). `grids` keeps the grid's index arrays for the next
+    run (the executor's own cache); without it they last this run."""
+    grids = grids if grids is not None else GridCache()
+    plan = plan or remembered("kernel plan", kernel, lambda: plan_kernel(kernel, grids))
+    grid = grids.grid(plan.grid)
     arrays: dict[int, np.ndarray] = {}
     written: dict[int, np.ndarray | None] = {}  # None: every element was written
     for tv in kernel.inputs:
@@ -146,7 +151,7 @@ def run_kernel(
         written[id(tv)] = None
     for steps, dead in plan.passes:
         _run_pass(grid, steps, dead, arrays, written)
-    trim_cache()
+    grids.trim()
     result = {}
     for tv in kernel.outputs:
         if id(tv) not in arrays:
@@ -179,11 +184,11 @@ class KernelPlan:
     passes: list[Pass]
 
 
-def plan_kernel(kernel: Kernel) -> KernelPlan:
+def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
     """The kernel's grid and passes, lowered, with the registers each step is the last
     to read."""
     axes = kernel_grid([e.output for e in kernel.exprs])
-    grid = grid_for(axes)
+    grid = grids.grid(axes)
     registers = {id(e.output) for e in kernel.exprs if is_inlined(e.output)}
     plan = KernelPlan(axes, [])
     for steps in _passes(kernel):
@@ -342,16 +347,19 @@ class _Store:
         return self.data, self.mask
 
 
-def run_scheduled(program: Program, local_inputs: list[np.ndarray]) -> list[np.ndarray]:
+def run_scheduled(
+    program: Program, local_inputs: list[np.ndarray], grids: GridCache | None = None
+) -> list[np.ndarray]:
     """Run a program of one scheduled kernel (a pointwise fusion after segment and
-    schedule-pointwise) on local input shards; returns its outputs."""
+    schedule-pointwise) on local input shards; returns its outputs (`grids`: see
+    run_kernel)."""
     if len(program.steps) != 1 or not program.kernels:
         raise ExecutionError(
             f"run_scheduled runs a program of one kernel, not {program!r}; "
             "run the program with FusionExecutor"
         )
     (kernel,) = program.kernels
-    out = run_kernel(kernel, dict(zip(program.inputs, local_inputs)))
+    out = run_kernel(kernel, dict(zip(program.inputs, local_inputs)), grids=grids)
     return [out[t] for t in program.outputs]
 
 

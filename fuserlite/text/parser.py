@@ -46,29 +46,43 @@ from fuserlite.ir.types import DType, ParallelType
 from fuserlite.text.calls import Arg, call_op
 from fuserlite.text.source import Source, syntax_error
 
-_GRAMMAR = Path(__file__).with_name("fus.lark")
 _PUNCTUATION = ("LSQB", "RSQB", "COMMA")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@functools.cache
-def _lark() -> Lark:
-    return Lark(
-        _GRAMMAR.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False
-    )
+class Grammar:
+    """The .fus grammar, compiled on first use and then read only: lark keeps the state
+    of each parse in the parse, so every parse (and thread) shares one compiled parser.
+    GRAMMAR is the one instance; nothing else of the parser outlives a parse."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @functools.cached_property
+    def lark(self) -> Lark:
+        return Lark(
+            self.path.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False
+        )
+
+    @functools.cached_property
+    def reserved_words(self) -> frozenset[str]:
+        """The keywords that look like names (`mesh`, `on`, `true`, ...): never names.
+
+        lark's contextual lexer would accept most of them as names where no keyword fits
+        (`mesh mesh = [0]`); docs/fus-format.md promises they are reserved, so they are."""
+        return frozenset(
+            t.pattern.value
+            for t in self.lark.terminals
+            if isinstance(t.pattern, PatternStr) and _NAME.fullmatch(t.pattern.value)
+        )
 
 
-@functools.cache
+GRAMMAR = Grammar(Path(__file__).with_name("fus.lark"))
+
+
 def reserved_words() -> frozenset[str]:
-    """The grammar's keywords that look like names (`mesh`, `on`, `true`, ...): never names.
-
-    lark's contextual lexer would accept most of them as names where no keyword fits
-    (`mesh mesh = [0]`); docs/fus-format.md promises they are reserved, so they are."""
-    return frozenset(
-        t.pattern.value
-        for t in _lark().terminals
-        if isinstance(t.pattern, PatternStr) and _NAME.fullmatch(t.pattern.value)
-    )
+    """The grammar's keywords that look like names: never names."""
+    return GRAMMAR.reserved_words
 
 
 # A .fus file is text a person writes or a tool generates: 16 MiB is ~600k statements.
@@ -88,9 +102,9 @@ def parse(text: str, filename: str = "<string>") -> Fusion:
         )
     source = Source(text, filename)
     try:
-        tree = _lark().parse(text)
+        tree = GRAMMAR.lark.parse(text)
     except UnexpectedInput as exc:
-        raise syntax_error(source, _lark(), exc) from None
+        raise syntax_error(source, GRAMMAR.lark, exc) from None
     return _Builder(source).run(tree)
 
 

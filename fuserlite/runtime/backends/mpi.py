@@ -19,9 +19,10 @@ which ends every rank with a non-zero exit status. Pass
 ending the other ranks is up to the caller). With one rank there is nothing to
 hang on, and the exception is raised as usual.
 
-Test hook: the environment variable FUSERLITE_FAIL_RANK=r makes rank r raise an
-ExecutionError at the start of every guarded execution. It exists only so the
-tests can check that a failing rank never hangs the job.
+For tests only, `MpiCommunicator(fail_rank=r)` makes rank r raise an
+ExecutionError at the start of every guarded execution, so they can check that a
+failing rank never hangs the job (tests/mpi_scripts/failing_rank.py). Nothing
+reads the environment.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from fuserlite.runtime.communicator import (
 )
 
 ABORT_GRACE_S = 0.5
-FAIL_RANK_ENV = "FUSERLITE_FAIL_RANK"
 
 
 def _mpi():
@@ -98,12 +98,16 @@ class MpiCommunicator(Communicator):
 
     name = "mpi"
 
-    def __init__(self, comm=None, *, abort_on_error: bool = True) -> None:
+    def __init__(
+        self, comm=None, *, abort_on_error: bool = True, fail_rank: int | None = None
+    ) -> None:
+        """`fail_rank` is for tests: that rank fails every guarded execution on purpose."""
         self.MPI = _mpi()
         self.world = comm if comm is not None else self.MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.abort_on_error = abort_on_error
+        self.fail_rank = fail_rank
         # Bytes of this rank's own data handed to MPI for other ranks (not wire bytes:
         # MPI's algorithms may forward data several times); the benchmark reads it.
         self.bytes_sent = 0
@@ -150,8 +154,8 @@ class MpiCommunicator(Communicator):
     def guard(self) -> Iterator[None]:
         """Turn an exception on this rank into one message and an abort of every rank."""
         try:
-            if os.environ.get(FAIL_RANK_ENV) == str(self.rank):
-                raise ExecutionError(f"rank {self.rank}: injected failure ({FAIL_RANK_ENV})")
+            if self.fail_rank == self.rank:
+                raise ExecutionError(f"rank {self.rank}: injected failure (fail_rank)")
             yield
         except Exception as exc:
             if not self.abort_on_error or self.size == 1:
