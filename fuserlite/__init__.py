@@ -1,6 +1,6 @@
 """fuserlite: a small, readable, executable multi-device fusion compiler modelled on nvFuser."""
 
-from fuserlite import printer  # noqa: F401 - installs str(tv), str(fusion), print_math()
+from fuserlite import ops, printer  # noqa: F401 - printer installs str(tv), str(fusion), print_math()
 from fuserlite.ir import (
     DeviceMesh,
     DType,
@@ -18,31 +18,7 @@ from fuserlite.ir import (
     TensorView,
     VerifyError,
 )
-from fuserlite.ops import (
-    abs,
-    add,
-    broadcast,
-    div,
-    exp,
-    expand,
-    gelu,
-    linear,
-    log,
-    matmul,
-    max,
-    maximum,
-    minimum,
-    mul,
-    neg,
-    relu,
-    reshape,
-    set,
-    sqrt,
-    sub,
-    sum,
-    tanh,
-    tensor,
-)
+from fuserlite.ops import *  # noqa: F403 - tensor and every op's builder (ops.__all__)
 from fuserlite.runtime.reference import evaluate, random_inputs
 from fuserlite.text import load, parse, to_fus
 from fuserlite.verify import verify
@@ -65,36 +41,14 @@ __all__ = [
     "ScheduleError",
     "TensorView",
     "VerifyError",
-    "abs",
-    "add",
-    "broadcast",
-    "div",
     "evaluate",
-    "exp",
-    "expand",
-    "gelu",
-    "linear",
     "load",
-    "log",
-    "matmul",
-    "max",
-    "maximum",
-    "minimum",
-    "mul",
-    "neg",
     "parse",
     "random_inputs",
-    "relu",
-    "reshape",
-    "set",
-    "sqrt",
-    "sub",
-    "sum",
-    "tanh",
-    "tensor",
     "to_fus",
     "verify",
 ]
+__all__ += ops.__all__
 
 # Multi-device lowering and execution.
 from fuserlite.ir.errors import ValidationError  # noqa: E402

@@ -10,22 +10,10 @@ fusion therefore always prints the same text, however it was built.
 from __future__ import annotations
 
 from fuserlite.ir.domain import IterDomain, Split
-from fuserlite.ir.expr import (
-    BinaryOp,
-    BinaryOpType,
-    BroadcastOp,
-    ExpandOp,
-    Expr,
-    LinearOp,
-    LoadStoreOp,
-    MatmulOp,
-    ReductionOp,
-    ReshapeOp,
-    UnaryOp,
-    UnaryOpType,
-)
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.registry import definition
 
 
 class Namer:
@@ -86,72 +74,16 @@ def axis_text(ax: IterDomain) -> str:
     return Namer(ax.owner.fusion).id(ax)
 
 
-_BINARY_SYMBOLS = {
-    BinaryOpType.add: "+",
-    BinaryOpType.sub: "-",
-    BinaryOpType.mul: "*",
-    BinaryOpType.div: "/",
-}
-
-
-def _scalar(value: float) -> str:
-    if isinstance(value, (bool, int)):
-        return f"int64_t({value})"
-    return f"double({value!r})"
-
-
 def expr_text(expr: Expr, namer: Namer) -> str:
-    """One expression: the output line, then `   = ...`."""
-    t = namer.tensor
-    outs = "\n".join(t(o) for o in expr.outputs)
+    """One expression: the output line, then `   = ` and its op's printed form."""
     if hasattr(expr, "describe"):  # communications and other lowered nodes
         return expr.describe(namer)
-    if isinstance(expr, LoadStoreOp):
-        cache = f", cache_op={expr.cache_op}" if expr.cache_op else ""
-        body = f"   = Set( {t(expr.input)}{cache} )"
-    elif isinstance(expr, UnaryOp):
-        if expr.op is UnaryOpType.neg:
-            body = f"   = -{t(expr.input)};"
-        else:
-            body = f"   = {expr.op.value}({t(expr.input)});"
-    elif isinstance(expr, BinaryOp):
-        lhs, rhs = (_scalar(x) if isinstance(x, (int, float)) else t(x) for x in expr.operands())
-        if expr.op in _BINARY_SYMBOLS:
-            body = f"   = {lhs}\n   {_BINARY_SYMBOLS[expr.op]} {rhs};"
-        else:
-            body = f"   = f{expr.op.value}({lhs}\n  , {rhs});"
-    elif isinstance(expr, BroadcastOp):
-        flags = ", ".join("true" if f else "false" for f in expr.flags)
-        body = f"   = broadcast( {t(expr.input)}, flags = {{{flags}}} )"
-    elif isinstance(expr, ReductionOp):
-        init = f"{expr.output.dtype.value}({_number(expr.init)})"
-        body = (
-            f"   = reduction( {t(expr.input)}, op = {expr.op.value}, "
-            f"initial value = {init}, allreduce = false )"
-        )
-    elif isinstance(expr, ExpandOp):
-        shape = ", ".join(str(s) for s in expr.shape)
-        body = f"   = expand( {t(expr.input)}, {{{shape}}} )"
-    elif isinstance(expr, ReshapeOp):
-        shape = ", ".join(str(s) for s in expr.shape)
-        body = f"   = view( {t(expr.input)}, {{{shape}}} )"
-    elif isinstance(expr, (LinearOp, MatmulOp)):
-        args = ",\n          ".join(t(i) for i in expr.inputs)
-        body = f"   = {expr.op_name}({args})"
-    else:
-        args = ", ".join(t(i) for i in expr.inputs)
-        body = f"   = {expr.op_name}( {args} )"
-    return f"{outs}\n{body}"
-
-
-def _number(value: float) -> str:
-    if value == float("inf"):
-        return "inf"
-    if value == float("-inf"):
-        return "-inf"
-    if float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
+    outs = "\n".join(namer.tensor(o) for o in expr.outputs)
+    d = definition(expr)
+    if d is None:  # an expression of no registered op
+        args = ", ".join(namer.tensor(i) for i in expr.inputs)
+        return f"{outs}\n   = {expr.op_name}( {args} )"
+    return f"{outs}\n   = {d.form.print(d.values(expr), expr, namer.tensor)}"
 
 
 def _math_lines(fusion: Fusion, namer: Namer) -> list[str]:

@@ -20,6 +20,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import sharded_data_axis
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
+from fuserlite.ops.common import check_rank
 from fuserlite.schedule.shard import shard_axis
 
 _OPS = {"sum": ops.sum, "max": ops.max}
@@ -53,7 +54,7 @@ def spmd_input(
 ) -> TensorView:
     """A fusion input whose device d holds a block of `local_shape` (concatenated on axis 0);
     `name` as for fl.tensor."""
-    ops.check_rank(local_shape, "spmd_input", "local_shape")
+    check_rank(local_shape, "spmd_input", "local_shape")
     local_shape = args.integers(local_shape, "spmd_input", "local_shape", minimum=1, scalar_ok=True)
     args.instance(mesh, DeviceMesh, "spmd_input", "mesh", "a DeviceMesh")
     if not local_shape:

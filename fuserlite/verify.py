@@ -16,12 +16,12 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
     describe_sharding,
-    non_local_inputs,
     sharding_problem,
     shardings,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, ParallelType
+from fuserlite.ops.sharding import non_local_inputs
 from fuserlite.printer import Namer
 
 SERIAL = ParallelType.Serial

@@ -11,9 +11,10 @@ partial reduction (output axis rDIDx) followed by a Set to the final sharding
 An input several expressions need resharded the same way is resharded once.
 A linear with a bias is one op; where it would write partial sums, the bias
 is split off and added once to the completed value (`add(out, bias)` takes
-out's place). A fusion output is always a complete value: one the user made
-partial (rDIDx) is completed by a Set to its sharding without the partial
-axis, and that completed tensor takes its place among the outputs.
+out's place; the op's sharding rule, in fuserlite.ops.contraction). A fusion
+output is always a complete value: one the user made partial (rDIDx) is
+completed by a Set to its sharding without the partial axis, and that
+completed tensor takes its place among the outputs.
 Broadcast axes never take part: b and bDIDx are the same sharding (seed 004).
 """
 
@@ -22,23 +23,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fuserlite import ops
-from fuserlite.ir.axis_map import producer_to_consumer
-from fuserlite.ir.expr import Expr, LinearOp, LoadStoreOp
-from fuserlite.ir.fusion import Fusion, takes_place_of
+from fuserlite.ir.expr import Expr, LoadStoreOp
+from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import (
     Placement,
     completed_placement,
-    has_unmapped_sharding,
     is_partial,
-    needed_placement,
     placement,
     shardings,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
-from fuserlite.ops import like
+from fuserlite.ops.common import like
+from fuserlite.ops.registry import definition_of, producer_to_consumer
+from fuserlite.ops.sharding import has_unmapped_sharding, needed_placement
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.propagate_shardings import meshes_given
 from fuserlite.schedule.shard import shard_axis
@@ -156,35 +155,25 @@ def _complete_outputs(fusion: Fusion) -> None:
     fusion.replace_outputs(new_of)
 
 
-def _split_off_bias(linear: LinearOp, new_of: dict[TensorView, TensorView]) -> list[Expr]:
-    """linear(x, w, bias) that writes partial sums (its contraction axis is sharded) adds
-    the bias once, to the completed value: linear(x, w), then `add(out, bias)` takes
-    out's place in its uses and, through `new_of`, among the outputs (nvFuser's
-    decomposition of a row-parallel linear). Returns the new expressions, to make
-    local in turn."""
-    out, bias = linear.output, linear.inputs[2]
-    linear.inputs = linear.inputs[:2]
-    bias.uses = [u for u in bias.uses if u is not linear]
-    users = list(dict.fromkeys(out.uses))
-    result = ops.add(out, bias)  # broadcasts the bias to out's rank first
-    add = result.definition
-    Expr.replace_uses(out, result, users)
-    takes_place_of(result, out)
-    new_of[out] = result
-    _shard(result, *_on_data_axes(out, completed_placement(out)))
-    new = [add]
-    for operand in add.inputs:
-        if operand is not out and operand is not bias:  # the broadcast bias
-            _shard(operand, *needed_placement(add, result, operand))
-            new.insert(0, operand.definition)
-    return new
-
-
-def _has_bias_over_partial_sums(expr: Expr) -> bool:
-    """A linear with a bias whose output is (or is about to be made) partial."""
-    if not isinstance(expr, LinearOp) or len(expr.inputs) != 3:
-        return False
-    return is_partial(expr.output) or bool(_device_reduction(expr)[1])
+def _rewrite_if_partial(expr: Expr, new_of: dict[TensorView, TensorView]) -> list[Expr]:
+    """An op whose output would hold partial sums and whose sharding rule rewrites it
+    then (linear adds its bias after completing the sums): apply the rewrite, place
+    its result as the completed output and, through `new_of`, among the outputs in
+    its place. Returns the new expressions, to make local in turn."""
+    rule = definition_of(expr).sharding.when_partial
+    if rule is None or not (is_partial(expr.output) or _device_reduction(expr)[1]):
+        return []
+    rewrite = rule(expr)
+    if rewrite is None:
+        return []
+    new_of[rewrite.replaced] = rewrite.result
+    _shard(rewrite.result, *_on_data_axes(rewrite.replaced, completed_placement(rewrite.replaced)))
+    # Each new intermediate tensor is placed as the new expression reading it needs it.
+    for k in range(len(rewrite.exprs) - 2, -1, -1):
+        made = rewrite.exprs[k].output
+        reader = next(e for e in rewrite.exprs[k + 1 :] if made in e.inputs)
+        _shard(made, *needed_placement(reader, reader.output, made))
+    return rewrite.exprs
 
 
 def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
@@ -223,7 +212,7 @@ class InsertReshardings(Pass):
         for expr in fusion.exprs():
             if isinstance(expr, LoadStoreOp):
                 continue
-            after = _split_off_bias(expr, new_of) if _has_bias_over_partial_sums(expr) else []
+            after = _rewrite_if_partial(expr, new_of)
             for e in [expr, *after]:
                 _make_local(e, reshardings)
         reshardings.insert()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fuserlite.ir.errors import LoweringError
-from fuserlite.ir.expr import LoadStoreOp, ReductionOp, ReductionOpType
+from fuserlite.ir.expr import LoadStoreOp
 from fuserlite.ir.sharding import (
     describe_sharding,
     is_partial,
@@ -22,6 +22,7 @@ from fuserlite.ir.sharding import (
     sharded_data_axis,
 )
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.sharding import partial_op
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.program.program import Kernel, Program, Step
@@ -33,12 +34,6 @@ def nbytes(tv: TensorView) -> int:
     for e in tv.shape:
         n *= e
     return n
-
-
-def _reduction_op(tv: TensorView) -> ReductionOpType:
-    """The op that combines partial results: the reduction's, or sum (linear, matmul)."""
-    d = tv.definition
-    return d.op if isinstance(d, ReductionOp) else ReductionOpType.sum
 
 
 @dataclass(frozen=True)
@@ -114,7 +109,7 @@ def lower_set(expr: LoadStoreOp) -> Communication:
         inp,
         plan.team,
         root=plan.root,
-        op=_reduction_op(inp) if reducing else None,
+        op=partial_op(inp) if reducing else None,
         in_axis=sharded_data_axis(inp),
         out_axis=sharded_data_axis(out),
         bytes_per_device=plan.bytes_per_device,

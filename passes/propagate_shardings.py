@@ -17,11 +17,12 @@ import heapq
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fuserlite.ir.axis_map import producer_to_consumer
-from fuserlite.ir.expr import Expr, LinearOp, MatmulOp
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.registry import producer_to_consumer
+from fuserlite.ops.sharding import propagation_sources
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_axis
 
@@ -86,16 +87,8 @@ def _propagate_meshes(exprs: list[Expr]) -> None:
         got = _sweep(exprs, [k for t in got for k in writing(t)], False, writing)
 
 
-def _candidates(expr) -> list[TensorView]:
-    """Producers in order of preference: for linear/matmul the weight first, since
-    tensor parallelism keeps weights in place and moves activations."""
-    if isinstance(expr, (LinearOp, MatmulOp)):
-        return [expr.inputs[1], expr.inputs[0], *expr.inputs[2:]]
-    return list(expr.inputs)
-
-
 def _inherit_sharding(expr, out: TensorView) -> None:
-    for producer in _candidates(expr):
+    for producer in propagation_sources(expr):
         if producer.mesh != out.mesh:
             continue
         axis_map = producer_to_consumer(expr, producer)

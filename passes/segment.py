@@ -17,10 +17,10 @@ from typing import ClassVar
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.sharding import is_resharding
+from fuserlite.ops.registry import is_pointwise
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program, Step
-from fuserlite.schedule.pointwise import POINTWISE_EXPRS
 
 
 def _is_data_movement(expr: Expr) -> bool:
@@ -61,7 +61,7 @@ def segment_exprs(fusion: Fusion) -> list[Step]:
             current = None
             continue
         mesh = e.output.mesh
-        pointwise = isinstance(e, POINTWISE_EXPRS)
+        pointwise = is_pointwise(e)
         if current is None or current.mesh != mesh or not (pointwise and current_pointwise):
             current = Kernel([], [], [], mesh)
             steps.append(current)
@@ -90,7 +90,7 @@ class Segment(Pass):
                 continue
             if any(e.output.mesh != kernel.mesh for e in kernel.exprs):
                 problems.append(f"kernel {k} computes on more than its mesh {kernel.mesh}")
-            pointwise = all(isinstance(e, POINTWISE_EXPRS) for e in kernel.exprs)
+            pointwise = all(is_pointwise(e) for e in kernel.exprs)
             if not pointwise and len(kernel.exprs) > 1:
                 problems.append(
                     f"kernel {k} holds {len(kernel.exprs)} expressions, not all pointwise; "

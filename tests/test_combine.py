@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fuserlite.ir.expr import ReductionOpType
+from fuserlite.ir.types import ReductionOpType
 from fuserlite.runtime.communicator import canonical, combine, identity
 
 SUM, MAX = ReductionOpType.sum, ReductionOpType.max

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from op_examples import OP_CALLS, op_example
 
 import fuserlite as fl
 from fuserlite.ir import LoadStoreOp
@@ -90,39 +91,9 @@ def test_comments_blank_lines_and_no_final_newline() -> None:
     assert fusion.outputs == fusion.inputs
 
 
-OP_CALLS = {
-    "neg": "neg(x)",
-    "exp": "exp(x)",
-    "tanh": "tanh(x)",
-    "relu": "relu(x)",
-    "abs": "abs(x)",
-    "gelu": "gelu(x)",
-    "sqrt": "sqrt(x)",
-    "log": "log(x)",
-    "set": "set(x)",
-    "add": "add(x, w)",
-    "sub": "sub(2, x)",
-    "mul": "mul(x, 0.5)",
-    "div": "div(x, w)",
-    "maximum": "maximum(x, -inf)",
-    "minimum": "minimum(w, x)",
-    "broadcast": "broadcast(x, [false, true, false])",
-    "sum": "sum(x, [0])",
-    "max": "max(x, axes=1)",
-    "expand": "expand(w, [4, 8])",
-    "reshape": "reshape(x, [2, -1])",
-    "matmul": "matmul(x, k)",
-    "linear": "linear(x, k2, bias)",
-}
-
-
 @pytest.mark.parametrize("op", sorted(OP_CALLS))
 def test_every_op(op: str) -> None:
-    text = (
-        "input x: float32[4, 8]\ninput w: float32[1, 8]\ninput k: float32[8, 3]\n"
-        f"input k2: float32[3, 8]\ninput bias: float32[3]\ny = {OP_CALLS[op]}\noutput y\n"
-    )
-    fusion = fl.parse(text, f"{op}.fus")
+    fusion = op_example(op)
     assert fusion.outputs[0].definition is not None
     fl.verify(fusion)
     fl.evaluate(fusion, fl.random_inputs(fusion))
@@ -130,10 +101,10 @@ def test_every_op(op: str) -> None:
 
 
 def test_every_builder_of_ops_has_a_call() -> None:
-    from fuserlite.text.calls import SIGNATURES
+    from fuserlite.text.calls import signatures
 
-    assert set(SIGNATURES) == set(OP_CALLS)
-    assert all(callable(getattr(fl, op)) for op in SIGNATURES)
+    assert set(signatures()) == set(OP_CALLS)
+    assert all(callable(getattr(fl, op)) for op in signatures())
 
 
 def test_scalars_keep_their_type() -> None:

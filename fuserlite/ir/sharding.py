@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
@@ -143,7 +142,7 @@ def describe_sharding(tv: TensorView) -> str:
     return f"{where}, " + (", ".join(parts) if parts else "replicated")
 
 
-# -- locality: can an expression compute its output from the shards it holds? --
+# -- placement: where a tensor's values are ------------------------------------
 Placement = tuple[DeviceMesh | None, dict[ParallelType, int]]
 
 
@@ -157,43 +156,6 @@ def completed_placement(tv: TensorView) -> Placement:
     return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items() if not s.is_partial}
 
 
-def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement:
-    """How `producer` must be sharded for `expr` to compute `target` locally: sharded
-    where it maps to a sharded axis of `target` (unless broadcast), whole elsewhere."""
-    sharded = shardings(target)
-    if not sharded:
-        return target.mesh, {}
-    back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
-    needed: dict[ParallelType, int] = {}
-    for pt, s in sharded.items():
-        p = back.get(s.logical_index)
-        if p is not None and not producer.domain.logical[p].is_broadcast:
-            needed[pt] = p
-    return target.mesh, needed
-
-
-def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
-    """True if a sharded axis of `target` comes from no input axis that could be
-    sharded the same way (e.g. a reshape whose source axis the mesh does not divide)."""
-    for s in shardings(target).values():
-        sources = [
-            p.domain.logical[pi]
-            for p in expr.inputs
-            for pi, c in producer_to_consumer(expr, p).items()
-            if c == s.logical_index
-        ]
-        if not any(ax.is_broadcast or ax.extent % s.num_devices == 0 for ax in sources):
-            return True
-    return False
-
-
 def is_resharding(expr: Expr) -> bool:
     """A Set whose input and output are sharded differently (b == bDIDx)."""
     return isinstance(expr, LoadStoreOp) and not same_sharding(expr.input, expr.output)
-
-
-def non_local_inputs(expr: Expr) -> list[TensorView]:
-    """The inputs a non-Set expression cannot compute its output from locally."""
-    if isinstance(expr, LoadStoreOp) or has_unmapped_sharding(expr, expr.output):
-        return [] if isinstance(expr, LoadStoreOp) else list(expr.inputs)
-    return [p for p in expr.inputs if placement(p) != needed_placement(expr, expr.output, p)]

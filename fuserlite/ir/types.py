@@ -227,3 +227,11 @@ class MemoryType(Enum):
     GLOBAL = "g"
     LOCAL = "l"
     SHARED = "s"
+
+
+class ReductionOpType(Enum):
+    """How values are combined: by a reduction op, and by the collective that completes
+    partial results (the value is nvFuser's printed name)."""
+
+    sum = "add"
+    max = "max"

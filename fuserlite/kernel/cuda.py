@@ -18,15 +18,7 @@ import struct
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import ExecutionError
-from fuserlite.ir.expr import (
-    BinaryOp,
-    BinaryOpType,
-    BroadcastOp,
-    Expr,
-    LoadStoreOp,
-    UnaryOp,
-    UnaryOpType,
-)
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ParallelType
@@ -39,6 +31,7 @@ from fuserlite.kernel.indexing import (
     lower_tensor,
     mul,
 )
+from fuserlite.ops.registry import is_scalar
 from fuserlite.program.program import Kernel, Program
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 from fuserlite.schedule.propagate import producer_coords
@@ -70,22 +63,29 @@ def _store(tv: TensorView, text: str) -> str:
     return f"{_TO_STORAGE[tv.dtype]}({text})" if tv.dtype in _TO_STORAGE else text
 
 
-_UNARY = {
-    UnaryOpType.exp: "exp({})",
-    UnaryOpType.tanh: "tanh({})",
-    UnaryOpType.sqrt: "sqrt({})",
-    UnaryOpType.log: "log({})",
-    UnaryOpType.neg: "(-{})",
-    UnaryOpType.abs: "({0} < 0 ? -{0} : {0})",
-    UnaryOpType.relu: "({0} > 0 ? {0} : decltype({0})(0))",
-}
-_BINARY = {
-    BinaryOpType.add: "({} + {})",
-    BinaryOpType.sub: "({} - {})",
-    BinaryOpType.mul: "({} * {})",
-    BinaryOpType.div: "({} / {})",
-    BinaryOpType.max: "({0} > {1} ? {0} : {1})",
-    BinaryOpType.min: "({0} < {1} ? {0} : {1})",
+# One row per pointwise op: its C expression, from its operands' C expressions ({0},
+# {1}, ...) in the compute type {T}.
+CUDA: dict[str, str] = {
+    "set": "{0}",
+    "broadcast": "{0}",  # its operand is read at the output's coordinates: a copy
+    "neg": "(-{0})",
+    "exp": "exp({0})",
+    "tanh": "tanh({0})",
+    "relu": "({0} > 0 ? {0} : decltype({0})(0))",
+    "abs": "({0} < 0 ? -{0} : {0})",
+    "gelu": (
+        "(static_cast<{T}>(0.5) * {0} * (static_cast<{T}>(1) + tanh("
+        "static_cast<{T}>(0.7978845608028654) * ({0} + static_cast<{T}>(0.044715)"
+        " * {0} * {0} * {0}))))"
+    ),
+    "sqrt": "sqrt({0})",
+    "log": "log({0})",
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "div": "({0} / {1})",
+    "maximum": "({0} > {1} ? {0} : {1})",
+    "minimum": "({0} < {1} ? {0} : {1})",
 }
 _HW_INDEX = {
     ParallelType.BIDx: "blockIdx.x",
@@ -204,24 +204,12 @@ def _op_text(expr: Expr, args: list[str]) -> str:
         a if COMPUTE_TYPES[t.dtype] == ctype else f"static_cast<{ctype}>({a})"
         for a, t in zip(args, expr.inputs)
     ]
-    if isinstance(expr, (LoadStoreOp, BroadcastOp)):
-        return cast[0]
-    if isinstance(expr, UnaryOp):
-        if expr.op is UnaryOpType.gelu:
-            x = cast[0]
-            return (
-                f"(static_cast<{ctype}>(0.5) * {x} * (static_cast<{ctype}>(1) + tanh("
-                f"static_cast<{ctype}>(0.7978845608028654) * ({x} + static_cast<{ctype}>(0.044715)"
-                f" * {x} * {x} * {x}))))"
-            )
-        return _UNARY[expr.op].format(cast[0])
-    if isinstance(expr, BinaryOp):
-        it = iter(cast)
-        lhs, rhs = (
-            _scalar(x, ctype) if isinstance(x, (int, float)) else next(it) for x in expr.operands()
-        )
-        return _BINARY[expr.op].format(lhs, rhs)
-    raise ExecutionError(f"codegen: no CUDA for {expr!r}; only pointwise kernels are emitted")
+    row = CUDA.get(expr.op_name)
+    if row is None:
+        raise ExecutionError(f"codegen: no CUDA for {expr!r}; only pointwise kernels are emitted")
+    it = iter(cast)
+    operands = [_scalar(x, ctype) if is_scalar(x) else next(it) for x in expr.operands()]
+    return row.format(*operands, T=ctype)
 
 
 def kernel_source(kernel: Kernel, name: str) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from fuserlite.ir.expr import Expr, ReductionOpType
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.types import ReductionOpType
 
 if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
-from fuserlite.ir.expr import ReductionOpType
 from fuserlite.ir.sharding import local_shape
-from fuserlite.ir.types import DType
+from fuserlite.ir.types import DType, ReductionOpType
 from fuserlite.program.communication import CommKind, Communication
 
 Buffers = dict[int, np.ndarray]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
-from fuserlite.ir.expr import BroadcastOp, Expr
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape, shardings
 from fuserlite.ir.tensor import TensorView
@@ -42,7 +42,7 @@ from fuserlite.kernel.indexing import TensorIndex
 from fuserlite.program.program import Kernel, Program
 from fuserlite.runtime.kernel_grid import Grid, GridCache, GridChunk, Offset
 from fuserlite.runtime.liveness import dead_after
-from fuserlite.runtime.numpy_ops import eval_expr, store
+from fuserlite.runtime.numpy_ops import eval_at_points, store
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
@@ -240,8 +240,7 @@ def _run_pass(
                 args.append(value)
                 if ok is not pred and ok is not valid:
                     valid = valid & ok
-            is_copy = isinstance(expr, BroadcastOp)
-            value = args[0] if is_copy else eval_expr(expr, args, (chunk.size,))
+            value = eval_at_points(expr, args)
             if p.register:
                 regs[id(expr.output)] = (value, valid)
             if to is not None:

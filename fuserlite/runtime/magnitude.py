@@ -23,8 +23,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from fuserlite.ir.expr import BinaryOp, BinaryOpType, Expr, UnaryOp, UnaryOpType
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ops.registry import is_scalar
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr
 from fuserlite.runtime.reference import evaluate
@@ -44,26 +46,33 @@ def _divided(m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return np.divide(m, d, out=np.zeros(np.broadcast_shapes(m.shape, d.shape)), where=m != 0)
 
 
-# (x, m(x), f(x)) -> m(f(x)): |f(x)| for f's own rounding, plus |f'(x)| * m(x) carried over.
-_UNARY: dict[UnaryOpType, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {
-    UnaryOpType.neg: lambda x, m, y: m,
-    UnaryOpType.abs: lambda x, m, y: m,
-    UnaryOpType.relu: lambda x, m, y: m,
-    UnaryOpType.exp: lambda x, m, y: _abs(y) * (1 + m),
-    UnaryOpType.tanh: lambda x, m, y: _abs(y) + m,  # |tanh'| <= 1
-    UnaryOpType.gelu: lambda x, m, y: _abs(y) + 1.13 * m,  # |gelu'| < 1.13
-    UnaryOpType.sqrt: lambda x, m, y: _abs(y) + _divided(m, np.multiply(_abs(y), 2, dtype=F64)),
-    UnaryOpType.log: lambda x, m, y: _abs(y) + _divided(m, _abs(x)),
-}
+SAME = None  # the op itself, applied to the magnitudes (copies, sums, max, matmul, ...)
 
-# (a, m(a), b, m(b), a op b) -> m(a op b)
-_BINARY: dict[BinaryOpType, Callable[..., np.ndarray]] = {
-    BinaryOpType.add: lambda a, ma, b, mb, y: ma + mb,
-    BinaryOpType.sub: lambda a, ma, b, mb, y: ma + mb,
-    BinaryOpType.mul: lambda a, ma, b, mb, y: ma * mb,
-    BinaryOpType.div: lambda a, ma, b, mb, y: _divided(ma + _abs(y) * mb, _abs(b)),
-    BinaryOpType.max: lambda a, ma, b, mb, y: np.maximum(ma, mb),
-    BinaryOpType.min: lambda a, ma, b, mb, y: np.maximum(ma, mb),
+# One row per op: (operand values, their magnitudes, the op's value) -> its magnitude.
+# A unary f: |f(x)| for f's own rounding, plus |f'(x)| * m(x) carried over.
+MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
+    "set": SAME,
+    "broadcast": SAME,
+    "expand": SAME,
+    "reshape": SAME,
+    "sum": SAME,
+    "max": SAME,
+    "matmul": SAME,
+    "linear": SAME,
+    "neg": lambda a, m, y: m[0],
+    "abs": lambda a, m, y: m[0],
+    "relu": lambda a, m, y: m[0],
+    "exp": lambda a, m, y: _abs(y) * (1 + m[0]),
+    "tanh": lambda a, m, y: _abs(y) + m[0],  # |tanh'| <= 1
+    "gelu": lambda a, m, y: _abs(y) + 1.13 * m[0],  # |gelu'| < 1.13
+    "sqrt": lambda a, m, y: _abs(y) + _divided(m[0], np.multiply(_abs(y), 2, dtype=F64)),
+    "log": lambda a, m, y: _abs(y) + _divided(m[0], _abs(a[0])),
+    "add": lambda a, m, y: m[0] + m[1],
+    "sub": lambda a, m, y: m[0] + m[1],
+    "mul": lambda a, m, y: m[0] * m[1],
+    "div": lambda a, m, y: _divided(m[0] + _abs(y) * m[1], _abs(a[1])),
+    "maximum": lambda a, m, y: np.maximum(m[0], m[1]),
+    "minimum": lambda a, m, y: np.maximum(m[0], m[1]),
 }
 
 
@@ -74,20 +83,21 @@ def magnitude(
 
     Values stay in their dtype (no float64 copy of a GiB tensor): each formula takes
     |v| first (`_abs`, exact), which numpy widens against the float64 m."""
-    with np.errstate(all="ignore"):
-        if isinstance(expr, UnaryOp):
-            return _UNARY[expr.op](args[0], mags[0], value)
-        if isinstance(expr, BinaryOp):
-            values, ms = iter(args), iter(mags)
-            operands = [
-                (np.asarray(float(x)), np.asarray(abs(float(x))))
-                if isinstance(x, (int, float))
-                else (next(values), next(ms))
-                for x in expr.operands()
-            ]
-            (a, ma), (b, mb) = operands
-            return _BINARY[expr.op](a, ma, b, mb, value)
+    if expr.op_name not in MAGNITUDE:
+        raise ExecutionError(f"no magnitude rule for expression {expr!r}")
+    rule = MAGNITUDE[expr.op_name]
+    if rule is SAME:
         return eval_expr(expr, mags, value.shape, F64)
+    values, ms = iter(args), iter(mags)
+    # A scalar operand is exact: m = |x|.
+    operands = [
+        (np.asarray(float(x)), np.asarray(abs(float(x))))
+        if is_scalar(x)
+        else (next(values), next(ms))
+        for x in expr.operands()
+    ]
+    with np.errstate(all="ignore"):
+        return rule([v for v, _ in operands], [m for _, m in operands], value)
 
 
 def magnitudes(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -10,27 +10,20 @@ in the reference.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
-from fuserlite.ir.expr import (
-    BinaryOp,
-    BinaryOpType,
-    BroadcastOp,
-    ExpandOp,
-    Expr,
-    LinearOp,
-    LoadStoreOp,
-    MatmulOp,
-    ReductionOp,
-    ReductionOpType,
-    ReshapeOp,
-    UnaryOp,
-    UnaryOpType,
-)
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.reductions import reduced_axes
+from fuserlite.ops.registry import (
+    Category,
+    definition_of,
+    positional,
+    producer_to_consumer,
+)
 
 BLOCK = 1 << 18  # elements a pass over a whole array takes at a time
 
@@ -46,27 +39,6 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
 
 
-_UNARY = {
-    UnaryOpType.neg: np.negative,
-    UnaryOpType.exp: np.exp,
-    UnaryOpType.tanh: np.tanh,
-    UnaryOpType.relu: lambda x: np.maximum(x, np.zeros((), x.dtype)),
-    UnaryOpType.abs: np.abs,
-    UnaryOpType.gelu: _gelu,
-    UnaryOpType.sqrt: np.sqrt,
-    UnaryOpType.log: np.log,
-}
-
-_BINARY = {
-    BinaryOpType.add: np.add,
-    BinaryOpType.sub: np.subtract,
-    BinaryOpType.mul: np.multiply,
-    BinaryOpType.div: np.true_divide,
-    BinaryOpType.max: np.maximum,
-    BinaryOpType.min: np.minimum,
-}
-
-
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b; a stack of rows times one matrix is one 2-D GEMM.
 
@@ -78,9 +50,83 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
 
 
+def _linear(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+    out = _matmul(x, w.T)
+    return out + bias[0] if bias else out
+
+
+def _same(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+# One row per op. A pointwise op's row computes elementwise from operands that are
+# already laid out on its output's points (operands() order, scalars as 0-d arrays);
+# any other op's row takes (expr, operand arrays, output shape).
+Row = Callable[..., np.ndarray]
+NUMPY: dict[str, Row] = {
+    "set": _same,
+    "broadcast": _same,  # its operand is laid out on the output's axes: a copy
+    "neg": np.negative,
+    "exp": np.exp,
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    "abs": np.abs,
+    "gelu": _gelu,
+    "sqrt": np.sqrt,
+    "log": np.log,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.true_divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    # Reductions accumulate in the compute dtype: half sums in float, bool counts in int64.
+    "sum": lambda e, a, shape: np.sum(a[0], axis=reduced_axes(e)),
+    "max": lambda e, a, shape: np.max(a[0], axis=reduced_axes(e)),
+    "expand": lambda e, a, shape: np.broadcast_to(a[0], shape),
+    "reshape": lambda e, a, shape: a[0].reshape(shape),
+    "matmul": lambda e, a, shape: _matmul(*a),
+    "linear": lambda e, a, shape: _linear(*a),
+}
+
+
 def store(tv: TensorView, value: np.ndarray) -> np.ndarray:
     """`value` rounded to tv's storage dtype, as when a kernel writes it to global memory."""
     return value.astype(tv.dtype.numpy, copy=False)
+
+
+def _row(expr: Expr) -> Row:
+    row = NUMPY.get(expr.op_name)
+    if row is None:
+        raise ExecutionError(f"no numpy evaluation for expression {expr!r}")
+    return row
+
+
+def _laid_out(expr: Expr, producer: TensorView, value: np.ndarray) -> np.ndarray:
+    """A pointwise operand's data on the output's data axes, through the op's axis map:
+    its axes where they map (transposed into the output's order), extent 1 elsewhere."""
+    out_data = {li: k for k, li in enumerate(expr.output.data_positions())}
+    amap = producer_to_consumer(expr, producer)
+    try:
+        target = [out_data[amap[li]] for li in producer.data_positions()]
+    except KeyError:
+        raise ExecutionError(
+            f"{expr!r}: an axis of {producer.name} maps to no data axis of {expr.output.name}"
+        ) from None
+    order = sorted(range(len(target)), key=target.__getitem__)
+    shape = [1] * len(out_data)
+    for k, t in enumerate(target):
+        shape[t] = value.shape[k]
+    return value.transpose(order).reshape(shape)
+
+
+def _operands(expr: Expr, args: list[np.ndarray], dtype: np.dtype) -> list[np.ndarray]:
+    """operands() as arrays in `dtype`: the tensor arrays given, scalars as 0-d arrays
+    in their places."""
+    operands = [a.astype(dtype, copy=False) for a in args]
+    for k, x in getattr(expr, "scalars", {}).items():  # only an Op takes scalars
+        operands.insert(k, np.asarray(x, dtype))
+    return operands
 
 
 def eval_expr(
@@ -89,41 +135,28 @@ def eval_expr(
     """Evaluate one single-output expression on arrays (global or local shards); the
     result is in the output's compute dtype (see `store`), or in `dtype` if given."""
     dtype = expr.output.dtype.compute.numpy if dtype is None else dtype
+    d = definition_of(expr)
+    row = _row(expr)
+    if d.category is Category.POINTWISE and d.axis_map is not positional:
+        args = [_laid_out(expr, t, a) for t, a in zip(expr.inputs, args)]
     with np.errstate(all="ignore"):
-        if isinstance(expr, LoadStoreOp):
-            out = args[0]
-        elif isinstance(expr, UnaryOp):
-            out = _UNARY[expr.op](args[0].astype(dtype, copy=False))
-        elif isinstance(expr, BinaryOp):
-            it = iter(args)
-            lhs, rhs = (
-                np.asarray(x, dtype)
-                if isinstance(x, (int, float))
-                else next(it).astype(dtype, copy=False)
-                for x in expr.operands()
-            )
-            out = _BINARY[expr.op](lhs, rhs)
-        elif isinstance(expr, BroadcastOp):
-            axes = tuple(k for k, f in enumerate(expr.flags) if f)
-            out = np.expand_dims(args[0], axes)
-        elif isinstance(expr, ReductionOp):
-            # Accumulate in the compute dtype: half sums in float, bool counts in int64.
-            fn = np.sum if expr.op is ReductionOpType.sum else np.max
-            out = fn(args[0].astype(dtype, copy=False), axis=expr.axes)
-        elif isinstance(expr, ExpandOp):
-            out = np.broadcast_to(args[0], out_shape)
-        elif isinstance(expr, ReshapeOp):
-            out = args[0].reshape(out_shape)
-        elif isinstance(expr, (LinearOp, MatmulOp)):
-            a, b, *bias = (x.astype(dtype, copy=False) for x in args)
-            out = _matmul(a, b.T if isinstance(expr, LinearOp) else b)
-            if bias:
-                out = out + bias[0]
+        operands = _operands(expr, args, dtype)
+        if d.category is Category.POINTWISE:
+            out = row(*operands)
         else:
-            raise ExecutionError(f"no numpy evaluation for expression {expr!r}")
+            out = row(expr, operands, tuple(out_shape))
     out = np.asarray(out).astype(dtype, copy=False)
     if out.shape != tuple(out_shape):
         raise ExecutionError(
             f"{expr!r} produced shape {out.shape}, expected {tuple(out_shape)} for {expr.output.name}"
         )
     return out
+
+
+def eval_at_points(expr: Expr, args: list[np.ndarray]) -> np.ndarray:
+    """Evaluate a pointwise expression on operand values already gathered at its
+    output's points (the kernel runner's chunks); the result in the output's compute
+    dtype."""
+    dtype = expr.output.dtype.compute.numpy
+    with np.errstate(all="ignore"):
+        return np.asarray(_row(expr)(*_operands(expr, args, dtype))).astype(dtype, copy=False)

@@ -32,10 +32,11 @@ from typing import Protocol
 
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.errors import ExecutionError, ScheduleError
-from fuserlite.ir.expr import BinaryOp, BroadcastOp, Expr, LoadStoreOp, UnaryOp
+from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.readonly import reading_only, remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
+from fuserlite.ops.registry import is_pointwise
 from fuserlite.printer import axis_text
 from fuserlite.schedule.grid import grid_axes, kernel_grid, unbound_loop_axis
 from fuserlite.schedule.propagate import (
@@ -46,7 +47,6 @@ from fuserlite.schedule.propagate import (
     propagation_edges,
 )
 
-POINTWISE_EXPRS = (UnaryOp, BinaryOp, BroadcastOp, LoadStoreOp)
 VECTOR_WIDTH = 4
 
 
@@ -66,7 +66,7 @@ def unsupported_reason(kernel: Segment) -> str | None:
     if not kernel.exprs:
         return "the kernel has no expressions"
     for e in kernel.exprs:
-        if not isinstance(e, POINTWISE_EXPRS) or len(e.outputs) != 1:
+        if not is_pointwise(e) or len(e.outputs) != 1:
             return f"{e.output.name} = {e.op_name}(...) is not a pointwise, broadcast or set"
         # Reduction outputs of earlier segments are read by index through their
         # data axes; only tensors this kernel writes must be free of reductions.

@@ -31,13 +31,13 @@ import heapq
 import itertools
 from collections.abc import Iterable
 
-from fuserlite.ir.axis_map import producer_to_consumer
 from fuserlite.ir.domain import IterDomain, Merge, Split
 from fuserlite.ir.errors import ScheduleError
-from fuserlite.ir.expr import BroadcastOp, Expr
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
+from fuserlite.ops.registry import producer_to_consumer
 from fuserlite.printer import axis_text
 
 
@@ -53,20 +53,20 @@ def axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterD
 
 def _axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     consumer = expr.output
-    kept = len(consumer.data_axes())
-    if isinstance(expr, BroadcastOp):
-        kept -= sum(expr.flags)
-    if len(producer.data_axes()) != kept:
-        raise ScheduleError(
-            f"cannot map the axes of {producer.name} ({len(producer.data_axes())} data axes) "
-            f"onto {consumer.name} ({kept}) through {expr.op_name}; only pointwise, "
-            "broadcast and set expressions are propagated through"
-        )
-    # The one axis map of the IR (ir/axis_map.py), as IterDomain pairs.
-    return [
+    # The one axis map of the ops (fuserlite.ops.registry), as IterDomain pairs; a
+    # schedule propagates through an op that maps every data axis onto a data axis.
+    pairs = [
         (producer.domain.logical[p], consumer.domain.logical[c])
         for p, c in producer_to_consumer(expr, producer).items()
     ]
+    mapped = sum(not c.is_reduction for _, c in pairs)
+    if mapped != len(producer.data_axes()):
+        raise ScheduleError(
+            f"cannot map the axes of {producer.name} ({len(producer.data_axes())} data axes) "
+            f"onto {consumer.name} through {expr.op_name} ({mapped} map onto data axes); only "
+            "pointwise, broadcast and set expressions are propagated through"
+        )
+    return pairs
 
 
 def producer_coords(expr: Expr, producer: TensorView, coords: list) -> list:

@@ -1,9 +1,9 @@
-"""Op calls of the .fus format: each op's parameters, and binding written arguments to them.
+"""Op calls of the .fus format: binding written arguments to an op's parameters.
 
-A call `out = op(arg, ..., keyword=arg)` maps onto the builder of the same name
-in fuserlite.ops; every argument is checked here (kind, arity, names) so that the
-builder only ever sees well-typed values, and every complaint points at the
-argument that is wrong.
+A call `out = op(arg, ..., keyword=arg)` maps onto the builder of the op of that
+name (its parameters are the op's definition's, fuserlite.ops.registry); every
+argument is checked here (kind, arity, names) so that the builder only ever sees
+well-typed values, and every complaint points at the argument that is wrong.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fuserlite import ops
-from fuserlite.ir.expr import CACHE_OPS
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.registry import Param, all_ops, lookup
 from fuserlite.text.source import Source
 
 
@@ -30,35 +29,6 @@ class Arg:
     keyword: str | None = None
 
 
-@dataclass(frozen=True)
-class Param:
-    """One parameter of an op: its builder keyword, the kind of value it takes, required."""
-
-    name: str
-    kind: str  # "tensor", "operand", "ints", "bools", "axes", "bool" or "ident"
-    required: bool = True
-    choices: tuple[str, ...] = ()  # the names an "ident" may be (none: any)
-
-
-UNARY_OPS = ("neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log")
-BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
-
-_X = Param("x", "tensor")
-_REDUCTION = (_X, Param("axes", "axes", required=False), Param("keepdim", "bool", required=False))
-
-SIGNATURES: dict[str, tuple[Param, ...]] = {
-    **{op: (_X,) for op in UNARY_OPS},
-    **{op: (Param("a", "operand"), Param("b", "operand")) for op in BINARY_OPS},
-    "set": (_X, Param("cache_op", "ident", required=False, choices=CACHE_OPS)),
-    "broadcast": (_X, Param("flags", "bools")),
-    "sum": _REDUCTION,
-    "max": _REDUCTION,
-    "expand": (_X, Param("shape", "ints")),
-    "reshape": (_X, Param("shape", "ints")),
-    "matmul": (Param("a", "tensor"), Param("b", "tensor")),
-    "linear": (_X, Param("weight", "tensor"), Param("bias", "tensor", required=False)),
-}
-
 _KIND_WORDS = {
     "tensor": "a tensor name",
     "operand": "a tensor name or a number",
@@ -72,14 +42,19 @@ _KIND_WORDS = {
 TensorLookup = Callable[[Arg], TensorView]
 
 
+def signatures() -> dict[str, tuple[Param, ...]]:
+    """{op name: its parameters} of every op a .fus call can name."""
+    return {d.name: d.params for d in all_ops()}
+
+
 def _signature_text(op: str) -> str:
-    params = [p.name if p.required else f"{p.name}=..." for p in SIGNATURES[op]]
+    params = [p.name if p.required else f"{p.name}=..." for p in lookup(op).params]
     return f"{op}({', '.join(params)})"
 
 
 def bind(source: Source, op: str, op_arg: Arg, args: list[Arg]) -> dict[str, Arg]:
     """Match positional and keyword arguments to the op's parameters."""
-    params = SIGNATURES[op]
+    params = lookup(op).params
     bound: dict[str, Arg] = {}
     positional = [a for a in args if a.keyword is None]
     if len(positional) > len(params):
@@ -120,11 +95,11 @@ def _is_int_list(arg: Arg) -> bool:
     return arg.kind == "list" and all(a.kind == "int" for a in arg.value)
 
 
-def convert(source: Source, op: str, param: Param, arg: Arg, lookup: TensorLookup) -> Any:
+def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLookup) -> Any:
     """The Python value of one argument, or a ParseError at the argument."""
     kind = param.kind
     if kind in ("tensor", "operand") and arg.kind == "name":
-        return lookup(arg)
+        return tensor(arg)
     if kind == "operand" and arg.kind in ("int", "float", "bool"):
         return arg.value
     if kind == "ints" and _is_int_list(arg):
@@ -155,16 +130,17 @@ def convert(source: Source, op: str, param: Param, arg: Arg, lookup: TensorLooku
     )
 
 
-def call_op(source: Source, op_arg: Arg, args: list[Arg], lookup: TensorLookup) -> TensorView:
-    """Check a call against its op's signature and run the builder of fuserlite.ops."""
+def call_op(source: Source, op_arg: Arg, args: list[Arg], tensor: TensorLookup) -> TensorView:
+    """Check a call against its op's signature and run the op's builder."""
     op = op_arg.value
-    if op not in SIGNATURES:
+    d = lookup(op)
+    if d is None:
         raise source.error(
-            f"unknown op {op!r}; known ops: {', '.join(sorted(SIGNATURES))}",
+            f"unknown op {op!r}; known ops: {', '.join(sorted(signatures()))}",
             op_arg.line,
             op_arg.column,
         )
     bound = bind(source, op, op_arg, args)
-    params = {p.name: p for p in SIGNATURES[op]}
-    values = {name: convert(source, op, params[name], arg, lookup) for name, arg in bound.items()}
-    return getattr(ops, op)(**values)
+    params = {p.name: p for p in d.params}
+    values = {name: convert(source, op, params[name], arg, tensor) for name, arg in bound.items()}
+    return d.build(**values)

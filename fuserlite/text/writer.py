@@ -12,24 +12,12 @@ from __future__ import annotations
 from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.errors import FusionError
-from fuserlite.ir.expr import (
-    BinaryOp,
-    BroadcastOp,
-    ExpandOp,
-    Expr,
-    LinearOp,
-    LoadStoreOp,
-    MatmulOp,
-    ReductionOp,
-    ReductionOpType,
-    ReshapeOp,
-    UnaryOp,
-)
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, MemoryType, ParallelType
-from fuserlite.ops import builder_name
+from fuserlite.ops.registry import Param, definition
 
 
 def _cannot(tv: TensorView, why: str) -> FusionError:
@@ -46,27 +34,37 @@ def _list(values) -> str:
     return "[" + ", ".join(_scalar(v) for v in values) + "]"
 
 
+def _value(kind: str, value: object) -> str:
+    """One argument as .fus text."""
+    if isinstance(value, TensorView):
+        return value.ir_name
+    if kind in ("ints", "bools", "axes"):
+        return _list(value)
+    return str(value) if kind == "ident" else _scalar(value)
+
+
+def _read(param: Param, expr: Expr, values: dict[str, object]) -> object:
+    return param.read(expr) if param.read is not None else values.get(param.name)
+
+
 def _args(expr: Expr) -> tuple[str, list[str]]:
-    """The builder name and written arguments of one expression."""
-    names = [t.ir_name for t in expr.inputs]
-    kind = type(expr)
-    if kind is LoadStoreOp:
-        return "set", names + ([f"cache_op={expr.cache_op}"] if expr.cache_op else [])
-    if kind is UnaryOp:
-        return expr.op.value, names
-    if kind is BinaryOp:
-        return builder_name(expr.op), [
-            x.ir_name if isinstance(x, TensorView) else _scalar(x) for x in expr.operands()
-        ]
-    if kind is BroadcastOp:
-        return "broadcast", names + [_list(expr.flags)]
-    if kind is ReductionOp:
-        return ("sum" if expr.op is ReductionOpType.sum else "max"), names + [_list(expr.axes)]
-    if kind in (ExpandOp, ReshapeOp):
-        return ("expand" if kind is ExpandOp else "reshape"), names + [_list(expr.shape)]
-    if kind in (MatmulOp, LinearOp):
-        return expr.op_name, names
-    raise _cannot(expr.output, f"is defined by a {kind.__name__}")
+    """The builder name and written arguments of one expression: its op's parameters
+    in order, each read back from the expression; after a parameter left out, the
+    rest are written as keywords."""
+    d = definition(expr)
+    if d is None:
+        raise _cannot(expr.output, f"is defined by a {type(expr).__name__}")
+    values = d.values(expr)
+    written: list[str] = []
+    skipped = False
+    for param in d.params:
+        value = _read(param, expr, values)
+        if value is None:
+            skipped = True
+            continue
+        text = _value(param.kind, value)
+        written.append(f"{param.name}={text}" if param.keyword or skipped else text)
+    return d.name, written
 
 
 def _call(tv: TensorView, written: set[int]) -> str:

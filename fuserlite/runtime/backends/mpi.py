@@ -36,7 +36,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError, FuserliteError
-from fuserlite.ir.expr import ReductionOpType
+from fuserlite.ir.types import ReductionOpType
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.communicator import (
     Buffers,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuserlite.ir.expr import ReductionOpType
+from fuserlite.ir.types import ReductionOpType
 from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, canonical, combine
 
 

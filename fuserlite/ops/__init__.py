@@ -1,0 +1,28 @@
+"""The ops: user-facing builders, each op defined once (fuserlite.ops.registry).
+
+    pointwise.py     neg, exp, tanh, relu, abs, gelu, sqrt, log; add, sub, mul, div,
+                     maximum, minimum
+    views.py         set, broadcast, expand, reshape
+    reductions.py    sum, max
+    contraction.py   matmul, linear
+    registry.py      OpDef and the registry; forms.py: printed forms, both ways
+    common.py        what builders share; sharding.py: sharding queries on expressions
+
+Importing this package registers every op and installs the operator sugar on
+TensorView (`x + y`, pointwise.install_operators). Each op module lists its builders in
+`__all__`; this package's `__all__` is `tensor` and all of them, and `fuserlite`
+exports it: a new op is exported where it is defined.
+"""
+
+from fuserlite.ops import contraction, pointwise, reductions, views
+from fuserlite.ops.common import tensor
+from fuserlite.ops.contraction import *  # noqa: F403 - the builders its __all__ lists
+from fuserlite.ops.pointwise import *  # noqa: F403
+from fuserlite.ops.reductions import *  # noqa: F403
+from fuserlite.ops.views import *  # noqa: F403
+
+__all__ = ["tensor"]
+__all__ += pointwise.__all__
+__all__ += views.__all__
+__all__ += reductions.__all__
+__all__ += contraction.__all__

@@ -1,0 +1,233 @@
+"""Pointwise ops: each output element from the operand elements at the same position.
+
+Operands align axis by axis on their data axes (reduction axes are not data).
+Extents must be equal, or one side a broadcast axis. A lower-rank operand is
+broadcast on its leading axes first, as numpy would. A binary op takes a Python
+number on either side (not both).
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from fuserlite.ir import args
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, IterType, result_type
+from fuserlite.ops.common import (
+    BINARY,
+    UNARY,
+    check_tensor,
+    data_axes,
+    fusion_of,
+    like,
+    new_axis,
+    shape_text,
+)
+from fuserlite.ops.forms import Template, binary_call, call, infix
+from fuserlite.ops.registry import Category, Op, Operand, Scalar, define, is_scalar
+from fuserlite.ops.views import broadcast
+
+# The builders of its ops.
+__all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log"]
+__all__ += ["add", "sub", "mul", "div", "maximum", "minimum"]
+
+POINTWISE = Category.POINTWISE
+
+
+def unary(name: str, x: TensorView, keep_dtype: bool = False, numbers_only: bool = False):
+    """`name(x)`: a float result (integers and bools computed as float32), or x's own
+    dtype with `keep_dtype`; `numbers_only` refuses bool."""
+    x = check_tensor(x, name)
+    if numbers_only and x.dtype is DType.bool:
+        raise FusionError(f"{name}: {x.name} is bool; {name} needs a number type")
+    dtype = x.dtype if x.dtype.is_float or keep_dtype else DType.float32
+    out = like(x, dtype)
+    Op(name, [out], [x])
+    return out
+
+
+@define(Template("-{x};"), UNARY, POINTWISE)
+def neg(x: TensorView) -> TensorView:
+    """-x"""
+    return unary("neg", x, keep_dtype=True, numbers_only=True)
+
+
+@define(call("exp"), UNARY, POINTWISE)
+def exp(x: TensorView) -> TensorView:
+    """e**x"""
+    return unary("exp", x)
+
+
+@define(call("tanh"), UNARY, POINTWISE)
+def tanh(x: TensorView) -> TensorView:
+    """tanh(x)"""
+    return unary("tanh", x)
+
+
+@define(call("relu"), UNARY, POINTWISE)
+def relu(x: TensorView) -> TensorView:
+    """max(x, 0)"""
+    return unary("relu", x, keep_dtype=True)
+
+
+@define(call("abs"), UNARY, POINTWISE)
+def abs(x: TensorView) -> TensorView:  # noqa: A001 - mirrors the op name
+    """|x|"""
+    return unary("abs", x, keep_dtype=True)
+
+
+@define(call("gelu"), UNARY, POINTWISE)
+def gelu(x: TensorView) -> TensorView:
+    """GELU, tanh approximation."""
+    return unary("gelu", x)
+
+
+@define(call("sqrt"), UNARY, POINTWISE)
+def sqrt(x: TensorView) -> TensorView:
+    """square root"""
+    return unary("sqrt", x)
+
+
+@define(call("log"), UNARY, POINTWISE)
+def log(x: TensorView) -> TensorView:
+    """natural logarithm"""
+    return unary("log", x)
+
+
+# -- binary -----------------------------------------------------------------------
+def promote(a: Operand, b: Operand, name: str) -> DType:
+    """The result dtype of a binary op (torch's promotion; true division gives a float)."""
+    tensors = [t.dtype for t in (a, b) if isinstance(t, TensorView)]
+    dtype = result_type(tensors, [x for x in (a, b) if not isinstance(x, TensorView)])
+    if name == "div" and not dtype.is_float:
+        dtype = DType.float32  # true division of integers or bools, as in torch
+    return dtype
+
+
+_INF = float("inf")
+
+
+def _fits(value: Scalar, dtype: DType) -> bool:
+    """True if a Python scalar converts to `dtype` without overflow."""
+    if isinstance(value, bool) or dtype is DType.bool:
+        return True
+    if dtype.is_float:
+        try:
+            f = float(value)
+        except OverflowError:
+            return False
+        return f != f or builtins.abs(f) <= dtype.largest or f in (_INF, -_INF)
+    info = np.iinfo(dtype.numpy)
+    return isinstance(value, int) and info.min <= value <= info.max
+
+
+def _check_broadcastable(name: str, a: TensorView, b: TensorView) -> None:
+    """Compare trailing-aligned axes before anything is added to the fusion."""
+    xs, ys = data_axes(a), data_axes(b)
+    n = builtins.min(len(xs), len(ys))
+    for k in range(1, n + 1):
+        x, y = xs[-k], ys[-k]
+        if not (x.is_broadcast or y.is_broadcast or x.extent == y.extent):
+            raise FusionError(
+                f"{name}: shapes {shape_text(a)} and {shape_text(b)} do not broadcast: "
+                f"axis {len(xs) - k} of {a.name} has extent {x.extent} and axis {len(ys) - k} of "
+                f"{b.name} has extent {y.extent}; make one of them a broadcast axis (extent 1) "
+                "or use equal extents"
+            )
+
+
+def _align_ranks(a: TensorView, b: TensorView) -> tuple[TensorView, TensorView]:
+    ra, rb = len(a.shape), len(b.shape)
+    if ra < rb:
+        a = broadcast(a, [True] * (rb - ra) + [False] * ra)
+    elif rb < ra:
+        b = broadcast(b, [True] * (ra - rb) + [False] * rb)
+    return a, b
+
+
+def _operands(name: str, a: object, b: object) -> tuple[Operand, Operand]:
+    """Tensors as they are, Python/numpy numbers as Python numbers; one must be a tensor."""
+    a, b = (
+        x if isinstance(x, TensorView) else args.scalar(x, name, n) for x, n in ((a, "a"), (b, "b"))
+    )
+    if not isinstance(a, TensorView) and not isinstance(b, TensorView):
+        raise FusionError(f"{name}: a and b are both numbers ({a!r}, {b!r}); one must be a tensor")
+    return a, b
+
+
+def binary(name: str, a: object, b: object, numbers_only: bool = False) -> TensorView:
+    """`name(a, b)` with numpy broadcasting and torch's type promotion; `numbers_only`
+    refuses two bool operands."""
+    a, b = _operands(name, a, b)
+    fusion_of(a, b)
+    dtype = promote(a, b, name)
+    if numbers_only and dtype is DType.bool:
+        raise FusionError(f"{name}: both operands are bool; {name} needs numbers")
+    for x in (a, b):
+        if is_scalar(x) and not _fits(x, dtype):
+            raise FusionError(f"{name}: the scalar {x!r} does not fit the {dtype.name} result")
+    if isinstance(a, TensorView) and isinstance(b, TensorView):
+        _check_broadcastable(name, a, b)
+        a, b = _align_ranks(a, b)
+        axes = []
+        for x, y in zip(data_axes(a), data_axes(b)):
+            if x.is_broadcast and y.is_broadcast:
+                axes.append(new_axis(builtins.max(x.extent, y.extent), IterType.BROADCAST))
+            else:
+                axes.append(new_axis(y.extent if x.is_broadcast else x.extent))
+        out = TensorView(a.fusion, axes, dtype)
+    else:
+        out = like(a if isinstance(a, TensorView) else b, dtype)
+    Op(name, [out], [a, b])
+    return out
+
+
+@define(infix("+"), BINARY, POINTWISE)
+def add(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a + b"""
+    return binary("add", a, b)
+
+
+@define(infix("-"), BINARY, POINTWISE)
+def sub(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a - b"""
+    return binary("sub", a, b, numbers_only=True)
+
+
+@define(infix("*"), BINARY, POINTWISE)
+def mul(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a * b"""
+    return binary("mul", a, b)
+
+
+@define(infix("/"), BINARY, POINTWISE)
+def div(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a / b (true division)"""
+    return binary("div", a, b)
+
+
+@define(binary_call("fmax"), BINARY, POINTWISE)
+def maximum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """Elementwise max(a, b)."""
+    return binary("maximum", a, b)
+
+
+@define(binary_call("fmin"), BINARY, POINTWISE)
+def minimum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """Elementwise min(a, b)."""
+    return binary("minimum", a, b)
+
+
+def install_operators() -> None:
+    """`x + y`, `2 * x`, `x / y`, `-x` on TensorViews: the ops side installs the sugar
+    (as torch.fx installs Proxy's magic methods); the IR imports no ops."""
+    for builder, name in ((add, "add"), (sub, "sub"), (mul, "mul"), (div, "truediv")):
+        setattr(TensorView, f"__{name}__", lambda a, b, f=builder: f(a, b))
+        setattr(TensorView, f"__r{name}__", lambda a, b, f=builder: f(b, a))
+    TensorView.__neg__ = neg  # type: ignore[method-assign]
+
+
+install_operators()

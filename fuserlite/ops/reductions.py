@@ -1,0 +1,95 @@
+"""Reductions: sum and max over some axes, which stay in the output as reduction axes."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+
+from fuserlite.ir import args
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, IterType, ReductionOpType
+from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, new_axis, shape_text
+from fuserlite.ops.forms import Template
+from fuserlite.ops.registry import Op, Param, Sharding, define
+from fuserlite.ops.views import broadcast
+
+__all__ = ["sum", "max"]  # the builders of its ops
+
+
+def reduced_axes(expr: Expr) -> tuple[int, ...]:
+    """The axes a reduction reduces: its output's reduction axes, which stand where the
+    reduced data axes of its input stood."""
+    return tuple(k for k, ax in enumerate(expr.output.domain.logical) if ax.is_reduction)
+
+
+def _normalize_axes(x: TensorView, axes, op: str) -> list[int]:
+    n = len(x.shape)
+    check_rank(axes, op, "axes")
+    axes = list(range(n)) if axes is None else args.integers(axes, op, "axes", scalar_ok=True)
+    out = []
+    for a in axes:
+        if not -n <= a < n:
+            raise FusionError(f"{op}: {shape_text(x)} has {n} axes; axis {a!r} is out of range")
+        out.append(a % n)
+    if len(out) != len(builtins.set(out)):
+        raise FusionError(f"{op}: axis listed twice in {list(axes)}")
+    return sorted(out)
+
+
+def _reduction(name: str, x: TensorView, axes, keepdim: bool) -> TensorView:
+    x = check_tensor(x, name)
+    red = _normalize_axes(x, axes, name)
+    keepdim = args.boolean(keepdim, name, "keepdim")
+    src = data_axes(x)
+    out_axes = [
+        new_axis(ax.extent, IterType.REDUCTION if k in red else ax.iter_type)
+        for k, ax in enumerate(src)
+    ]
+    # As in torch, a sum of bools or integers is an int64 count or total; max keeps the dtype.
+    sums_to_int64 = name == "sum" and not x.dtype.is_float
+    out = TensorView(x.fusion, out_axes, DType.int64 if sums_to_int64 else x.dtype)
+    init = 0.0 if name == "sum" else out.dtype.lowest
+    Op(name, [out], [x], init=init)
+    if keepdim:
+        return broadcast(out, [k in red for k in range(len(src))])
+    return out
+
+
+_PARAMS = (
+    X,
+    Param("axes", "axes", required=False, read=reduced_axes),
+    Param("keepdim", "bool", required=False, read=lambda e: None),  # written as a broadcast
+)
+_FORM = "reduction( {{x}}, op = {op}, initial value = {{init:typed}}, allreduce = false )"
+
+
+@define(
+    Template(_FORM.format(op="add")),
+    _PARAMS,
+    attrs=("init",),
+    sharding=Sharding(partial=ReductionOpType.sum),
+)
+def sum(
+    x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
+) -> TensorView:  # noqa: A001
+    """Sum over `axes` (all axes by default)."""
+    return _reduction("sum", x, axes, keepdim)
+
+
+@define(
+    Template(_FORM.format(op="max")),
+    _PARAMS,
+    attrs=("init",),
+    sharding=Sharding(partial=ReductionOpType.max),
+)
+def max(
+    x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
+) -> TensorView:  # noqa: A001
+    """Max over `axes` (all by default); for an elementwise max use `maximum`."""
+    if isinstance(axes, TensorView):
+        raise FusionError(
+            "max(x, axes) is a reduction; use fl.maximum(a, b) for an elementwise max"
+        )
+    return _reduction("max", x, axes, keepdim)

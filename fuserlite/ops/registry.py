@@ -1,0 +1,242 @@
+"""The op registry: every op defined once, as one OpDef, keyed by its name.
+
+An OpDef holds what the rest of fuserlite needs to know about an op: its name
+(the Python builder `fl.<name>`, the `.fus` call and the registry key, which is
+also `expr.op_name`), its builder (the shape and dtype rule, with the argument
+checks), its `.fus` signature, its printed form (nvFuser's math printer, both
+ways: see fuserlite.ops.forms), its scheduler category, its axis map and its
+sharding rule. Generic code asks the registry (`definition(expr)`) instead of
+testing expression classes; each backend (numpy, CUDA, magnitudes) keeps one
+table keyed by op name, and `tests/test_op_registry.py` checks that every table
+has a row for every op.
+
+Every op but Set (the IR's own LoadStoreOp) builds the one expression class `Op`:
+an op needs a definition, not a class.
+
+    @define(call("exp"), UNARY, POINTWISE)
+    def exp(x: TensorView) -> TensorView:  # fl.exp, `.fus` exp(x), printed exp(T0)
+        return unary("exp", x)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.readonly import remembered
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ReductionOpType
+
+if TYPE_CHECKING:
+    from fuserlite.ops.forms import Form
+
+Scalar = int | float  # bool is an int
+Operand = TensorView | Scalar
+
+
+def is_scalar(value: object) -> bool:
+    """True for an operand that is a Python number (bool, int or float), not a tensor."""
+    return isinstance(value, (int, float))
+
+
+class Category(Enum):
+    """Which scheduler takes an op."""
+
+    # The pointwise scheduler: each output element is computed from the operands at
+    # the coordinates the axis map gives (kernel runner and CUDA), so one kernel can
+    # hold a run of these ops.
+    POINTWISE = "pointwise"
+    # A kernel of its own, evaluated whole with numpy (reductions, matmul, views).
+    EVALUATED = "evaluated"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an op's builder and `.fus` call."""
+
+    name: str  # the builder keyword
+    kind: str  # "tensor", "operand", "ints", "bools", "axes", "bool" or "ident"
+    required: bool = True
+    choices: tuple[str, ...] = ()  # the names an "ident" may be (none: any)
+    keyword: bool = False  # `.fus` text writes it as name=value
+    # The value an expression holds for it, for writing the call back; by default the
+    # operand or attribute of the same name. None: never written (keepdim=true is two
+    # expressions, written as two calls).
+    read: Callable[[Expr], object] | None = None
+
+    @property
+    def is_operand(self) -> bool:
+        """True for a tensor (or tensor-or-scalar) operand of the expression."""
+        return self.kind in ("tensor", "operand")
+
+
+AxisMap = Callable[[Expr, TensorView], dict[int, int]]
+
+
+def positional(expr: Expr, producer: TensorView) -> dict[int, int]:
+    """The producer's data axes onto the consumer's logical axes, position by position
+    (pointwise ops, sets, reductions, expands)."""
+    return dict(zip(producer.data_positions(), range(len(expr.output.domain.logical))))
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """An op rewritten into several expressions: `result` takes the place of `replaced`."""
+
+    replaced: TensorView
+    result: TensorView
+    exprs: list[Expr]  # the new expressions, in order; the last one defines `result`
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """An op's sharding rule, beyond what its axis map implies.
+
+    From the axis map alone: an input is needed sharded where it maps to a sharded
+    output axis, whole elsewhere; an input axis sharded and mapped onto an output
+    reduction axis makes the output partial (rDIDx)."""
+
+    # How partial outputs combine (the reduction's own op; linear and matmul sum).
+    # None: the op reduces no axis, a sharded input never makes its output partial.
+    partial: ReductionOpType | None = None
+    # Operands propagate-shardings copies a sharding from first (by position).
+    prefer: tuple[int, ...] = ()
+    # What the op becomes where its output would hold partial sums (linear adds its
+    # bias once, after the sums are complete); None if nothing changes.
+    when_partial: Callable[[Expr], Rewrite | None] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class OpDef:
+    """Everything about one op."""
+
+    name: str
+    build: Callable[..., Any]  # the builder: argument checks, shape and dtype rule
+    form: Form  # its printed form, both ways (fuserlite.ops.forms)
+    params: tuple[Param, ...]  # `.fus` signature (= the builder's keywords)
+    category: Category = Category.EVALUATED
+    attrs: tuple[str, ...] = ()  # the expression's attributes, by name
+    axis_map: AxisMap = positional
+    sharding: Sharding = field(default_factory=Sharding)
+    expr_class: type[Expr] | None = None  # None: the generic Op
+
+    @property
+    def doc(self) -> str:
+        """The first line of the builder's docstring."""
+        return (self.build.__doc__ or "").strip().splitlines()[0]
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        """The operand names, in order."""
+        return tuple(p.name for p in self.params if p.is_operand)
+
+    def values(self, expr: Expr) -> dict[str, object]:
+        """{operand or attribute name: value} of one of its expressions (absent
+        optional operands are left out)."""
+        return {**dict(zip(self.operands, expr.operands())), **expr.attributes()}
+
+    def make(
+        self, outputs: list[TensorView], operands: Sequence[Operand], attrs: dict[str, object]
+    ) -> Expr:
+        """An expression of this op between existing tensors (parsers rebuild with it)."""
+        if self.expr_class is None:
+            return Op(self.name, outputs, operands, **attrs)
+        return self.expr_class(*outputs, *operands, **attrs)
+
+
+class Op(Expr):
+    """An expression of a registered op: `op_name` names its OpDef; operands are
+    tensors or, where the op takes them, Python scalars; attributes are read-only."""
+
+    def __init__(
+        self, op_name: str, outputs: list[TensorView], operands: Sequence[Operand], **attrs
+    ) -> None:
+        super().__init__([x for x in operands if not is_scalar(x)], outputs)
+        self.op_name = op_name
+        # Read-only: Fusion.clone copies expressions shallowly, so clones share these.
+        self.scalars = MappingProxyType({k: x for k, x in enumerate(operands) if is_scalar(x)})
+        self.attrs = MappingProxyType(dict(attrs))
+
+    def operands(self) -> list[Operand]:
+        tensors = iter(self.inputs)
+        n = len(self.inputs) + len(self.scalars)
+        return [self.scalars[k] if k in self.scalars else next(tensors) for k in range(n)]
+
+    def attributes(self) -> dict:
+        return dict(self.attrs)
+
+
+_DEFS: dict[str, OpDef] = {}
+
+
+def register(d: OpDef) -> OpDef:
+    """Add a definition; its printed form must show every operand and attribute."""
+    if d.name in _DEFS:
+        raise FusionError(f"op {d.name!r} is defined twice")
+    missing = [n for n in (*d.operands, *d.attrs) if n not in d.form.fields]
+    if missing:
+        raise FusionError(f"op {d.name!r}: its printed form does not show {', '.join(missing)}")
+    _DEFS[d.name] = d
+    return d
+
+
+def define(
+    form: Form, params: tuple[Param, ...], category: Category = Category.EVALUATED, **more
+) -> Callable[[Callable], Callable]:
+    """Decorator: register the builder it decorates as the op of the builder's name."""
+
+    def register_builder(build: Callable) -> Callable:
+        register(OpDef(build.__name__, build, form, params, category, **more))
+        return build
+
+    return register_builder
+
+
+def lookup(name: str) -> OpDef | None:
+    """The definition of the op called `name`, or None."""
+    return _DEFS.get(name)
+
+
+def all_ops() -> list[OpDef]:
+    """Every definition, in the order they were registered."""
+    return list(_DEFS.values())
+
+
+def definition(expr: Expr) -> OpDef | None:
+    """The definition of an expression's op; None for other nodes (communications)."""
+    d = _DEFS.get(expr.op_name)
+    if d is None or not isinstance(expr, d.expr_class or Op):
+        return None
+    return d
+
+
+def definition_of(expr: Expr) -> OpDef:
+    """definition(expr), which must exist."""
+    d = definition(expr)
+    if d is None:
+        raise FusionError(f"{expr!r} is not an expression of a registered op")
+    return d
+
+
+def is_pointwise(expr: Expr) -> bool:
+    """True if the pointwise scheduler takes the expression's op."""
+    d = definition(expr)
+    return d is not None and d.category is Category.POINTWISE
+
+
+def producer_to_consumer(expr: Expr, producer: TensorView) -> dict[int, int]:
+    """{producer logical index: consumer logical index} for the axes the op maps.
+
+    The one axis map of fuserlite: sharding propagation, insert-reshardings'
+    locality test, the pointwise scheduler's transform replay, the kernel runner
+    and the CUDA emitter all read an op through it. Pointwise ops, sets,
+    reductions and expands map data axes position by position; each op with
+    another map names it in its definition."""
+    return remembered(
+        ("axis map", id(producer)), expr, lambda: definition_of(expr).axis_map(expr, producer)
+    )

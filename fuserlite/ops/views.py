@@ -1,0 +1,158 @@
+"""Ops that move data without arithmetic: set, broadcast, expand, reshape."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from fuserlite.ir import args
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.expr import CACHE_OPS, Expr, LoadStoreOp
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import IterType
+from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, like, new_axis, shape_text
+from fuserlite.ops.forms import Template
+from fuserlite.ops.registry import Category, Op, Param, define
+
+__all__ = ["set", "broadcast", "expand", "reshape"]  # the builders of its ops
+
+
+@define(
+    Template("Set( {x}[, cache_op={cache_op:ident}] )"),
+    (X, Param("cache_op", "ident", required=False, choices=CACHE_OPS, keyword=True)),
+    Category.POINTWISE,
+    attrs=("cache_op",),
+    expr_class=LoadStoreOp,
+)
+def set(x: TensorView, cache_op: str | None = None) -> TensorView:  # noqa: A001 - nvFuser's name
+    """A copy of x; between different shardings, a resharding. `cache_op` is nvFuser's
+    load cache hint (Unspecified, AllLevels, Streaming, Global)."""
+    x = check_tensor(x, "set")
+    if cache_op is not None and cache_op not in CACHE_OPS:
+        raise args.fail("set", "cache_op", f"None or one of {', '.join(CACHE_OPS)}", cache_op)
+    out = like(x)
+    LoadStoreOp(out, x, cache_op)
+    return out
+
+
+def _broadcast_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+    """The input's axes onto the output axes whose flag is False."""
+    kept = [c for c, f in enumerate(expr.attrs["flags"]) if not f]
+    return dict(zip(producer.data_positions(), kept))
+
+
+@define(
+    Template("broadcast( {x}, flags = {flags:bools} )"),
+    (X, Param("flags", "bools")),
+    Category.POINTWISE,
+    attrs=("flags",),
+    axis_map=_broadcast_axes,
+)
+def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
+    """Insert broadcast axes where flags are True; False flags consume x's axes in order."""
+    x = check_tensor(x, "broadcast")
+    check_rank(flags, "broadcast", "flags")
+    flags = args.booleans(flags, "broadcast", "flags")
+    src = data_axes(x)
+    if flags.count(False) != len(src):
+        raise FusionError(
+            f"broadcast: {shape_text(x)} has {len(src)} axes but flags {flags} keep "
+            f"{flags.count(False)}; give one False per input axis"
+        )
+    it = iter(src)
+    axes = []
+    for f in flags:
+        if f:
+            axes.append(new_axis(1, IterType.BROADCAST))
+        else:
+            ax = next(it)
+            axes.append(new_axis(ax.extent, ax.iter_type))
+    out = TensorView(x.fusion, axes, x.dtype)
+    Op("broadcast", [out], [x], flags=tuple(flags))
+    return out
+
+
+@define(Template("expand( {x}, {shape:ints} )"), (X, Param("shape", "ints")), attrs=("shape",))
+def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
+    """Materialize broadcast axes to `shape` (-1 keeps an axis); other axes must match."""
+    x = check_tensor(x, "expand")
+    src = data_axes(x)
+    check_rank(shape, "expand", "shape")
+    shape = args.integers(shape, "expand", "shape", scalar_ok=True)
+    if len(shape) != len(src):
+        raise FusionError(
+            f"expand: {shape_text(x)} has {len(src)} axes, shape {shape} has {len(shape)}"
+        )
+    axes = []
+    for k, (ax, s) in enumerate(zip(src, shape)):
+        if s == -1 or s == ax.extent:
+            axes.append(new_axis(ax.extent, ax.iter_type))
+        elif ax.is_broadcast and s >= 1:
+            axes.append(new_axis(s))
+        else:
+            raise FusionError(
+                f"expand: {shape_text(x)} axis {k} has extent {ax.extent} and is not a broadcast "
+                f"axis; it cannot be expanded to {s}"
+            )
+    out = TensorView(x.fusion, axes, x.dtype)
+    Op("expand", [out], [x], shape=tuple(a.extent for a in axes))
+    return out
+
+
+def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Pair runs of source and destination axes whose extents multiply to the same size."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        gi, gj = [], []
+        pi = pj = 1
+        while True:
+            if (pi <= pj or j >= len(dst)) and i < len(src):
+                pi *= src[i]
+                gi.append(i)
+                i += 1
+            elif j < len(dst):
+                pj *= dst[j]
+                gj.append(j)
+                j += 1
+            else:
+                break
+            if pi == pj:
+                break
+        groups.append((gi, gj))
+    return groups
+
+
+def _reshape_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+    """The outermost axis of each group of axes a reshape splits or merges (so an outer
+    sharding of a group stays local)."""
+    p_data = producer.data_positions()
+    groups = reshape_groups(producer.shape, expr.output.shape)
+    return {p_data[i[0]]: o[0] for i, o in groups if i and o}
+
+
+@define(
+    Template("view( {x}, {shape:ints} )"),
+    (X, Param("shape", "ints")),
+    attrs=("shape",),
+    axis_map=_reshape_axes,
+)
+def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
+    """View x's data with another shape (one -1 is inferred)."""
+    x = check_tensor(x, "reshape")
+    total = math.prod(x.shape)
+    check_rank(shape, "reshape", "shape")
+    shape = args.integers(shape, "reshape", "shape", scalar_ok=True)
+    if shape.count(-1) > 1:
+        raise FusionError(f"reshape: at most one -1 in {shape}")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if known == 0 or total % known:
+            raise FusionError(f"reshape: cannot view {shape_text(x)} as {shape}")
+        shape[shape.index(-1)] = total // known
+    if math.prod(shape) != total or any(s < 1 for s in shape):
+        raise FusionError(f"reshape: cannot view {shape_text(x)} ({total} elements) as {shape}")
+    axes = [new_axis(s, IterType.BROADCAST if s == 1 else IterType.ITERATION) for s in shape]
+    out = TensorView(x.fusion, axes, x.dtype)
+    Op("reshape", [out], [x], shape=tuple(shape))
+    return out

@@ -1,0 +1,43 @@
+"""One small example per op, as a .fus call: the text, registry and backend tests run
+every op through them (tests/test_op_registry.py checks that every op has one)."""
+
+from __future__ import annotations
+
+import fuserlite as fl
+
+# The inputs the calls read.
+INPUTS = (
+    "input x: float32[4, 8]\ninput w: float32[1, 8]\ninput k: float32[8, 3]\n"
+    "input k2: float32[3, 8]\ninput bias: float32[3]\n"
+)
+
+# op name -> one call of it, reading INPUTS
+OP_CALLS = {
+    "neg": "neg(x)",
+    "exp": "exp(x)",
+    "tanh": "tanh(x)",
+    "relu": "relu(x)",
+    "abs": "abs(x)",
+    "gelu": "gelu(x)",
+    "sqrt": "sqrt(x)",
+    "log": "log(x)",
+    "set": "set(x)",
+    "add": "add(x, w)",
+    "sub": "sub(2, x)",
+    "mul": "mul(x, 0.5)",
+    "div": "div(x, w)",
+    "maximum": "maximum(x, -inf)",
+    "minimum": "minimum(w, x)",
+    "broadcast": "broadcast(x, [false, true, false])",
+    "sum": "sum(x, [0])",
+    "max": "max(x, axes=1)",
+    "expand": "expand(w, [4, 8])",
+    "reshape": "reshape(x, [2, -1])",
+    "matmul": "matmul(x, k)",
+    "linear": "linear(x, k2, bias)",
+}
+
+
+def op_example(op: str) -> fl.Fusion:
+    """A fusion of INPUTS and `y = <the op's call>`, with y its output."""
+    return fl.parse(f"{INPUTS}y = {OP_CALLS[op]}\noutput y\n", f"{op}.fus")
