@@ -21,6 +21,7 @@ OP_CALLS = {
     "gelu": "gelu(x)",
     "sqrt": "sqrt(x)",
     "log": "log(x)",
+    "sigmoid": "sigmoid(x)",
     "set": "set(x)",
     "add": "add(x, w)",
     "sub": "sub(2, x)",

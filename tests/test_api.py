@@ -216,6 +216,7 @@ EVAL_CASES: dict[str, tuple[list[list[int]], Callable, Callable]] = {
     "gelu": ([[5]], fl.gelu, _gelu),
     "sqrt": ([[5]], lambda x: fl.sqrt(fl.abs(x)), lambda x: np.sqrt(np.abs(x))),
     "log": ([[5]], lambda x: fl.log(fl.abs(x)), lambda x: np.log(np.abs(x))),
+    "sigmoid": ([[5]], lambda x: fl.sigmoid(x * 30.0), lambda x: 1 / (1 + np.exp(-30 * x))),
     "set": ([[5]], fl.set, lambda x: x),
     "broadcast": ([[3]], lambda x: fl.broadcast(x, [True, False]), lambda x: x[None]),
     "sum": ([[4, 6]], lambda x: fl.sum(x, 1), lambda x: x.sum(1)),

@@ -98,6 +98,7 @@ BAD = [
     bad("gelu axis", lambda e: fl.gelu(e.x.axis(0)), "gelu", "x must be", "IterDomain"),
     bad("sqrt fusion", lambda e: fl.sqrt(e.fusion), "sqrt", "x must be", "Fusion"),
     bad("log float", lambda e: fl.log(3.0), "log", "x must be", "3.0"),
+    bad("sigmoid tuple", lambda e: fl.sigmoid((e.x,)), "sigmoid", "x must be", "tuple"),
     bad("neg bool tensor", lambda e: fl.neg(fl.tensor([2], "bool")), "neg", "bool"),
     # -- binary ops ------------------------------------------------------------------
     bad("add str", lambda e: fl.add(e.x, "1"), "add", "b must be", "'1'"),

@@ -80,6 +80,7 @@ CUDA: dict[str, str] = {
     ),
     "sqrt": "sqrt({0})",
     "log": "log({0})",
+    "sigmoid": "(static_cast<{T}>(1) / (static_cast<{T}>(1) + exp(-{0})))",
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",

@@ -31,7 +31,7 @@ from fuserlite.ops.registry import Category, Op, Operand, Scalar, define, is_sca
 from fuserlite.ops.views import broadcast
 
 # The builders of its ops.
-__all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log"]
+__all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log", "sigmoid"]
 __all__ += ["add", "sub", "mul", "div", "maximum", "minimum"]
 
 POINTWISE = Category.POINTWISE
@@ -95,6 +95,12 @@ def sqrt(x: TensorView) -> TensorView:
 def log(x: TensorView) -> TensorView:
     """natural logarithm"""
     return unary("log", x)
+
+
+@define(call("sigmoid"), UNARY, POINTWISE)
+def sigmoid(x: TensorView) -> TensorView:
+    """1 / (1 + e**-x)"""
+    return unary("sigmoid", x)
 
 
 # -- binary -----------------------------------------------------------------------

@@ -17,6 +17,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.numerics import nn
 from fuserlite.ops.reductions import reduced_axes
 from fuserlite.ops.registry import (
     Category,
@@ -74,6 +75,7 @@ NUMPY: dict[str, Row] = {
     "gelu": _gelu,
     "sqrt": np.sqrt,
     "log": np.log,
+    "sigmoid": nn.sigmoid,
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
