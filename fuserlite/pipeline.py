@@ -120,12 +120,12 @@ class Pipeline:
         if not isinstance(passes, (list, tuple)) or not all(
             isinstance(p, (Pass, str)) for p in passes
         ):
-            raise args.fail("Pipeline", "passes", names, passes, PassFailed)
+            raise args.fail("Pipeline", "passes", names, passes, PassOptionError)
         if not isinstance(print_after, (list, tuple, set, frozenset)) or not all(
             isinstance(n, str) for n in print_after
         ):
             raise args.fail(
-                "Pipeline", "print_after", "a list of pass names", print_after, PassFailed
+                "Pipeline", "print_after", "a list of pass names", print_after, PassOptionError
             )
         self.passes = [p if isinstance(p, Pass) else make_pass(p) for p in passes]
         levels = ", ".join(repr(lv.value) for lv in Level)
@@ -134,13 +134,13 @@ class Pipeline:
             raise args.fail("Pipeline", "input_level", levels, input_level, PassOptionError)
         self.input_level = Level(input_level)
         self.output_level = chain_levels(self.passes, self.input_level)
-        self.verify_each = args.boolean(verify_each, "Pipeline", "verify_each", PassFailed)
+        self.verify_each = args.boolean(verify_each, "Pipeline", "verify_each", PassOptionError)
         self.print_after_all = args.boolean(
-            print_after_all, "Pipeline", "print_after_all", PassFailed
+            print_after_all, "Pipeline", "print_after_all", PassOptionError
         )
         unknown = [n for n in print_after if n not in REGISTRY]
         if unknown:
-            raise PassFailed(f"--print-after names unknown pass {unknown[0]!r}")
+            raise PassOptionError(f"--print-after names unknown pass {unknown[0]!r}")
         self.print_after = set(print_after)
         self.dump = dump or (lambda name, ir: print(f"// ----- after {name} -----\n{ir}"))
         self.progress = progress
@@ -159,7 +159,7 @@ class Pipeline:
     def _run(self, ir: Fusion | Program) -> Fusion | Program:
         cls = IR_CLASSES[self.input_level]
         what = self.input_level.value
-        args.instance(ir, cls, "Pipeline.run", what, f"a {cls.__name__}", PassFailed)
+        args.instance(ir, cls, "Pipeline.run", what, f"a {cls.__name__}", PassOptionError)
         checks = LEVELS[self.input_level]
         checks.check_input(ir)
         current = checks.copy(ir)

@@ -28,14 +28,6 @@ from fuserlite.program.communication import CommKind, Communication
 from fuserlite.program.program import Kernel, Program, Step
 
 
-def nbytes(tv: TensorView) -> int:
-    """Bytes of the whole (global) data of a tensor."""
-    n = tv.dtype.itemsize
-    for e in tv.shape:
-        n *= e
-    return n
-
-
 @dataclass(frozen=True)
 class Plan:
     kind: CommKind
@@ -53,7 +45,7 @@ def plan_communication(inp: TensorView, out: TensorView) -> Plan:
         )
     a_in, a_out = sharded_data_axis(inp), sharded_data_axis(out)
     partial = is_partial(inp)
-    b_in, b_out = nbytes(inp), nbytes(out)
+    b_in, b_out = inp.nbytes, out.nbytes
     if mi == mo:
         d = mi.size
         team = mi.devices

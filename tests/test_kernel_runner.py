@@ -149,5 +149,5 @@ def test_missing_input_is_an_error() -> None:
 
 def test_unscheduled_kernel_is_rejected() -> None:
     fusion = build([[4]], lambda a: [a + 1.0])
-    with pytest.raises(fl.ExecutionError, match="schedule the kernel first"):
+    with pytest.raises(fl.ScheduleError, match="schedule the kernel first"):
         run_kernel(whole_kernel(fusion), {fusion.inputs[0]: np.ones(4, np.float32)})

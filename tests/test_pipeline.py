@@ -72,5 +72,5 @@ def test_print_after_dumps_only_the_named_pass():
         dump=lambda name, f: dumps.append(name),
     ).run(models.add_broadcast(2, True))
     assert dumps == ["insert-reshardings"]
-    with pytest.raises(PassFailed, match="unknown pass"):
+    with pytest.raises(PassOptionError, match="unknown pass"):
         Pipeline([], print_after=["nope"])

@@ -173,6 +173,12 @@ class Merge:
 Transform = Split | Merge
 
 
+def is_sharding_split(t: Transform) -> bool:
+    """A split whose outer part is device-parallel: the way a tensor's logical axis is
+    sharded over a mesh (the inner part is what one device holds)."""
+    return isinstance(t, Split) and t.outer.is_device_parallel
+
+
 class TensorDomain:
     """Logical, loop and optional allocation domains of one TensorView."""
 

@@ -41,8 +41,9 @@ class RedistributionError(LoweringError):
 
 
 class PassOptionError(FuserliteError):
-    """A pass name or option is unknown or malformed, or a pipeline's passes are in an
-    impossible order (a program pass before segment, a fusion pass after it)."""
+    """A pass or a pipeline was given wrongly: an unknown or malformed pass name or
+    option, passes in an impossible order (a program pass before segment, a fusion pass
+    after it), or an argument of the wrong kind."""
 
 
 class PassFailed(FuserliteError):

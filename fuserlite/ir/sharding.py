@@ -10,6 +10,7 @@ here. A device-parallel reduction axis (rDIDx) marks partial results.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fuserlite.ir.domain import IterDomain, Split
@@ -119,6 +120,11 @@ def _local_shape(tv: TensorView) -> tuple[int, ...]:
         if s.data_index is not None:
             shape[s.data_index] //= s.num_devices
     return tuple(shape)
+
+
+def local_nbytes(tv: TensorView) -> int:
+    """Bytes of one device's shard of the data."""
+    return math.prod(local_shape(tv)) * tv.dtype.itemsize
 
 
 def same_sharding(a: TensorView, b: TensorView) -> bool:

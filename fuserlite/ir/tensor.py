@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
@@ -90,6 +91,11 @@ class TensorView:
     def shape(self) -> tuple[int, ...]:
         """Global shape of the data: logical extents without reduction axes."""
         return tuple(ax.extent for ax in self.data_axes())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole (global) data: the shape's elements times the dtype's size."""
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def data_axes(self) -> list[IterDomain]:
         """The logical axes that hold data: every axis but reductions."""

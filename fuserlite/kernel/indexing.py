@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fuserlite.ir.domain import Split
-from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.printer import axis_text
@@ -177,12 +177,12 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
     """Logical coordinates of `tv` at the grid point (l0, l1, ...), with tail predicates."""
     axes = grid_axes(tv)
     if axes and len(axes) != len(grid):
-        raise ExecutionError(
+        raise ScheduleError(
             f"{tv.name} has {len(axes)} scheduled loop axes but the kernel grid has {len(grid)}"
         )
     unbound = unbound_loop_axis(tv)
     if unbound is not None:
-        raise ExecutionError(
+        raise ScheduleError(
             f"{tv.name} loop axis {axis_text(unbound)} is neither device-parallel nor bound to "
             "the kernel grid; schedule the kernel first (schedule-pointwise)"
         )
@@ -214,7 +214,7 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
         elif id(ax) in env:
             logical.append(env[id(ax)])
         else:
-            raise ExecutionError(
+            raise ScheduleError(
                 f"{tv.name}: logical axis {axis_text(ax)} is not reachable from its loop domain"
             )
     return TensorIndex(logical, preds)

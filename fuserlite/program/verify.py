@@ -12,7 +12,6 @@ from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding, is_resharding
-from fuserlite.printer import Namer
 from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program
 from fuserlite.verify import (
@@ -30,7 +29,7 @@ def verify_program(program: Program) -> None:
     with reading_only():
         namer = LazyNamer(program.fusion)
         problems = fusion_problems(program.fusion, namer, require_mesh=True)
-        problems.extend(layout_problems(program.communications, namer))
+        problems.extend(layout_problems(program.communications))
         problems.extend(step_problems(program))
         problems.extend(locality_problems(program))
         problems.extend(partial_output_problems(program.outputs, namer))
@@ -38,7 +37,7 @@ def verify_program(program: Program) -> None:
         raise VerifyError(problems_text("invalid program", problems))
 
 
-def layout_problems(comms: list[Communication], namer: Namer) -> list[str]:
+def layout_problems(comms: list[Communication]) -> list[str]:
     """Seed 000: collectives must not mix pinned and free layouts."""
 
     def name(c: Communication) -> str:

@@ -11,7 +11,6 @@ device of its mesh on local shards; communications go through the backend.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -24,7 +23,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import reading_only
-from fuserlite.ir.sharding import is_partial, local_shape, sharded_data_axis
+from fuserlite.ir.sharding import is_partial, local_nbytes, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
 from fuserlite.pipeline import Level, Pipeline, Progress
 from fuserlite.program.communication import Communication
@@ -67,7 +66,7 @@ def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
 def device_bytes(tv: TensorView) -> int:
     """Bytes of `tv` summed over the devices of its mesh (a replicated tensor on D
     devices counts D times, as D devices would hold it)."""
-    return math.prod(local_shape(tv)) * tv.dtype.itemsize * mesh_of(tv).size
+    return local_nbytes(tv) * mesh_of(tv).size
 
 
 @dataclass(frozen=True)

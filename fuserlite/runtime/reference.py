@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
@@ -92,7 +91,7 @@ def random_inputs(fusion: Fusion, seed: int = 0) -> list[np.ndarray]:
     values as drawing it whole."""
     args.instance(fusion, Fusion, "random_inputs", "fusion", "a Fusion", ExecutionError)
     seed = args.integer(seed, "random_inputs", "the seed", minimum=0, error=ExecutionError)
-    sizes = {tv: math.prod(tv.shape) * tv.dtype.itemsize for tv in fusion.inputs}
+    sizes = {tv: tv.nbytes for tv in fusion.inputs}
     total = sum(sizes.values())
     if total > MAX_INPUT_BYTES:
         largest = sorted(sizes, key=lambda tv: -sizes[tv])[:3]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.ir.domain import IterDomain, Split
-from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.domain import IterDomain, is_sharding_split
+from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
@@ -22,7 +22,7 @@ def _is_sharding_remainder(ax: IterDomain) -> bool:
     by D): like a logical axis of extent 1 it iterates nothing, and a tensor sharded by
     the whole axis (`ideviceIdx.x{D}`) has no such axis, so it is no loop of the grid."""
     d = ax.definition
-    return isinstance(d, Split) and ax is d.inner and ax.extent == 1 and d.outer.is_device_parallel
+    return d is not None and is_sharding_split(d) and ax is d.inner and ax.extent == 1
 
 
 def grid_axes(tv: TensorView) -> list[IterDomain]:
@@ -59,7 +59,7 @@ def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
         if not axes:
             continue
         if len(axes) != depth:
-            raise ExecutionError(
+            raise ScheduleError(
                 f"{tv.name} has {len(axes)} scheduled loop axes but the kernel has {depth}; "
                 "propagate the reference schedule to every tensor of the kernel"
             )
@@ -67,7 +67,7 @@ def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
             extents[j] = max(extents[j], ax.extent)
             if ax.parallel_type is not ParallelType.Serial:
                 if types[j] not in (None, ax.parallel_type):
-                    raise ExecutionError(
+                    raise ScheduleError(
                         f"{tv.name} loop axis {axis_text(ax)} is {ax.parallel_type.value} but "
                         f"another tensor binds position {j} to {types[j].value}"
                     )

@@ -31,7 +31,7 @@ import heapq
 import itertools
 from collections.abc import Iterable
 
-from fuserlite.ir.domain import IterDomain, Merge, Split
+from fuserlite.ir.domain import IterDomain, Merge, Split, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
@@ -83,10 +83,7 @@ def is_device_parallel_logical(tv: TensorView, ax: IterDomain) -> bool:
     """True if logical axis `ax` is device-parallel itself or sharded by an outer DID split."""
     if ax.is_device_parallel:
         return True
-    return any(
-        isinstance(t, Split) and t.input is ax and t.outer.is_device_parallel
-        for t in tv.domain.transforms
-    )
+    return any(is_sharding_split(t) and t.input is ax for t in tv.domain.transforms)
 
 
 def _describe(tv: TensorView, ax: IterDomain) -> str:
@@ -153,7 +150,7 @@ def replay(reference: TensorView, target: TensorView, to_target: dict) -> None:
                     f"{_describe(reference, tr.input)} is not; a kernel computes on local "
                     "shards only, insert a resharding (insert-reshardings) between them"
                 )
-            if tr.outer.is_device_parallel:  # the reference shards this axis
+            if is_sharding_split(tr):  # the reference shards this axis
                 if x.is_broadcast:
                     m[id(tr.inner)] = x
                     continue

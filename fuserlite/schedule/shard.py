@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fuserlite.ir.domain import Split, TensorDomain
+from fuserlite.ir.domain import TensorDomain, is_sharding_split
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
@@ -33,9 +33,7 @@ def shard_axis(
 
 def has_schedule(tv: TensorView) -> bool:
     """True if tv has transforms other than its sharding splits."""
-    return any(
-        not (isinstance(t, Split) and t.outer.is_device_parallel) for t in tv.domain.transforms
-    )
+    return not all(is_sharding_split(t) for t in tv.domain.transforms)
 
 
 def resize_meshes(fusion: Fusion, num_devices: int) -> None:
