@@ -36,7 +36,7 @@ PROGRAMS = {
 
 
 def lower_bound(ex: fl.FusionExecutor) -> int:
-    """Bytes each device must send per iteration (DESIGN.md §5)."""
+    """Bytes each device must send per iteration (docs/design.md §5)."""
     return sum(c.bytes_per_device for c in ex.communications)
 
 

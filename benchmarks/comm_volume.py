@@ -1,4 +1,4 @@
-"""Bytes each device sends, per lowered program, against the lower bound (DESIGN.md §5, §8).
+"""Bytes each device sends, per lowered program, against the lower bound (docs/design.md §5, §8).
 
     python benchmarks/comm_volume.py
 

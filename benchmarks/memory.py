@@ -1,4 +1,4 @@
-"""Peak memory of `fuserlite run` against the program's working set (DESIGN.md §8).
+"""Peak memory of `fuserlite run` against the program's working set (docs/design.md §8).
 
     python benchmarks/memory.py [--quick]
 

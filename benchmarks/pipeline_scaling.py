@@ -1,4 +1,4 @@
-"""Pipeline time as the fusion grows, and the kernel runner against numpy (DESIGN.md §8).
+"""Pipeline time as the fusion grows, and the kernel runner against numpy (docs/design.md §8).
 
     python benchmarks/pipeline_scaling.py [--quick] [--repeats K]
 

@@ -118,7 +118,7 @@ def resharding(
 
 @dataclass(frozen=True)
 class ReshardingCase:
-    """One row of DESIGN.md §5: a fusion, the communication it needs and its bytes."""
+    """One row of docs/design.md §5: a fusion, the communication it needs and its bytes."""
 
     name: str
     build: Callable[[], Fusion]
@@ -127,7 +127,7 @@ class ReshardingCase:
 
 
 def resharding_cases(num_devices: int = 4, rows: int = 8, cols: int = 12) -> list[ReshardingCase]:
-    """Every row of DESIGN.md §5 on `num_devices` devices for x[rows, cols] float32."""
+    """Every row of docs/design.md §5 on `num_devices` devices for x[rows, cols] float32."""
     d, item = num_devices, 4
     whole, row = rows * cols * item, cols * item
     mesh = DeviceMesh(range(d))

@@ -147,7 +147,7 @@ class Pipeline:
 
     @classmethod
     def default(cls, **kwargs) -> Pipeline:
-        """The default lowering pipeline (docs/design.md, the passes)."""
+        """The default lowering pipeline (docs/design.md §4)."""
         return cls(default_pass_names(), **kwargs)
 
     def run(self, ir: Fusion | Program) -> Fusion | Program:

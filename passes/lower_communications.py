@@ -1,4 +1,4 @@
-"""lower-communications: every resharding Set becomes one Communication (DESIGN.md §5).
+"""lower-communications: every resharding Set becomes one Communication (docs/design.md §5).
 
 Before: a Program (segment ran); resharding Sets sit between kernels.
 After: each of them is a Communication with its kind, team, root, reduction
@@ -37,7 +37,7 @@ class Plan:
 
 
 def plan_communication(inp: TensorView, out: TensorView) -> Plan:
-    """Choose the communication for a resharding Set (the table of DESIGN.md §5)."""
+    """Choose the communication for a resharding Set (the table of docs/design.md §5)."""
     mi, mo = inp.mesh, out.mesh
     if mi is None or mo is None:
         raise LoweringError(

@@ -1,4 +1,4 @@
-"""One test per row of DESIGN.md §5: kind, bytes per device, and numbers."""
+"""One test per row of docs/design.md §5: kind, bytes per device, and numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The redistribution planner: optimal on every pair, DESIGN §5 on one mesh axis, clear errors."""
+"""The redistribution planner: optimal on every pair, docs/design.md §5 on one mesh axis, clear errors."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_moves_are_exactly_the_catalog_steps_that_apply():
 
 @pytest.mark.parametrize("d", [2, 4, 8])
 def test_one_mesh_axis_costs_are_design_section_5(d):
-    """B = bytes of the global tensor; the table of DESIGN.md §5, row by row."""
+    """B = bytes of the global tensor; the table of docs/design.md §5, row by row."""
     shape, b = (16, 8), 16 * 8 * 4
     cases = {
         ("(S0)", "(S0)"): ([], 0),

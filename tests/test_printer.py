@@ -13,7 +13,7 @@ from fuserlite.ir import IterDomain, LoadStoreOp, MemoryType, TensorView
 P = fl.ParallelType
 Built = tuple[list[TensorView], list[TensorView]]
 
-# The scheduled fusion printed in seed 004 (../shared/seeds/004_4260116b4c1ace58.txt),
+# The scheduled fusion printed in seed 004 (the first bug of docs/origins.md),
 # copied here so the test does not depend on files outside the repository.
 SEED_004_KERNEL = """\
 %kernel {

@@ -15,7 +15,7 @@ its G coordinates read outer first), or a local slice:
 D is the team size (the product of G's axis sizes) and B_local the bytes a
 device holds before the step; these are the ring algorithms' counts. On a 1-D
 mesh B_local is B/D for a sharded tensor and B for a partial one, which gives
-DESIGN.md §5: Allgather (D-1)/D * B, AllToAll (D-1)/D^2 * B, Allreduce
+docs/design.md §5: Allgather (D-1)/D * B, AllToAll (D-1)/D^2 * B, Allreduce
 2(D-1)/D * B_out, ReduceScatter (D-1)/D * B_in_local. An Allreduce whose
 elements D does not divide sends the ring's padded chunks, 2(D-1) * ceil(n/D)
 elements. Shardings must divide their extents for now (uneven extents are a

@@ -140,7 +140,7 @@ class FusionExecutor:
 
     def working_set(self) -> WorkingSet:
         """Bytes of the inputs, the outputs and the largest set of intermediates live
-        at once, each summed over the devices that hold it (DESIGN.md §8)."""
+        at once, each summed over the devices that hold it (docs/design.md §8)."""
         steps: list = []  # what the executor materializes one at a time
         for s in self.program.steps:
             if isinstance(s, Kernel) and not (s.scheduled and self.schedule):

@@ -1,6 +1,6 @@
 """Run under `mpiexec -n 2` or `-n 4`: the mpi backend against the sim backend.
 
-For every case that fits the world size (the examples, each row of DESIGN.md
+For every case that fits the world size (the examples, each row of docs/design.md
 §5, the seed-000 program, the tensor-parallel MLP, and every dtype x reduction op
 x reduction collective on NaN, inf, -0.0 and ties), each rank compares its
 own device's outputs with the sim backend's outputs for that device, and rank 0
