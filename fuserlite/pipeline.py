@@ -128,7 +128,7 @@ class Pipeline:
                 "Pipeline", "print_after", "a list of pass names", print_after, PassOptionError
             )
         self.passes = [p if isinstance(p, Pass) else make_pass(p) for p in passes]
-        levels = ", ".join(repr(lv.value) for lv in Level)
+        levels = "one of " + ", ".join(repr(lv.value) for lv in Level)
         args.instance(input_level, (Level, str), "Pipeline", "input_level", levels, PassOptionError)
         if input_level not in {lv.value for lv in Level}:
             raise args.fail("Pipeline", "input_level", levels, input_level, PassOptionError)

@@ -92,9 +92,14 @@ def register(cls: type[Pass]) -> type[Pass]:
 
 
 def option_types(cls: type[Pass]) -> dict[str, object]:
-    """The type of each option (dataclass field) of a pass, resolved from its hints."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    """The type of each option (dataclass field) of a pass, resolved from its hints
+    once per class (the class keeps them)."""
+    types = cls.__dict__.get("_option_types")
+    if types is None:
+        hints = typing.get_type_hints(cls)
+        types = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+        cls._option_types = types  # type: ignore[attr-defined]  # a class fact, not a field
+    return types
 
 
 def _choices(typ: object) -> tuple | None:
