@@ -50,8 +50,7 @@ def _reduction(name: str, x: TensorView, axes, keepdim: bool) -> TensorView:
     # As in torch, a sum of bools or integers is an int64 count or total; max keeps the dtype.
     sums_to_int64 = name == "sum" and not x.dtype.is_float
     out = TensorView(x.fusion, out_axes, DType.int64 if sums_to_int64 else x.dtype)
-    init = 0.0 if name == "sum" else out.dtype.lowest
-    Op(name, [out], [x], init=init)
+    Op(name, [out], [x], init=ReductionOpType[name].identity(out.dtype))
     if keepdim:
         return broadcast(out, [k in red for k in range(len(src))])
     return out

@@ -118,10 +118,8 @@ def is_float(dtype: np.dtype) -> bool:
 
 
 def identity(dtype: np.dtype, op: ReductionOpType) -> np.generic:
-    """The neutral element of `op`; -0.0 because -0.0 + x == x bit for bit, even for x = -0.0."""
-    if op is ReductionOpType.sum:
-        return dtype.type(-0.0) if is_float(dtype) else dtype.type(0)
-    return dtype.type(DType.from_numpy(dtype).lowest)
+    """The neutral element of `op` (ReductionOpType.identity) as a numpy scalar of `dtype`."""
+    return dtype.type(op.identity(DType.from_numpy(dtype)))
 
 
 def chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:
