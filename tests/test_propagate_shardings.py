@@ -123,7 +123,7 @@ def _full_sweeps(exprs) -> None:
 
 def test_meshes_propagate_as_repeated_full_sweeps_would():
     """A zig-zag needs several sweeps: x -> a <- y -> b <- z -> c, meshes from x and c."""
-    from test_differential import build_case
+    from random_sharded import build_case
 
     from fuserlite.passes.propagate_shardings import _propagate_meshes
 
