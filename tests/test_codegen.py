@@ -11,7 +11,7 @@ from pointwise_cases import CASES, bfloat16_chain, build, dtype_mix, seed004, wh
 
 import fuserlite as fl
 from fuserlite.kernel.cuda import cuda_source, launch_dims
-from fuserlite.kernel.indexing import c_expr, lower_tensor
+from fuserlite.kernel.indexing import add, c_expr, div, lower_tensor, mod, mul, structure, var
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.grid import kernel_grid
 from fuserlite.schedule.pointwise import schedule_pointwise
@@ -79,3 +79,17 @@ def test_nvcc_compiles_every_test_fusion(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     ptx = (tmp_path / "kernels.ptx").read_text()
     assert ptx.count(".entry") == len(sources)
+
+
+def test_offsets_of_merged_axes_fold_back_into_the_loop_index() -> None:
+    """A contiguous [4, 8, 16] tensor merged into one loop axis is stored at the merged
+    index itself, not at a sum of divisions and remainders (which a C compiler cannot
+    vectorize, and which made the compiled MLP 1.5x slower than numpy)."""
+    kernel = scheduled(build([[4, 8, 16]], lambda a: [a * 2.0]))
+    out = kernel.outputs[0]
+    assert f"{out.ir_name}[(((l0 + l1) * 128) + l2)] = " in cuda_source(kernel)
+    x = var("x", 4 * 8 * 16)
+    assert structure(div(div(x, 16), 8)) == structure(div(x, 128))
+    merged = add(mul(mod(div(x, 16), 8), 16), mod(x, 16))  # (x / 16 % 8) * 16 + x % 16
+    assert structure(merged) == structure(mod(x, 128))
+    assert add(mul(div(x, 128), 128), merged) is x

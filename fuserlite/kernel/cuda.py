@@ -24,12 +24,10 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ParallelType
 from fuserlite.kernel.indexing import (
     Ix,
-    add,
     c_expr,
-    const,
+    flat_offset,
     loop_var,
     lower_tensor,
-    mul,
 )
 from fuserlite.ops.registry import is_scalar
 from fuserlite.program.program import Kernel, Program
@@ -117,16 +115,7 @@ def launch_dims(grid: list[GridAxis]) -> tuple[tuple[int, int, int], tuple[int, 
 
 def _offset(tv: TensorView, coords: list) -> str:
     """Row-major offset into tv's local shard."""
-    shape = local_shape(tv)
-    total = const(0)
-    for c, n, stride in zip(coords, shape, _strides(shape)):
-        c = const(c) if isinstance(c, int) else c
-        total = add(total, mul(c, stride if n > 1 else 0))
-    return c_expr(total)
-
-
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    return [math.prod(shape[k + 1 :]) for k in range(len(shape))]
+    return c_expr(flat_offset(local_shape(tv), coords))
 
 
 class _KernelWriter:
@@ -213,22 +202,29 @@ def _op_text(expr: Expr, args: list[str]) -> str:
     return row.format(*operands, T=ctype)
 
 
-def kernel_source(kernel: Kernel, name: str) -> str:
-    """One `extern "C" __global__` function for a scheduled kernel."""
-    grid = kernel_grid([e.output for e in kernel.exprs])
-    grid_dim, block_dim = launch_dims(grid)
+def kernel_params(kernel: Kernel) -> list[str]:
+    """The kernel's parameters: its inputs (const), then its outputs, as C pointers."""
     params = [f"const {C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.inputs]
-    params += [f"{C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.outputs]
+    return params + [f"{C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.outputs]
+
+
+def kernel_header(kernel: Kernel, name: str, grid: list[GridAxis]) -> list[str]:
+    """Comment lines naming the kernel's reference, local shards and launch dimensions."""
+    grid_dim, block_dim = launch_dims(grid)
     ref = kernel.reference.ir_name if kernel.reference is not None else "-"
     shapes = ", ".join(
         f"{t.ir_name}{list(local_shape(t))}" for t in (*kernel.inputs, *kernel.outputs)
     )
-    lines = [
+    return [
         f"// {name}: reference {ref}; local shards {shapes}",
         f"// launch: gridDim = dim3{grid_dim}, blockDim = dim3{block_dim}",
-        f'extern "C" __global__ void {name}({", ".join(params)}) {{',
     ]
-    indent = "  "
+
+
+def kernel_body(kernel: Kernel, grid: list[GridAxis], indent: str = "  ") -> list[str]:
+    """What one thread runs, one target-independent text for every target: the grid's
+    blockIdx/threadIdx positions read `blockIdx` and `threadIdx`, the others are loops."""
+    lines = []
     closing = 0
     for j, g in enumerate(grid):
         v = loop_var(j)
@@ -247,6 +243,15 @@ def kernel_source(kernel: Kernel, name: str) -> str:
     for _ in range(closing):
         indent = indent[:-2]
         lines.append(f"{indent}}}")
+    return lines
+
+
+def kernel_source(kernel: Kernel, name: str) -> str:
+    """One `extern "C" __global__` function for a scheduled kernel."""
+    grid = kernel_grid([e.output for e in kernel.exprs])
+    lines = kernel_header(kernel, name, grid)
+    lines.append(f'extern "C" __global__ void {name}({", ".join(kernel_params(kernel))}) {{')
+    lines += kernel_body(kernel, grid)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -280,4 +285,12 @@ def cuda_source(target: Program | Kernel | list[Kernel], prefix: str = "fuserlit
     return "".join(parts)
 
 
-__all__ = ["cuda_source", "is_scheduled", "kernel_source", "launch_dims"]
+__all__ = [
+    "cuda_source",
+    "is_scheduled",
+    "kernel_body",
+    "kernel_header",
+    "kernel_params",
+    "kernel_source",
+    "launch_dims",
+]

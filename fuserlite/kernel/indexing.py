@@ -12,7 +12,10 @@ axes always index 0 and are never predicated. Device-parallel loop axes index 0
 sharded axis yields the local coordinate.
 
 Indices are small symbolic expressions (`Ix`) so that one lowering serves both
-the numpy kernel runner (`evaluate`) and the CUDA printer (`c_expr`).
+the numpy kernel runner (`evaluate`) and the CUDA printer (`c_expr`). Every
+index is non-negative, so the simplifications of floor division and modulo
+below hold; the row-major offset of coordinates that came from merges folds
+back into the merged index, an expression a C compiler can vectorize.
 
 The loop axes a kernel's grid iterates are fuserlite.schedule.grid's.
 """
@@ -62,6 +65,8 @@ def add(a: Ix, b: Ix) -> Ix:
         return const(a.args[0] + b.args[0])
     if _is_div_mod_pair(a, b):  # (x / n) * n + x % n == x: re-linearizing a merge
         return b.args[0]
+    if _is_mod_div_mod(a, b):  # ((x / n) % m) * n + x % n == x % (n * m): a merge of merges
+        return mod(b.args[0], b.args[1] * a.args[0].args[1])
     return Ix("add", (a, b), a.ub + b.ub - 1)
 
 
@@ -72,6 +77,17 @@ def _is_div_mod_pair(a: Ix, b: Ix) -> bool:
         and b.op == "mod"
         and a.args[0].args[0] is b.args[0]
         and a.args[1] == a.args[0].args[1] == b.args[1]
+    )
+
+
+def _is_mod_div_mod(a: Ix, b: Ix) -> bool:
+    return (
+        a.op == "mul"
+        and a.args[0].op == "mod"
+        and a.args[0].args[0].op == "div"
+        and b.op == "mod"
+        and a.args[0].args[0].args[0] is b.args[0]
+        and a.args[1] == a.args[0].args[0].args[1] == b.args[1]
     )
 
 
@@ -92,6 +108,8 @@ def div(a: Ix, n: int) -> Ix:
         return const(a.args[0] // n)
     if a.ub <= n:
         return const(0)
+    if a.op == "div":  # (x / m) / n == x / (m * n)
+        return div(a.args[0], a.args[1] * n)
     return Ix("div", (a, n), (a.ub - 1) // n + 1)
 
 
