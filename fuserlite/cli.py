@@ -3,8 +3,9 @@
     fuserlite print PATH [--math | --transforms | --format {kernel,math,transforms,fus}]
                          [--lowered | --scheduled | --passes a,b,c]
                          [--print-after-all | --print-after NAME]
-    fuserlite codegen PATH
-    fuserlite run PATH [--devices N] [--seed N] [--no-schedule]
+    fuserlite codegen PATH [--target cuda|cpu]
+    fuserlite run PATH [--devices N] [--seed N] [--compute compiled|interpret|numpy]
+                       [--cache-dir DIR]
     fuserlite passes
 
 Each subcommand is one `cmd_*` function registered in `build_parser`; `main` is
@@ -34,9 +35,11 @@ from rich.theme import Theme
 import fuserlite
 from fuserlite.cli_progress import ProgressDisplay
 from fuserlite.ir.args import abbreviate
-from fuserlite.ir.errors import FuserliteError
+from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
+from fuserlite.kernel.compile import KernelCompiler
+from fuserlite.kernel.cpu import cpu_source
 from fuserlite.kernel.cuda import cuda_source
 from fuserlite.passes import REGISTRY
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names
@@ -44,6 +47,7 @@ from fuserlite.program.printer import print_scheduled
 from fuserlite.program.program import Program
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
+from fuserlite.runtime.compute import COMPUTE
 from fuserlite.runtime.executor import FusionExecutor
 from fuserlite.runtime.numpy_ops import blocks
 
@@ -261,7 +265,7 @@ def _run(
         executor = FusionExecutor(
             fusion,
             backend=backend,
-            schedule=not args.no_schedule,
+            compute=compute_option(args),
             pipeline=pipeline,
             progress=progress,
         )
@@ -309,10 +313,24 @@ def communications_table(executor: FusionExecutor) -> Table:
     return table
 
 
+def compute_option(args: argparse.Namespace) -> str | KernelCompiler | None:
+    """FusionExecutor's `compute` from --compute / --no-schedule and --cache-dir."""
+    if args.cache_dir is None:
+        return args.compute
+    if args.compute not in (None, "compiled"):
+        raise ExecutionError(
+            f"--cache-dir is where compiled kernels are kept; it contradicts --compute "
+            f"{args.compute} (give one of them)"
+        )
+    return KernelCompiler(cache_dir=args.cache_dir)
+
+
 def cmd_codegen(args: argparse.Namespace, out: Output) -> int:
-    """`fuserlite codegen`: CUDA source, one __global__ kernel per scheduled kernel."""
+    """`fuserlite codegen`: CUDA source, one __global__ kernel per scheduled kernel; with
+    --target cpu the C++ that `run --compute compiled` builds (the same kernel bodies)."""
     program = Pipeline(default_pass_names()).run(load_fusion(args.path))
-    out.text(cuda_source([k for k in program.kernels if k.scheduled]))
+    kernels = [k for k in program.kernels if k.scheduled]
+    out.text(cpu_source(kernels) if args.target == "cpu" else cuda_source(kernels))
     return EXIT_OK
 
 
@@ -398,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=cmd_codegen.__doc__,
     )
     g.add_argument("path", metavar="PATH", help="a .fus file")
+    g.add_argument(
+        "--target", choices=("cuda", "cpu"), default="cuda", help="cuda (default) or cpu"
+    )
     g.set_defaults(handler=cmd_codegen)
 
     c = commands.add_parser("passes", parents=[common], help="list the passes")
@@ -420,10 +441,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--backend", choices=BACKENDS, default="sim", help="sim (default, in-process) or mpi"
     )
-    r.add_argument(
+    how = r.add_mutually_exclusive_group()
+    how.add_argument(
+        "--compute",
+        choices=COMPUTE,
+        help="how scheduled kernels run: compiled C++ (the default where a C++ compiler "
+        "is on the PATH), interpret (the numpy kernel runner) or numpy (op by op)",
+    )
+    how.add_argument(
         "--no-schedule",
-        action="store_true",
-        help="run kernels expression by expression instead of through their schedule",
+        dest="compute",
+        action="store_const",
+        const="numpy",
+        help="the same as --compute numpy",
+    )
+    r.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where compiled kernels are kept (default ~/.cache/fuserlite/kernels)",
     )
     r.set_defaults(handler=cmd_run)
     return parser

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from three_way import run_three_ways
 
 import fuserlite as fl
 from fuserlite import models
@@ -62,12 +63,9 @@ def dtype_mix() -> fl.Fusion:
 
 
 def run_everywhere(fusion: fl.Fusion, inputs: list[np.ndarray]) -> list[list[np.ndarray]]:
-    """The reference, the kernel runner and op by op numpy; each validated."""
-    runs = [fl.evaluate(fusion, inputs)]
-    for schedule in (True, False):
-        runs.append(fl.FusionExecutor(fusion, schedule=schedule).run(inputs))
-        fl.validate(fusion, inputs, runs[-1])
-    return runs
+    """The reference, then every compute path (compiled, interpreted, op by op numpy),
+    each validated, compiled and interpreted bit for bit (three_way.run_three_ways)."""
+    return [fl.evaluate(fusion, inputs), *run_three_ways(fusion, inputs).values()]
 
 
 def sharded_sum(shape: list[int], dtype: str, num_devices: int) -> fl.Fusion:

@@ -30,7 +30,7 @@ def test_grid_chunks_are_whole_blocks_and_cover_the_grid(monkeypatch):
 def test_chunked_kernel_runner_equals_one_chunk(name: str, chunk_points: int, monkeypatch):
     fusion = build(*CASES[name])
     inputs = fl.random_inputs(fusion, seed=3)
-    ex = fl.FusionExecutor(fusion)
+    ex = fl.FusionExecutor(fusion, compute="interpret")
     whole = ex.run(inputs)
     monkeypatch.setattr(kernel_grid, "CHUNK_POINTS", chunk_points)
     ex.grids.clear()  # the executor's cache: its grids are rebuilt with the new chunks
@@ -64,6 +64,6 @@ def test_registers_are_dropped_after_their_last_reader(monkeypatch):
 
     monkeypatch.setattr(kernel_runner, "eval_at_points", counting)
     inputs = fl.random_inputs(fusion)
-    fl.validate(fusion, inputs, fl.FusionExecutor(fusion).run(inputs))
+    fl.validate(fusion, inputs, fl.FusionExecutor(fusion, compute="interpret").run(inputs))
     assert len(produced) >= 20
     assert most_alive <= 3  # the operand's register (and its load), not the whole chain

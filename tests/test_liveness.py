@@ -9,6 +9,7 @@ from __future__ import annotations
 import weakref
 
 import pytest
+from three_way import PATHS
 
 import fuserlite as fl
 import fuserlite.runtime.magnitude as magnitude
@@ -43,8 +44,8 @@ def test_dead_after_drops_each_value_after_its_last_reader():
     assert peak_live(steps, lambda s: s[1], lambda s: s[2], sizes.get, exclude=["x", "y"]) == 1110
 
 
-@pytest.mark.parametrize("schedule", [True, False])
-def test_executor_keeps_only_the_outputs(schedule: bool):
+@pytest.mark.parametrize("compute", PATHS)
+def test_executor_keeps_only_the_outputs(compute: str):
     f = chain_with_communication()
     inputs = fl.random_inputs(f)
     live: list[int] = []
@@ -54,7 +55,7 @@ def test_executor_keeps_only_the_outputs(schedule: bool):
             live.append(sum(len(v) for v in values.values()))
             super()._run_communication(comm, values)
 
-    ex = Counting(f, schedule=schedule)
+    ex = Counting(f, compute=compute)
     values = ex._execute(inputs)
     assert {tv for v in values.values() for tv in v} == set(ex.program.outputs)
     # Before the Allgather each device holds its input shard's successors only:

@@ -109,9 +109,9 @@ def test_the_kernel_runner_s_index_cache_belongs_to_its_executor() -> None:
     assert not hasattr(kernel_grid, "_GRIDS")  # no module-level cache
     fusion = models.add_broadcast(2, True)
     inputs = fl.random_inputs(fusion)
-    ex = fl.FusionExecutor(fusion)
+    ex = fl.FusionExecutor(fusion, compute="interpret")
     assert len(ex.grids) == 0
     ex.run(inputs)
     assert len(ex.grids) == 1  # the one scheduled kernel's grid, reused by the next run
-    other = fl.FusionExecutor(fusion)
+    other = fl.FusionExecutor(fusion, compute="interpret")
     assert len(other.grids) == 0

@@ -6,11 +6,14 @@
     ex.program.communications                # the lowered Communications (ex.communications)
 
 Inputs are sharded as the fusion's inputs say; each kernel runs on every
-device of its mesh on local shards; communications go through the backend.
+device of its mesh on local shards, a scheduled one as `compute` says
+(compiled C++, the kernel runner or numpy, fuserlite.runtime.compute);
+communications go through the backend.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -25,14 +28,15 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import is_partial, local_nbytes, local_shape, sharded_data_axis
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.pipeline import Level, Pipeline, Progress
 from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program
 from fuserlite.program.verify import verify_program
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator, chunk, run_communication
+from fuserlite.runtime.compute import kernel_path, resolve_compute
 from fuserlite.runtime.kernel_grid import GridCache
-from fuserlite.runtime.kernel_runner import KernelPlan, plan_kernel, run_kernel
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.runtime.reference import check_inputs
@@ -93,15 +97,20 @@ class FusionExecutor:
         schedule: bool = True,
         pipeline: Pipeline | None = None,
         progress: Progress | None = None,
+        compute: str | KernelCompiler | None = None,
     ) -> None:
         """`pipeline` lowers a Fusion (default: Pipeline.default(progress=progress));
+        `compute`: "compiled" (the default where a C++ compiler is found), "interpret" or
+        "numpy" (`schedule=False` is the same), or a KernelCompiler for "compiled";
         `progress` also observes each run's kernels and communications."""
         who = "FusionExecutor"
         args.instance(ir, (Fusion, Program), who, "fusion", "a Fusion or a Program", ExecutionError)
         accepted = f"one of {', '.join(BACKENDS)} or a Communicator"
         args.instance(backend, (str, Communicator), who, "backend", accepted, ExecutionError)
         self.backend = make_backend(backend) if isinstance(backend, str) else backend
-        self.schedule = args.boolean(schedule, who, "schedule", ExecutionError)
+        schedule = args.boolean(schedule, who, "schedule", ExecutionError)
+        self.compute, compiler = resolve_compute(compute, schedule, who)
+        self.schedule = self.compute != "numpy"
         if pipeline is not None:
             args.instance(pipeline, Pipeline, who, "pipeline", "a Pipeline or None", ExecutionError)
         self.progress = progress
@@ -132,8 +141,9 @@ class FusionExecutor:
             id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
             for k in program.kernels
         }
-        self._plans: dict[int, KernelPlan] = {}  # kernel_runner plans, made at the first run
         self.grids = GridCache()  # the kernel runner's index arrays, reused across runs
+        # How scheduled kernels run; None: op by op, as unscheduled ones always do.
+        self._kernels = kernel_path(self.compute, compiler, program.kernels, self.grids)
         # Multi-process backends check their world and build team communicators here,
         # on every process, before any communication.
         self.backend.prepare(self.devices, self.communications)
@@ -159,9 +169,10 @@ class FusionExecutor:
         """The lowered communications, in execution order."""
         return self.program.communications
 
-    @property
+    @functools.cached_property
     def devices(self) -> list[int]:
-        """Every device any tensor of the lowered program lives on."""
+        """Every device any tensor of the lowered program lives on (found once: every run
+        asks, and the walk over the program took most of a 1000-op chain's run)."""
         devs: set[int] = set()
         for tv in (*self.program.inputs, *self.program.tensors()):  # inputs dead code reads too
             devs.update(mesh_of(tv).devices)
@@ -238,13 +249,8 @@ class FusionExecutor:
                 raise ExecutionError(
                     f"device {d}: a kernel reads {', '.join(missing)}, which this device does not hold"
                 )
-            if kernel.scheduled and self.schedule:
-                # The lowered program never changes: each kernel is planned once.
-                plan = self._plans.get(id(kernel))
-                if plan is None:
-                    plan = self._plans[id(kernel)] = plan_kernel(kernel, self.grids)
-                inputs = {t: local[t] for t in kernel.inputs}
-                local.update(run_kernel(kernel, inputs, plan, self.grids))
+            if kernel.scheduled and self._kernels is not None:
+                local.update(self._kernels.run(kernel, {t: local[t] for t in kernel.inputs}))
                 continue
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
                 local[e.output] = eval_expr(e, [local[t] for t in e.inputs], local_shape(e.output))

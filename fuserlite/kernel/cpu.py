@@ -1,0 +1,160 @@
+"""The CPU target: the CUDA kernel body, wrapped in a C++ function that loops over the grid.
+
+The body is fuserlite.kernel.cuda's `kernel_body`, character for character: the
+same loop nest, index expressions and predicates a GPU would run. The wrapper
+walks the launch grid, blocks outermost (in parallel with OpenMP when the
+compiler has it and the kernel is big enough to pay for the threads, as many
+threads as there are idle cores) and threads inside, and gives the body
+`blockIdx` and `threadIdx` as local values:
+
+    extern "C" void fl_1c0ffee(const float* __restrict__ T0, float* __restrict__ T4) {
+    #pragma omp parallel for schedule(static)
+      for (long long fl_block = 0; fl_block < 8; ++fl_block) {
+        const fl_dim3 blockIdx = {fl_block, 0, 0};
+        for (long long fl_thread = 0; fl_thread < 128; ++fl_thread) {
+          const fl_dim3 threadIdx = {fl_thread, 0, 0};
+          ... kernel_body ...
+
+Without a GPU's shared state (no shared memory, no barriers: the kernels are
+pointwise), running the threads one after another is the same computation.
+
+PRELUDE is what CUDA's headers give the body and C++ lacks, written without any
+#include so that one compiler launch stays short: `__half` and `__nv_bfloat16`
+as 16-bit storage types whose conversions round exactly as numpy (float16) and
+ml_dtypes (bfloat16) do, so a compiled kernel stores the very bits the kernel
+runner stores; the bit casts of nvcc's intrinsics; and the math functions for
+float and double. Those come from the C library (vectorized through glibc's
+libmvec where the compiler supports it, FL_VECTOR_MATH): exp, log and tanh are
+not correctly rounded there nor in numpy, and the two differ in the last bits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from fuserlite.kernel.cuda import kernel_body, kernel_header, kernel_params, launch_dims
+from fuserlite.program.program import Kernel
+from fuserlite.schedule.grid import kernel_grid
+
+PRELUDE = r"""// fuserlite CPU prelude: what CUDA's headers give a kernel body
+struct fl_dim3 { long long x, y, z; };
+
+static inline unsigned int fl_float_bits(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline float fl_bits_float(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline float __uint_as_float(unsigned int u) { return fl_bits_float(u); }
+static inline double __longlong_as_double(long long u) { double d; __builtin_memcpy(&d, &u, 8); return d; }
+
+// float16 storage. To half: round to nearest even; a NaN keeps its sign and the top
+// 10 bits of its payload (a NaN whose top bits are 0 becomes payload 1), as numpy does.
+struct __half { unsigned short bits; };
+static inline __half __float2half(float f) {
+  const unsigned int u = fl_float_bits(f);
+  const unsigned int a = u & 0x7fffffffu;
+  const unsigned int payload = (a >> 13) & 0x3ffu;
+  const unsigned int nan = 0x7c00u | (payload ? payload : 1u);
+  const unsigned int normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  // Below 2**-14 (half subnormals and zero): adding 0.5 rounds at 2**-24, half's spacing there.
+  const unsigned int tiny = fl_float_bits(fl_bits_float(a) + 0.5f) - 0x3f000000u;
+  const unsigned int h = a > 0x7f800000u ? nan
+                       : a >= 0x47800000u ? 0x7c00u
+                       : a >= 0x38800000u ? normal : tiny;
+  return __half{(unsigned short)(((u >> 16) & 0x8000u) | h)};
+}
+static inline float __half2float(__half h) {
+  const unsigned int a = h.bits & 0x7fffu;
+  const unsigned int inf_nan = 0x7f800000u | ((a & 0x3ffu) << 13);
+  const unsigned int normal = (a << 13) + 0x38000000u;
+  const unsigned int tiny = fl_float_bits((float)a * 5.9604644775390625e-08f);  // a * 2**-24, exact
+  const unsigned int f = a >= 0x7c00u ? inf_nan : a >= 0x400u ? normal : tiny;
+  return fl_bits_float(((unsigned int)(h.bits & 0x8000u) << 16) | f);
+}
+
+// bfloat16 storage: the top half of a float, rounded to nearest even; a NaN becomes
+// the quiet NaN of its sign, as ml_dtypes does.
+struct __nv_bfloat16 { unsigned short bits; };
+static inline __nv_bfloat16 __float2bfloat16(float f) {
+  const unsigned int u = fl_float_bits(f);
+  const unsigned int rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const unsigned int nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  return __nv_bfloat16{(unsigned short)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
+}
+static inline float __bfloat162float(__nv_bfloat16 b) { return fl_bits_float((unsigned int)b.bits << 16); }
+
+// A parallel kernel lets OpenMP choose how many threads (omp_set_dynamic: the idle
+// cores, by the load average), and gives the caller's setting back: on a machine
+// already busy, two spinning threads on one free core ran 6x slower than one.
+#ifdef _OPENMP
+extern "C" { int omp_get_dynamic(void); void omp_set_dynamic(int); }
+#define FL_PARALLEL_BEGIN const int fl_dynamic = omp_get_dynamic(); omp_set_dynamic(1);
+#define FL_PARALLEL_END omp_set_dynamic(fl_dynamic);
+#else
+#define FL_PARALLEL_BEGIN
+#define FL_PARALLEL_END
+#endif
+
+#ifdef FL_VECTOR_MATH
+#define FL_SIMD __attribute__((simd("notinbranch")))
+#else
+#define FL_SIMD
+#endif
+extern "C" {
+float expf(float) FL_SIMD;
+double exp(double) FL_SIMD;
+float logf(float) FL_SIMD;
+double log(double) FL_SIMD;
+float tanhf(float) FL_SIMD;
+double tanh(double) FL_SIMD;
+}
+static inline float exp(float x) { return expf(x); }
+static inline float log(float x) { return logf(x); }
+static inline float tanh(float x) { return tanhf(x); }
+static inline float sqrt(float x) { return __builtin_sqrtf(x); }
+static inline double sqrt(double x) { return __builtin_sqrt(x); }
+"""
+
+# Grid points x expressions below which one thread runs the kernel: starting threads
+# costs microseconds, the kernel fewer.
+PARALLEL_WORK = 1 << 17
+_NAME = "__FL_KERNEL_NAME__"  # replaced by a hash of the function's text
+
+
+def cpu_function(kernel: Kernel) -> tuple[str, str]:
+    """(symbol, C++ source) of a scheduled kernel's CPU function. The symbol is a hash of
+    the source, so equal kernels, in any program, are one compiled function."""
+    grid = kernel_grid([e.output for e in kernel.exprs])
+    (gx, gy, gz), (bx, by, bz) = launch_dims(grid)
+    blocks, threads = gx * gy * gz, bx * by * bz
+    lines = kernel_header(kernel, _NAME, grid)
+    lines.append(f'extern "C" void {_NAME}({", ".join(kernel_params(kernel))}) {{')
+    parallel = blocks > 1 and blocks * threads * len(kernel.exprs) >= PARALLEL_WORK
+    if parallel:
+        lines += ["  FL_PARALLEL_BEGIN", "#pragma omp parallel for schedule(static)"]
+    lines.append(f"  for (long long fl_block = 0; fl_block < {blocks}; ++fl_block) {{")
+    lines.append(f"    const fl_dim3 blockIdx = {_dim3('fl_block', gx, gy, gz)};")
+    lines.append(f"    for (long long fl_thread = 0; fl_thread < {threads}; ++fl_thread) {{")
+    lines.append(f"      const fl_dim3 threadIdx = {_dim3('fl_thread', bx, by, bz)};")
+    lines += kernel_body(kernel, grid, indent="      ")
+    lines += ["    }", "  }"] + (["  FL_PARALLEL_END"] if parallel else []) + ["}"]
+    text = "\n".join(lines) + "\n"
+    symbol = "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    return symbol, text.replace(_NAME, symbol)
+
+
+def cpu_source(kernels: list[Kernel]) -> str:
+    """The prelude and one CPU function per scheduled kernel: what compute="compiled" builds."""
+    parts = ["// generated by fuserlite.kernel.cpu\n", PRELUDE]
+    parts += ["\n" + cpu_function(k)[1] for k in kernels if k.scheduled]
+    return "".join(parts)
+
+
+def _dim3(linear: str, x: int, y: int, z: int) -> str:
+    """`{x, y, z}` of a linear block or thread number over dimensions x, y, z."""
+    parts = [
+        linear if y * z == 1 else f"{linear} % {x}",
+        "0" if y == 1 else f"{linear} / {x} % {y}",
+        "0" if z == 1 else f"{linear} / {x * y}",
+    ]
+    return "{" + ", ".join(parts) + "}"
+
+
+__all__ = ["PARALLEL_WORK", "PRELUDE", "cpu_function", "cpu_source"]

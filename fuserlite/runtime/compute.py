@@ -1,0 +1,185 @@
+"""How the executor computes a scheduled kernel.
+
+    FusionExecutor(fusion, compute="compiled")   # C++ for the CPU (fuserlite.kernel.cpu), the
+                                                 # default where a C++ compiler is on the PATH
+    FusionExecutor(fusion, compute="interpret")  # the numpy kernel runner, through the schedule
+    FusionExecutor(fusion, compute="numpy")      # op by op with numpy (schedule=False)
+
+`compute` may also be a KernelCompiler (a compiler, cache directory or flags of
+one's own), which means "compiled". Kernels the scheduler left unscheduled run op
+by op with numpy whatever `compute` says.
+
+The compiled path builds every scheduled kernel of the program at its first run,
+all in one shared object (fuserlite.kernel.compile caches it on disk), and calls
+each kernel with the device's numpy buffers. Outputs start as poison (NaN, the
+smallest integer, True), as the kernel runner's do, so an element no grid point
+writes reads the same on both paths.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import sys
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from fuserlite.ir.args import abbreviate
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.sharding import local_shape
+from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler
+from fuserlite.kernel.cpu import PRELUDE, cpu_function
+from fuserlite.program.program import Kernel
+from fuserlite.runtime.kernel_grid import GridCache
+from fuserlite.runtime.kernel_runner import KernelPlan, plan_kernel, poison, run_kernel
+
+COMPUTE = ("compiled", "interpret", "numpy")
+
+
+@functools.lru_cache(maxsize=1)
+def default_compiler() -> KernelCompiler:
+    """The process's compiler for compute="compiled" (found once; it keeps what it loads)."""
+    return KernelCompiler()
+
+
+@functools.lru_cache(maxsize=1)
+def default_compute() -> str:
+    """ "compiled" where a C++ compiler is found, else "interpret", said once on stderr."""
+    if find_compiler() is not None:
+        return "compiled"
+    print(
+        f"fuserlite: no C++ compiler ($CXX, {', '.join(CANDIDATES)}) on the PATH: kernels run "
+        "interpreted (compute='interpret'), more slowly",
+        file=sys.stderr,
+    )
+    return "interpret"
+
+
+def resolve_compute(
+    compute: str | KernelCompiler | None, schedule: bool, who: str
+) -> tuple[str, KernelCompiler | None]:
+    """(one of COMPUTE, the compiler for "compiled") from the executor's arguments;
+    `schedule=False` is the older spelling of compute="numpy"."""
+    if isinstance(compute, KernelCompiler):
+        name, compiler = "compiled", compute
+    elif compute is None:
+        name, compiler = (default_compute() if schedule else "numpy"), None
+    elif isinstance(compute, str) and compute in COMPUTE:
+        name, compiler = compute, None
+    else:
+        raise ExecutionError(
+            f"{who}: compute must be one of {', '.join(COMPUTE)} or a KernelCompiler, "
+            f"got {compute!r}"
+        )
+    if not schedule and name != "numpy":
+        raise ExecutionError(
+            f"{who}: schedule=False means compute='numpy', which contradicts "
+            f"compute={name!r}; pass only one of them"
+        )
+    if name == "compiled" and compiler is None:
+        compiler = default_compiler()
+    return name, compiler
+
+
+class InterpretedKernels:
+    """Scheduled kernels through the numpy kernel runner, each planned once; `grids` keeps
+    their index arrays between runs."""
+
+    def __init__(self, grids: GridCache) -> None:
+        self.grids = grids
+        self._plans: dict[int, KernelPlan] = {}
+
+    def run(
+        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
+    ) -> dict[TensorView, np.ndarray]:
+        """The kernel's local outputs on one device."""
+        plan = self._plans.get(id(kernel))
+        if plan is None:  # the lowered program never changes: each kernel is planned once
+            plan = self._plans[id(kernel)] = plan_kernel(kernel, self.grids)
+        return run_kernel(kernel, local_inputs, plan, self.grids)
+
+
+class _Entry:
+    """A compiled kernel and what calling it takes."""
+
+    def __init__(self, kernel: Kernel, function: Callable) -> None:
+        function.argtypes = [ctypes.c_void_p] * (len(kernel.inputs) + len(kernel.outputs))
+        function.restype = None
+        self.function = function
+        self.inputs = [(t, local_shape(t), t.dtype.numpy) for t in kernel.inputs]
+        self.outputs = [(local_shape(t), t.dtype.numpy) for t in kernel.outputs]
+        self.poison = [poison(dtype) for _, dtype in self.outputs]
+
+
+class CompiledKernels:
+    """Scheduled kernels compiled for the CPU; built together at the first run."""
+
+    def __init__(self, kernels: Iterable[Kernel], compiler: KernelCompiler) -> None:
+        self.kernels = [k for k in kernels if k.scheduled]
+        self.compiler = compiler
+        self._entries: dict[int, _Entry] | None = None
+
+    def prepare(self) -> None:
+        """Compile (or load from the cache) every kernel; a no-op once done."""
+        if self._entries is not None:
+            return
+        functions = [cpu_function(k) for k in self.kernels]  # (symbol, source) per kernel
+        labels = {
+            symbol: _label(k, i) for i, (k, (symbol, _)) in enumerate(zip(self.kernels, functions))
+        }
+        loaded = self.compiler.functions(PRELUDE, dict(functions), labels)
+        self._entries = {id(k): _Entry(k, loaded[s]) for k, (s, _) in zip(self.kernels, functions)}
+
+    def run(
+        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
+    ) -> dict[TensorView, np.ndarray]:
+        """The kernel's local outputs on one device."""
+        if self._entries is None:
+            self.prepare()
+        entry = self._entries[id(kernel)]
+        arrays = []
+        for tv, shape, dtype in entry.inputs:
+            array = np.asarray(local_inputs[tv], dtype=dtype, order="C")  # 0-d stays 0-d
+            if array.shape != shape:
+                raise ExecutionError(
+                    f"compiled kernel: input {tv.name} has local shape {list(shape)}, got an "
+                    f"array of shape {list(array.shape)}"
+                )
+            arrays.append(array)
+        outs = [np.full(shape, p, dtype) for (shape, dtype), p in zip(entry.outputs, entry.poison)]
+        entry.function(*[a.ctypes.data for a in arrays], *[o.ctypes.data for o in outs])
+        return dict(zip(kernel.outputs, outs))
+
+
+def kernel_path(
+    compute: str, compiler: KernelCompiler | None, kernels: Iterable[Kernel], grids: GridCache
+) -> CompiledKernels | InterpretedKernels | None:
+    """What runs a program's scheduled kernels; None for "numpy"."""
+    if compute == "compiled":
+        return CompiledKernels(kernels, compiler)
+    return InterpretedKernels(grids) if compute == "interpret" else None
+
+
+def compile_kernels(kernels: Iterable[Kernel], compiler: KernelCompiler | None = None) -> None:
+    """Build many programs' kernels with one compiler launch; executors that use the same
+    compiler (the default one unless given) then find them loaded."""
+    CompiledKernels(kernels, compiler or default_compiler()).prepare()
+
+
+def _label(kernel: Kernel, index: int) -> str:
+    """`scheduled kernel 2 (writes T5 T7)`, for errors."""
+    return f"scheduled kernel {index} (writes {abbreviate(t.name for t in kernel.outputs)})"
+
+
+__all__ = [
+    "COMPUTE",
+    "CompiledKernels",
+    "InterpretedKernels",
+    "compile_kernels",
+    "default_compiler",
+    "default_compute",
+    "kernel_path",
+    "resolve_compute",
+]

@@ -1,0 +1,234 @@
+"""The CPU target runs the CUDA kernel body, and gives the kernel runner's bits."""
+
+from __future__ import annotations
+
+import ctypes
+
+import ml_dtypes
+import numpy as np
+import pytest
+from pointwise_cases import build
+from test_codegen import all_test_fusions, scheduled
+from test_kernel_runner import _reschedule
+from three_way import HAVE_COMPILER, bits_differ, libm_outputs
+
+import fuserlite as fl
+from fuserlite.ir.types import ParallelType
+from fuserlite.kernel.cpu import PARALLEL_WORK, PRELUDE, cpu_function, cpu_source
+from fuserlite.kernel.cuda import kernel_source
+from fuserlite.pipeline import default_pass_names
+from fuserlite.program.program import Kernel
+from fuserlite.runtime.compute import CompiledKernels, default_compiler
+from fuserlite.runtime.kernel_runner import run_kernel, shard_slices
+
+needs_compiler = pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")
+
+
+def lines_after(source: str, opening: str) -> list[str]:
+    """The lines after the first that starts with `opening`, without indentation."""
+    lines = [line.strip() for line in source.splitlines()]
+    return lines[next(i for i, line in enumerate(lines) if line.startswith(opening)) + 1 :]
+
+
+@pytest.mark.parametrize("name", sorted(all_test_fusions()))
+def test_the_cpu_function_is_the_cuda_body_in_a_grid_loop(name: str) -> None:
+    kernel = all_test_fusions()[name]
+    symbol, cpu = cpu_function(kernel)
+    cuda = lines_after(kernel_source(kernel, "k"), 'extern "C"')[:-1]  # less its closing }
+    ours = lines_after(cpu, "const fl_dim3 threadIdx")
+    assert ours[: len(cuda)] == cuda
+    rest = [line for line in ours[len(cuda) :] if line != "FL_PARALLEL_END"]
+    assert rest == ["}", "}", "}"]  # the thread loop, the block loop, the function
+    assert f'extern "C" void {symbol}(' in cpu and symbol == cpu_function(kernel)[0]
+
+
+def test_equal_kernels_are_one_function_and_big_ones_run_in_parallel() -> None:
+    def chain(shape: list[int]) -> Kernel:
+        return scheduled(build([shape], lambda a: [fl.neg(a * 2.0 + 1.0)]))
+
+    small, again, big = chain([1000]), chain([1000]), chain([512, 300])
+    assert cpu_function(small) == cpu_function(again)
+    assert "#pragma omp parallel for" not in cpu_function(small)[1]
+    assert 512 * 300 * len(big.exprs) >= PARALLEL_WORK
+    assert "#pragma omp parallel for" in cpu_function(big)[1]
+    assert cpu_source([small, big]).count('extern "C" void fl_') == 2
+
+
+# -- compiled == interpreted ---------------------------------------------------------
+def local_inputs(fusion: fl.Fusion, seed: int) -> dict[fl.TensorView, np.ndarray]:
+    """Device 0's shards of random global inputs."""
+    arrays = fl.random_inputs(fusion, seed)
+    return {tv: a[shard_slices(tv, 0)] for tv, a in zip(fusion.inputs, arrays)}
+
+
+def compare(kernel: Kernel, seed: int = 0) -> None:
+    """A whole-fusion kernel compiled and interpreted on device 0: bit for bit, except
+    through libm (tests/three_way.py)."""
+    fusion = kernel.outputs[0].fusion
+    inputs = local_inputs(fusion, seed)
+    want = run_kernel(kernel, inputs)
+    got = CompiledKernels([kernel], default_compiler()).run(kernel, inputs)
+    for tv, libm in zip(fusion.outputs, libm_outputs(fusion)):
+        if libm:  # through exp/log/tanh: within float32's tolerance
+            np.testing.assert_allclose(got[tv], want[tv], rtol=1e-5, atol=1e-6, err_msg=tv.name)
+        else:
+            assert bits_differ(got[tv], want[tv]) is None, tv.name
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, Kernel]:
+    """Every test kernel, compiled in one compiler launch."""
+    out = all_test_fusions()
+    if HAVE_COMPILER:
+        CompiledKernels(out.values(), default_compiler()).prepare()
+    return out
+
+
+@needs_compiler
+@pytest.mark.parametrize("name", sorted(all_test_fusions()))
+def test_compiled_kernel_gives_the_runners_bits(name: str, kernels) -> None:
+    compare(kernels[name])
+
+
+@needs_compiler
+def test_a_kernel_big_enough_for_threads_gives_the_runners_bits() -> None:
+    fusion = build([[512, 300], [300]], lambda a, b: [fl.maximum(a * b - 1.5, fl.abs(b) / 3.0)])
+    kernel = scheduled(fusion)
+    assert "#pragma omp parallel for" in cpu_function(kernel)[1]
+    compare(kernel, seed=4)
+
+
+@needs_compiler
+def test_block_and_thread_indices_in_y_and_z() -> None:
+    """A hand-made schedule over blockIdx.y/x and threadIdx.z/y/x, with tails."""
+    fusion = build([[6, 50], [6, 50]], lambda a, b: [fl.neg(a * b + 1.0)])
+    dims = (ParallelType.BIDy, ParallelType.BIDx, ParallelType.TIDz, ParallelType.TIDy)
+    for tv in fusion.tensors():
+        if tv in fusion.inputs:
+            continue
+        tv.merge(0, 1).split(0, 32).split(1, 8).split(1, 2).split(0, 3)  # [4, 3, 2, 2, 8]
+        for ax, pt in zip(tv.domain.loop, (*dims, ParallelType.TIDx)):
+            ax.parallelize(pt)
+    kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), None, True)
+    cpu = cpu_function(kernel)[1]
+    assert "blockIdx = {fl_block % 3, fl_block / 3 % 4, 0}" in cpu
+    assert "threadIdx = {fl_thread % 8, fl_thread / 8 % 2, fl_thread / 16}" in cpu
+    compare(kernel, seed=5)
+    inputs = local_inputs(fusion, 5)
+    (want,) = fl.evaluate(fusion, list(inputs.values()))
+    got = CompiledKernels([kernel], default_compiler()).run(kernel, inputs)
+    np.testing.assert_array_equal(got[fusion.outputs[0]], want)
+
+
+# test_kernel_runner breaks these schedules, and one more: an inlined intermediate's. The
+# emitted code reads an inlined tensor from its register at the same thread, so the
+# intermediate's own (broken) index mapping never reaches the generated text; only the
+# kernel runner, which also tracks where each register is valid, notices it.
+@needs_compiler
+@pytest.mark.parametrize(
+    "which,factor,swap", [("load", 128, True), ("store", 128, True), ("store", 96, False)]
+)
+def test_a_broken_schedule_gives_wrong_numbers_compiled_too(which, factor, swap) -> None:
+    """The emitted text itself runs now: a wrong index or predicate in it is a wrong result."""
+    fusion = build([[6, 50], [6, 50]], lambda a, b: [fl.exp(a) + b])
+    inputs = fl.random_inputs(fusion, seed=2)
+    (want,) = fl.evaluate(fusion, inputs)
+    kernel = scheduled(fusion)
+
+    def run() -> np.ndarray:
+        compiled = CompiledKernels([kernel], default_compiler())
+        return compiled.run(kernel, dict(zip(fusion.inputs, inputs)))[fusion.outputs[0]]
+
+    np.testing.assert_allclose(run(), want, rtol=1e-5, atol=1e-6)
+    by_role = {
+        "load": kernel.exprs[0].output,  # the local cache of the first input
+        "store": fusion.outputs[0],
+    }
+    _reschedule(by_role[which], factor, swap)
+    assert not np.allclose(run(), want, equal_nan=False)
+
+
+# -- float16 / bfloat16 storage ------------------------------------------------------
+# Each: (C type of the input, of the output, the conversion of element i).
+CONVERSIONS = {
+    "fl_test_to_half": ("float", "unsigned short", "__float2half(x[i]).bits"),
+    "fl_test_from_half": ("unsigned short", "float", "__half2float(__half{x[i]})"),
+    "fl_test_to_bf16": ("float", "unsigned short", "__float2bfloat16(x[i]).bits"),
+    "fl_test_from_bf16": ("unsigned short", "float", "__bfloat162float(__nv_bfloat16{x[i]})"),
+}
+NUMPY_TYPES = {"float": np.float32, "unsigned short": np.uint16}
+
+
+@pytest.fixture(scope="module")
+def convert():
+    """name -> the prelude's conversion as a function of a numpy array."""
+    sources = {
+        name: f'extern "C" void {name}(const {a}* x, {b}* y, long long n) {{\n'
+        f"  for (long long i = 0; i < n; ++i) y[i] = {body};\n}}\n"
+        for name, (a, b, body) in CONVERSIONS.items()
+    }
+    functions = default_compiler().functions(PRELUDE, sources)
+
+    def wrap(name: str):
+        fn = functions[name]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+        out_type = NUMPY_TYPES[CONVERSIONS[name][1]]
+
+        def call(x: np.ndarray) -> np.ndarray:
+            x = np.ascontiguousarray(x)
+            y = np.empty(x.shape, out_type)
+            fn(x.ctypes.data, y.ctypes.data, x.size)
+            return y
+
+        return call
+
+    return {name: wrap(name) for name in CONVERSIONS}
+
+
+def interesting_floats() -> np.ndarray:
+    """Every sign/exponent/top-mantissa pattern with the low bits at each rounding edge of
+    half (bit 12) and bfloat16 (bit 15), and random bit patterns: NaNs, infinities,
+    subnormals and ties included."""
+    high = np.arange(1 << 16, dtype=np.uint32) << 16
+    low = np.array(
+        [0, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x7FFF, 0x8000, 0x8001, 0xFFFF],
+        np.uint32,
+    )
+    edges = (high[:, None] | low[None, :]).ravel()
+    rand = np.random.default_rng(0).integers(0, 1 << 32, 1 << 20, dtype=np.uint64)
+    return np.concatenate([edges, rand.astype(np.uint32)]).view(np.float32)
+
+
+@needs_compiler
+def test_half_and_bfloat16_round_as_numpy_and_ml_dtypes_do(convert) -> None:
+    x = interesting_floats()
+    with np.errstate(all="ignore"):
+        half, bf16 = x.astype(np.float16), x.astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(convert["fl_test_to_half"](x), half.view(np.uint16))
+    np.testing.assert_array_equal(convert["fl_test_to_bf16"](x), bf16.view(np.uint16))
+
+
+@needs_compiler
+def test_every_half_and_bfloat16_widens_as_numpy_and_ml_dtypes_do(convert) -> None:
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    want_half = bits.view(np.float16).astype(np.float32).view(np.uint32)
+    want_bf16 = bits.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32)
+    np.testing.assert_array_equal(convert["fl_test_from_half"](bits).view(np.uint32), want_half)
+    np.testing.assert_array_equal(convert["fl_test_from_bf16"](bits).view(np.uint32), want_bf16)
+
+
+@needs_compiler
+def test_a_max_of_a_recomputed_broadcast_in_bfloat16() -> None:
+    """GCC 12 vectorized this kernel wrongly (all zeros) at -O1 -ftree-vectorize
+    -march=native; found by tests/test_schedule_adversarial.py, seed 1168."""
+    with fl.Fusion() as f:
+        x, y = fl.tensor([129], dtype="bfloat16"), fl.tensor([1], dtype="bfloat16")
+        f.add_input(y)
+        f.add_input(x)
+        t = fl.maximum(3.0 * y, 3.0 * y)
+        f.add_output(t)
+        f.add_output(fl.minimum(t, t))
+        f.add_output(fl.maximum(x, fl.minimum(t, t)))
+    pipeline = fl.Pipeline(default_pass_names(**{"schedule-pointwise": "block_size=1000"}))
+    inputs = fl.random_inputs(f, 1168)
+    fl.validate(f, inputs, fl.FusionExecutor(f, pipeline=pipeline).run(inputs))
