@@ -3,8 +3,9 @@
 Each case is a small random fusion built with the Python API (1-3 inputs of
 rank 1-3, a chain/DAG of 2-10 ops, meshes of 1, 2 or 4 devices, random
 shardings). It is lowered by `fl.FusionExecutor` (the default pipeline, sim
-backend), run with and without the pointwise schedule, and compared with the
-reference evaluator through `fl.validate`. A clear `LoweringError`,
+backend), run on every compute path (compiled kernels, the interpreted kernel
+runner, numpy op by op) and compared with the reference evaluator through
+`fl.validate`, compiled and interpreted also bit for bit (tests/three_way.py). A clear `LoweringError`,
 `VerifyError` or `ScheduleError` (one that names a tensor) is a legitimate
 outcome, except the rejections NOT_THE_USERS_FAULT matches (the generator
 schedules nothing but shardings, and every tensor is promised a mesh). Any
@@ -29,6 +30,7 @@ from collections import Counter
 import pytest
 from random_fusion import ACCEPTED_ERRORS, duplicate_parallel_types, rejection_bug
 from random_sharded import KNOWN_BUGS, Case, build_case
+from three_way import precompile, run_three_ways
 
 import fuserlite as fl
 from fuserlite.program.communication import Communication
@@ -55,40 +57,51 @@ def lowered_problems(case: Case, ex: fl.FusionExecutor) -> list[str]:
 
 def run_case(seed: int) -> tuple[str, str]:
     """('ok' | 'rejected' | 'known' | 'bug', detail)."""
+    return check_case(*lower_case(seed))
+
+
+def lower_case(seed: int) -> tuple[Case, fl.FusionExecutor | tuple[str, str]]:
+    """The case, and its executor or the outcome of a lowering that failed."""
     case = build_case(seed)
     try:
-        ex = fl.FusionExecutor(case.fusion)
+        return case, fl.FusionExecutor(case.fusion)
     except ACCEPTED_ERRORS as exc:
         for flag, pattern in KNOWN_BUG_MESSAGES.items():
             if flag in KNOWN_BUGS and pattern.search(str(exc)):
-                return "known", f"{flag}: {exc}"
+                return case, ("known", f"{flag}: {exc}")
         why = rejection_bug(exc)
         if why is not None:
-            return "bug", f"{why}\n{case.script()}"
-        return "rejected", f"{type(exc).__name__}: {exc}"
+            return case, ("bug", f"{why}\n{case.script()}")
+        return case, ("rejected", f"{type(exc).__name__}: {exc}")
     except Exception as exc:
-        return "bug", f"lowering raised {type(exc).__name__}: {exc}\n{case.script()}"
+        return case, ("bug", f"lowering raised {type(exc).__name__}: {exc}\n{case.script()}")
+
+
+def check_case(case: Case, ex: fl.FusionExecutor | tuple[str, str]) -> tuple[str, str]:
+    """Run a lowered case on every compute path (three_way.run_three_ways)."""
+    if isinstance(ex, tuple):
+        return ex
     problems = lowered_problems(case, ex)
     if problems:
         return "bug", "lowered program: " + "; ".join(problems) + "\n" + case.script()
-    inputs = fl.random_inputs(case.fusion, seed)
-    for schedule in (True, False):
-        try:
-            runner = ex if schedule else fl.FusionExecutor(case.fusion, schedule=False)
-            fl.validate(case.fusion, inputs, runner.run(inputs))
-        except Exception as exc:
-            return "bug", (f"schedule={schedule}: {type(exc).__name__}: {exc}\n{case.script()}")
+    inputs = fl.random_inputs(case.fusion, case.seed)
+    try:
+        run_three_ways(case.fusion, inputs, ex)
+    except Exception as exc:
+        return "bug", f"{type(exc).__name__}: {exc}\n{case.script()}"
     return "ok", ""
 
 
 def run_batch(seeds) -> tuple[Counter, list[str]]:
     counts: Counter = Counter()
     bugs = []
-    for seed in seeds:
-        outcome, detail = run_case(seed)
+    lowered = [lower_case(seed) for seed in seeds]
+    precompile(ex for _, ex in lowered if not isinstance(ex, tuple))  # one compiler launch
+    for case, ex in lowered:
+        outcome, detail = check_case(case, ex)
         counts[outcome] += 1
         if outcome == "bug":
-            bugs.append(f"--- seed {seed}: {detail}")
+            bugs.append(f"--- seed {case.seed}: {detail}")
     return counts, bugs
 
 

@@ -5,8 +5,10 @@ stresses `schedule-pointwise` itself on the random pointwise fusions of
 tests/random_pointwise.py (random extents, broadcasts, dtypes, meshes and
 `block_size` values of the pass). Each case runs
 
-- through the kernel runner (`fl.FusionExecutor(f)` with a random block size),
-- through plain numpy per expression (`schedule=False`),
+- through the compiled kernels (`fl.FusionExecutor(f)` with a random block size),
+- through the kernel runner (`compute="interpret"`), bit-identical to the compiled
+  kernels wherever the arithmetic is the same (tests/three_way.py),
+- through plain numpy per expression (`compute="numpy"`),
 - against `fl.evaluate` (`fl.validate`: exact for integers, tolerance for floats),
 
 and checks the scheduled program's invariants (one loop axis per parallel type;
@@ -34,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from random_fusion import ACCEPTED_ERRORS, duplicate_parallel_types, rejection_bug
-from random_pointwise import build_case, pipeline_for
+from random_pointwise import Case, build_case, pipeline_for
+from three_way import precompile, run_three_ways
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
@@ -117,43 +120,51 @@ class Outcome:
 
 
 def run_case(seed: int) -> Outcome:
+    return check_case(*lower_case(seed))
+
+
+def _bug(case: Case, what: str) -> Outcome:
+    return Outcome("bug", f"{case.options}: {what}\n{case.script()}")
+
+
+def lower_case(seed: int) -> tuple[Case, fl.FusionExecutor | Outcome]:
+    """The case, and its executor or the outcome of a lowering that failed."""
     case = build_case(seed)
-
-    def bug(what: str) -> Outcome:
-        return Outcome("bug", f"{case.options}: {what}\n{case.script()}")
-
     try:
         pipeline = pipeline_for(case.block_size, case.vectorize)
-        ex = fl.FusionExecutor(case.fusion, pipeline=pipeline)
+        return case, fl.FusionExecutor(case.fusion, pipeline=pipeline)
     except ACCEPTED_ERRORS as exc:
         why = rejection_bug(exc)
         if why is not None:
-            return bug(why)
-        return Outcome("rejected", f"{type(exc).__name__}: {exc}")
+            return case, _bug(case, why)
+        return case, Outcome("rejected", f"{type(exc).__name__}: {exc}")
     except Exception as exc:
-        return bug(f"lowering raised {type(exc).__name__}: {exc}")
+        return case, _bug(case, f"lowering raised {type(exc).__name__}: {exc}")
+
+
+def check_case(case: Case, ex: fl.FusionExecutor | Outcome) -> Outcome:
+    """Run a lowered case on every compute path (three_way.run_three_ways)."""
+    if isinstance(ex, Outcome):
+        return ex
     problems = schedule_problems(ex.program, case.block_size)
     if problems:
-        return bug("lowered program: " + "; ".join(problems))
-    inputs = fl.random_inputs(case.fusion, seed)
-    runs = {}
-    for schedule in (True, False):
-        try:
-            runner = ex if schedule else fl.FusionExecutor(case.fusion, schedule=False)
-            runs[schedule] = runner.run(inputs)
-            fl.validate(case.fusion, inputs, runs[schedule])
-        except Exception as exc:
-            for flag, pattern in KNOWN_BUG_MESSAGES.items():
-                if flag in KNOWN_BUGS and schedule and case.vectorize and pattern.search(str(exc)):
-                    return Outcome("known", f"{flag}: {exc}")
-            return bug(f"schedule={schedule}: {type(exc).__name__}: {exc}")
+        return _bug(case, "lowered program: " + "; ".join(problems))
+    inputs = fl.random_inputs(case.fusion, case.seed)
+    try:
+        pipeline = pipeline_for(case.block_size, case.vectorize)
+        runs = run_three_ways(case.fusion, inputs, ex, pipeline)
+    except Exception as exc:
+        for flag, pattern in KNOWN_BUG_MESSAGES.items():
+            if flag in KNOWN_BUGS and case.vectorize and pattern.search(str(exc)):
+                return Outcome("known", f"{flag}: {exc}")
+        return _bug(case, f"{type(exc).__name__}: {exc}")
     # Integers must agree bit for bit. Floats only within tolerance: a float16 reduction
     # kernel (numpy in both paths) sums in an order that depends on its input's memory
     # layout, which differs between runner-written and numpy-written arrays.
     exact = [k for k, t in enumerate(case.fusion.outputs) if not t.dtype.is_float]
-    diff = outputs_differ([runs[True][k] for k in exact], [runs[False][k] for k in exact])
+    diff = outputs_differ([runs["interpret"][k] for k in exact], [runs["numpy"][k] for k in exact])
     if diff is not None:
-        return bug(f"kernel runner vs schedule=False: {diff}")
+        return _bug(case, f"kernel runner vs numpy op by op: {diff}")
     kernels = ex.program.kernels
     n_sched = sum(k.scheduled for k in kernels)
     return Outcome("ok", "", ex.program, len(kernels) - n_sched, n_sched)
@@ -162,13 +173,15 @@ def run_case(seed: int) -> Outcome:
 def run_batch(seeds) -> tuple[Counter, list[str], list[Outcome]]:
     counts: Counter = Counter()
     bugs, oks = [], []
-    for seed in seeds:
-        o = run_case(seed)
+    lowered = [lower_case(seed) for seed in seeds]
+    precompile(ex for _, ex in lowered if not isinstance(ex, Outcome))  # one compiler launch
+    for case, ex in lowered:
+        o = check_case(case, ex)
         counts[o.kind] += 1
         counts["kernels_scheduled"] += o.scheduled
         counts["kernels_unscheduled"] += o.unscheduled
         if o.kind == "bug":
-            bugs.append(f"--- seed {seed}: {o.detail}")
+            bugs.append(f"--- seed {case.seed}: {o.detail}")
         elif o.kind == "ok":
             oks.append(o)
     return counts, bugs, oks
