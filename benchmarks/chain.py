@@ -45,7 +45,6 @@ from _report import Table, write_json  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite.kernel.compile import KernelCompiler  # noqa: E402
-from fuserlite.program.program import Kernel  # noqa: E402
 from fuserlite.runtime.compute import compile_kernels  # noqa: E402
 from fuserlite.schedule.shard import shard_axis  # noqa: E402
 
@@ -117,7 +116,7 @@ def measure(n: int, args, jax: Jax | None, table: Table) -> dict:
     (x,) = inputs
     fl.FusionExecutor(chain(n), compute="interpret")  # warm-up: imports, first-use caches
     lower_s, ex = timed(lambda: fl.FusionExecutor(fusion, compute="interpret"))
-    kernels = [s for s in ex.lowered.segments if isinstance(s, Kernel)]
+    kernels = ex.program.kernels
     cold, warm = [], []
     for _ in range(args.compiles):
         with tempfile.TemporaryDirectory() as cache:

@@ -1,18 +1,22 @@
-"""Run the generated CUDA kernels on a GPU and compare them with numpy.
+"""Run the generated CUDA kernels on a GPU; compare them with the CPU target and numpy.
 
-    python benchmarks/cuda_kernels.py
+    python benchmarks/cuda_kernels.py [--cpu-only]
 
-For a few scheduled pointwise fusions (seed 004, a 1000-element chain, a
-3x5x7 broadcast, outputs of different ranks): emit CUDA with fuserlite.kernel.cuda,
+For a few scheduled pointwise fusions (a 1000-element chain, a 3x5x7
+broadcast, outputs of different ranks): emit CUDA with fuserlite.kernel.cuda,
 compile to PTX with nvcc, launch each kernel through the CUDA driver API
-(ctypes on libcuda; no cupy needed) with the gridDim/blockDim the schedule
-says, and compare the outputs with the reference evaluator. Skips cleanly
-(exit 0, a message) when nvcc, libcuda or a GPU is missing. Prints a table and
-writes results/cuda_kernels.json.
+(ctypes on libcuda: no cupy or cuda-python needed) with the gridDim/blockDim
+the schedule says, and compare the outputs with the same kernel body compiled
+for the CPU (fuserlite.kernel.cpu, as `compute="compiled"` runs it) and with
+the reference evaluator. Skips cleanly (exit 0, a message) when nvcc, libcuda
+or a GPU is missing; --cpu-only runs everything but the GPU (a check of this
+script on a machine without one). Exit 1 if any difference is over 1e-5.
+Prints a table and writes results/cuda_kernels.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import ctypes.util
 import shutil
@@ -25,7 +29,9 @@ import numpy as np
 from _report import Table, write_json
 
 import fuserlite as fl
+from fuserlite.kernel.compile import find_compiler
 from fuserlite.kernel.cuda import cuda_source, launch_dims
+from fuserlite.runtime.compute import CompiledKernels, default_compiler
 from fuserlite.schedule.grid import kernel_grid
 
 
@@ -104,49 +110,75 @@ class Driver:
         return outs
 
 
-def measure(driver: Driver, name: str, fusion: fl.Fusion) -> dict:
-    """Compile `fusion`'s kernel with nvcc, run it on the GPU, compare with numpy."""
+def max_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(got, want))
+
+
+def measure(driver: Driver | None, name: str, fusion: fl.Fusion) -> dict:
+    """One fusion's kernel on the GPU (unless `driver` is None) and on the CPU target,
+    each against the reference."""
     inputs = fl.random_inputs(fusion)
     expected = fl.evaluate(fusion, inputs)
-    (kernel,) = fl.Pipeline(["segment", "schedule-pointwise"]).run(fusion).kernels
-    src = cuda_source(kernel, prefix=name)
+    program = fl.Pipeline(["segment", "schedule-pointwise"]).run(fusion)
+    (kernel,) = program.kernels
+    by_tensor = dict(zip(program.inputs, inputs))
+    local = {t: np.ascontiguousarray(by_tensor[t]) for t in kernel.inputs}
+    cpu_out = CompiledKernels([kernel], default_compiler()).run(kernel, local)
+    cpu = [cpu_out[t] for t in program.outputs]
+    dims = launch_dims(kernel_grid([e.output for e in kernel.exprs]))
+    row = {
+        "fusion": name,
+        "grid": dims[0],
+        "block": dims[1],
+        "cpu_vs_ref": max_error(cpu, expected),
+    }
+    if driver is None:
+        return row
     with tempfile.TemporaryDirectory() as tmp:
         cu, ptx = Path(tmp) / "k.cu", Path(tmp) / "k.ptx"
-        cu.write_text(src)
+        cu.write_text(cuda_source(kernel, prefix=name))
         subprocess.run(["nvcc", "-ptx", "-o", str(ptx), str(cu)], check=True)
         module = driver.load(ptx.read_bytes() + b"\0")
-    dims = launch_dims(kernel_grid([e.output for e in kernel.exprs]))
-    got = driver.run(
+    gpu_out = driver.run(
         module,
         f"{name}_0",
         dims,
-        [np.ascontiguousarray(a) for a in inputs],
-        [t.shape for t in fusion.outputs],
-        [t.dtype.numpy for t in fusion.outputs],
+        list(local.values()),  # the kernel's parameters: its inputs, then its outputs
+        [t.shape for t in kernel.outputs],
+        [t.dtype.numpy for t in kernel.outputs],
     )
-    err = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected))
-    return {"fusion": name, "grid": dims[0], "block": dims[1], "max_abs_err": err}
+    gpu = [dict(zip(kernel.outputs, gpu_out))[t] for t in program.outputs]
+    return row | {"gpu_vs_ref": max_error(gpu, expected), "gpu_vs_cpu": max_error(gpu, cpu)}
 
 
 def main() -> int:
-    if shutil.which("nvcc") is None:
-        print("skipped: nvcc is not on the PATH")
-        return 0
-    try:
-        driver = Driver()
-    except (OSError, RuntimeError) as exc:
-        print(f"skipped: no usable GPU ({exc})")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-only", action="store_true", help="leave the GPU out")
+    args = parser.parse_args()
+    driver = None
+    if not args.cpu_only:
+        if shutil.which("nvcc") is None:
+            print("skipped: nvcc is not on the PATH")
+            return 0
+        try:
+            driver = Driver()
+        except (OSError, RuntimeError) as exc:
+            print(f"skipped: no usable GPU ({exc})")
+            return 0
+    if find_compiler() is None:
+        print("skipped: no C++ compiler for the CPU target")
         return 0
     rows = []
-    with Table(
-        "generated CUDA vs numpy", ["fusion", "gridDim", "blockDim", "max abs err"]
-    ) as table:
+    columns = ["fusion", "gridDim", "blockDim", "cpu vs ref", "gpu vs ref", "gpu vs cpu"]
+    with Table("generated CUDA vs the CPU target vs numpy (max abs error)", columns) as table:
         for name, fusion in fusions().items():
             r = measure(driver, name, fusion)
             rows.append(r)
-            table.row(r["fusion"], str(r["grid"]), str(r["block"]), r["max_abs_err"])
-    write_json("cuda_kernels", {"rows": rows})
-    return 0 if all(r["max_abs_err"] < 1e-5 for r in rows) else 1
+            gpu = [r.get("gpu_vs_ref", "-"), r.get("gpu_vs_cpu", "-")]
+            table.row(r["fusion"], str(r["grid"]), str(r["block"]), r["cpu_vs_ref"], *gpu)
+    write_json("cuda_kernels", {"gpu": driver is not None, "rows": rows})
+    errors = [v for r in rows for k, v in r.items() if k.endswith(("_ref", "_cpu"))]
+    return 0 if all(e < 1e-5 for e in errors) else 1
 
 
 if __name__ == "__main__":
