@@ -74,8 +74,12 @@ def find_compiler() -> str | None:
 
 
 def default_cache_dir() -> Path:
-    """Where kernel libraries are kept unless told otherwise: ~/.cache/fuserlite/kernels."""
-    return Path.home() / ".cache" / "fuserlite" / "kernels"
+    """Where kernel libraries are kept unless told otherwise: ~/.cache/fuserlite/kernels
+    (for a user without a home directory, fuserlite-kernels in the temporary directory)."""
+    try:
+        return Path.home() / ".cache" / "fuserlite" / "kernels"
+    except RuntimeError:
+        return Path(tempfile.gettempdir()) / "fuserlite-kernels"
 
 
 @dataclasses.dataclass(frozen=True)
