@@ -9,8 +9,7 @@ import pytest
 from three_way import HAVE_COMPILER
 
 import fuserlite as fl
-from fuserlite import cli
-from fuserlite.cli import main
+from fuserlite.cli import cmd_run, main
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.fus"))
@@ -216,7 +215,7 @@ def test_internal_error(capsys, add_fus: Path, monkeypatch) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli, "FusionExecutor", broken)
+    monkeypatch.setattr(cmd_run, "FusionExecutor", broken)
     code, out, err = run_cli(capsys, "run", add_fus)
     assert (code, out) == (1, "")
     assert err.startswith("internal error, please report: RuntimeError: boom")

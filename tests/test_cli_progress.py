@@ -8,7 +8,7 @@ from rich.console import Console
 
 import fuserlite as fl
 from fuserlite import models
-from fuserlite.cli_progress import ProgressDisplay
+from fuserlite.cli.progress import ProgressDisplay
 from fuserlite.pipeline import DEFAULT_PASSES
 
 

@@ -1,0 +1,175 @@
+"""`fuserlite run`: lower, execute on a backend, print checksums and communications, validate."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+from rich import box
+from rich.table import Table
+
+import fuserlite
+from fuserlite.cli.output import EXIT_ERROR, EXIT_OK, Output, load_fusion
+from fuserlite.cli.progress import ProgressDisplay
+from fuserlite.ir.args import abbreviate
+from fuserlite.ir.errors import ExecutionError, FuserliteError
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import check_device_count
+from fuserlite.kernel.compile import KernelCompiler
+from fuserlite.pipeline import Pipeline, default_pass_names
+from fuserlite.runtime.backends import BACKENDS, make_backend
+from fuserlite.runtime.communicator import Communicator
+from fuserlite.runtime.compute import COMPUTE
+from fuserlite.runtime.executor import FusionExecutor
+from fuserlite.runtime.numpy_ops import blocks
+
+RANDOM_INPUTS = "random inputs"  # the phases of `run` around the passes and kernels
+VALIDATION = "validation"
+
+
+def checksum_row(name: str, array: np.ndarray) -> list[str]:
+    """Name, shape, dtype, sum and sum of |x| of one output, as table cells."""
+    flat, total, total_abs = np.asarray(array).reshape(-1), 0.0, 0.0
+    for b in blocks(flat.size):  # an output may be GiBs: no float64 copy of it
+        total += float(flat[b].sum(dtype=np.float64))
+        total_abs += float(np.abs(flat[b]).sum(dtype=np.float64))
+    shape = "[" + ", ".join(str(s) for s in array.shape) + "]"
+    return [name, shape, str(array.dtype), f"{total:.6g}", f"{total_abs:.6g}"]
+
+
+def devices_text(devices: list[int], backend: str) -> str:
+    """`2 sim device(s)`, naming them unless they are 0..n-1: `2 sim device(s) {0 5}`."""
+    n = len(devices)
+    text = f"{n} {backend} device(s)"
+    return text if devices == list(range(n)) else f"{text} {{{abbreviate(devices)}}}"
+
+
+def cmd_run(args: argparse.Namespace, out: Output) -> int:
+    """`fuserlite run`: lower, execute on the chosen backend (sim by default), validate."""
+    if args.devices is not None:  # before anything is built for that many devices
+        check_device_count(args.devices, "--devices")
+    fusion = load_fusion(args.path)
+    backend = make_backend(args.backend)
+    # Long work shows progress on a terminal (only in the process that reports).
+    with ProgressDisplay(out.console if backend.is_host() else None) as progress:
+        return _run(args, out, fusion, backend, progress)
+
+
+def _run(
+    args: argparse.Namespace,
+    out: Output,
+    fusion: Fusion,
+    backend: Communicator,
+    progress: ProgressDisplay,
+) -> int:
+    """The body of `run`, observed by `progress`."""
+    # --devices N is a pass: resize-mesh moves the file's devices 0..k-1 to 0..N-1 first.
+    resize = [] if args.devices is None else [f"resize-mesh[devices={args.devices}]"]
+    try:
+        pipeline = Pipeline(resize + default_pass_names(), progress=progress)
+        progress.phase(RANDOM_INPUTS)
+        inputs = fuserlite.random_inputs(fusion, args.seed)
+        progress.finish(RANDOM_INPUTS)
+        executor = FusionExecutor(
+            fusion,
+            backend=backend,
+            compute=compute_option(args),
+            pipeline=pipeline,
+            progress=progress,
+        )
+        outputs = executor.run(inputs)
+    except FuserliteError:
+        if backend.is_host():
+            raise
+        return EXIT_ERROR  # under mpiexec every rank fails alike; rank 0 reports it
+    if outputs is None:
+        return EXIT_OK  # an MPI rank other than 0: rank 0 prints the report
+    table = Table(
+        title=f"{args.path} on {devices_text(executor.devices, args.backend)}, seed {args.seed}",
+        box=box.SIMPLE_HEAD,
+    )
+    for column in ("output", "shape", "dtype", "sum", "sum |x|"):
+        table.add_column(column, justify="right" if column.startswith("sum") else "left")
+    for tv, array in zip(fusion.outputs, outputs):
+        table.add_row(*checksum_row(tv.name, array))
+    out.table(table)
+    out.table(communications_table(executor))
+    progress.phase(VALIDATION)
+    errors = fuserlite.validate(fusion, inputs, outputs)
+    worst = max(errors, default=0.0)
+    out.text(f"validation: ok, outputs match the reference (max abs error {worst:.3g})\n")
+    return EXIT_OK
+
+
+def communications_table(executor: FusionExecutor) -> Table:
+    """Kind, team, root, layout and bytes per device of each communication."""
+    table = Table(title="communications", box=box.SIMPLE_HEAD)
+    for column in ("kind", "input", "output", "team", "root", "layout", "bytes/device"):
+        table.add_column(column, justify="right" if column == "bytes/device" else "left")
+    for c in executor.communications:
+        table.add_row(
+            c.kind.value,
+            c.input.name,
+            c.output.name,
+            abbreviate(c.team),
+            "" if c.root is None else str(c.root),
+            "" if c.layout is None else str(c.layout),
+            str(c.bytes_per_device),
+        )
+    if not executor.communications:
+        table.add_row("(none)", "", "", "", "", "", "0")
+    return table
+
+
+def compute_option(args: argparse.Namespace) -> str | KernelCompiler | None:
+    """FusionExecutor's `compute` from --compute / --no-schedule and --cache-dir."""
+    if args.cache_dir is None:
+        return args.compute
+    if args.compute not in (None, "compiled"):
+        raise ExecutionError(
+            f"--cache-dir is where compiled kernels are kept; it contradicts --compute "
+            f"{args.compute} (give one of them)"
+        )
+    return KernelCompiler(cache_dir=args.cache_dir)
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add `run` to the subcommands."""
+    r = commands.add_parser(
+        "run",
+        parents=[common],
+        help="lower, execute and validate a .fus fusion",
+        description=cmd_run.__doc__,
+    )
+    r.add_argument("path", metavar="PATH", help="a .fus file")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument(
+        "--devices",
+        type=int,
+        metavar="N",
+        help="run on devices 0..N-1 (re-shards the file's meshes)",
+    )
+    r.add_argument(
+        "--backend", choices=BACKENDS, default="sim", help="sim (default, in-process) or mpi"
+    )
+    how = r.add_mutually_exclusive_group()
+    how.add_argument(
+        "--compute",
+        choices=COMPUTE,
+        help="how scheduled kernels run: compiled C++ (the default where a C++ compiler "
+        "is on the PATH), interpret (the numpy kernel runner) or numpy (op by op)",
+    )
+    how.add_argument(
+        "--no-schedule",
+        dest="compute",
+        action="store_const",
+        const="numpy",
+        help="the same as --compute numpy",
+    )
+    r.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where compiled kernels are kept (default ~/.cache/fuserlite/kernels)",
+    )
+    r.set_defaults(handler=cmd_run)

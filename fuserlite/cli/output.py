@@ -1,0 +1,104 @@
+"""What every subcommand shares: usage errors, the output stream, loading a file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.highlighter import RegexHighlighter
+from rich.table import Table
+from rich.theme import Theme
+
+import fuserlite
+from fuserlite.ir.fusion import Fusion
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13): what a shell reports for `cat big | head -1`
+
+
+class UsageError(Exception):
+    """The command line itself is wrong (unknown flag, missing PATH)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors to `main` instead of exiting with status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.format_usage()}{self.prog}: error: {message}")
+
+
+class IRHighlighter(RegexHighlighter):
+    """Colours tensors, IterDomains and transform keywords of printed IR."""
+
+    base_style = "ir."
+    highlights = [
+        r"(?P<tensor>\bT\d+_[gls]_\w+)",
+        r"(?P<axis>\b[ibr](?:S|US|UR|V|deviceIdx\.[xyz]|blockIdx\.[xyz]|threadIdx\.[xyz])\d+\{\d+\})",
+        r"(?P<keyword>\b(?:Split|Outer split|Merge|TransformPrinter|logical domain|loop domain"
+        r"|allocation domain|contiguity)\b)",
+        r"(?P<mesh>DeviceMesh\{[\d ]*\})",
+        r"(?P<kernel>%kernel(?:_math)?)",
+    ]
+
+
+THEME = Theme(
+    {
+        "ir.tensor": "bold cyan",
+        "ir.axis": "green",
+        "ir.keyword": "bold magenta",
+        "ir.mesh": "yellow",
+        "ir.kernel": "bold",
+    }
+)
+
+
+class Output:
+    """Writes results: through rich on a terminal, verbatim otherwise (golden files)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.console = Console(
+            file=self.stream, theme=THEME, highlighter=IRHighlighter(), soft_wrap=True
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.console.is_terminal
+
+    def text(self, text: str) -> None:
+        """Print IR text exactly; on a terminal with colours."""
+        if self.is_terminal:
+            self.console.print(text, markup=False, emoji=False, end="")
+        else:
+            self.stream.write(text)
+
+    def table(self, table: Table) -> None:
+        """Print a table (no box characters when piped)."""
+        if not self.is_terminal:
+            table.box = None
+            table.pad_edge = False
+        self.console.print(table)
+
+
+def load_fusion(path: str) -> Fusion:
+    """Read a .fus file (unreadable files are ParseErrors) and validate it."""
+    fusion = fuserlite.load(path)
+    fuserlite.verify(fusion)
+    return fusion
+
+
+def split_passes(text: str) -> list[str]:
+    """Split `a,b[x=1,y=2],c` at the commas outside brackets."""
+    names, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            names.append(current)
+            current = ""
+        else:
+            current += ch
+    return [n.strip() for n in [*names, current] if n.strip()]
