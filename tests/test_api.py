@@ -79,12 +79,6 @@ def test_mesh() -> None:
             fl.DeviceMesh(bad)
 
 
-def test_meshes_are_one_dimensional_today() -> None:
-    """N-D meshes come later; until then a nested list is refused, not flattened wrongly."""
-    with pytest.raises(fl.FusionError, match=r"meshes are 1-D today .* got the nested \[\[0, 1\]"):
-        fl.DeviceMesh([[0, 1], [2, 3]])
-
-
 def test_long_meshes_are_abbreviated_in_messages_only() -> None:
     mesh = fl.DeviceMesh(range(100))
     assert str(mesh) == "DeviceMesh{0 1 2 3 4 5 6 ... 99}"  # 8 ids at most

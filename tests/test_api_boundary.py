@@ -160,8 +160,11 @@ BAD = [
     bad("linear bias shape", lambda e: fl.linear(e.x, e.w, e.x), "bias", "[5]"),
     bad("linear k", lambda e: fl.linear(e.x, fl.tensor([5, 4])), "linear", "has 6", "has 4"),
     # -- DeviceMesh ----------------------------------------------------------------------------------
-    bad("mesh 2-D", lambda e: fl.DeviceMesh([[0, 1], [2, 3]]), "devices", "1-D today"),
-    bad("mesh 2-D array", lambda e: fl.DeviceMesh(np.zeros((2, 2), int)), "devices", "1-D"),
+    bad("mesh ragged", lambda e: fl.DeviceMesh([[0, 1], [2]]), "rows", "different lengths"),
+    bad("mesh 2-D twice", lambda e: fl.DeviceMesh(np.zeros((2, 2), int)), "device twice (0)"),
+    bad("mesh 4-D", lambda e: fl.DeviceMesh(np.zeros((1, 1, 1, 1), int)), "at most 3"),
+    bad("mesh mixed rows", lambda e: fl.DeviceMesh([[0, 1], 2]), "devices", "[0, 1]"),
+    bad("mesh empty rows", lambda e: fl.DeviceMesh([[], []]), "at least one device"),
     bad("mesh float id", lambda e: fl.DeviceMesh([1.5]), "devices", "1.5"),
     bad("mesh str", lambda e: fl.DeviceMesh("01"), "devices", "'01'"),
     bad("mesh int", lambda e: fl.DeviceMesh(5), "devices", "5"),

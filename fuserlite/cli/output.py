@@ -39,7 +39,7 @@ class IRHighlighter(RegexHighlighter):
         r"(?P<axis>\b[ibr](?:S|US|UR|V|deviceIdx\.[xyz]|blockIdx\.[xyz]|threadIdx\.[xyz])\d+\{\d+\})",
         r"(?P<keyword>\b(?:Split|Outer split|Merge|TransformPrinter|logical domain|loop domain"
         r"|allocation domain|contiguity)\b)",
-        r"(?P<mesh>DeviceMesh\{[\d ]*\})",
+        r"(?P<mesh>DeviceMesh(?:\[[\dx]+\])?\{[\d {}.]*\})",
         r"(?P<kernel>%kernel(?:_math)?)",
     ]
 

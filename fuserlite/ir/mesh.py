@@ -1,18 +1,31 @@
-"""DeviceMesh: the ordered devices a TensorView is distributed over."""
+"""DeviceMesh: the devices a TensorView is distributed over, as an N-D grid.
+
+A mesh is an array of distinct device ids of any rank up to three: `devices`
+lists them flat in row-major order (the last axis varies fastest), `shape`
+gives the axis sizes, axis 0 outermost. nvFuser's convention names the mesh
+axes from the inside out: DIDx is the last axis, DIDy the one before it, DIDz
+the one before that. A 1-D mesh has DIDx only.
+"""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from fuserlite.ir.args import abbreviate, fail, integer, is_integer, is_sequence
+from fuserlite.ir.args import LIST_LIMIT, abbreviate, fail, integer, is_integer
 from fuserlite.ir.errors import FusionError
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
 
 # Device ids are 0..MAX_DEVICES-1, so a mesh has at most MAX_DEVICES devices: far more
 # than a simulated run in one process or one machine's MPI ranks can use, and small
 # enough that a typo (--devices 1000000000) is an error up front, not a MemoryError.
 MAX_DEVICES = 4096
+# One mesh axis per device parallel type: DIDx, DIDy, DIDz.
+MAX_MESH_RANK = len(DEVICE_PARALLEL_TYPES)
 
 
 def check_device_count(n: object, who: str) -> int:
@@ -20,63 +33,119 @@ def check_device_count(n: object, who: str) -> int:
     return integer(n, who, "the number of devices", minimum=1, maximum=MAX_DEVICES)
 
 
-def _check_one_dimensional(devices: object) -> None:
-    """Meshes are 1-D today; the one place a later N-D mesh lifts the restriction."""
-    if isinstance(devices, np.ndarray):
-        nested = devices.ndim > 1
-    else:
-        nested = isinstance(devices, (list, tuple)) and any(is_sequence(d) for d in devices)
-    if nested:
-        raise FusionError(
-            f"DeviceMesh: devices must be a flat list of device ids; meshes are 1-D today "
-            f"(N-D meshes come in a later version), got the nested {_short(devices)}; "
-            "list the devices in one row, e.g. DeviceMesh([0, 1, 2, 3])"
-        )
-
-
 def _short(devices: object) -> str:
     text = repr(devices.tolist() if isinstance(devices, np.ndarray) else devices)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _is_row(value: object) -> bool:
+    return isinstance(value, (list, tuple, range))
+
+
+def _flatten(
+    devices: object, accepted: str, depth: int = 1
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(flat ids, shape) of a nested list of device ids, or a FusionError saying what is wrong."""
+    if isinstance(devices, np.ndarray):
+        devices = devices.tolist()
+    if not _is_row(devices):
+        raise fail("DeviceMesh", "devices", accepted, devices)
+    # Before looking at the ids: range(10**9) must not be walked.
+    if len(devices) > MAX_DEVICES:
+        raise FusionError(
+            f"DeviceMesh: {len(devices)} devices; a mesh has at most {MAX_DEVICES} "
+            f"(device ids 0..{MAX_DEVICES - 1})"
+        )
+    rows = list(devices)
+    if rows and all(_is_row(r) or isinstance(r, np.ndarray) for r in rows):
+        if depth >= MAX_MESH_RANK:  # before recursing: a deep nest must not overflow the stack
+            raise FusionError(
+                f"DeviceMesh: {_short(devices)} nests deeper than {MAX_MESH_RANK} axes; a mesh "
+                f"has at most {MAX_MESH_RANK} (DIDz, DIDy, DIDx): merge some axes into one"
+            )
+        rows = [r.tolist() if isinstance(r, np.ndarray) else r for r in rows]
+        parts = [_flatten(r, accepted, depth + 1) for r in rows]
+        shapes = {shape for _, shape in parts}
+        if len(shapes) > 1:
+            lengths = " ".join(str(len(r)) for r in rows)
+            raise FusionError(
+                f"DeviceMesh: the rows of {_short(devices)} have different lengths ({lengths}); "
+                "a mesh is a grid: give every row the same number of devices"
+            )
+        shape = (len(rows), *shapes.pop())
+        return tuple(d for ids, _ in parts for d in ids), shape
+    bad = [d for d in rows if not is_integer(d) or not 0 <= d < MAX_DEVICES]
+    if bad:
+        raise FusionError(
+            f"DeviceMesh: devices must be {accepted}, got {_short(devices)}: {bad[0]!r} is not one"
+        )
+    return tuple(int(d) for d in rows), (len(rows),)
+
+
 @dataclass(frozen=True)
 class DeviceMesh:
-    """An ordered, one-dimensional set of device ids (compared by value)."""
+    """Distinct device ids on a grid of rank 1..3 (compared by ids and shape)."""
 
-    devices: tuple[int, ...]
+    devices: tuple[int, ...]  # flat, row-major
+    shape: tuple[int, ...]
 
     def __init__(self, devices) -> None:
-        accepted = f"a list or tuple of distinct device ids in 0..{MAX_DEVICES - 1}"
-        # Before looking at the ids: range(10**9) must not be walked.
-        if isinstance(devices, (list, tuple, range)) and len(devices) > MAX_DEVICES:
+        accepted = (
+            f"a list of distinct device ids in 0..{MAX_DEVICES - 1}, or a list of equally "
+            "long such lists (an N-D mesh)"
+        )
+        first, depth = devices.tolist() if isinstance(devices, np.ndarray) else devices, 0
+        while _is_row(first) and first and depth <= MAX_MESH_RANK:
+            first, depth = first[0], depth + 1
+        if depth > MAX_MESH_RANK:
             raise FusionError(
-                f"DeviceMesh: {len(devices)} devices; a mesh has at most {MAX_DEVICES} "
+                f"DeviceMesh: {_short(devices)} has more than {MAX_MESH_RANK} axes; a mesh has "
+                f"at most {MAX_MESH_RANK} (DIDz, DIDy, DIDx): merge some axes into one"
+            )
+        devs, shape = _flatten(devices, accepted)
+        if not devs:
+            raise FusionError(
+                f"DeviceMesh: a mesh needs at least one device, got {_short(devices)}"
+            )
+        if len(devs) > MAX_DEVICES:
+            raise FusionError(
+                f"DeviceMesh: {len(devs)} devices; a mesh has at most {MAX_DEVICES} "
                 f"(device ids 0..{MAX_DEVICES - 1})"
             )
-        _check_one_dimensional(devices)
-        if not is_sequence(devices):
-            raise fail("DeviceMesh", "devices", accepted, devices)
-        bad = [d for d in devices if not is_integer(d) or not 0 <= d < MAX_DEVICES]
-        if bad:
-            raise FusionError(
-                f"DeviceMesh: devices must be {accepted}, got {_short(devices)}: "
-                f"{bad[0]!r} is not one"
-            )
-        devs = tuple(int(d) for d in devices)
-        if not devs:
-            raise FusionError("DeviceMesh: a mesh needs at least one device, got []")
         if len(set(devs)) != len(devs):
-            raise FusionError(f"DeviceMesh{{{abbreviate(devs)}}} lists a device twice")
+            twice = sorted(d for d, n in Counter(devs).items() if n > 1)
+            what = f"DeviceMesh{{{abbreviate(devs)}}}" if len(shape) == 1 else _short(devices)
+            raise FusionError(
+                f"{what} lists a device twice ({twice[0]}); every device of a mesh appears once"
+            )
         object.__setattr__(self, "devices", devs)
+        object.__setattr__(self, "shape", shape)
 
     @classmethod
     def for_num_devices(cls, n: int) -> DeviceMesh:
-        """The mesh of devices 0..n-1."""
+        """The 1-D mesh of devices 0..n-1."""
         return cls(range(check_device_count(n, "DeviceMesh.for_num_devices")))
 
+    @classmethod
+    def for_shape(cls, shape: Sequence[int]) -> DeviceMesh:
+        """The mesh of devices 0..prod(shape)-1 laid out row-major on `shape`."""
+        if not _is_row(shape) or not shape or len(shape) > MAX_MESH_RANK:
+            raise fail(
+                "DeviceMesh.for_shape", "shape", f"a list of 1..{MAX_MESH_RANK} axis sizes", shape
+            )
+        sizes = [integer(s, "DeviceMesh.for_shape", "an axis size", minimum=1) for s in shape]
+        count = check_device_count(math.prod(sizes), "DeviceMesh.for_shape")
+        return cls(np.arange(count).reshape(sizes))
+
+    # -- shape ----------------------------------------------------------------------
     @property
     def size(self) -> int:
         return len(self.devices)
+
+    @property
+    def rank(self) -> int:
+        """Number of mesh axes."""
+        return len(self.shape)
 
     def __len__(self) -> int:
         return len(self.devices)
@@ -85,13 +154,87 @@ class DeviceMesh:
         return device in self.devices
 
     def index(self, device: int) -> int:
-        """Position of a device in the mesh (its shard index)."""
+        """Position of a device in the flat, row-major device list."""
         return self.devices.index(device)
 
+    def coordinates(self, device: int) -> tuple[int, ...]:
+        """The mesh coordinates of a device, axis 0 first."""
+        if device not in self.devices:
+            raise FusionError(f"device {device!r} is not in {self}")
+        return tuple(int(c) for c in np.unravel_index(self.index(device), self.shape))
+
+    def tolist(self) -> list:
+        """The device ids as nested lists (a flat list for a 1-D mesh)."""
+        return np.array(self.devices).reshape(self.shape).tolist()
+
+    # -- parallel types -----------------------------------------------------------------
+    @property
+    def parallel_types(self) -> tuple[ParallelType, ...]:
+        """The device parallel types of the mesh axes, axis 0 first: (DIDy, DIDx) on 2-D."""
+        return tuple(reversed(DEVICE_PARALLEL_TYPES[: self.rank]))
+
+    def has(self, pt: ParallelType) -> bool:
+        """True when the mesh has an axis for device parallel type `pt`."""
+        return pt in self.parallel_types
+
+    def axis_of(self, pt: ParallelType) -> int:
+        """The mesh axis of a device parallel type: DIDx is the last axis."""
+        if not self.has(pt):
+            names = ", ".join(p.name for p in self.parallel_types)
+            raise FusionError(
+                f"{pt.name} needs a mesh of rank {DEVICE_PARALLEL_TYPES.index(pt) + 1} or more; "
+                f"{self} has {self.rank} axis{'es' if self.rank > 1 else ''} ({names})"
+            )
+        return self.parallel_types.index(pt)
+
+    def axis_size(self, pt: ParallelType) -> int:
+        """Devices along the mesh axis of `pt` (a FusionError when the mesh lacks it)."""
+        return self.shape[self.axis_of(pt)]
+
+    def _group(self, pts: ParallelType | Iterable[ParallelType]) -> tuple[int, ...]:
+        pts = (pts,) if isinstance(pts, ParallelType) else tuple(pts)
+        group = tuple(self.axis_of(pt) for pt in pts)
+        if not group or len(set(group)) != len(group):
+            raise FusionError(
+                f"a team is along one or more distinct parallel types, got "
+                f"{[pt.name for pt in pts]}"
+            )
+        return group
+
+    def teams(self, pts: ParallelType | Iterable[ParallelType]) -> list[tuple[int, ...]]:
+        """Every team along `pts` (ordered outer -> inner): devices that differ only there.
+
+        A team's devices are in team-rank order (their coordinates along `pts`, the
+        first parallel type outermost); teams come in the order of their first device.
+        """
+        group = self._group(pts)
+        rest = [a for a in range(self.rank) if a not in group]
+        grid = np.array(self.devices).reshape(self.shape).transpose([*rest, *group])
+        width = math.prod(self.shape[a] for a in group)
+        return [tuple(int(d) for d in row) for row in grid.reshape(-1, width)]
+
+    def team(self, device: int, pts: ParallelType | Iterable[ParallelType]) -> tuple[int, ...]:
+        """The team of `device` along `pts` (see `teams`)."""
+        self.coordinates(device)  # a device outside the mesh is an error
+        return next(t for t in self.teams(pts) if device in t)
+
+    # -- text -----------------------------------------------------------------------------
     def text(self) -> str:
-        """The printed IR form with every device: `DeviceMesh{0 1 2 3}`."""
-        return "DeviceMesh{" + " ".join(str(d) for d in self.devices) + "}"
+        """The printed IR form with every device: `DeviceMesh{0 1 2}`, `DeviceMesh{{0 1}{2 3}}`."""
+        return "DeviceMesh" + _braces(self.tolist())
 
     def __str__(self) -> str:
         """For messages: at most 8 ids, `DeviceMesh{0 1 2 3 4 5 6 ... 4095}`."""
-        return "DeviceMesh{" + abbreviate(self.devices) + "}"
+        if self.size <= LIST_LIMIT:
+            return self.text()
+        if self.rank == 1:
+            return "DeviceMesh{" + abbreviate(self.devices) + "}"
+        shape = "x".join(map(str, self.shape))
+        return f"DeviceMesh[{shape}]{{" + abbreviate(self.devices) + "}"
+
+
+def _braces(nested: list) -> str:
+    """Nested lists as nvFuser prints a mesh: `{0 1 2}`, `{{0 1}{2 3}}`."""
+    if nested and isinstance(nested[0], list):
+        return "{" + "".join(_braces(row) for row in nested) + "}"
+    return "{" + " ".join(str(d) for d in nested) + "}"

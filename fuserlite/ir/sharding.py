@@ -53,9 +53,15 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
         return None
     if tv.mesh is None:
         return f"{pt.value} is used but the tensor has no device mesh; call set_device_mesh"
-    if pt is not ParallelType.DIDx:
-        return f"{pt.value} needs a multi-dimensional mesh; fuserlite meshes are 1-D, use DIDx"
-    d = tv.mesh.size
+    if not tv.mesh.has(pt):
+        names = ", ".join(p.name for p in tv.mesh.parallel_types)
+        return (
+            f"{pt.name} is not an axis of {tv.mesh}, whose mesh axes are {names} (DIDx the "
+            f"last); use one of those, or a mesh of rank {DEVICE_PARALLEL_TYPES.index(pt) + 1}"
+        )
+    if tv.mesh.rank > 1:
+        return f"sharding over the {tv.mesh.rank}-D {tv.mesh} is not supported yet; use a 1-D mesh"
+    d = tv.mesh.axis_size(pt)
     origin = logical_origin(tv, ax)
     if origin is None:
         return (

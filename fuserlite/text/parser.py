@@ -228,13 +228,27 @@ class _Builder:
         raise self._fail(f"undefined mesh {str(ref)!r}; declare it with `mesh {ref} = [0, 1]`", ref)
 
     def _mesh_of(self, arg: Arg) -> DeviceMesh:
-        bad = [a for a in arg.value if a.kind != "int"]
-        if bad:
-            raise self._fail(f"a device id must be an integer, got {bad[0].text}", bad[0])
         try:
-            return DeviceMesh([a.value for a in arg.value])
+            return DeviceMesh(self._device_ids(arg))
+        except ParseError:
+            raise
         except FuserliteError as exc:
             raise self._fail(str(exc), arg) from None
+
+    def _device_ids(self, arg: Arg) -> list:
+        """A written mesh as (nested) lists of device ids: `[0, 1]`, `[[0, 1], [2, 3]]`."""
+        rows = [a for a in arg.value if a.kind == "list"]
+        if rows and len(rows) == len(arg.value):
+            return [self._device_ids(r) for r in rows]
+        bad = [a for a in arg.value if a.kind != ("list" if rows else "int")]
+        if bad:
+            what = (
+                "every row of a mesh must be a list of device ids"
+                if rows
+                else ("a device id must be an integer")
+            )
+            raise self._fail(f"{what}, got {bad[0].text}", bad[0])
+        return [a.value for a in arg.value]
 
     def _int(self, tok: Token, what: str, minimum: int | None = None) -> int:
         arg = _arg(tok)

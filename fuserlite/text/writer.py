@@ -34,6 +34,13 @@ def _list(values) -> str:
     return "[" + ", ".join(_scalar(v) for v in values) + "]"
 
 
+def _nested(values: list) -> str:
+    """A (nested) list of integers as .fus text: `[0, 1]`, `[[0, 1], [2, 3]]`."""
+    if values and isinstance(values[0], list):
+        return "[" + ", ".join(_nested(v) for v in values) + "]"
+    return _list(values)
+
+
 def _value(kind: str, value: object) -> str:
     """One argument as .fus text."""
     if isinstance(value, TensorView):
@@ -186,7 +193,7 @@ def to_fus(fusion: Fusion) -> str:
     marks = [] if inline else [f"input {tv.ir_name}" for tv in fusion.inputs]
     marks += [f"output {tv.ir_name}" for tv in fusion.outputs]
     header = ["# written by fuserlite.to_fus"]
-    header += [f"mesh {name} = {_list(m.devices)}" for m, name in meshes.items()]
+    header += [f"mesh {name} = {_nested(m.tolist())}" for m, name in meshes.items()]
     parts = [_section(header), _section(body + marks)]
     if directives:
         parts.append(_section(directives))
