@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 
 import ml_dtypes
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from pointwise_cases import build
 from test_codegen import all_test_fusions, scheduled
 from test_kernel_runner import _reschedule
-from three_way import HAVE_COMPILER, bits_differ, libm_outputs
+from three_way import HAVE_COMPILER, bits_differ, libm_outputs, run_three_ways
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
@@ -234,19 +235,26 @@ def test_a_max_of_a_recomputed_broadcast_in_bfloat16() -> None:
     fl.validate(f, inputs, fl.FusionExecutor(f, pipeline=pipeline).run(inputs))
 
 
-@needs_compiler
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CUDA emitter's rows drop a NaN: maximum is ({0} > {1} ? {0} : {1}), relu "
-    "({0} > 0 ? {0} : 0); numpy propagates it. Rows that give numpy's bits (NaN and signed "
-    "zeros): maximum (({0} > {1} || {0} != {0}) ? {0} : {1}), minimum with <, relu "
-    "(({0} > 0 || {0} != {0}) ? {0} : decltype({0})(0)), abs ({0} < 0 ? -{0} : {0} + "
-    "decltype({0})(0)). Remove this mark with that change of fuserlite/kernel/cuda.CUDA.",
-)
-def test_nan_and_signed_zeros_through_maximum_minimum_abs_relu() -> None:
-    f = build([[6], [6]], lambda x, y: [fl.maximum(x, y), fl.minimum(x, y), fl.abs(x), fl.relu(x)])
-    xs = np.array([np.nan, 1.0, -0.0, 0.0, 2.0, -3.0], np.float32)
-    ys = np.array([1.0, np.nan, 0.0, -0.0, -0.0, 1.0], np.float32)
-    got = fl.FusionExecutor(f, compute="compiled").run([xs, ys])
-    want = fl.FusionExecutor(f, compute="interpret").run([xs, ys])
-    assert [bits_differ(a, b) for a, b in zip(got, want)] == [None] * 4
+# NaN from either side, -0.0 against 0.0 in both orders, infinities, a subnormal, ties.
+SPECIAL = [np.nan, -np.nan, -0.0, 0.0, 1.0, -1.0, np.inf, -np.inf, 1e-45, -2.5, 2.5]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_nan_and_signed_zeros_through_maximum_minimum_abs_relu(dtype: str) -> None:
+    """numpy's bits on every compute path: a NaN on either side propagates, and of -0.0
+    and 0.0 maximum and minimum give the second, abs gives 0.0, relu(-0.0) is 0.0 (C's
+    `a > b ? a : b` gave b for a NaN a; fmax drops every NaN)."""
+    pairs = list(zip(*itertools.product(SPECIAL, SPECIAL)))
+    xs, ys = (np.array(v).astype(fl.DType[dtype].numpy) for v in pairs)
+    with fl.Fusion() as f:
+        x, y = fl.tensor([xs.size], dtype), fl.tensor([xs.size], dtype)
+        f.add_input(x)
+        f.add_input(y)
+        outs = [fl.maximum(x, y), fl.minimum(x, y), fl.abs(x), fl.relu(x)]
+        outs += [fl.maximum(x, -0.0), fl.minimum(float("nan"), y)]  # scalar operands
+        for out in outs:
+            f.add_output(out)
+    assert not np.signbit(np.maximum(np.float32(-0.0), np.float32(0.0)))  # numpy: the second
+    want = fl.evaluate(f, [xs, ys])
+    for compute, outputs in run_three_ways(f, [xs, ys]).items():
+        assert [bits_differ(got, ref) for got, ref in zip(outputs, want)] == [None] * 6, compute

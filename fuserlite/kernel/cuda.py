@@ -62,15 +62,18 @@ def _store(tv: TensorView, text: str) -> str:
 
 
 # One row per pointwise op: its C expression, from its operands' C expressions ({0},
-# {1}, ...) in the compute type {T}.
+# {1}, ...) in the compute type {T}. Each gives numpy's bits: maximum / minimum (and relu,
+# numpy's maximum(x, 0)) propagate a NaN from either side and, when the two compare equal
+# (-0.0 and 0.0), give the second operand; C's `a > b ? a : b` drops a NaN in `a`, and
+# fmax drops any NaN.
 CUDA: dict[str, str] = {
     "set": "{0}",
     "broadcast": "{0}",  # its operand is read at the output's coordinates: a copy
     "neg": "(-{0})",
     "exp": "exp({0})",
     "tanh": "tanh({0})",
-    "relu": "({0} > 0 ? {0} : decltype({0})(0))",
-    "abs": "({0} < 0 ? -{0} : {0})",
+    "relu": "(({0} > 0 || {0} != {0}) ? {0} : static_cast<{T}>(0))",
+    "abs": "({0} < 0 ? -{0} : {0} + static_cast<{T}>(0))",  # + 0: abs(-0.0) is +0.0
     "gelu": (
         "(static_cast<{T}>(0.5) * {0} * (static_cast<{T}>(1) + tanh("
         "static_cast<{T}>(0.7978845608028654) * ({0} + static_cast<{T}>(0.044715)"
@@ -83,8 +86,8 @@ CUDA: dict[str, str] = {
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",
     "div": "({0} / {1})",
-    "maximum": "({0} > {1} ? {0} : {1})",
-    "minimum": "({0} < {1} ? {0} : {1})",
+    "maximum": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
+    "minimum": "(({0} < {1} || {0} != {0}) ? {0} : {1})",
 }
 _HW_INDEX = {
     ParallelType.BIDx: "blockIdx.x",
