@@ -25,62 +25,73 @@ from typing import ClassVar
 
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
-    Placement,
+    MeshPlacement,
     completed_placement,
     is_partial,
+    logical_placement,
+    mesh_placement,
+    on_data_axes,
     placement,
-    shardings,
 )
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType
 from fuserlite.ops.common import like
 from fuserlite.ops.registry import definition_of, producer_to_consumer
 from fuserlite.ops.sharding import has_unmapped_sharding, needed_placement
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.propagate_shardings import meshes_given
-from fuserlite.schedule.shard import shard_axis
+from fuserlite.schedule.shard import shard_as
 from fuserlite.verify import LazyNamer, non_local_problems, partial_output_problems
 
 
-def _shard(tv: TensorView, mesh: DeviceMesh | None, axes: dict[ParallelType, int]) -> None:
-    if mesh is not None:
-        tv.set_device_mesh(mesh)
-    for pt, li in axes.items():
-        shard_axis(tv, li, mesh, pt)
-
-
-def _device_reduction(expr: Expr) -> tuple[DeviceMesh | None, dict[ParallelType, int]]:
-    """The mesh and the partial axes ({parallel type: output logical axis}) `expr` must
-    write because it reduces axes its inputs are sharded on; none if it reduces none."""
+def _device_reduction(expr: Expr) -> MeshPlacement | None:
+    """The mesh and placement (on its logical axes) of the partial tensor `expr` must write
+    because it reduces axes its inputs shard: the reduced axes carry those mesh axes
+    (rDIDx ...), and on the same mesh the output's own data shardings on the other mesh
+    axes are kept; None if it reduces no sharded axis."""
     out = expr.output
-    partial_axes: dict[ParallelType, int] = {}
+    if out.mesh is None:
+        return None
+    partial: dict[int, tuple[int, ...]] = {}  # output reduction axis: mesh axes
     mesh = None
     for producer in expr.inputs:
-        if producer.mesh is None or out.mesh is None:
+        if producer.mesh is None:
             continue
         if producer.mesh != out.mesh and out.mesh.size != 1:
             continue  # partial sums only ever meet on the same mesh or at one root
         amap = producer_to_consumer(expr, producer)
-        for pt, s in shardings(producer).items():
-            target = amap.get(s.logical_index)
-            if target is not None and out.domain.logical[target].is_reduction:
-                partial_axes.setdefault(pt, target)
-                mesh = mesh or producer.mesh
-    already = {pt for pt, s in shardings(out).items() if s.is_partial}
-    return mesh, {pt: li for pt, li in partial_axes.items() if pt not in already}
+        for li, axes in enumerate(logical_placement(producer).shards):
+            target = amap.get(li)
+            if axes and target is not None and out.domain.logical[target].is_reduction:
+                if mesh not in (None, producer.mesh):
+                    continue
+                partial.setdefault(target, axes)
+                mesh = producer.mesh
+    already = set(placement(out).partial)
+    partial = {li: axes for li, axes in partial.items() if not set(axes) <= already}
+    if not partial:
+        return None
+    used = {a for axes in partial.values() for a in axes}
+    shards = [()] * len(out.domain.logical)
+    if mesh == out.mesh:
+        for li, axes in enumerate(logical_placement(out).shards):
+            if li in out.data_positions() and not used & set(axes):
+                shards[li] = axes
+    for li, axes in partial.items():
+        shards[li] = axes
+    return mesh, Placement(mesh.rank, tuple(shards))
 
 
 def _split_device_reduction(expr: Expr) -> TensorView:
     """If `expr` reduces a sharded axis, make it write a partial tensor; return the
     tensor whose sharding the expression computes in."""
     out = expr.output
-    mesh, partial_axes = _device_reduction(expr)
-    if not partial_axes:
+    wanted = _device_reduction(expr)
+    if wanted is None:
         return out
     partial = like(out, keep_reductions=True)
-    _shard(partial, mesh, partial_axes)
+    shard_as(partial, *wanted)
     expr.outputs = [partial]
     partial.definition = expr
     out.definition = None
@@ -100,18 +111,10 @@ def _compute_replicated_then_slice(expr: Expr) -> TensorView:
     return replicated
 
 
-def _on_data_axes(tv: TensorView, wanted: Placement) -> Placement:
-    """A placement given on tv's logical axes, on its data axes instead (the logical
-    axes of a copy of tv, which has no reduction axes)."""
-    mesh, axes = wanted
-    data = tv.data_positions()
-    return mesh, {pt: data.index(li) for pt, li in axes.items()}
-
-
-def _resharded(producer: TensorView, wanted: Placement) -> TensorView:
+def _resharded(producer: TensorView, wanted: MeshPlacement) -> TensorView:
     """`Set( producer )` to the placement `wanted` (on the logical axes of `producer`)."""
     resharded = like(producer)
-    _shard(resharded, *_on_data_axes(producer, wanted))
+    shard_as(resharded, *on_data_axes(producer, wanted))
     LoadStoreOp(resharded, producer)
     return resharded
 
@@ -124,10 +127,9 @@ class _Reshardings:
     def __init__(self) -> None:
         self._readers: dict[tuple, tuple[TensorView, TensorView, list[Expr]]] = {}
 
-    def request(self, expr: Expr, producer: TensorView, wanted: Placement) -> None:
+    def request(self, expr: Expr, producer: TensorView, wanted: MeshPlacement) -> None:
         """`expr` must read `producer` resharded to `wanted` (on producer's logical axes)."""
-        mesh, axes = wanted
-        key = (id(producer), mesh, tuple(sorted((pt.name, li) for pt, li in axes.items())))
+        key = (id(producer), *wanted)
         if key not in self._readers:
             self._readers[key] = (producer, _resharded(producer, wanted), [])
         readers = self._readers[key][2]
@@ -148,9 +150,9 @@ def _complete_outputs(fusion: Fusion) -> None:
         if not is_partial(out):
             continue
         wanted = completed_placement(out)
-        copy = _on_data_axes(out, wanted)
+        copy = on_data_axes(out, wanted)
         done = [u.output for u in out.uses if isinstance(u, LoadStoreOp)]
-        complete = next((t for t in done if placement(t) == copy), None)
+        complete = next((t for t in done if mesh_placement(t) == copy), None)
         new_of[out] = complete or _resharded(out, wanted)
     fusion.replace_outputs(new_of)
 
@@ -161,18 +163,18 @@ def _rewrite_if_partial(expr: Expr, new_of: dict[TensorView, TensorView]) -> lis
     its result as the completed output and, through `new_of`, among the outputs in
     its place. Returns the new expressions, to make local in turn."""
     rule = definition_of(expr).sharding.when_partial
-    if rule is None or not (is_partial(expr.output) or _device_reduction(expr)[1]):
+    if rule is None or not (is_partial(expr.output) or _device_reduction(expr)):
         return []
     rewrite = rule(expr)
     if rewrite is None:
         return []
     new_of[rewrite.replaced] = rewrite.result
-    _shard(rewrite.result, *_on_data_axes(rewrite.replaced, completed_placement(rewrite.replaced)))
+    shard_as(rewrite.result, *on_data_axes(rewrite.replaced, completed_placement(rewrite.replaced)))
     # Each new intermediate tensor is placed as the new expression reading it needs it.
     for k in range(len(rewrite.exprs) - 2, -1, -1):
         made = rewrite.exprs[k].output
         reader = next(e for e in rewrite.exprs[k + 1 :] if made in e.inputs)
-        _shard(made, *needed_placement(reader, reader.output, made))
+        shard_as(made, *needed_placement(reader, reader.output, made))
     return rewrite.exprs
 
 
@@ -184,7 +186,7 @@ def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
         target = _compute_replicated_then_slice(expr)
     for producer in expr.inputs:
         wanted = needed_placement(expr, target, producer)
-        if placement(producer) != wanted:
+        if mesh_placement(producer) != wanted:
             reshardings.request(expr, producer, wanted)
 
 

@@ -43,6 +43,12 @@ def plan_communication(inp: TensorView, out: TensorView) -> Plan:
         raise LoweringError(
             f"cannot lower a Set between {inp.name} and {out.name}: both need a mesh"
         )
+    if mi.rank > 1 or mo.rank > 1:
+        raise LoweringError(
+            f"cannot lower {out.name} = Set({inp.name}) yet: from {describe_sharding(inp)} to "
+            f"{describe_sharding(out)}; N-D meshes lower through the redistribution planner, "
+            "which lower-communications does not use yet: use 1-D meshes"
+        )
     a_in, a_out = sharded_data_axis(inp), sharded_data_axis(out)
     partial = is_partial(inp)
     b_in, b_out = inp.nbytes, out.nbytes

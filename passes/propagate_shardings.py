@@ -4,8 +4,9 @@ Before: users set meshes and DID parallel types on some tensors.
 After: every tensor connected through expressions to a tensor with a mesh has one
 (`meshes_given`, the pass's `ensures`). A tensor the user
 left unsharded and without a mesh inherits, through the expression's axis map,
-the sharding of its first producer sharded on a data axis that stays a data
-axis (for linear/matmul the weight is looked at first). Never propagated: DID on broadcast axes (b and bDIDx are the same
+on each mesh axis the sharding of its first producer sharded there on a data
+axis that stays a data axis (for linear/matmul the weight is looked at first),
+with a tensor axis split over several mesh axes kept nested in the same order. Never propagated: DID on broadcast axes (b and bDIDx are the same
 sharding, seed 004), DID onto a reduction axis (that is a device reduction,
 left to insert-reshardings), and a second axis with a parallel type a tensor
 already carries.
@@ -14,17 +15,19 @@ already carries.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.sharding import shardings
+from fuserlite.ir.placement import Placement
+from fuserlite.ir.sharding import logical_placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.registry import producer_to_consumer
 from fuserlite.ops.sharding import propagation_sources
 from fuserlite.passes.base import Level, Pass, register
-from fuserlite.schedule.shard import shard_axis
+from fuserlite.schedule.shard import shard_as
 
 
 def _sweep(exprs: list[Expr], todo: list[int] | None, forward: bool, next_of) -> list[TensorView]:
@@ -88,23 +91,31 @@ def _propagate_meshes(exprs: list[Expr]) -> None:
 
 
 def _inherit_sharding(expr, out: TensorView) -> None:
+    """Give `out`, on each mesh axis, the sharding of its first producer sharded there on a
+    data axis that maps to a data axis of out (nesting kept)."""
+    mesh = out.mesh
+    shards = [()] * len(out.domain.logical)
+    used: set[int] = set()
     for producer in propagation_sources(expr):
-        if producer.mesh != out.mesh:
+        if producer.mesh != mesh:
             continue
         axis_map = producer_to_consumer(expr, producer)
-        for pt, s in shardings(producer).items():
-            if s.is_partial or s.logical_index not in axis_map:
+        data = producer.data_positions()
+        for li, axes in enumerate(logical_placement(producer).shards):
+            target = axis_map.get(li)
+            if not axes or li not in data or target is None or shards[target]:
                 continue
-            target = axis_map[s.logical_index]
             ax = out.domain.logical[target]
             if ax not in out.domain.loop:  # the user scheduled this axis: leave it alone
                 continue
-            if ax.is_broadcast or ax.is_reduction or pt in out.device_axes():
+            if ax.is_broadcast or ax.is_reduction or used & set(axes):
                 continue
-            if ax.extent % out.mesh.size:
+            if ax.extent % math.prod(mesh.shape[a] for a in axes):
                 continue
-            shard_axis(out, target, out.mesh, pt)
-            return
+            shards[target] = axes
+            used |= set(axes)
+    if used:
+        shard_as(out, mesh, Placement(mesh.rank, tuple(shards)))
 
 
 def meshes_given(fusion: Fusion) -> list[str]:

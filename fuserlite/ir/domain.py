@@ -86,10 +86,16 @@ class IterDomain:
             if pt is not ParallelType.Serial:
                 for k, other in enumerate(loop):
                     if other is not self and other.parallel_type is pt:
+                        mesh_axis = (
+                            f"; {pt.name} names one mesh axis, which shards at most one "
+                            "tensor axis: use another DID type for another mesh axis"
+                            if pt.is_device
+                            else ""
+                        )
                         raise ScheduleError(
                             f"parallelize: {tv.name} axis {loop.index(self)}: loop axis {k} "
                             f"already has parallel type {pt.value}; a tensor carries each "
-                            "parallel type on at most one loop axis"
+                            f"parallel type on at most one loop axis{mesh_axis}"
                         )
         if pt.is_thread and self.extent > MAX_THREADS:
             where = f"{tv.name} axis {tv.domain.loop.index(self)}" if tv is not None else "axis"

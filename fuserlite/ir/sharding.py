@@ -1,11 +1,20 @@
 """Queries on the sharding of a TensorView (IR semantics, no passes).
 
-The sharding of a tensor is, for each device parallel type, the loop axis that
-carries it. A device-parallel iteration axis holds 1/D of a logical axis per
-device: either the logical axis itself (extent D), or the outer output of a
-split of a logical axis whose outer extent is D. A device-parallel broadcast
-axis holds no data, so `b` and `bDIDx` are the same sharding: it is ignored
-here. A device-parallel reduction axis (rDIDx) marks partial results.
+A sharding is one placement per mesh axis. Each device parallel type names one
+mesh axis (DIDx the last, DeviceMesh.axis_of) and is carried by at most one
+loop axis: a logical axis whose extent is that mesh axis's size, the outer part
+of an outer split of a logical axis by that size, or the outer part of a split
+of the inner part of such a split (nested: one tensor axis split over several
+mesh axes, the outermost split first; the nesting order is part of the
+sharding). A device-parallel broadcast axis holds no data, so `b` and `bDIDx`
+are the same sharding: it is ignored here. A device-parallel reduction axis
+(rDIDy) marks partial results over that mesh axis.
+
+`logical_placement(tv)` is the sharding as an `ir.placement.Placement` on the
+logical axes (partial mesh axes as shards of their reduction axes); `placement`
+is the planner's view on the data axes, with the partial mesh axes as partial.
+`schedule.shard.shard_as` applies a placement to a tensor: the one conversion
+each way, used by every pass.
 """
 
 from __future__ import annotations
@@ -16,19 +25,24 @@ from dataclasses import dataclass
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.placement import Placement
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
 
+MeshPlacement = tuple[DeviceMesh | None, Placement]  # a mesh and a placement on logical axes
+
 
 @dataclass(frozen=True)
 class AxisSharding:
-    """Which logical axis a device parallel type splits, and how many ways."""
+    """Which logical axis a device parallel type splits, over which mesh axis, how deep."""
 
     parallel_type: ParallelType
     logical_index: int  # position in tv.domain.logical
     data_index: int | None  # position among data (non-reduction) axes; None when partial
-    num_devices: int
+    num_devices: int  # the size of its mesh axis
+    mesh_axis: int = 0
+    depth: int = 0  # 0: the outermost split of its logical axis, 1 the next, ...
 
     @property
     def is_partial(self) -> bool:
@@ -36,14 +50,37 @@ class AxisSharding:
         return self.data_index is None
 
 
+def sharding_chain(tv: TensorView, ax: IterDomain) -> tuple[IterDomain, int, IterDomain] | None:
+    """(logical origin, depth, the axis split) of a device-parallel loop axis, or None.
+
+    The axis split is what `ax` is the outer part of (the origin itself, or the inner
+    part of an enclosing sharding split); `ax` itself when it is a logical axis.
+    """
+    logical = tv.domain.logical
+    if ax in logical:
+        return ax, 0, ax
+    d = ax.definition
+    if not (isinstance(d, Split) and ax is d.outer):
+        return None
+    src, depth = d.input, 0
+    while src not in logical:
+        s = src.definition
+        if not (isinstance(s, Split) and src is s.inner and s.outer.is_device_parallel):
+            return None
+        src, depth = s.input, depth + 1
+    return src, depth, d.input
+
+
 def logical_origin(tv: TensorView, ax: IterDomain) -> IterDomain | None:
     """The logical axis a device-parallel loop axis shards, or None if unsupported."""
-    if ax in tv.domain.logical:
-        return ax
-    d = ax.definition
-    if isinstance(d, Split) and ax is d.outer and d.input in tv.domain.logical:
-        return d.input
-    return None
+    chain = sharding_chain(tv, ax)
+    return None if chain is None else chain[0]
+
+
+def mesh_axis_text(mesh: DeviceMesh, pt: ParallelType) -> str:
+    """'DIDy (mesh axis 0 of DeviceMesh{{0 1}{2 3}}, 2 devices)'."""
+    a = mesh.axis_of(pt)
+    return f"{pt.name} (mesh axis {a} of {mesh}, {mesh.shape[a]} devices)"
 
 
 def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
@@ -59,27 +96,29 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
             f"{pt.name} is not an axis of {tv.mesh}, whose mesh axes are {names} (DIDx the "
             f"last); use one of those, or a mesh of rank {DEVICE_PARALLEL_TYPES.index(pt) + 1}"
         )
-    if tv.mesh.rank > 1:
-        return f"sharding over the {tv.mesh.rank}-D {tv.mesh} is not supported yet; use a 1-D mesh"
     d = tv.mesh.axis_size(pt)
-    origin = logical_origin(tv, ax)
-    if origin is None:
+    chain = sharding_chain(tv, ax)
+    if chain is None:
         return (
-            f"{pt.value} must be on a logical axis or on the outer part of a split of one; "
+            f"{pt.value} must be on a logical axis, on the outer part of a split of one, or on "
+            "the outer part of a split of the inner part of such a sharding split; "
             "parallelize before further splits"
         )
-    if origin.extent % d:
+    origin, _, split = chain
+    where = mesh_axis_text(tv.mesh, pt)
+    if split.extent % d:
+        whole = "the sharded axis" if split is origin else "the part of the axis it splits"
         return (
-            f"the sharded axis has extent {origin.extent}, not divisible by the {d} devices of "
-            f"{tv.mesh}; pad the tensor or use a mesh whose size divides {origin.extent}"
+            f"{whole} has extent {split.extent}, not divisible by the {d} devices of {where}; "
+            f"pad the tensor or use a mesh axis whose size divides {split.extent}"
         )
     if ax.extent != d:
         fix = (
             f"outer_split the axis by {d} and parallelize the outer part"
-            if origin is ax
-            else f"use an outer split by {d}"
+            if split is ax
+            else f"outer_split by {d}, the size of that mesh axis"
         )
-        return f"{pt.value} axis has extent {ax.extent} but the mesh has {d} devices; {fix}"
+        return f"{pt.value} axis has extent {ax.extent} but {where} has {d} devices; {fix}"
     return None
 
 
@@ -96,11 +135,14 @@ def _shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
             continue
         if sharding_problem(tv, ax) is not None:
             continue
-        origin = logical_origin(tv, ax)
+        origin, depth, _ = sharding_chain(tv, ax)
         li = tv.domain.logical.index(origin)
         if data_pos is None:
             data_pos = {i: k for k, i in enumerate(tv.data_positions())}
-        out[ax.parallel_type] = AxisSharding(ax.parallel_type, li, data_pos.get(li), tv.mesh.size)
+        pt, mesh = ax.parallel_type, tv.mesh
+        out[pt] = AxisSharding(
+            pt, li, data_pos.get(li), mesh.axis_size(pt), mesh.axis_of(pt), depth
+        )
     return out
 
 
@@ -134,38 +176,79 @@ def local_nbytes(tv: TensorView) -> int:
 
 
 def same_sharding(a: TensorView, b: TensorView) -> bool:
-    """Same mesh and same sharded data axis for every device type (b == bDIDx)."""
-    if a.mesh != b.mesh:
-        return False
-    sa = {pt: (s.data_index, s.is_partial) for pt, s in shardings(a).items()}
-    sb = {pt: (s.data_index, s.is_partial) for pt, s in shardings(b).items()}
-    return sa == sb
+    """Same mesh and the same placement on every mesh axis (b == bDIDx)."""
+    return a.mesh == b.mesh and placement(a) == placement(b)
+
+
+def _nestings(tv: TensorView) -> dict[int, tuple[AxisSharding, ...]]:
+    """{logical axis: its shardings, outermost first}."""
+    by_axis: dict[int, list[AxisSharding]] = {}
+    for s in shardings(tv).values():
+        by_axis.setdefault(s.logical_index, []).append(s)
+    return {li: tuple(sorted(ss, key=lambda s: s.depth)) for li, ss in by_axis.items()}
 
 
 def describe_sharding(tv: TensorView) -> str:
     """`T3 on DeviceMesh{0 1}, sharded on axis 0 (deviceIdx.x)`, `replicated`, or `partial`."""
     where = f"{tv.name} on {tv.mesh}" if tv.mesh is not None else f"{tv.name} (no mesh)"
     parts = []
-    for pt, s in shardings(tv).items():
-        if s.is_partial:
-            parts.append(f"partial sums over reduction axis {s.logical_index} ({pt.value})")
+    for li, nest in sorted(_nestings(tv).items()):
+        types = ", then ".join(s.parallel_type.value for s in nest)
+        if nest[0].is_partial:
+            parts.append(f"partial sums over reduction axis {li} ({types})")
         else:
-            parts.append(f"sharded on axis {s.data_index} ({pt.value})")
-    return f"{where}, " + (", ".join(parts) if parts else "replicated")
+            parts.append(f"sharded on axis {nest[0].data_index} ({types})")
+    text = f"{where}, " + (", ".join(parts) if parts else "replicated")
+    if tv.mesh is not None and tv.mesh.rank > 1:
+        text += f", placement {placement(tv)}"
+    return text
 
 
-# -- placement: where a tensor's values are ------------------------------------
-Placement = tuple[DeviceMesh | None, dict[ParallelType, int]]
+# -- placements: where a tensor's values are ---------------------------------------
+def _rank(tv: TensorView) -> int:
+    return tv.mesh.rank if tv.mesh is not None else 1
+
+
+def logical_placement(tv: TensorView) -> Placement:
+    """The sharding on tv's logical axes: each axis's mesh axes, outer to inner (partial
+    mesh axes as shards of their reduction axes)."""
+    shards = [()] * len(tv.domain.logical)
+    for li, nest in _nestings(tv).items():
+        shards[li] = tuple(s.mesh_axis for s in nest)
+    return Placement(_rank(tv), tuple(shards))
 
 
 def placement(tv: TensorView) -> Placement:
-    """Mesh and {parallel type: logical axis} of every sharding, partial ones included."""
-    return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items()}
+    """The planner's view: shards on tv's data axes, partial mesh axes as `partial`."""
+    return remembered("placement", tv, lambda: _placement(tv))
 
 
-def completed_placement(tv: TensorView) -> Placement:
-    """tv's placement once its partial values are reduced: its data shardings only."""
-    return tv.mesh, {pt: s.logical_index for pt, s in shardings(tv).items() if not s.is_partial}
+def _placement(tv: TensorView) -> Placement:
+    logical = logical_placement(tv)
+    data = tv.data_positions()
+    partial = sorted(a for li, axes in enumerate(logical.shards) if li not in data for a in axes)
+    return Placement(logical.mesh_rank, tuple(logical.shards[li] for li in data), tuple(partial))
+
+
+def mesh_placement(tv: TensorView) -> MeshPlacement:
+    """tv's mesh and logical placement."""
+    return tv.mesh, logical_placement(tv)
+
+
+def completed_placement(tv: TensorView) -> MeshPlacement:
+    """tv's mesh and logical placement once its partial values are reduced: its data
+    shardings only."""
+    logical = logical_placement(tv)
+    data = set(tv.data_positions())
+    shards = tuple(axes if li in data else () for li, axes in enumerate(logical.shards))
+    return tv.mesh, Placement(logical.mesh_rank, shards)
+
+
+def on_data_axes(tv: TensorView, wanted: MeshPlacement) -> MeshPlacement:
+    """A placement on tv's logical axes as one on its data axes (the logical axes of a
+    copy of tv, which has no reduction axes); shards of reduction axes are dropped."""
+    mesh, p = wanted
+    return mesh, Placement(p.mesh_rank, tuple(p.shards[li] for li in tv.data_positions()))
 
 
 def is_resharding(expr: Expr) -> bool:

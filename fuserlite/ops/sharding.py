@@ -7,40 +7,48 @@ the queries on one tensor (shardings, placement, local shape) are the IR's
 
 from __future__ import annotations
 
+import math
+
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr, LoadStoreOp
-from fuserlite.ir.sharding import Placement, placement, shardings
+from fuserlite.ir.placement import Placement
+from fuserlite.ir.sharding import MeshPlacement, logical_placement, mesh_placement
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType, ReductionOpType
+from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.registry import definition, definition_of, producer_to_consumer
 
 
-def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Placement:
-    """How `producer` must be sharded for `expr` to compute `target` locally: sharded
-    where it maps to a sharded axis of `target` (unless broadcast), whole elsewhere."""
-    sharded = shardings(target)
-    if not sharded:
-        return target.mesh, {}
-    back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
-    needed: dict[ParallelType, int] = {}
-    for pt, s in sharded.items():
-        p = back.get(s.logical_index)
-        if p is not None and not producer.domain.logical[p].is_broadcast:
-            needed[pt] = p
-    return target.mesh, needed
+def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> MeshPlacement:
+    """How `producer` must be sharded for `expr` to compute `target` locally: on every
+    mesh axis, sharded where it maps to an axis of `target` that mesh axis shards
+    (unless broadcast; nesting kept), whole elsewhere. On producer's logical axes."""
+    wanted = logical_placement(target)
+    shards: list[tuple[int, ...]] = [()] * len(producer.domain.logical)
+    if any(wanted.shards):
+        back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
+        for c, axes in enumerate(wanted.shards):
+            p = back.get(c)
+            if axes and p is not None and not producer.domain.logical[p].is_broadcast:
+                shards[p] = axes
+    return target.mesh, Placement(wanted.mesh_rank, tuple(shards))
 
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
     """True if a sharded axis of `target` comes from no input axis that could be
     sharded the same way (e.g. a reshape whose source axis the mesh does not divide)."""
-    for s in shardings(target).values():
+    if target.mesh is None:
+        return False
+    for c, axes in enumerate(logical_placement(target).shards):
+        if not axes:
+            continue
+        devices = math.prod(target.mesh.shape[a] for a in axes)
         sources = [
             p.domain.logical[pi]
             for p in expr.inputs
-            for pi, c in producer_to_consumer(expr, p).items()
-            if c == s.logical_index
+            for pi, ci in producer_to_consumer(expr, p).items()
+            if ci == c
         ]
-        if not any(ax.is_broadcast or ax.extent % s.num_devices == 0 for ax in sources):
+        if not any(ax.is_broadcast or ax.extent % devices == 0 for ax in sources):
             return True
     return False
 
@@ -51,7 +59,7 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
         return []
     if has_unmapped_sharding(expr, expr.output):
         return list(expr.inputs)
-    return [p for p in expr.inputs if placement(p) != needed_placement(expr, expr.output, p)]
+    return [p for p in expr.inputs if mesh_placement(p) != needed_placement(expr, expr.output, p)]
 
 
 def propagation_sources(expr: Expr) -> list[TensorView]:

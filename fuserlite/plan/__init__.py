@@ -1,6 +1,7 @@
 """Redistribution planning as a pure library: placements, steps, plans, blocks, moves.
 
-Imports nothing of fuserlite but `fuserlite.ir.errors` (a leaf like the IR):
+Imports nothing of fuserlite but `fuserlite.ir.errors` and `fuserlite.ir.placement`
+(leaves of the IR; a TensorView's placement is read in the IR, fuserlite.ir.sharding):
 the compiler's lower-communications turns a resharding into one of these
 plans, the executor and the printers use the block model.
 """

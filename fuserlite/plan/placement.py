@@ -1,150 +1,25 @@
-"""Placements: how a tensor lies on a mesh, one placement per mesh axis.
+"""Placements (fuserlite.ir.placement) and the enumerations the planner's tests use.
 
-For each tensor axis, the ORDERED tuple of mesh axes sharding it, outer to
-inner: (0, 1) means mesh axis 0 splits the tensor axis into chunks and mesh
-axis 1 splits each chunk again (DTensor's (Shard(0), Shard(0))); (1, 0) is the
-other nesting, which DTensor cannot name but a sequence of steps can reach.
-Mesh axes in `partial` hold addends (sums or maxima) of the value; every other
-mesh axis is replicated.
-
-Text form, one entry per mesh axis: `S<t>` (shards tensor axis t), `R`, `P`:
-"(S1,S2,R)", "(P,S0)". A tensor axis nested against the mesh-axis order prints
-each of its entries with its depth, 0 outermost: (1, 0) on tensor axis 0 of a
-2-D mesh is "(S0.1,S0.0)".
+`Placement`, `Shard`, `Replicate` and `Partial` live with the IR, whose sharding
+queries produce them; they are re-exported here for the planner's users.
 """
 
 from __future__ import annotations
 
 import itertools
-import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 
-from fuserlite.ir.errors import RedistributionError
+from fuserlite.ir.placement import MeshAxisPlacement, Partial, Placement, Replicate, Shard
 
-
-@dataclass(frozen=True)
-class Shard:
-    """DTensor's Shard(dim): this mesh axis splits tensor axis `dim`."""
-
-    dim: int
-
-
-@dataclass(frozen=True)
-class Replicate:
-    """DTensor's Replicate(): every device of this mesh axis holds the same data."""
-
-
-@dataclass(frozen=True)
-class Partial:
-    """DTensor's Partial(): the devices of this mesh axis hold addends of the value."""
-
-
-MeshAxisPlacement = Shard | Replicate | Partial
-
-
-@dataclass(frozen=True, order=True)
-class Placement:
-    """A tensor's placement on a rank-`mesh_rank` mesh (compared and hashed by value)."""
-
-    mesh_rank: int
-    shards: tuple[tuple[int, ...], ...]  # per tensor axis: mesh axes, outer -> inner
-    partial: tuple[int, ...] = ()  # sorted mesh axes holding addends
-
-    def __post_init__(self) -> None:
-        used = [a for axes in self.shards for a in axes] + list(self.partial)
-        bad = [a for a in used if not 0 <= a < self.mesh_rank]
-        if bad or len(set(used)) != len(used) or list(self.partial) != sorted(self.partial):
-            raise RedistributionError(
-                f"invalid placement shards={self.shards} partial={self.partial} on a "
-                f"rank-{self.mesh_rank} mesh: each mesh axis 0..{self.mesh_rank - 1} shards "
-                "at most one tensor axis once, or is partial, or neither (replicated)"
-            )
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shards)
-
-    @property
-    def is_complete(self) -> bool:
-        """True when no mesh axis holds addends."""
-        return not self.partial
-
-    @classmethod
-    def replicated(cls, ndim: int, mesh_rank: int) -> Placement:
-        """Every mesh axis replicated."""
-        return cls(mesh_rank, ((),) * ndim)
-
-    @classmethod
-    def from_dtensor(cls, ndim: int, placements: Sequence[MeshAxisPlacement]) -> Placement:
-        """From DTensor's per-mesh-axis list; a tensor axis split twice nests in mesh-axis order."""
-        shards: list[list[int]] = [[] for _ in range(ndim)]
-        partial = []
-        for axis, p in enumerate(placements):
-            if isinstance(p, Shard):
-                if not 0 <= p.dim < ndim:
-                    raise RedistributionError(
-                        f"Shard({p.dim}) on mesh axis {axis} of a rank-{ndim} tensor: "
-                        f"the tensor axis must be in 0..{ndim - 1}"
-                    )
-                shards[p.dim].append(axis)
-            elif isinstance(p, Partial):
-                partial.append(axis)
-            elif not isinstance(p, Replicate):
-                raise RedistributionError(
-                    f"mesh axis {axis} has placement {p!r}: use Shard(i), Replicate() or Partial()"
-                )
-        return cls(len(placements), tuple(map(tuple, shards)), tuple(partial))
-
-    @classmethod
-    def parse(cls, text: str, ndim: int) -> Placement:
-        """From the text form, e.g. "(S1,S2,R)", "(P,S0)" or "(S0.1,S0.0)"."""
-        items = [s.strip() for s in text.strip().strip("()").split(",")]
-        shards: list[list[tuple[int, int]]] = [[] for _ in range(ndim)]
-        partial = []
-        for axis, item in enumerate(items):
-            m = re.fullmatch(r"S(\d+)(?:\.(\d+))?", item)
-            if item == "P":
-                partial.append(axis)
-            elif m and int(m[1]) < ndim:
-                depth = int(m[2]) if m[2] is not None else axis
-                shards[int(m[1])].append((depth, axis))
-            elif item != "R":
-                raise RedistributionError(
-                    f"cannot read placement {text!r} of a rank-{ndim} tensor at {item!r}: each "
-                    f"mesh axis is S<t> (t in 0..{ndim - 1}, optionally S<t>.<depth>), R or P"
-                )
-        return cls(
-            len(items), tuple(tuple(a for _, a in sorted(s)) for s in shards), tuple(partial)
-        )
-
-    def of_mesh_axis(self, axis: int) -> MeshAxisPlacement:
-        """What mesh axis `axis` does: Shard(t), Partial() or Replicate()."""
-        if axis in self.partial:
-            return Partial()
-        for t, axes in enumerate(self.shards):
-            if axis in axes:
-                return Shard(t)
-        return Replicate()
-
-    def replicated_axes(self) -> tuple[int, ...]:
-        """Mesh axes that neither shard nor hold addends."""
-        used = {a for axes in self.shards for a in axes} | set(self.partial)
-        return tuple(a for a in range(self.mesh_rank) if a not in used)
-
-    def __str__(self) -> str:
-        items = []
-        for axis in range(self.mesh_rank):
-            p = self.of_mesh_axis(axis)
-            if isinstance(p, Shard):
-                nesting = self.shards[p.dim]
-                item = f"S{p.dim}"
-                if list(nesting) != sorted(nesting):
-                    item += f".{nesting.index(axis)}"
-                items.append(item)
-            else:
-                items.append("P" if isinstance(p, Partial) else "R")
-        return "(" + ",".join(items) + ")"
+__all__ = [
+    "MeshAxisPlacement",
+    "Partial",
+    "Placement",
+    "Replicate",
+    "Shard",
+    "all_placements",
+    "dtensor_placements",
+]
 
 
 def all_placements(ndim: int, mesh_rank: int, *, partial: bool = True) -> Iterator[Placement]:

@@ -26,7 +26,14 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import reading_only
-from fuserlite.ir.sharding import is_partial, local_nbytes, local_shape, sharded_data_axis
+from fuserlite.ir.sharding import (
+    describe_sharding,
+    is_partial,
+    local_nbytes,
+    local_shape,
+    sharded_data_axis,
+    shardings,
+)
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.pipeline import Level, Pipeline, Progress
@@ -49,8 +56,20 @@ def mesh_of(tv: TensorView) -> DeviceMesh:
     return tv.mesh if tv.mesh is not None else SINGLE_DEVICE
 
 
+def _one_dimensional(tv: TensorView) -> None:
+    """Shards are cut along one mesh axis here; a sharding over an N-D mesh is refused
+    rather than cut wrongly (the block model, fuserlite.plan.blocks, will cut those)."""
+    mesh = mesh_of(tv)
+    if mesh.rank > 1 and shardings(tv):
+        raise ExecutionError(
+            f"cannot execute {describe_sharding(tv)}: the executor shards tensors over 1-D "
+            "meshes only so far; run it on a 1-D mesh (fuserlite run --devices N)"
+        )
+
+
 def shard(tv: TensorView, array: np.ndarray, device: int) -> np.ndarray:
     """The part of a global array that `device` holds."""
+    _one_dimensional(tv)
     axis = sharded_data_axis(tv)
     if axis is None:
         return array
@@ -60,6 +79,7 @@ def shard(tv: TensorView, array: np.ndarray, device: int) -> np.ndarray:
 
 def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
     """Assemble a global array from every device's shard."""
+    _one_dimensional(tv)
     mesh = mesh_of(tv)
     axis = sharded_data_axis(tv)
     if axis is None:

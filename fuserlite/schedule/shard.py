@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fuserlite.ir.domain import TensorDomain, is_sharding_split
-from fuserlite.ir.errors import FusionError
+from fuserlite.ir.domain import IterDomain, TensorDomain, is_sharding_split
+from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
@@ -16,19 +17,51 @@ def shard_axis(
     logical_index: int,
     mesh: DeviceMesh,
     parallel_type: ParallelType = ParallelType.DIDx,
+    *,
+    whole: bool = True,
 ) -> None:
-    """Shard logical axis `logical_index` of `tv` over `mesh`.
+    """Shard logical axis `logical_index` of `tv` over the mesh axis of `parallel_type`.
 
-    An axis whose extent equals the mesh size is parallelized directly; any
-    other is outer-split by the mesh size and the outer part parallelized.
+    An unsharded axis whose extent equals that mesh axis's size is parallelized
+    directly (unless `whole` is False: more mesh axes will split it); any other is outer-split by the size and the outer part
+    parallelized. An axis already sharded is split again inside its innermost
+    sharding (nested: the new mesh axis splits each chunk of the old ones).
     """
     tv.set_device_mesh(mesh)
+    d = mesh.axis_size(parallel_type)
     ax = tv.domain.logical[logical_index]
-    pos = tv.domain.loop.index(ax)
-    if ax.extent == mesh.size:
-        ax.parallelize(parallel_type)
+    if ax in tv.domain.loop:
+        if ax.extent == d and whole:
+            ax.parallelize(parallel_type)
+            return
     else:
-        tv.outer_split(pos, mesh.size).axis(pos).parallelize(parallel_type)
+        ax = _innermost_shard(tv, ax)
+    pos = tv.domain.loop.index(ax)
+    tv.outer_split(pos, d).axis(pos).parallelize(parallel_type)
+
+
+def _innermost_shard(tv: TensorView, ax: IterDomain) -> IterDomain:
+    """The loop axis holding one device's part of logical axis `ax` after its shardings."""
+    while ax not in tv.domain.loop:
+        d = next((t for t in tv.domain.transforms if ax in t.inputs), None)
+        if not is_sharding_split(d):
+            raise ScheduleError(
+                f"{tv.name}: logical axis {tv.domain.logical.index(ax)} has schedule transforms "
+                "besides its sharding; shard it before scheduling"
+            )
+        ax = d.inner
+    return ax
+
+
+def shard_as(tv: TensorView, mesh: DeviceMesh | None, wanted: Placement) -> None:
+    """Give `tv` (unsharded) the mesh and the placement `wanted` on its logical axes, each
+    axis split over its mesh axes outer to inner."""
+    if mesh is None:
+        return
+    tv.set_device_mesh(mesh)
+    for li, axes in enumerate(wanted.shards):
+        for a in axes:
+            shard_axis(tv, li, mesh, mesh.parallel_types[a], whole=len(axes) == 1)
 
 
 def has_schedule(tv: TensorView) -> bool:
