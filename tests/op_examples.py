@@ -22,6 +22,7 @@ OP_CALLS = {
     "sqrt": "sqrt(x)",
     "log": "log(x)",
     "sigmoid": "sigmoid(x)",
+    "cast": "cast(x, bfloat16)",
     "set": "set(x)",
     "add": "add(x, w)",
     "sub": "sub(2, x)",

@@ -212,6 +212,15 @@ EVAL_CASES: dict[str, tuple[list[list[int]], Callable, Callable]] = {
     "log": ([[5]], lambda x: fl.log(fl.abs(x)), lambda x: np.log(np.abs(x))),
     "sigmoid": ([[5]], lambda x: fl.sigmoid(x * 30.0), lambda x: 1 / (1 + np.exp(-30 * x))),
     "set": ([[5]], fl.set, lambda x: x),
+    "cast": (  # float32 -> bfloat16 -> float32: the top 16 bits, rounded to nearest even
+        [[64]],
+        lambda x: fl.cast(fl.cast(x, "bfloat16"), "float32"),
+        lambda x: (
+            ((x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16 << 16)
+            .astype(np.uint32)
+            .view(np.float32)
+        ),
+    ),
     "broadcast": ([[3]], lambda x: fl.broadcast(x, [True, False]), lambda x: x[None]),
     "sum": ([[4, 6]], lambda x: fl.sum(x, 1), lambda x: x.sum(1)),
     "sum_keepdim": ([[4, 6]], lambda x: fl.sum(x, 0, True), lambda x: x.sum(0, keepdims=True)),

@@ -98,6 +98,15 @@ BAD = [
     bad("sqrt fusion", lambda e: fl.sqrt(e.fusion), "sqrt", "x must be", "Fusion"),
     bad("log float", lambda e: fl.log(3.0), "log", "x must be", "3.0"),
     bad("sigmoid tuple", lambda e: fl.sigmoid((e.x,)), "sigmoid", "x must be", "tuple"),
+    bad(
+        "cast unknown dtype",
+        lambda e: fl.cast(e.x, "float8"),
+        "cast",
+        "T0[4, 6]",
+        "'float8'",
+        "bfloat16",
+    ),
+    bad("cast list", lambda e: fl.cast([e.x], "float32"), "cast", "x must be", "[<TensorView"),
     bad("neg bool tensor", lambda e: fl.neg(fl.tensor([2], "bool")), "neg", "bool"),
     # -- binary ops ------------------------------------------------------------------
     bad("add str", lambda e: fl.add(e.x, "1"), "add", "b must be", "'1'"),

@@ -156,6 +156,8 @@ def _pointwise_fusion(op: str) -> fl.Fusion:
             out = fl.broadcast(y, [True, False, True])
         elif op == "set":
             out = fl.set(x, cache_op="Streaming")
+        elif op == "cast":
+            out = fl.cast(x, "bfloat16")
         else:
             out = d.build(*operands)
         fusion.add_output(out)

@@ -80,6 +80,18 @@ static inline __nv_bfloat16 __float2bfloat16(float f) {
 }
 static inline float __bfloat162float(__nv_bfloat16 b) { return fl_bits_float((unsigned int)b.bits << 16); }
 
+// double to half or bfloat16 rounded once, as CUDA's __double2half/__double2bfloat16:
+// first to float rounded to odd (toward zero, the last bit set if inexact), which
+// the rounding to nearest even then cannot double-round (numerics/casts.py).
+static inline float fl_to_odd_float(double d) {
+  float f = (float)d;
+  if (d != d || (double)f == d) return f;
+  if (__builtin_fabs((double)f) > __builtin_fabs(d)) f = __builtin_nextafterf(f, 0.0f);
+  return fl_bits_float(fl_float_bits(f) | 1u);
+}
+static inline __half __double2half(double d) { return __float2half(fl_to_odd_float(d)); }
+static inline __nv_bfloat16 __double2bfloat16(double d) { return __float2bfloat16(fl_to_odd_float(d)); }
+
 // A parallel kernel lets OpenMP choose how many threads (omp_set_dynamic: the idle
 // cores, by the load average), and gives the caller's setting back: on a machine
 // already busy, two spinning threads on one free core ran 6x slower than one.

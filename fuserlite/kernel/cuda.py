@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import ExecutionError
@@ -50,6 +51,7 @@ C_TYPES = {
 COMPUTE_TYPES = {dt: C_TYPES[dt.compute] for dt in DType}
 _TO_COMPUTE = {DType.float16: "__half2float", DType.bfloat16: "__bfloat162float"}
 _TO_STORAGE = {DType.float16: "__float2half", DType.bfloat16: "__float2bfloat16"}
+_FROM_DOUBLE = {DType.float16: "__double2half", DType.bfloat16: "__double2bfloat16"}
 _HEADERS = {DType.float16: "#include <cuda_fp16.h>\n", DType.bfloat16: "#include <cuda_bf16.h>\n"}
 
 
@@ -61,12 +63,36 @@ def _store(tv: TensorView, text: str) -> str:
     return f"{_TO_STORAGE[tv.dtype]}({text})" if tv.dtype in _TO_STORAGE else text
 
 
+def _cast(expr: Expr) -> str:
+    """The C expression of a cast from its operand {0} in the operand's compute type:
+    to half or bfloat16 rounded once (double and integers through the round-to-odd
+    `__double2*`), to an integer truncated and saturated with NaN as 0 (cvt.rzi, in
+    plain C so that the CPU target computes the same)."""
+    src, dst = expr.inputs[0].dtype, expr.attrs["dtype"]
+    ctype = COMPUTE_TYPES[dst]
+    if dst in _TO_STORAGE and src.compute is DType.float32:
+        return f"{_TO_COMPUTE[dst]}({_TO_STORAGE[dst]}({{0}}))"
+    if dst in _TO_STORAGE:
+        return f"{_TO_COMPUTE[dst]}({_FROM_DOUBLE[dst]}(static_cast<double>({{0}})))"
+    if dst in (DType.int32, DType.int64) and src.is_float:
+        bits = 31 if dst is DType.int32 else 63
+        lo, hi = f"{-(2**bits)}.0", f"{2**bits}.0"
+        low = f"static_cast<{ctype}>({-(2**bits) + 1}LL - 1)"
+        high = f"static_cast<{ctype}>({2**bits - 1}LL)"
+        return (
+            f"({{0}} != {{0}} ? static_cast<{ctype}>(0) : {{0}} >= {hi} ? {high}"
+            f" : {{0}} < {lo} ? {low} : static_cast<{ctype}>({{0}}))"
+        )
+    return f"static_cast<{ctype}>({{0}})"
+
+
 # One row per pointwise op: its C expression, from its operands' C expressions ({0},
 # {1}, ...) in the compute type {T}. Each gives numpy's bits: maximum / minimum (and relu,
 # numpy's maximum(x, 0)) propagate a NaN from either side and, when the two compare equal
 # (-0.0 and 0.0), give the second operand; C's `a > b ? a : b` drops a NaN in `a`, and
-# fmax drops any NaN.
-CUDA: dict[str, str] = {
+# fmax drops any NaN. A conversion's row (OpDef.converts) is a function of the expression
+# giving that text, and its operands stay in their own compute types.
+CUDA: dict[str, str | Callable[[Expr], str]] = {
     "set": "{0}",
     "broadcast": "{0}",  # its operand is read at the output's coordinates: a copy
     "neg": "(-{0})",
@@ -82,6 +108,7 @@ CUDA: dict[str, str] = {
     "sqrt": "sqrt({0})",
     "log": "log({0})",
     "sigmoid": "(static_cast<{T}>(1) / (static_cast<{T}>(1) + exp(-{0})))",
+    "cast": _cast,
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",
@@ -193,13 +220,15 @@ def _scalar(value: bool | int | float, ctype: str) -> str:
 def _op_text(expr: Expr, args: list[str]) -> str:
     """The C expression of one pointwise expression."""
     ctype = COMPUTE_TYPES[expr.output.dtype]
+    row = CUDA.get(expr.op_name)
+    if row is None:
+        raise ExecutionError(f"codegen: no CUDA for {expr!r}; only pointwise kernels are emitted")
+    if callable(row):  # a conversion: its operand stays in its own type
+        return row(expr).format(*args, T=ctype)
     cast = [
         a if COMPUTE_TYPES[t.dtype] == ctype else f"static_cast<{ctype}>({a})"
         for a, t in zip(args, expr.inputs)
     ]
-    row = CUDA.get(expr.op_name)
-    if row is None:
-        raise ExecutionError(f"codegen: no CUDA for {expr!r}; only pointwise kernels are emitted")
     it = iter(cast)
     operands = [_scalar(x, ctype) if is_scalar(x) else next(it) for x in expr.operands()]
     return row.format(*operands, T=ctype)

@@ -5,6 +5,7 @@
     views.py         set, broadcast, expand, reshape
     reductions.py    sum, max
     contraction.py   matmul, linear
+    casts.py         cast
     registry.py      OpDef and the registry; forms.py: printed forms, both ways
     common.py        what builders share; sharding.py: sharding queries on expressions
 
@@ -14,7 +15,8 @@ TensorView (`x + y`, pointwise.install_operators). Each op module lists its buil
 exports it: a new op is exported where it is defined.
 """
 
-from fuserlite.ops import contraction, pointwise, reductions, views
+from fuserlite.ops import casts, contraction, pointwise, reductions, views
+from fuserlite.ops.casts import *  # noqa: F403
 from fuserlite.ops.common import tensor
 from fuserlite.ops.contraction import *  # noqa: F403 - the builders its __all__ lists
 from fuserlite.ops.pointwise import *  # noqa: F403
@@ -26,3 +28,4 @@ __all__ += pointwise.__all__
 __all__ += views.__all__
 __all__ += reductions.__all__
 __all__ += contraction.__all__
+__all__ += casts.__all__

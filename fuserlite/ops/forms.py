@@ -26,6 +26,7 @@ from typing import Protocol
 from fuserlite.ir.errors import FusionError, ParseError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType
 from fuserlite.ops.registry import OpDef, Operand, all_ops, definition_of
 
 TensorText = Callable[[TensorView], str]  # how the printer shows a tensor (Namer.tensor)
@@ -116,6 +117,7 @@ KINDS: dict[str, Kind] = {
         lambda s: _read_list(s, lambda f: f == "true"),
     ),
     "ident": Kind(r"\w+", lambda v, e, t: str(v), str),
+    "dtype": Kind(r"\w+", lambda v, e, t: v.value, DType.parse),  # nvFuser's name: float
     # A number printed with the output's dtype: `float(0)`, `int64_t(-9223372036854775808)`.
     "typed": Kind(
         r"\w+\([^()]*\)",

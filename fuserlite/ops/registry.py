@@ -60,7 +60,7 @@ class Param:
     """One parameter of an op's builder and `.fus` call."""
 
     name: str  # the builder keyword
-    kind: str  # "tensor", "operand", "ints", "bools", "axes", "bool" or "ident"
+    kind: str  # "tensor", "operand", "ints", "bools", "axes", "bool", "ident" or "dtype"
     required: bool = True
     choices: tuple[str, ...] = ()  # the names an "ident" may be (none: any)
     keyword: bool = False  # `.fus` text writes it as name=value
@@ -124,6 +124,10 @@ class OpDef:
     axis_map: AxisMap = positional
     sharding: Sharding = field(default_factory=Sharding)
     expr_class: type[Expr] | None = None  # None: the generic Op
+    # A conversion between dtypes (cast): its pointwise rows take each operand in its
+    # own compute type and the expression (to know the target), instead of operands
+    # already converted to the output's compute type (which would round twice).
+    converts: bool = False
 
     @property
     def doc(self) -> str:

@@ -68,6 +68,7 @@ MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
     "sqrt": lambda a, m, y: _abs(y) + _divided(m[0], np.multiply(_abs(y), 2, dtype=F64)),
     "log": lambda a, m, y: _abs(y) + _divided(m[0], _abs(a[0])),
     "sigmoid": lambda a, m, y: _abs(y) + 0.25 * m[0],  # |sigmoid'| <= 1/4
+    "cast": lambda a, m, y: _abs(y) + m[0],  # its own rounding, and x's carried over
     "add": lambda a, m, y: m[0] + m[1],
     "sub": lambda a, m, y: m[0] + m[1],
     "mul": lambda a, m, y: m[0] * m[1],

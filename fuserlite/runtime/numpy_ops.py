@@ -17,7 +17,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
-from fuserlite.numerics import nn
+from fuserlite.numerics import casts, nn
 from fuserlite.ops.reductions import reduced_axes
 from fuserlite.ops.registry import (
     Category,
@@ -60,9 +60,16 @@ def _same(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _cast(expr: Expr, x: np.ndarray) -> np.ndarray:
+    """x (in its own dtype) converted to the cast's dtype, rounded once."""
+    return casts.cast(x, expr.attrs["dtype"].numpy)
+
+
 # One row per op. A pointwise op's row computes elementwise from operands that are
-# already laid out on its output's points (operands() order, scalars as 0-d arrays);
-# any other op's row takes (expr, operand arrays, output shape).
+# already laid out on its output's points (operands() order, scalars as 0-d arrays),
+# in the output's compute dtype; a conversion's row (OpDef.converts) takes
+# (expr, operands in their own dtypes); any other op's row takes (expr, operand
+# arrays, output shape).
 Row = Callable[..., np.ndarray]
 NUMPY: dict[str, Row] = {
     "set": _same,
@@ -76,6 +83,7 @@ NUMPY: dict[str, Row] = {
     "sqrt": np.sqrt,
     "log": np.log,
     "sigmoid": nn.sigmoid,
+    "cast": _cast,
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
@@ -142,11 +150,12 @@ def eval_expr(
     if d.category is Category.POINTWISE and d.axis_map is not positional:
         args = [_laid_out(expr, t, a) for t, a in zip(expr.inputs, args)]
     with np.errstate(all="ignore"):
-        operands = _operands(expr, args, dtype)
-        if d.category is Category.POINTWISE:
-            out = row(*operands)
+        if d.converts:
+            out = row(expr, *args)
+        elif d.category is Category.POINTWISE:
+            out = row(*_operands(expr, args, dtype))
         else:
-            out = row(expr, operands, tuple(out_shape))
+            out = row(expr, _operands(expr, args, dtype), tuple(out_shape))
     out = np.asarray(out).astype(dtype, copy=False)
     if out.shape != tuple(out_shape):
         raise ExecutionError(
@@ -161,4 +170,8 @@ def eval_at_points(expr: Expr, args: list[np.ndarray]) -> np.ndarray:
     dtype."""
     dtype = expr.output.dtype.compute.numpy
     with np.errstate(all="ignore"):
-        return np.asarray(_row(expr)(*_operands(expr, args, dtype))).astype(dtype, copy=False)
+        if definition_of(expr).converts:
+            out = _row(expr)(expr, *args)
+        else:
+            out = _row(expr)(*_operands(expr, args, dtype))
+        return np.asarray(out).astype(dtype, copy=False)

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType
 from fuserlite.ops.registry import Param, all_ops, lookup
 from fuserlite.text.source import Source
 
@@ -37,6 +39,7 @@ _KIND_WORDS = {
     "axes": "an integer or a list of integers",
     "bool": "true or false",
     "ident": "a name",
+    "dtype": "a dtype name (float32, bfloat16, int64, ...)",
 }
 
 TensorLookup = Callable[[Arg], TensorView]
@@ -95,6 +98,18 @@ def _is_int_list(arg: Arg) -> bool:
     return arg.kind == "list" and all(a.kind == "int" for a in arg.value)
 
 
+def _dtype(source: Source, op: str, param: Param, arg: Arg) -> DType:
+    try:
+        return DType.parse(arg.value)
+    except FuserliteError:
+        names = ", ".join(dt.name for dt in DType)
+        raise source.error(
+            f"{op}: argument {param.name!r} must be a dtype ({names}), got {arg.value}",
+            arg.line,
+            arg.column,
+        ) from None
+
+
 def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLookup) -> Any:
     """The Python value of one argument, or a ParseError at the argument."""
     kind = param.kind
@@ -110,6 +125,8 @@ def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLooku
         return arg.value if arg.kind == "int" else [a.value for a in arg.value]
     if kind == "bool" and arg.kind == "bool":
         return arg.value
+    if kind == "dtype" and arg.kind == "name":
+        return _dtype(source, op, param, arg)
     if kind == "ident" and arg.kind == "name" and arg.value in (param.choices or (arg.value,)):
         return arg.value
     if kind == "ident" and arg.kind == "name":

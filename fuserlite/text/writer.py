@@ -47,6 +47,8 @@ def _value(kind: str, value: object) -> str:
         return value.ir_name
     if kind in ("ints", "bools", "axes"):
         return _list(value)
+    if kind == "dtype":
+        return value.name
     return str(value) if kind == "ident" else _scalar(value)
 
 
