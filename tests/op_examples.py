@@ -35,11 +35,19 @@ OP_CALLS = {
     "max": "max(x, axes=1)",
     "expand": "expand(w, [4, 8])",
     "reshape": "reshape(x, [2, -1])",
+    "permute": "permute(x, [1, 0])",
     "matmul": "matmul(x, k)",
     "linear": "linear(x, k2, bias)",
 }
 
 
+# composite name -> one call of it, reading INPUTS (it adds the expressions of its parts)
+COMPOSITE_CALLS = {
+    "transpose": "transpose(x, 0, -1)",
+}
+
+
 def op_example(op: str) -> fl.Fusion:
     """A fusion of INPUTS and `y = <the op's call>`, with y its output."""
-    return fl.parse(f"{INPUTS}y = {OP_CALLS[op]}\noutput y\n", f"{op}.fus")
+    call = OP_CALLS.get(op) or COMPOSITE_CALLS[op]
+    return fl.parse(f"{INPUTS}y = {call}\noutput y\n", f"{op}.fus")

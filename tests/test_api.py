@@ -227,6 +227,8 @@ EVAL_CASES: dict[str, tuple[list[list[int]], Callable, Callable]] = {
     "max": ([[4, 6]], lambda x: fl.max(x, [0]), lambda x: x.max(0)),
     "expand": ([[1, 3]], lambda x: fl.expand(x, [4, 3]), lambda x: np.broadcast_to(x, (4, 3))),
     "reshape": ([[2, 6]], lambda x: fl.reshape(x, [3, 4]), lambda x: x.reshape(3, 4)),
+    "permute": ([[2, 3, 4]], lambda x: fl.permute(x, [2, 0, -2]), lambda x: x.transpose(2, 0, 1)),
+    "transpose": ([[2, 3, 4]], lambda x: fl.transpose(x, -1, 0), lambda x: x.transpose(2, 1, 0)),
     "matmul": ([[2, 4, 8], [8, 3]], fl.matmul, np.matmul),
     "linear": ([[4, 8], [5, 8], [5]], fl.linear, lambda x, w, b: x @ w.T + b),
     "softmax": (

@@ -106,6 +106,10 @@ BAD = [
         "'float8'",
         "bfloat16",
     ),
+    bad("permute repeat", lambda e: fl.permute(e.x, [0, 0]), "permute", "[0, 0]", "T0[4, 6]"),
+    bad("permute short", lambda e: fl.permute(e.x, [1]), "permute", "not a permutation", "2 axes"),
+    bad("permute range", lambda e: fl.permute(e.x, [0, 2]), "permute", "[0, 2]", "0..1"),
+    bad("transpose range", lambda e: fl.transpose(e.x, 0, 5), "transpose", "dim1 5", "T0[4, 6]"),
     bad("cast list", lambda e: fl.cast([e.x], "float32"), "cast", "x must be", "[<TensorView"),
     bad("neg bool tensor", lambda e: fl.neg(fl.tensor([2], "bool")), "neg", "bool"),
     # -- binary ops ------------------------------------------------------------------

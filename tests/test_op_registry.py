@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from op_examples import OP_CALLS, op_example
+from op_examples import COMPOSITE_CALLS, OP_CALLS, op_example
 from pointwise_cases import dtype_mix, run_everywhere, whole_kernel
 
 import fuserlite as fl
@@ -18,7 +18,7 @@ from fuserlite.ir.errors import ParseError
 from fuserlite.kernel.cuda import CUDA, cuda_source
 from fuserlite.ops import registry
 from fuserlite.ops.forms import Template, build_from_printed, match_body, print_body, tensor_name
-from fuserlite.ops.registry import Category, OpDef, all_ops, definition
+from fuserlite.ops.registry import Category, OpDef, all_composites, all_ops, definition
 from fuserlite.printer import Namer
 from fuserlite.runtime.magnitude import MAGNITUDE
 from fuserlite.runtime.numpy_ops import NUMPY
@@ -43,6 +43,17 @@ def test_every_op_has_an_example_a_builder_and_a_doc_row() -> None:
         assert getattr(fl, d.name) is d.build and d.name in fl.__all__
         assert d.doc, f"{d.name}: its builder has no docstring"
         assert f"`{d.name}(" in doc, f"docs/fus-format.md does not list {d.name}"
+
+
+def test_every_composite_has_an_example_a_builder_and_a_doc_row() -> None:
+    doc = (ROOT / "docs" / "fus-format.md").read_text()
+    assert sorted(COMPOSITE_CALLS) == sorted(c.name for c in all_composites())
+    for c in all_composites():
+        assert getattr(fl, c.name) is c.build and c.name in fl.__all__
+        assert c.doc, f"{c.name}: its builder has no docstring"
+        assert f"`{c.name}(" in doc, f"docs/fus-format.md does not list {c.name}"
+        fusion = op_example(c.name)  # parses; its parts write back as .fus and read back
+        assert str(fl.parse(fl.to_fus(fusion))) == str(fusion)
 
 
 # -- printed forms, both ways ---------------------------------------------------------
@@ -158,6 +169,8 @@ def _pointwise_fusion(op: str) -> fl.Fusion:
             out = fl.set(x, cache_op="Streaming")
         elif op == "cast":
             out = fl.cast(x, "bfloat16")
+        elif op == "permute":
+            out = fl.permute(x, [1, 0])
         else:
             out = d.build(*operands)
         fusion.add_output(out)

@@ -95,6 +95,7 @@ def _cast(expr: Expr) -> str:
 CUDA: dict[str, str | Callable[[Expr], str]] = {
     "set": "{0}",
     "broadcast": "{0}",  # its operand is read at the output's coordinates: a copy
+    "permute": "{0}",  # likewise, at the coordinates its axis map permutes
     "neg": "(-{0})",
     "exp": "exp({0})",
     "tanh": "tanh({0})",

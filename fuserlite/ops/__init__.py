@@ -6,6 +6,7 @@
     reductions.py    sum, max
     contraction.py   matmul, linear
     casts.py         cast
+    movement.py      permute (transpose: a composite of it)
     registry.py      OpDef and the registry; forms.py: printed forms, both ways
     common.py        what builders share; sharding.py: sharding queries on expressions
 
@@ -15,10 +16,11 @@ TensorView (`x + y`, pointwise.install_operators). Each op module lists its buil
 exports it: a new op is exported where it is defined.
 """
 
-from fuserlite.ops import casts, contraction, pointwise, reductions, views
+from fuserlite.ops import casts, contraction, movement, pointwise, reductions, views
 from fuserlite.ops.casts import *  # noqa: F403
 from fuserlite.ops.common import tensor
 from fuserlite.ops.contraction import *  # noqa: F403 - the builders its __all__ lists
+from fuserlite.ops.movement import *  # noqa: F403
 from fuserlite.ops.pointwise import *  # noqa: F403
 from fuserlite.ops.reductions import *  # noqa: F403
 from fuserlite.ops.views import *  # noqa: F403
@@ -29,3 +31,4 @@ __all__ += views.__all__
 __all__ += reductions.__all__
 __all__ += contraction.__all__
 __all__ += casts.__all__
+__all__ += movement.__all__

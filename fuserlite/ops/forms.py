@@ -117,6 +117,7 @@ KINDS: dict[str, Kind] = {
         lambda s: _read_list(s, lambda f: f == "true"),
     ),
     "ident": Kind(r"\w+", lambda v, e, t: str(v), str),
+    "int": Kind(r"-?\d+", lambda v, e, t: str(v), int),
     "dtype": Kind(r"\w+", lambda v, e, t: v.value, DType.parse),  # nvFuser's name: float
     # A number printed with the output's dtype: `float(0)`, `int64_t(-9223372036854775808)`.
     "typed": Kind(

@@ -60,7 +60,8 @@ class Param:
     """One parameter of an op's builder and `.fus` call."""
 
     name: str  # the builder keyword
-    kind: str  # "tensor", "operand", "ints", "bools", "axes", "bool", "ident" or "dtype"
+    # "tensor", "operand", "ints", "bools", "axes", "bool", "int", "ident" or "dtype"
+    kind: str
     required: bool = True
     choices: tuple[str, ...] = ()  # the names an "ident" may be (none: any)
     keyword: bool = False  # `.fus` text writes it as name=value
@@ -180,7 +181,7 @@ _DEFS: dict[str, OpDef] = {}
 
 def register(d: OpDef) -> OpDef:
     """Add a definition; its printed form must show every operand and attribute."""
-    if d.name in _DEFS:
+    if d.name in _DEFS or d.name in _COMPOSITES:
         raise FusionError(f"op {d.name!r} is defined twice")
     missing = [n for n in (*d.operands, *d.attrs) if n not in d.form.fields]
     if missing:
@@ -204,6 +205,48 @@ def define(
 def lookup(name: str) -> OpDef | None:
     """The definition of the op called `name`, or None."""
     return _DEFS.get(name)
+
+
+@dataclass(frozen=True, eq=False)
+class Composite:
+    """A builder made of other ops (transpose, chunk, flatten): callable from Python and
+    `.fus` like an op, but it adds the expressions of its parts, so nothing else
+    (printer, passes, backends) needs to know it; `to_fus` writes the parts."""
+
+    name: str
+    build: Callable[..., Any]  # returns a tensor or a tuple of tensors
+    params: tuple[Param, ...]
+
+    @property
+    def doc(self) -> str:
+        """The first line of the builder's docstring."""
+        return (self.build.__doc__ or "").strip().splitlines()[0]
+
+
+_COMPOSITES: dict[str, Composite] = {}
+
+
+def composite(params: tuple[Param, ...]) -> Callable[[Callable], Callable]:
+    """Decorator: register the builder it decorates as a composite of the builder's name."""
+
+    def register_builder(build: Callable) -> Callable:
+        name = build.__name__
+        if name in _DEFS or name in _COMPOSITES:
+            raise FusionError(f"op {name!r} is defined twice")
+        _COMPOSITES[name] = Composite(name, build, params)
+        return build
+
+    return register_builder
+
+
+def all_composites() -> list[Composite]:
+    """Every composite, in the order they were registered."""
+    return list(_COMPOSITES.values())
+
+
+def callable_def(name: str) -> OpDef | Composite | None:
+    """What a `.fus` call of `name` runs: an op or a composite, or None."""
+    return _DEFS.get(name) or _COMPOSITES.get(name)
 
 
 def all_ops() -> list[OpDef]:

@@ -53,6 +53,7 @@ SAME = None  # the op itself, applied to the magnitudes (copies, sums, max, matm
 MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
     "set": SAME,
     "broadcast": SAME,
+    "permute": SAME,
     "expand": SAME,
     "reshape": SAME,
     "sum": SAME,

@@ -74,6 +74,7 @@ Row = Callable[..., np.ndarray]
 NUMPY: dict[str, Row] = {
     "set": _same,
     "broadcast": _same,  # its operand is laid out on the output's axes: a copy
+    "permute": _same,  # likewise, transposed by its axis map
     "neg": np.negative,
     "exp": np.exp,
     "tanh": np.tanh,

@@ -15,7 +15,7 @@ from typing import Any
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
-from fuserlite.ops.registry import Param, all_ops, lookup
+from fuserlite.ops.registry import Param, all_composites, all_ops, callable_def
 from fuserlite.text.source import Source
 
 
@@ -38,6 +38,7 @@ _KIND_WORDS = {
     "bools": "a list of true/false",
     "axes": "an integer or a list of integers",
     "bool": "true or false",
+    "int": "an integer",
     "ident": "a name",
     "dtype": "a dtype name (float32, bfloat16, int64, ...)",
 }
@@ -47,17 +48,17 @@ TensorLookup = Callable[[Arg], TensorView]
 
 def signatures() -> dict[str, tuple[Param, ...]]:
     """{op name: its parameters} of every op a .fus call can name."""
-    return {d.name: d.params for d in all_ops()}
+    return {d.name: d.params for d in (*all_ops(), *all_composites())}
 
 
 def _signature_text(op: str) -> str:
-    params = [p.name if p.required else f"{p.name}=..." for p in lookup(op).params]
+    params = [p.name if p.required else f"{p.name}=..." for p in callable_def(op).params]
     return f"{op}({', '.join(params)})"
 
 
 def bind(source: Source, op: str, op_arg: Arg, args: list[Arg]) -> dict[str, Arg]:
     """Match positional and keyword arguments to the op's parameters."""
-    params = lookup(op).params
+    params = callable_def(op).params
     bound: dict[str, Arg] = {}
     positional = [a for a in args if a.keyword is None]
     if len(positional) > len(params):
@@ -123,6 +124,8 @@ def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLooku
         return [a.value for a in arg.value]
     if kind == "axes" and (arg.kind == "int" or _is_int_list(arg)):
         return arg.value if arg.kind == "int" else [a.value for a in arg.value]
+    if kind == "int" and arg.kind == "int":
+        return arg.value
     if kind == "bool" and arg.kind == "bool":
         return arg.value
     if kind == "dtype" and arg.kind == "name":
@@ -150,7 +153,7 @@ def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLooku
 def call_op(source: Source, op_arg: Arg, args: list[Arg], tensor: TensorLookup) -> TensorView:
     """Check a call against its op's signature and run the op's builder."""
     op = op_arg.value
-    d = lookup(op)
+    d = callable_def(op)
     if d is None:
         raise source.error(
             f"unknown op {op!r}; known ops: {', '.join(sorted(signatures()))}",
