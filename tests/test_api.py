@@ -91,18 +91,31 @@ def test_long_meshes_are_abbreviated_in_messages_only() -> None:
 @pytest.mark.parametrize(
     ("build", "says"),
     [
-        # Issue 8, item 14: k is equal (3); the batched b is what is unsupported.
-        (lambda: fl.matmul(fl.tensor([2, 3]), fl.tensor([2, 3, 5])), "b must be 2-D [k, n]"),
-        (lambda: fl.linear(fl.tensor([2, 3]), fl.tensor([2, 4, 3])), "weight must be 2-D [n, k]"),
-        (lambda: fl.matmul(fl.tensor([2, 3]), fl.tensor([4])), "b must be 2-D [k, n], it has 1"),
+        (
+            lambda: fl.matmul(fl.tensor([2, 3]), fl.tensor([4])),
+            "b must be [..., k, n] (2-D or more), it has 1",
+        ),
         (lambda: fl.matmul(fl.tensor([]), fl.tensor([3, 4])), "a is 0-d"),
         (
             lambda: fl.matmul(fl.tensor([2, 3]), fl.tensor([4, 5])),
-            "the contracted extents differ: a's last axis has 3, axis 0 of b ([k, n]) has 4",
+            "the contracted extents differ: a's last axis has 3, axis 0 of b ([..., k, n]) has 4",
+        ),
+        (
+            lambda: fl.matmul(fl.tensor([2, 3]), fl.tensor([2, 4, 5])),
+            "a's last axis has 3, axis 1 of b ([..., k, n]) has 4",
         ),
         (
             lambda: fl.linear(fl.tensor([2, 3]), fl.tensor([5, 4])),
-            "the contracted extents differ: x's last axis has 3, axis 1 of weight ([n, k]) has 4",
+            "the contracted extents differ: x's last axis has 3, axis 1 of weight ([..., n, k]) "
+            "has 4",
+        ),
+        (
+            lambda: fl.matmul(fl.tensor([3, 2, 4]), fl.tensor([5, 4, 6])),
+            "batch axis 0 (counted from the left of the broadcast batch) has extent 3 in one",
+        ),
+        (
+            lambda: fl.linear(fl.tensor([2, 3]), fl.tensor([2, 4, 3]), fl.tensor([4])),
+            "bias T2[4] must have shape [2, 4]",
         ),
     ],
 )
@@ -230,7 +243,14 @@ EVAL_CASES: dict[str, tuple[list[list[int]], Callable, Callable]] = {
     "permute": ([[2, 3, 4]], lambda x: fl.permute(x, [2, 0, -2]), lambda x: x.transpose(2, 0, 1)),
     "transpose": ([[2, 3, 4]], lambda x: fl.transpose(x, -1, 0), lambda x: x.transpose(2, 1, 0)),
     "matmul": ([[2, 4, 8], [8, 3]], fl.matmul, np.matmul),
+    "matmul_batched": ([[3, 1, 4, 8], [2, 8, 5]], fl.matmul, np.matmul),
+    "matmul_vector": ([[8], [2, 8, 5]], fl.matmul, np.matmul),
     "linear": ([[4, 8], [5, 8], [5]], fl.linear, lambda x, w, b: x @ w.T + b),
+    "linear_device_batched": (  # nvFuser's [D, n/D, k] weight: out [D, ..., n/D]
+        [[2, 3, 8], [4, 5, 8], [4, 5]],
+        fl.linear,
+        lambda x, w, b: np.einsum("bsk,dnk->dbsn", x, w) + b[:, None, None, :],
+    ),
     "softmax": (
         [[4, 6]],
         lambda x: fl.div(

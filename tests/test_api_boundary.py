@@ -165,11 +165,13 @@ BAD = [
     # -- matmul, linear --------------------------------------------------------------------------
     bad("matmul b int", lambda e: fl.matmul(e.x, 5), "matmul", "b must be", "5"),
     bad("matmul a int", lambda e: fl.matmul(5, e.x), "matmul", "a must be", "5"),
-    bad("matmul batched b", lambda e: fl.matmul(e.b, e.w3), "b must be 2-D", "3 axes"),
+    bad("matmul batched b", lambda e: fl.matmul(e.x, e.w3), "last axis has 6", "axis 1 of b"),
+    bad("matmul 1-D b", lambda e: fl.matmul(e.x, e.b), "matmul", "b must be [..., k, n]", "1 axes"),
     bad("matmul k", lambda e: fl.matmul(e.x, e.w), "matmul", "last axis has 6", "has 5"),
     bad("linear weight int", lambda e: fl.linear(e.x, 5), "linear", "weight must be", "5"),
     bad("linear bias int", lambda e: fl.linear(e.x, e.w, 5), "linear", "bias must be", "5"),
-    bad("linear 3-D weight", lambda e: fl.linear(e.x, e.w3), "weight must be 2-D", "3 axes"),
+    bad("linear 1-D weight", lambda e: fl.linear(e.x, e.b), "weight must be [..., n, k]", "1 axes"),
+    bad("linear batched bias", lambda e: fl.linear(e.x, e.w3, e.b), "bias", "[2, 5]"),
     bad("linear bias shape", lambda e: fl.linear(e.x, e.w, e.x), "bias", "[5]"),
     bad("linear k", lambda e: fl.linear(e.x, fl.tensor([5, 4])), "linear", "has 6", "has 4"),
     # -- DeviceMesh ----------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
-"""Sharding rules of permute through the whole pipeline: which input shardings pass
-through (no communication), and the numbers against the reference."""
+"""Sharding rules of permute and the batched contractions, through the whole pipeline:
+which input shardings pass through (no communication), which make the output partial
+(one Allreduce), and the numbers against the reference."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 import fuserlite as fl
@@ -51,3 +53,40 @@ def test_permute_moves_the_sharded_axis_without_communication(axis: int, moved_t
     _, ex = _lowered([[8, 4, 12]], [axis], lambda x: fl.permute(fl.exp(x), [1, 2, 0]))
     assert _kinds(ex) == []
     assert _sharded_axis(ex) == moved_to
+
+
+def test_batched_matmul_sharded_batch_passes_through() -> None:
+    _, ex = _lowered([[8, 3, 5], [8, 5, 2]], [0, 0], fl.matmul)
+    assert _kinds(ex) == []
+
+
+def test_broadcast_batch_matmul_sharded_rows() -> None:
+    """a[B, M, K] with M sharded times a whole b[K, N] and a batch-broadcast b[1, K, N]."""
+    _, ex = _lowered([[2, 8, 5], [1, 5, 3]], [1, None], fl.matmul)
+    assert _kinds(ex) == []
+
+
+def test_batched_matmul_sharded_contraction_is_partial() -> None:
+    _, ex = _lowered([[3, 2, 8], [3, 8, 5]], [2, 1], fl.matmul)
+    assert _kinds(ex) == ["Allreduce"]
+
+
+def test_linear_device_batched_weight_passes_through() -> None:
+    """nvFuser's column-parallel layout: weight [D, n/D, k] and bias [D, n/D] sharded on
+    axis 0, x whole: out [D, b, s, n/D] sharded on axis 0, no communication."""
+    _, ex = _lowered([[2, 3, 8], [D, 5, 8], [D, 5]], [None, 0, 0], fl.linear)
+    assert _kinds(ex) == []
+    assert _sharded_axis(ex) == 0
+
+
+def test_linear_device_batched_weight_sharded_contraction_adds_the_bias_once() -> None:
+    """k sharded on x and on the batched weight: partial sums, one Allreduce, and the
+    bias [W, n] added after it, broadcast over x's batch axes (not aligned on the right)."""
+    fusion, ex = _lowered([[2, 3, 8], [3, 5, 8], [3, 5]], [2, 2, None], fl.linear)
+    assert _kinds(ex) == ["Allreduce"]
+    arrays = fl.random_inputs(fusion, seed=2)
+    x, w, b = arrays
+    (out,) = ex.run(arrays)
+    np.testing.assert_allclose(
+        out, np.einsum("bsk,wnk->wbsn", x, w) + b[:, None, None, :], rtol=1e-5, atol=1e-5
+    )

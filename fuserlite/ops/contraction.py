@@ -2,10 +2,14 @@
 
 The output keeps the contracted axis as a trailing reduction axis `rk`, so a
 sharded contraction axis makes the output partial (rDIDx), completed by a sum.
+Batch axes broadcast as in numpy (matmul) or stack (linear's weight batch axes
+come first, as nvFuser's linear with a device-batched weight `[D, n/D, k]`): a
+sharded batch, row or output-feature axis passes through, the axis maps say so.
 """
 
 from __future__ import annotations
 
+from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import takes_place_of
@@ -15,6 +19,7 @@ from fuserlite.ops.common import X, check_tensor, data_axes, fusion_of, new_axis
 from fuserlite.ops.forms import Template
 from fuserlite.ops.pointwise import add, promote
 from fuserlite.ops.registry import Op, Param, Rewrite, Sharding, define
+from fuserlite.ops.views import broadcast
 
 __all__ = ["matmul", "linear"]  # the builders of its ops
 
@@ -22,54 +27,67 @@ __all__ = ["matmul", "linear"]  # the builders of its ops
 def _check_contraction(
     what: str, a: TensorView, a_arg: str, w: TensorView, w_arg: str, k_axis: int
 ) -> None:
-    """a[..., k] against a 2-D w whose axis `k_axis` is k: say which of these fails."""
-    layout = "[k, n]" if k_axis == 0 else "[n, k]"
+    """a[..., k] against w[..., k, n] (k_axis -2) or w[..., n, k] (k_axis -1), both at
+    least 1-D and 2-D: say which of these fails."""
+    layout = "[..., k, n]" if k_axis == -2 else "[..., n, k]"
     if len(a.shape) < 1:
         raise FusionError(f"{what}: {a_arg} is 0-d; it needs a last axis k to contract")
-    if len(w.shape) != 2:
+    if len(w.shape) < 2:
         raise FusionError(
-            f"{what}: {w_arg} must be 2-D {layout}, it has {len(w.shape)} axes; a batched "
-            f"(or 1-D) {w_arg} is not supported, reshape it to 2-D"
+            f"{what}: {w_arg} must be {layout} (2-D or more), it has {len(w.shape)} axes; "
+            f"a 1-D {w_arg} is not supported, broadcast it to 2-D"
         )
     if a.shape[-1] != w.shape[k_axis]:
         raise FusionError(
             f"{what}: the contracted extents differ: {a_arg}'s last axis has {a.shape[-1]}, "
-            f"axis {k_axis} of {w_arg} ({layout}) has {w.shape[k_axis]}"
+            f"axis {len(w.shape) + k_axis} of {w_arg} ({layout}) has {w.shape[k_axis]}"
         )
 
 
-def _contracted(a: TensorView, n: int) -> list:
-    """The output axes of a[..., k] times a weight with n output features: [..., n, rk]."""
-    axes = [new_axis(ax.extent, ax.iter_type) for ax in data_axes(a)[:-1]]
-    return axes + [new_axis(n), new_axis(a.shape[-1], IterType.REDUCTION)]
+def _copy(axes) -> list:
+    return [new_axis(ax.extent, ax.iter_type) for ax in axes]
+
+
+def _contraction_axes(k: int) -> IterDomain:
+    return new_axis(k, IterType.REDUCTION)
 
 
 def _operand_index(expr: Expr, producer: TensorView) -> int | None:
     return next((i for i, t in enumerate(expr.inputs) if t is producer), None)
 
 
+def _trailing(positions: list[int], targets: list[int]) -> dict[int, int]:
+    """positions onto the last len(positions) targets (numpy's batch alignment)."""
+    return dict(zip(positions, targets[len(targets) - len(positions) :])) if positions else {}
+
+
 def _matmul_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
-    """a[..., m, k] -> [..., m, n, rk]: batch and m in place, k onto rk; b[k, n]: k onto
-    rk, n onto n."""
-    *batch, n, rk = range(len(expr.output.domain.logical))
+    """a[..., m, k] -> [batch..., m, n, rk]: batch axes aligned on the right, m in place,
+    k onto rk; b[..., k, n]: batch likewise, k onto rk, n onto n."""
+    rank = len(expr.output.domain.logical)
+    n, rk = rank - 2, rank - 1
+    has_m = len(expr.inputs[0].data_positions()) > 1  # a 1-D a has no m
+    batch = list(range(rank - 2 - has_m))
     p = producer.data_positions()
     k = _operand_index(expr, producer)
     if k == 0:
-        return {**dict(zip(p[:-1], batch)), p[-1]: rk}
-    return {} if k is None else {p[0]: rk, p[1]: n}
+        return {**_trailing(p[:-2], batch), **({p[-2]: rank - 3} if has_m else {}), p[-1]: rk}
+    return {} if k is None else {**_trailing(p[:-2], batch), p[-2]: rk, p[-1]: n}
 
 
 def _linear_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
-    """x[..., k] -> [..., n, rk]: batch in place, k onto rk; weight[n, k]: n onto n, k
-    onto rk; bias[n] onto n."""
+    """x[..., k] -> [wbatch..., xbatch..., n, rk]: x's leading axes after the weight's
+    batch axes, k onto rk; weight[wbatch..., n, k]: batch first, n onto n, k onto rk;
+    bias[wbatch..., n]: batch first, n onto n."""
     *batch, n, rk = range(len(expr.output.domain.logical))
     p = producer.data_positions()
     k = _operand_index(expr, producer)
+    wbatch = len(expr.inputs[1].data_positions()) - 2
     if k == 0:
-        return {**dict(zip(p[:-1], batch)), p[-1]: rk}
+        return {**dict(zip(p[:-1], batch[wbatch:])), p[-1]: rk}
     if k == 1:
-        return {p[0]: n, p[1]: rk}
-    return {} if k is None else {p[0]: n}
+        return {**dict(zip(p[:-2], batch)), p[-2]: n, p[-1]: rk}
+    return {} if k is None else {**dict(zip(p[:-1], batch)), p[-1]: n}
 
 
 _PARTIAL_SUMS = ReductionOpType.sum
@@ -83,13 +101,37 @@ _PARTIAL_SUMS = ReductionOpType.sum
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,)),
 )
 def matmul(a: TensorView, b: TensorView) -> TensorView:
-    """a[..., m, k] @ b[k, n] -> [..., m, n] (with a trailing reduction axis rk)."""
+    """a[..., m, k] @ b[..., k, n] -> [batch..., m, n] (batch axes broadcast as in numpy;
+    a trailing reduction axis rk)."""
     a, b = check_tensor(a, "matmul", "a"), check_tensor(b, "matmul", "b")
     fusion_of(a, b)
     what = f"matmul: {shape_text(a)} @ {shape_text(b)}"
-    _check_contraction(what, a, "a", b, "b", k_axis=0)
-    out = TensorView(a.fusion, _contracted(a, b.shape[1]), promote(a, b, "mul"))
+    _check_contraction(what, a, "a", b, "b", k_axis=-2)
+    a_axes, b_axes = data_axes(a), data_axes(b)
+    batch = _broadcast_batch(what, a_axes[:-2], b_axes[:-2])
+    rows = _copy(a_axes[-2:-1])  # m, absent for a 1-D a
+    axes = batch + rows + _copy(b_axes[-1:]) + [_contraction_axes(a.shape[-1])]
+    out = TensorView(a.fusion, axes, promote(a, b, "mul"))
     Op("matmul", [out], [a, b])
+    return out
+
+
+def _broadcast_batch(what: str, xs: list, ys: list) -> list:
+    """The batch axes of two operands aligned on the right, as numpy broadcasts them."""
+    n = max(len(xs), len(ys))
+    xs, ys = [None] * (n - len(xs)) + list(xs), [None] * (n - len(ys)) + list(ys)
+    out = []
+    for k, (x, y) in enumerate(zip(xs, ys)):
+        if x is None or y is None:
+            out += _copy([x or y])
+        elif x.is_broadcast or y.is_broadcast or x.extent == y.extent:
+            out += _copy([y if x.is_broadcast else x])
+        else:
+            raise FusionError(
+                f"{what}: batch axis {k} (counted from the left of the broadcast batch) has "
+                f"extent {x.extent} in one operand and {y.extent} in the other; batch axes "
+                "must be equal or broadcast (extent 1)"
+            )
     return out
 
 
@@ -105,7 +147,12 @@ def bias_after_partial_sums(linear: Expr) -> Rewrite | None:
     bias.uses = [u for u in bias.uses if u is not linear]
     users = list(dict.fromkeys(out.uses))
     made = len(out.fusion.tensors_created)
-    result = add(out, bias)  # broadcasts the bias to out's rank first
+    # bias[wbatch..., n] onto out[wbatch..., xbatch..., n]: broadcast over x's batch axes.
+    wbatch = len(bias.shape) - 1
+    xbatch = len(out.shape) - 1 - wbatch
+    if xbatch:
+        bias = broadcast(bias, [False] * wbatch + [True] * xbatch + [False])
+    result = add(out, bias)
     Expr.replace_uses(out, result, users)
     takes_place_of(result, out)
     exprs = [t.definition for t in out.fusion.tensors_created[made:]]
@@ -119,15 +166,21 @@ def bias_after_partial_sums(linear: Expr) -> Rewrite | None:
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,), when_partial=bias_after_partial_sums),
 )
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
-    """x[..., k] @ weight[n, k]^T (+ bias[n]) -> [..., n]; the product keeps a trailing rk axis."""
+    """x[..., k] @ weight[..., n, k]^T (+ bias[..., n]) -> [wbatch..., ..., n]: a batched
+    weight ([D, n/D, k], nvFuser's device-batched layout) puts its batch axes first."""
     x, weight = check_tensor(x, "linear"), check_tensor(weight, "linear", "weight")
     fusion_of(x, weight, *([check_tensor(bias, "linear", "bias")] if bias is not None else []))
     what = f"linear: {shape_text(x)} and weight {shape_text(weight)}"
-    _check_contraction(what, x, "x", weight, "weight", k_axis=1)
-    n = weight.shape[0]
-    if bias is not None and bias.shape != (n,):
-        raise FusionError(f"linear: bias {shape_text(bias)} must have shape [{n}]")
-    out = TensorView(x.fusion, _contracted(x, n), promote(x, weight, "mul"))
+    _check_contraction(what, x, "x", weight, "weight", k_axis=-1)
+    w_axes = data_axes(weight)
+    if bias is not None and bias.shape != weight.shape[:-1]:
+        raise FusionError(
+            f"linear: bias {shape_text(bias)} must have shape {list(weight.shape[:-1])} "
+            f"(weight {shape_text(weight)} without its last axis k)"
+        )
+    axes = _copy(w_axes[:-2]) + _copy(data_axes(x)[:-1]) + _copy(w_axes[-2:-1])
+    axes.append(_contraction_axes(x.shape[-1]))
+    out = TensorView(x.fusion, axes, promote(x, weight, "mul"))
     if bias is not None:  # the type of the product plus the bias
         out.dtype = promote(out, bias, "add")
     # One op with the bias, so that sharding sees one linear; where the contraction

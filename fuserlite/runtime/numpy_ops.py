@@ -52,8 +52,13 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _linear(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
-    out = _matmul(x, w.T)
-    return out + bias[0] if bias else out
+    """x[..., k] @ w[wbatch..., n, k]^T (+ bias[wbatch..., n]) -> [wbatch..., ..., n]:
+    one GEMM against all the weight's rows, its batch axes then moved to the front."""
+    wbatch, n = w.shape[:-2], w.shape[-2]
+    out = _matmul(x, w.reshape(-1, w.shape[-1]).T).reshape(*x.shape[:-1], *wbatch, n)
+    xb = x.ndim - 1
+    out = np.moveaxis(out, range(xb, xb + len(wbatch)), range(len(wbatch)))
+    return out + bias[0].reshape(*wbatch, *[1] * xb, n) if bias else out
 
 
 def _same(x: np.ndarray) -> np.ndarray:
