@@ -8,7 +8,7 @@ import fuserlite as fl
 # The inputs the calls read.
 INPUTS = (
     "input x: float32[4, 8]\ninput w: float32[1, 8]\ninput k: float32[8, 3]\n"
-    "input k2: float32[3, 8]\ninput bias: float32[3]\n"
+    "input k2: float32[3, 8]\ninput bias: float32[3]\ninput c: bool[4, 8]\n"
 )
 
 # op name -> one call of it, reading INPUTS
@@ -22,6 +22,8 @@ OP_CALLS = {
     "sqrt": "sqrt(x)",
     "log": "log(x)",
     "sigmoid": "sigmoid(x)",
+    "silu": "silu(x)",
+    "where": "where(c, x, -1.5)",
     "cast": "cast(x, bfloat16)",
     "set": "set(x)",
     "add": "add(x, w)",

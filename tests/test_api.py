@@ -224,6 +224,12 @@ EVAL_CASES: dict[str, tuple[list[list[int]], Callable, Callable]] = {
     "sqrt": ([[5]], lambda x: fl.sqrt(fl.abs(x)), lambda x: np.sqrt(np.abs(x))),
     "log": ([[5]], lambda x: fl.log(fl.abs(x)), lambda x: np.log(np.abs(x))),
     "sigmoid": ([[5]], lambda x: fl.sigmoid(x * 30.0), lambda x: 1 / (1 + np.exp(-30 * x))),
+    "silu": ([[5]], lambda x: fl.silu(x * 30.0), lambda x: 30 * x / (1 + np.exp(-30 * x))),
+    "where": (
+        [[4, 1], [3]],
+        lambda x, y: fl.where(fl.cast(x, "bool"), y, 2.0),
+        lambda x, y: np.where(x != 0, y, np.float32(2)),
+    ),
     "set": ([[5]], fl.set, lambda x: x),
     "cast": (  # float32 -> bfloat16 -> float32: the top 16 bits, rounded to nearest even
         [[64]],

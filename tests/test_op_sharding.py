@@ -90,3 +90,13 @@ def test_linear_device_batched_weight_sharded_contraction_adds_the_bias_once() -
     np.testing.assert_allclose(
         out, np.einsum("bsk,wnk->wbsn", x, w) + b[:, None, None, :], rtol=1e-5, atol=1e-5
     )
+
+
+def test_where_passes_shardings_through() -> None:
+    """where(cond, a, b) with the three sharded alike, cond broadcast on the other axis."""
+
+    def body(c: fl.TensorView, a: fl.TensorView, b: fl.TensorView) -> fl.TensorView:
+        return fl.where(fl.cast(c, "bool"), fl.silu(a), b)
+
+    _, ex = _lowered([[8, 1], [8, 6], [8, 6]], [0, 0, 0], body)
+    assert _kinds(ex) == []

@@ -109,6 +109,8 @@ CUDA: dict[str, str | Callable[[Expr], str]] = {
     "sqrt": "sqrt({0})",
     "log": "log({0})",
     "sigmoid": "(static_cast<{T}>(1) / (static_cast<{T}>(1) + exp(-{0})))",
+    "silu": "({0} / (static_cast<{T}>(1) + exp(-{0})))",
+    "where": "({0} ? {1} : {2})",
     "cast": _cast,
     "add": "({0} + {1})",
     "sub": "({0} - {1})",

@@ -15,7 +15,7 @@ import numpy as np
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DType, IterType, result_type
+from fuserlite.ir.types import DType, IterType, result_type, scalar_dtype
 from fuserlite.ops.common import (
     BINARY,
     UNARY,
@@ -27,12 +27,12 @@ from fuserlite.ops.common import (
     shape_text,
 )
 from fuserlite.ops.forms import Template, binary_call, call, infix
-from fuserlite.ops.registry import Category, Op, Operand, Scalar, define, is_scalar
+from fuserlite.ops.registry import Category, Op, Operand, Param, Scalar, define, is_scalar
 from fuserlite.ops.views import broadcast
 
 # The builders of its ops.
-__all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log", "sigmoid"]
-__all__ += ["add", "sub", "mul", "div", "maximum", "minimum"]
+__all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log", "sigmoid", "silu"]
+__all__ += ["add", "sub", "mul", "div", "maximum", "minimum", "where"]
 
 POINTWISE = Category.POINTWISE
 
@@ -103,6 +103,12 @@ def sigmoid(x: TensorView) -> TensorView:
     return unary("sigmoid", x)
 
 
+@define(call("silu"), UNARY, POINTWISE)
+def silu(x: TensorView) -> TensorView:
+    """x * sigmoid(x)"""
+    return unary("silu", x)
+
+
 # -- binary -----------------------------------------------------------------------
 def promote(a: Operand, b: Operand, name: str) -> DType:
     """The result dtype of a binary op (torch's promotion; true division gives a float)."""
@@ -145,13 +151,36 @@ def _check_broadcastable(name: str, a: TensorView, b: TensorView) -> None:
             )
 
 
-def _align_ranks(a: TensorView, b: TensorView) -> tuple[TensorView, TensorView]:
-    ra, rb = len(a.shape), len(b.shape)
-    if ra < rb:
-        a = broadcast(a, [True] * (rb - ra) + [False] * ra)
-    elif rb < ra:
-        b = broadcast(b, [True] * (ra - rb) + [False] * rb)
-    return a, b
+def _align_ranks(*tensors: TensorView) -> list[TensorView]:
+    """Each tensor with leading broadcast axes up to the highest rank (numpy's rule)."""
+    rank = builtins.max(len(t.shape) for t in tensors)
+    return [
+        t
+        if len(t.shape) == rank
+        else broadcast(t, [True] * (rank - len(t.shape)) + [False] * len(t.shape))
+        for t in tensors
+    ]
+
+
+def _broadcast_output(name: str, operands: list[Operand], dtype: DType) -> tuple[TensorView, list]:
+    """The output of a pointwise op over operands that broadcast (numpy's rule), and the
+    operands with the tensors aligned to its rank; shapes are checked before anything
+    is added to the fusion."""
+    tensors = [x for x in operands if isinstance(x, TensorView)]
+    for k, a in enumerate(tensors):
+        for b in tensors[k + 1 :]:
+            _check_broadcastable(name, a, b)
+    aligned = iter(_align_ranks(*tensors))
+    operands = [next(aligned) if isinstance(x, TensorView) else x for x in operands]
+    tensors = [x for x in operands if isinstance(x, TensorView)]
+    axes = []
+    for column in zip(*(data_axes(t) for t in tensors)):
+        data = [ax for ax in column if not ax.is_broadcast]
+        if data:
+            axes.append(new_axis(data[0].extent))
+        else:
+            axes.append(new_axis(builtins.max(ax.extent for ax in column), IterType.BROADCAST))
+    return TensorView(tensors[0].fusion, axes, dtype), operands
 
 
 def _operands(name: str, a: object, b: object) -> tuple[Operand, Operand]:
@@ -175,19 +204,8 @@ def binary(name: str, a: object, b: object, numbers_only: bool = False) -> Tenso
     for x in (a, b):
         if is_scalar(x) and not _fits(x, dtype):
             raise FusionError(f"{name}: the scalar {x!r} does not fit the {dtype.name} result")
-    if isinstance(a, TensorView) and isinstance(b, TensorView):
-        _check_broadcastable(name, a, b)
-        a, b = _align_ranks(a, b)
-        axes = []
-        for x, y in zip(data_axes(a), data_axes(b)):
-            if x.is_broadcast and y.is_broadcast:
-                axes.append(new_axis(builtins.max(x.extent, y.extent), IterType.BROADCAST))
-            else:
-                axes.append(new_axis(y.extent if x.is_broadcast else x.extent))
-        out = TensorView(a.fusion, axes, dtype)
-    else:
-        out = like(a if isinstance(a, TensorView) else b, dtype)
-    Op(name, [out], [a, b])
+    out, operands = _broadcast_output(name, [a, b], dtype)
+    Op(name, [out], operands)
     return out
 
 
@@ -225,6 +243,36 @@ def maximum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
 def minimum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """Elementwise min(a, b)."""
     return binary("minimum", a, b)
+
+
+@define(
+    Template("where({cond}\n  , {a:operand}\n  , {b:operand});"),
+    (Param("cond", "tensor"), *BINARY),
+    POINTWISE,
+)
+def where(cond: TensorView, a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a where cond is true, else b (cond bool; the three broadcast as in numpy)."""
+    cond = check_tensor(cond, "where", "cond")
+    if cond.dtype is not DType.bool:
+        raise FusionError(
+            f"where: cond {shape_text(cond)} is {cond.dtype.name}; it must be bool "
+            "(cast it: cast(cond, bool))"
+        )
+    a, b = (
+        x if isinstance(x, TensorView) else args.scalar(x, "where", n)
+        for x, n in ((a, "a"), (b, "b"))
+    )
+    fusion_of(cond, a, b)
+    # Two numbers: torch's dtypes for them (float32, int64, bool), promoted.
+    tensors = [x.dtype for x in (a, b) if isinstance(x, TensorView)]
+    dtype = result_type(tensors or [scalar_dtype(a), scalar_dtype(b)], [])
+    dtype = result_type([dtype], [x for x in (a, b) if is_scalar(x)])
+    for x in (a, b):
+        if is_scalar(x) and not _fits(x, dtype):
+            raise FusionError(f"where: the scalar {x!r} does not fit the {dtype.name} result")
+    out, operands = _broadcast_output("where", [cond, a, b], dtype)
+    Op("where", [out], operands)
+    return out
 
 
 def install_operators() -> None:

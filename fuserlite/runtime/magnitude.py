@@ -70,6 +70,8 @@ MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
     "log": lambda a, m, y: _abs(y) + _divided(m[0], _abs(a[0])),
     "sigmoid": lambda a, m, y: _abs(y) + 0.25 * m[0],  # |sigmoid'| <= 1/4
     "cast": lambda a, m, y: _abs(y) + m[0],  # its own rounding, and x's carried over
+    "silu": lambda a, m, y: _abs(y) + 1.1 * m[0],  # |silu'| < 1.1
+    "where": lambda a, m, y: np.where(a[0], m[1], m[2]),  # the chosen operand's
     "add": lambda a, m, y: m[0] + m[1],
     "sub": lambda a, m, y: m[0] + m[1],
     "mul": lambda a, m, y: m[0] * m[1],

@@ -89,6 +89,8 @@ NUMPY: dict[str, Row] = {
     "sqrt": np.sqrt,
     "log": np.log,
     "sigmoid": nn.sigmoid,
+    "silu": nn.silu,
+    "where": lambda c, a, b: np.where(c != 0, a, b),  # c arrives in the output's type
     "cast": _cast,
     "add": np.add,
     "sub": np.subtract,
