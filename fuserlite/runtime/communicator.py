@@ -4,6 +4,13 @@ A backend moves numpy buffers between devices. Every method takes and returns
 {device: array} for the devices this process hosts (all of them for `sim`,
 one for `mpi`), and works on axis 0: the executor first lays each buffer out
 with its sharded axis outermost, as assign-layouts pinned it.
+
+A collective runs over several teams at once (the teams of a group of mesh
+axes, `plan.mesh_axes.teams`): each device is in at most one, and each team
+runs the collective on its own. A team's member order is the concatenation
+order of gathered blocks and the order in which partial results are combined
+(`fold`: left to right, on every backend, so reductions agree bit for bit).
+Point-to-point transfers (`exchange`) carry the boxes of a move between meshes.
 """
 
 from __future__ import annotations
@@ -30,6 +37,60 @@ class BufferSpec:
     dtype: np.dtype
 
 
+@dataclass(frozen=True)
+class Team:
+    """The devices of one collective, in order; rooted kinds name their root.
+
+    `members` send (Allgather, Gather, Reduce, ...) or receive (Broadcast, Scatter)
+    the data, in order; a root outside them takes part only as the root.
+    """
+
+    members: tuple[int, ...]
+    root: int | None = None
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Everyone taking part: the members, then a root that is not one of them."""
+        if self.root is None or self.root in self.members:
+            return self.members
+        return (*self.members, self.root)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One point-to-point transfer: `src` sends a buffer of `spec` to `dst`."""
+
+    src: int
+    dst: int
+    spec: BufferSpec
+
+
+def check_teams(teams: Sequence[Team], what: str) -> tuple[Team, ...]:
+    """`teams` as a tuple, or an ExecutionError where a device is in two of them."""
+    seen: dict[int, Team] = {}
+    for team in teams:
+        if len(set(team.members)) != len(team.members) or not team.members:
+            raise ExecutionError(f"{what}: team {list(team.members)} must list distinct devices")
+        for d in team.devices:
+            if d in seen:
+                raise ExecutionError(
+                    f"{what}: device {d} is in two teams, {list(seen[d].devices)} and "
+                    f"{list(team.devices)}; the teams of one collective are disjoint"
+                )
+            seen[d] = team
+    return tuple(teams)
+
+
+def teams_of(comm: Communication) -> tuple[Team, ...]:
+    """The teams a Communication runs over (its whole team today: meshes are 1-D)."""
+    k = comm.kind
+    if k in (CommKind.Broadcast, CommKind.Scatter):
+        return (Team(comm.output.mesh.devices, comm.root),)
+    if k in (CommKind.Gather, CommKind.Reduce):
+        return (Team(comm.input.mesh.devices, comm.root),)
+    return (Team(comm.team),)
+
+
 class Communicator:
     """Collectives over teams of devices; subclasses implement the data movement."""
 
@@ -38,6 +99,12 @@ class Communicator:
     # -- multi-process hooks: the defaults suit a backend that hosts every device --
     def prepare(self, devices: Sequence[int], communications: Sequence[Communication]) -> None:
         """Called once per executor, before any communication, with the program's devices."""
+
+    def prepare_teams(self, teams: Sequence[Team]) -> None:
+        """Make whatever running collectives over `teams` needs (every process calls it)."""
+
+    def release(self) -> None:
+        """Frees what prepare() made (every process calls it, at the end)."""
 
     @contextmanager
     def guard(self) -> Iterator[None]:
@@ -56,34 +123,55 @@ class Communicator:
         """The devices among `devices` that this process holds data for."""
         raise NotImplementedError
 
-    def allgather(self, team, bufs: Buffers) -> Buffers:
+    # Each collective: every member of each team passes its buffer in `bufs`.
+    def allgather(self, teams: Sequence[Team], bufs: Buffers) -> Buffers:
+        """Each member gets its team's buffers concatenated on axis 0, in member order."""
         raise NotImplementedError
 
-    def alltoall(self, team, bufs: Buffers) -> dict[int, list[np.ndarray]]:
+    def alltoall(self, teams: Sequence[Team], bufs: Buffers) -> dict[int, list[np.ndarray]]:
+        """Member j gets part j (of len(team) on axis 0) of every member's buffer, in order."""
         raise NotImplementedError
 
-    def allreduce(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+        """Each member gets the fold of its team's buffers."""
         raise NotImplementedError
 
-    def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def reduce_scatter(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+        """Member j gets part j (on axis 0) of the fold of its team's buffers."""
         raise NotImplementedError
 
-    def broadcast(self, team, root: int, bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        """Each member gets its team root's buffer."""
         raise NotImplementedError
 
-    def scatter(self, team, root: int, receivers, bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        """Member j gets part j (of len(members) on axis 0) of its root's buffer."""
         raise NotImplementedError
 
-    def gather(self, team, root: int, senders, bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        """Each root gets its members' buffers (of `spec`) concatenated on axis 0."""
         raise NotImplementedError
 
     def reduce(
-        self, team, root: int, senders, bufs: Buffers, op: ReductionOpType, spec: BufferSpec
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, spec: BufferSpec
     ) -> Buffers:
+        """Each root gets the fold of its members' buffers (of `spec`)."""
         raise NotImplementedError
 
-    def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def exchange(
+        self, messages: Sequence[Message], payloads: dict[int, np.ndarray]
+    ) -> dict[int, np.ndarray]:
+        """Point to point: message i's payload (given where its src is hosted) arrives at its
+        dst; returns {i: array} for the messages whose dst this process hosts."""
         raise NotImplementedError
+
+
+def fold(arrays: Sequence[np.ndarray], op: ReductionOpType) -> np.ndarray:
+    """arrays[0] op arrays[1] op ... left to right: the one combine order of every backend."""
+    out = canonical(np.array(arrays[0]))  # a new array (0-d stays an array)
+    for a in arrays[1:]:
+        out = combine(op, out, a)
+    return out
 
 
 def combine(op: ReductionOpType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -130,6 +218,14 @@ def chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:
     return a[tuple(where)]
 
 
+def split_even(a: np.ndarray, parts: int, what: str) -> list[np.ndarray]:
+    """`a` in `parts` equal parts on axis 0 (views), or an ExecutionError naming `what`."""
+    if a.ndim == 0 or a.shape[0] % parts:
+        extent = "a 0-d buffer" if a.ndim == 0 else f"axis extent {a.shape[0]}"
+        raise ExecutionError(f"{what}: {extent} is not divisible by {parts} devices")
+    return np.split(a, parts, axis=0)
+
+
 def contiguous(a: np.ndarray, dtype=None) -> np.ndarray:
     """A C-contiguous array with a's shape (np.ascontiguousarray turns 0-d into 1-d)."""
     return np.require(a, dtype=dtype, requirements="C")
@@ -167,7 +263,7 @@ def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
 
 def run_communication(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
     """Execute one Communication; returns the output shards of hosted output devices."""
-    k, team = comm.kind, comm.team
+    k, teams = comm.kind, teams_of(comm)
     in_mesh, out_mesh = comm.input.mesh.devices, comm.output.mesh.devices
     senders = backend.hosted(in_mesh)
     _check_buffers(comm, bufs, senders)
@@ -178,35 +274,47 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
             for d in backend.hosted(out_mesh)
         }
     if k is CommKind.Allgather:
-        got = backend.allgather(team, {d: _front(bufs[d], a_in) for d in senders})
+        got = backend.allgather(teams, {d: _front(bufs[d], a_in) for d in senders})
         return {d: _back(v, a_in) for d, v in got.items()}
     if k is CommKind.AllToAll:
         moved = {d: _front(bufs[d], a_out) for d in senders}
         concat_at = a_in + 1 if a_in < a_out else a_in
-        got = backend.alltoall(team, moved)
+        got = backend.alltoall(teams, moved)
         return {
             d: _back(np.concatenate(chunks, axis=concat_at), a_out) for d, chunks in got.items()
         }
     if k is CommKind.Allreduce:
-        return backend.allreduce(team, {d: contiguous(bufs[d]) for d in senders}, comm.op)
+        return backend.allreduce(teams, {d: contiguous(bufs[d]) for d in senders}, comm.op)
     if k is CommKind.ReduceScatter:
-        got = backend.reduce_scatter(team, {d: _front(bufs[d], a_out) for d in senders}, comm.op)
+        moved = {d: _front(bufs[d], a_out) for d in senders}
+        got = backend.reduce_scatter(teams, moved, comm.op)
         return {d: _back(v, a_out) for d, v in got.items()}
     if k is CommKind.Broadcast:
-        got = backend.broadcast(team, comm.root, {d: bufs[d] for d in senders}, _spec(comm, None))
-        return {d: v for d, v in got.items() if d in out_mesh}
+        return backend.broadcast(teams, {d: bufs[d] for d in senders}, _spec(comm, None))
     if k is CommKind.Scatter:
         moved = {d: _front(bufs[d], a_out) for d in senders}
-        got = backend.scatter(team, comm.root, out_mesh, moved, _spec(comm, a_out))
+        got = backend.scatter(teams, moved, _spec(comm, a_out))
         return {d: _back(v, a_out) for d, v in got.items()}
     if k is CommKind.Gather:
         moved = {d: _front(bufs[d], a_in) for d in senders}
-        got = backend.gather(team, comm.root, in_mesh, moved, _spec(comm, a_in))
+        got = backend.gather(teams, moved, _spec(comm, a_in))
         return {d: _back(v, a_in) for d, v in got.items()}
     if k is CommKind.Reduce:
         held = {d: bufs[d] for d in senders}
-        return backend.reduce(team, comm.root, in_mesh, held, comm.op, _spec(comm, None))
+        return backend.reduce(teams, held, comm.op, _spec(comm, None))
     if k is CommKind.SendRecv:
-        pairs = list(zip(in_mesh, out_mesh))
-        return backend.sendrecv(pairs, {d: bufs[d] for d in senders}, _spec(comm, None))
+        return send_pairs(backend, list(zip(in_mesh, out_mesh)), bufs, _spec(comm, None))
     raise ExecutionError(f"no implementation for communication kind {k.value}")
+
+
+def send_pairs(
+    backend: Communicator, pairs: Sequence[tuple[int, int]], bufs: Buffers, spec: BufferSpec
+) -> Buffers:
+    """Each (src, dst) pair: dst gets src's whole buffer (a device paired with itself keeps it)."""
+    out = {d: bufs[s] for s, d in pairs if s == d and d in bufs}
+    moving = [(s, d) for s, d in pairs if s != d]
+    messages = [Message(s, d, spec) for s, d in moving]
+    payloads = {i: bufs[s] for i, (s, _) in enumerate(moving) if s in bufs}
+    for i, array in backend.exchange(messages, payloads).items():
+        out[moving[i][1]] = array
+    return out

@@ -168,6 +168,17 @@ class FusionExecutor:
         # on every process, before any communication.
         self.backend.prepare(self.devices, self.communications)
 
+    def close(self) -> None:
+        """Free what the backend made in prepare() (mpi: the team communicators); on a
+        multi-process backend every process calls it. Also `with FusionExecutor(...)`."""
+        self.backend.release()
+
+    def __enter__(self) -> FusionExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def working_set(self) -> WorkingSet:
         """Bytes of the inputs, the outputs and the largest set of intermediates live
         at once, each summed over the devices that hold it (docs/design.md §8)."""

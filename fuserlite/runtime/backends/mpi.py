@@ -1,15 +1,23 @@
 """The `mpi` backend: one process per device, collectives through mpi4py.
 
-Launch with `mpiexec -n D`; rank r is device r. Every method moves numpy
-buffers with mpi4py's buffer (upper-case) calls; bfloat16, which MPI has no
-datatype for, moves as its bits (uint16) and reduces as bfloat16. A team that is not the whole
-world in rank order gets a sub-communicator, made once by `prepare` with
-`COMM_WORLD.Split`, which every rank calls for every team in program order, so
-no rank waits on a split the others skip. SendRecv pairs use point-to-point
-messages on the world communicator. Reductions combine partial results with
-user-defined ops that compute `communicator.combine`, the same function the sim
-backend folds left to right, so both agree bit for bit wherever the order cannot
-matter (max, integers, bools) and whatever tree MPI picks.
+Launch with `mpiexec -n N`; rank r is device r, and N may exceed the devices
+the program uses: ranks in no mesh stay idle (they still call every collective
+set-up, as all ranks must). Every method moves numpy buffers with mpi4py's
+buffer (upper-case) calls; bfloat16, which MPI has no datatype for, moves as
+its bits (uint16) and reduces as bfloat16.
+
+Teams: `prepare` makes the communicators of every team once, before running:
+one `COMM_WORLD.Split` per communication whose teams are new (every team of a
+group of mesh axes at once: the color is the team), which every rank calls in
+program order, so no rank waits on a split the others skip; `release` frees
+them. Point-to-point transfers (SendRecv, the boxes of a move) use the world
+communicator.
+
+Reductions fold partial results with `communicator.fold`, in member order, as
+sim does, so both agree bit for bit for every op and dtype (float sums too):
+Allreduce is an AllToAll of flat chunks, a fold per chunk and an Allgather (the
+bytes of a ring), ReduceScatter an AllToAll and a fold, Reduce a Gather and a
+fold at the root. MPI's own ops would pick their own order (and MAX drops NaN).
 
 Faults: `guard()` wraps one execution. An exception on one rank would leave
 the others blocked in their next collective, so the failing rank prints its
@@ -35,17 +43,22 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.types import ReductionOpType
+from fuserlite.plan.blocks import chunk_bounds
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
     Communicator,
-    canonical,
-    combine,
+    Message,
+    Team,
+    check_teams,
     contiguous,
-    identity,
+    fold,
+    split_even,
+    teams_of,
 )
 
 ABORT_GRACE_S = 0.5
@@ -60,29 +73,6 @@ def _mpi():
             "(mpi4py and mpich), then launch with mpiexec -n D"
         ) from exc
     return MPI
-
-
-# per process, one per (op, dtype) a program reduces: MPI limits how many exist
-_USER_OPS: dict[tuple[ReductionOpType, np.dtype], object] = {}
-
-
-def _user_op(MPI, op: ReductionOpType, dtype: np.dtype):
-    """The MPI op that computes communicator.combine on `dtype`, as sim does.
-
-    MPI's own MAX drops NaN depending on which rank holds it and is undefined for bool
-    (so is SUM); combine is commutative, so MPI may apply it in any order. The op
-    reads its buffers as `dtype` whatever datatype MPI was told: bfloat16 travels as
-    uint16 (see `_wire`) but is combined as bfloat16.
-    """
-    key = (op, np.dtype(dtype))
-    if key not in _USER_OPS:
-
-        def apply(inbuf, inoutbuf, datatype) -> None:
-            mine = np.frombuffer(inoutbuf, key[1])
-            mine[...] = combine(op, np.frombuffer(inbuf, key[1]), mine)
-
-        _USER_OPS[key] = MPI.Op.Create(apply, commute=True)
-    return _USER_OPS[key]
 
 
 def _wire(a: np.ndarray | None) -> np.ndarray | None:
@@ -118,36 +108,56 @@ class MpiCommunicator(Communicator):
     def prepare(self, devices: Sequence[int], communications: Sequence[Communication]) -> None:
         """Check the world size against the program's devices and split off every team.
 
-        Collective over COMM_WORLD: every rank must call it with the same program.
+        Collective over COMM_WORLD: every rank must call it with the same program, idle
+        ranks (in no mesh) too.
         """
         devices = sorted(devices)
-        if devices != list(range(self.size)):
+        if devices and devices[-1] >= self.size:
             raise ExecutionError(
-                f"rank {self.rank}: the program runs on devices {devices} but MPI started "
-                f"{self.size} rank(s); rank r is device r, so launch it with "
-                f"mpiexec -n {len(devices)} and a mesh of devices 0..{len(devices) - 1}"
+                f"rank {self.rank}: the program runs on devices {{{abbreviate(devices)}}} but "
+                f"MPI started {self.size} rank(s); rank r is device r, so launch it with "
+                f"mpiexec -n {devices[-1] + 1} or more (ranks in no mesh stay idle)"
             )
         for comm in communications:
             if comm.kind.is_collective and comm.kind is not CommKind.SendRecv:
-                self._split(comm.team)
+                self.prepare_teams(teams_of(comm))
 
-    def _split(self, team: tuple[int, ...]) -> None:
-        if team in self._teams:
+    def prepare_teams(self, teams: Sequence[Team]) -> None:
+        """Make the communicators of `teams` that do not exist yet: one Split for them all.
+
+        Collective over COMM_WORLD (every rank, members or not, with the same teams).
+        """
+        check_teams(teams, f"rank {self.rank}: prepare_teams")
+        new = list(dict.fromkeys(t.devices for t in teams if t.devices not in self._teams))
+        if not new:
             return
-        member = self.rank in team
-        color = 0 if member else self.MPI.UNDEFINED
-        sub = self.world.Split(color, team.index(self.rank) if member else 0)
-        self._teams[team] = sub if member else None
+        color, key = self.MPI.UNDEFINED, 0
+        for i, devices in enumerate(new):
+            if self.rank in devices:
+                color, key = i, devices.index(self.rank)
+        sub = self.world.Split(color, key)
+        for i, devices in enumerate(new):
+            self._teams[devices] = sub if i == color else None
 
-    def _team(self, team: Sequence[int]):
-        """This rank's communicator for `team`, or None if the rank is not in it."""
-        team = tuple(team)
-        if team not in self._teams:
-            raise ExecutionError(
-                f"rank {self.rank}: no communicator for team {list(team)}; the executor creates "
-                "them in prepare() (collectively, on every rank) before running"
-            )
-        return self._teams[team]
+    def release(self) -> None:
+        """Free every team communicator (collective: every rank calls it)."""
+        for comm in self._teams.values():
+            if comm is not None and comm is not self.world:
+                comm.Free()
+        self._teams = {tuple(range(self.size)): self.world}
+
+    def _mine(self, teams: Sequence[Team]):
+        """This rank's team among `teams` and its communicator, or None if it is in none."""
+        for team in teams:
+            if self.rank in team.devices:
+                if team.devices not in self._teams:
+                    raise ExecutionError(
+                        f"rank {self.rank}: no communicator for team {list(team.devices)}; "
+                        "prepare() (or prepare_teams()) creates them, collectively on every rank, "
+                        "before running"
+                    )
+                return team, self._teams[team.devices]
+        return None
 
     # -- faults and results -----------------------------------------------------------
     @contextmanager
@@ -188,147 +198,172 @@ class MpiCommunicator(Communicator):
         return [self.rank] if self.rank in devices else []
 
     # -- collectives ------------------------------------------------------------------
-    def allgather(self, team, bufs: Buffers) -> Buffers:
-        comm = self._team(team)
-        if comm is None:
+    def allgather(self, teams: Sequence[Team], bufs: Buffers) -> Buffers:
+        mine = self._mine(teams)
+        if mine is None:
             return {}
+        team, comm = mine
         send = contiguous(bufs[self.rank])
-        recv = np.empty((len(team) * send.shape[0], *send.shape[1:]), send.dtype)
+        recv = np.empty((len(team.members) * send.shape[0], *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes
         comm.Allgather(_wire(send), _wire(recv))
         return {self.rank: recv}
 
-    def _check_divisible(self, kind: str, team, send: np.ndarray) -> None:
-        if send.shape[0] % len(team):
-            raise ExecutionError(
-                f"rank {self.rank}: {kind} over team {list(team)}: axis extent "
-                f"{send.shape[0]} is not divisible by {len(team)} devices"
-            )
-
-    def alltoall(self, team, bufs: Buffers) -> dict[int, list[np.ndarray]]:
-        comm = self._team(team)
-        if comm is None:
+    def alltoall(self, teams: Sequence[Team], bufs: Buffers) -> dict[int, list[np.ndarray]]:
+        mine = self._mine(teams)
+        if mine is None:
             return {}
-        send = contiguous(bufs[self.rank])
-        self._check_divisible("AllToAll", team, send)
+        team, comm = mine
+        d, send = len(team.members), contiguous(bufs[self.rank])
+        split_even(send, d, f"rank {self.rank}: AllToAll over team {list(team.members)}")
         recv = np.empty_like(send)
-        self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
+        self.bytes_sent += send.nbytes * (d - 1) // d
         comm.Alltoall(_wire(send), _wire(recv))
-        return {self.rank: np.split(recv, len(team), axis=0)}
+        return {self.rank: np.split(recv, d, axis=0)}
 
-    def allreduce(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
-        comm = self._team(team)
-        if comm is None:
+    def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+        """Each member folds one flat chunk of every member's buffer, in member order (an
+        AllToAll), then the chunks are all-gathered: sim's bits, a ring's bytes."""
+        mine = self._mine(teams)
+        if mine is None:
             return {}
+        team, comm = mine
         send = contiguous(bufs[self.rank])
+        flat, d = send.reshape(-1), len(team.members)
+        bounds = [chunk_bounds(flat.size, d, j) for j in range(d)]
+        counts, displs = [hi - lo for lo, hi in bounds], [lo for lo, _ in bounds]
+        m = counts[team.members.index(self.rank)]
+        got = np.empty(d * m, send.dtype)
+        comm.Alltoallv(
+            self._v(flat, counts, displs), self._v(got, [m] * d, [i * m for i in range(d)])
+        )
+        part = fold([got[i * m : (i + 1) * m] for i in range(d)], op)
+        whole = np.empty(flat.size, send.dtype)
+        comm.Allgatherv(_wire(part), self._v(whole, counts, displs))
+        self.bytes_sent += (flat.size - m + (d - 1) * m) * send.itemsize
+        return {self.rank: whole.reshape(send.shape)}
+
+    def reduce_scatter(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+        """Member j folds part j of every member's buffer, in member order (an AllToAll)."""
+        mine = self._mine(teams)
+        if mine is None:
+            return {}
+        team, comm = mine
+        d, send = len(team.members), contiguous(bufs[self.rank])
+        split_even(send, d, f"rank {self.rank}: ReduceScatter over team {list(team.members)}")
         recv = np.empty_like(send)
-        self.bytes_sent += send.nbytes
-        comm.Allreduce(_wire(send), _wire(recv), op=_user_op(self.MPI, op, send.dtype))
-        return {self.rank: canonical(recv)}
+        self.bytes_sent += send.nbytes * (d - 1) // d
+        comm.Alltoall(_wire(send), _wire(recv))
+        return {self.rank: fold(np.split(recv, d, axis=0), op)}
 
-    def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
-        comm = self._team(team)
-        if comm is None:
+    def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        mine = self._mine(teams)
+        if mine is None:
             return {}
-        send = contiguous(bufs[self.rank])
-        self._check_divisible("ReduceScatter", team, send)
-        recv = np.empty((send.shape[0] // len(team), *send.shape[1:]), send.dtype)
-        self.bytes_sent += send.nbytes * (len(team) - 1) // len(team)
-        comm.Reduce_scatter_block(_wire(send), _wire(recv), op=_user_op(self.MPI, op, send.dtype))
-        return {self.rank: canonical(recv)}
-
-    def broadcast(self, team, root: int, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        comm = self._team(team)
-        if comm is None:
-            return {}
-        if self.rank == root:
-            buf = contiguous(bufs[root], dtype=spec.dtype)
+        team, comm = mine
+        if self.rank == team.root:
+            buf = contiguous(bufs[team.root], dtype=spec.dtype)
             self.bytes_sent += buf.nbytes
         else:
             buf = np.empty(spec.shape, spec.dtype)
-        comm.Bcast(_wire(buf), root=tuple(team).index(root))
-        return {self.rank: buf}
+        comm.Bcast(_wire(buf), root=team.devices.index(team.root))
+        return {self.rank: buf} if self.rank in team.members else {}
 
-    def _chunked(self, team, members, shape, what: str):
-        """Counts and displacements (in elements) of one axis-0 chunk per member of `team`."""
-        if shape[0] % len(members):
-            raise ExecutionError(
-                f"rank {self.rank}: {what} over team {list(team)}: axis extent {shape[0]} "
-                f"is not divisible by {len(members)} devices"
-            )
-        rows = shape[0] // len(members)
-        per = rows * int(np.prod(shape[1:], dtype=np.int64))
-        members = list(members)
-        counts = [per if d in members else 0 for d in team]
-        displs = [members.index(d) * per if d in members else 0 for d in team]
-        return (rows, *shape[1:]), counts, displs
+    def _v(self, array: np.ndarray, counts: list[int], displs: list[int]) -> list:
+        """A vector buffer for MPI's *v calls: the array's wire form, counts, displacements."""
+        wire = _wire(array)
+        return [wire, (counts, displs), self.MPI.Datatype.fromcode(wire.dtype.char)]
 
-    def scatter(self, team, root: int, receivers, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        comm = self._team(team)
-        if comm is None:
+    @staticmethod
+    def _layout(team: Team, per: int) -> tuple[list[int], list[int]]:
+        """Counts and displacements (elements) of one part of `per` per member, in member
+        order, for each device of the team's communicator (a root outside gets none)."""
+        where = {d: j for j, d in enumerate(team.members)}
+        counts = [per if d in where else 0 for d in team.devices]
+        return counts, [where.get(d, 0) * per for d in team.devices]
+
+    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        mine = self._mine(teams)
+        if mine is None:
             return {}
-        chunk, counts, displs = self._chunked(team, receivers, spec.shape, "Scatter")
+        team, comm = mine
+        d = len(team.members)
+        what = f"rank {self.rank}: Scatter over team {list(team.devices)}"
+        part = split_even(np.empty(spec.shape, spec.dtype), d, what)[0].shape
+        counts, displs = self._layout(team, int(np.prod(part, dtype=np.int64)))
         send = None
-        if self.rank == root:
-            whole = _wire(contiguous(bufs[root], dtype=spec.dtype))
-            send = [whole, (counts, displs), self.MPI.Datatype.fromcode(whole.dtype.char)]
-            kept = counts[tuple(team).index(root)] * whole.itemsize
+        if self.rank == team.root:
+            whole = contiguous(bufs[team.root], dtype=spec.dtype)
+            send = self._v(whole, counts, displs)
+            kept = counts[team.devices.index(team.root)] * whole.itemsize
             self.bytes_sent += whole.nbytes - kept
-        mine = chunk if self.rank in receivers else (0, *chunk[1:])
-        recv = np.empty(mine, spec.dtype)
-        comm.Scatterv(send, _wire(recv), root=tuple(team).index(root))
-        return {self.rank: recv} if self.rank in receivers else {}
+        mine_shape = part if self.rank in team.members else (0, *part[1:])
+        recv = np.empty(mine_shape, spec.dtype)
+        comm.Scatterv(send, _wire(recv), root=team.devices.index(team.root))
+        return {self.rank: recv} if self.rank in team.members else {}
 
-    def gather(self, team, root: int, senders, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        comm = self._team(team)
-        if comm is None:
-            return {}
-        whole_shape = (spec.shape[0] * len(senders), *spec.shape[1:])
-        _, counts, displs = self._chunked(team, senders, whole_shape, "Gather")
-        if self.rank in senders:
+    def _to_root(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec):
+        """(team, the members' buffers of `spec` in member order) at each root; None elsewhere."""
+        mine = self._mine(teams)
+        if mine is None:
+            return None
+        team, comm = mine
+        per = int(np.prod(spec.shape, dtype=np.int64))
+        counts, displs = self._layout(team, per)
+        if self.rank in team.members:
             send = contiguous(bufs[self.rank], dtype=spec.dtype)
         else:
-            send = np.empty((0, *spec.shape[1:]), spec.dtype)
-        recv = None
-        if self.rank == root:
-            whole = np.empty(whole_shape, spec.dtype)
-            wire = _wire(whole)
-            recv = [wire, (counts, displs), self.MPI.Datatype.fromcode(wire.dtype.char)]
-        if self.rank != root:
+            send = np.empty((0,), spec.dtype)
+        whole = recv = None
+        if self.rank == team.root:
+            whole = np.empty((len(team.members), *spec.shape), spec.dtype)
+            recv = self._v(whole, counts, displs)
+        else:
             self.bytes_sent += send.nbytes
-        comm.Gatherv(_wire(send), recv, root=tuple(team).index(root))
-        return {root: whole} if self.rank == root else {}
+        comm.Gatherv(_wire(send), recv, root=team.devices.index(team.root))
+        if whole is None:
+            return None
+        return team, [whole[j : j + 1].reshape(spec.shape) for j in range(len(team.members))]
+
+    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        got = self._to_root(teams, bufs, spec)
+        if got is None:
+            return {}
+        team, parts = got
+        return {team.root: np.concatenate(parts, axis=0)}
 
     def reduce(
-        self, team, root: int, senders, bufs: Buffers, op: ReductionOpType, spec: BufferSpec
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, spec: BufferSpec
     ) -> Buffers:
-        comm = self._team(team)
-        if comm is None:
+        """The root folds its members' buffers in member order (gathered first), as sim does."""
+        got = self._to_root(teams, bufs, spec)
+        if got is None:
             return {}
-        if self.rank in senders:
-            send = contiguous(bufs[self.rank], dtype=spec.dtype)
-        else:  # a root outside the input mesh contributes the neutral element
-            send = np.full(spec.shape, identity(np.dtype(spec.dtype), op), spec.dtype)
-        recv = np.empty(spec.shape, spec.dtype) if self.rank == root else None
-        if self.rank != root:
-            self.bytes_sent += send.nbytes
-        mpi_op = _user_op(self.MPI, op, send.dtype)
-        comm.Reduce(_wire(send), _wire(recv), op=mpi_op, root=tuple(team).index(root))
-        return {root: canonical(recv)} if self.rank == root else {}
+        team, parts = got
+        return {team.root: fold(parts, op)}
 
-    def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        out: Buffers = {}
+    def exchange(
+        self, messages: Sequence[Message], payloads: dict[int, np.ndarray]
+    ) -> dict[int, np.ndarray]:
+        """Non-blocking sends and receives on the world communicator, one tag: MPI keeps
+        the order of messages between two ranks, and both sides walk `messages` in order."""
+        out: dict[int, np.ndarray] = {}
         requests, sent = [], []  # `sent` keeps send buffers alive until Waitall
-        for src, dst in pairs:
-            if src == self.rank and dst == self.rank:
-                out[dst] = bufs[src]
-            elif src == self.rank:
-                sent.append(contiguous(bufs[src], dtype=spec.dtype))
+        for i, m in enumerate(messages):
+            if m.src == self.rank and m.dst == self.rank:
+                out[i] = payloads[i]
+            elif m.src == self.rank:
+                sent.append(contiguous(payloads[i], dtype=m.spec.dtype))
+                if sent[-1].shape != m.spec.shape:
+                    raise ExecutionError(
+                        f"rank {self.rank}: message {i} to {m.dst} is a buffer of shape "
+                        f"{list(sent[-1].shape)}, expected {list(m.spec.shape)}"
+                    )
                 self.bytes_sent += sent[-1].nbytes
-                requests.append(self.world.Isend(_wire(sent[-1]), dest=dst, tag=_SENDRECV_TAG))
-            elif dst == self.rank:
-                out[dst] = np.empty(spec.shape, spec.dtype)
-                requests.append(self.world.Irecv(_wire(out[dst]), source=src, tag=_SENDRECV_TAG))
+                requests.append(self.world.Isend(_wire(sent[-1]), dest=m.dst, tag=_SENDRECV_TAG))
+            elif m.dst == self.rank:
+                out[i] = np.empty(m.spec.shape, m.spec.dtype)
+                requests.append(self.world.Irecv(_wire(out[i]), source=m.src, tag=_SENDRECV_TAG))
         self.MPI.Request.Waitall(requests)
         return out
 

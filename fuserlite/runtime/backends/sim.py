@@ -2,57 +2,82 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from fuserlite.ir.types import ReductionOpType
-from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, canonical, combine
-
-
-def _reduce(arrays: list[np.ndarray], op: ReductionOpType) -> np.ndarray:
-    """Left to right, the same order on every device: results are deterministic."""
-    out = canonical(np.array(arrays[0]))  # a new array (0-d stays an array)
-    for a in arrays[1:]:
-        out = combine(op, out, a)
-    return out
+from fuserlite.runtime.communicator import (
+    Buffers,
+    BufferSpec,
+    Communicator,
+    Message,
+    Team,
+    check_teams,
+    fold,
+    split_even,
+)
 
 
 class SimCommunicator(Communicator):
-    """An in-process mesh: collectives are numpy concatenations and reductions."""
+    """An in-process mesh: collectives are numpy concatenations and folds, team by team."""
 
     name = "sim"
 
     def hosted(self, devices) -> list[int]:
         return list(devices)
 
-    def allgather(self, team, bufs: Buffers) -> Buffers:
-        whole = np.concatenate([bufs[d] for d in team], axis=0)
-        return {d: whole for d in team}
+    def allgather(self, teams: Sequence[Team], bufs: Buffers) -> Buffers:
+        out = {}
+        for t in check_teams(teams, "Allgather"):
+            whole = np.concatenate([bufs[d] for d in t.members], axis=0)
+            out |= {d: whole for d in t.members}
+        return out
 
-    def alltoall(self, team, bufs: Buffers) -> dict[int, list[np.ndarray]]:
-        chunks = {d: np.split(bufs[d], len(team), axis=0) for d in team}
-        return {dst: [chunks[src][j] for src in team] for j, dst in enumerate(team)}
+    def alltoall(self, teams: Sequence[Team], bufs: Buffers) -> dict[int, list[np.ndarray]]:
+        out = {}
+        for t in check_teams(teams, "AllToAll"):
+            chunks = {d: split_even(bufs[d], len(t.members), "AllToAll") for d in t.members}
+            out |= {dst: [chunks[src][j] for src in t.members] for j, dst in enumerate(t.members)}
+        return out
 
-    def allreduce(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
-        total = _reduce([bufs[d] for d in team], op)
-        return {d: total for d in team}
+    def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+        out = {}
+        for t in check_teams(teams, "Allreduce"):
+            total = fold([bufs[d] for d in t.members], op)
+            out |= {d: total for d in t.members}
+        return out
 
-    def reduce_scatter(self, team, bufs: Buffers, op: ReductionOpType) -> Buffers:
-        total = _reduce([bufs[d] for d in team], op)
-        return dict(zip(team, np.split(total, len(team), axis=0)))
+    def reduce_scatter(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+        out = {}
+        for t in check_teams(teams, "ReduceScatter"):
+            total = fold([bufs[d] for d in t.members], op)
+            out |= dict(zip(t.members, split_even(total, len(t.members), "ReduceScatter")))
+        return out
 
-    def broadcast(self, team, root: int, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        return {d: bufs[root] for d in team}
+    def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        return {d: bufs[t.root] for t in check_teams(teams, "Broadcast") for d in t.members}
 
-    def scatter(self, team, root: int, receivers, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        return dict(zip(receivers, np.split(bufs[root], len(receivers), axis=0)))
+    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        out = {}
+        for t in check_teams(teams, "Scatter"):
+            out |= dict(zip(t.members, split_even(bufs[t.root], len(t.members), "Scatter")))
+        return out
 
-    def gather(self, team, root: int, senders, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        return {root: np.concatenate([bufs[d] for d in senders], axis=0)}
+    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        return {
+            t.root: np.concatenate([bufs[d] for d in t.members], axis=0)
+            for t in check_teams(teams, "Gather")
+        }
 
     def reduce(
-        self, team, root: int, senders, bufs: Buffers, op: ReductionOpType, spec: BufferSpec
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, spec: BufferSpec
     ) -> Buffers:
-        return {root: _reduce([bufs[d] for d in senders], op)}
+        return {
+            t.root: fold([bufs[d] for d in t.members], op) for t in check_teams(teams, "Reduce")
+        }
 
-    def sendrecv(self, pairs, bufs: Buffers, spec: BufferSpec) -> Buffers:
-        return {dst: bufs[src] for src, dst in pairs}
+    def exchange(
+        self, messages: Sequence[Message], payloads: dict[int, np.ndarray]
+    ) -> dict[int, np.ndarray]:
+        return {i: payloads[i] for i in range(len(messages))}
