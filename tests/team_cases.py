@@ -13,12 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from plan_simulator import holds, source_arrays
+from plan_simulator import run_step as simulate
 
+import fuserlite as fl
 from fuserlite.ir.types import ReductionOpType
-from fuserlite.plan import Placement, holdings, needs, plan_move
+from fuserlite.plan import Placement, Planner, all_placements, holdings, needs, plan_move
 from fuserlite.plan.mesh_axes import groups, teams
 from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, Team
 from fuserlite.runtime.moves import run_move, within
+from fuserlite.runtime.plan_steps import run_step
 
 SUM, MAX = ReductionOpType.sum, ReductionOpType.max
 NUMPY_OP = {SUM: np.add, MAX: np.maximum}
@@ -269,8 +273,64 @@ def _all(shape) -> tuple[tuple[int, int], ...]:
     return tuple((0, n) for n in shape)
 
 
+PLAN_SHAPE = (8, 8, 16)
+# (mesh shape, device ids, every how many-th pair on sim, on mpi, world size)
+PLAN_MESHES = [
+    ((2, 2), (0, 1, 2, 3), 1, 1, 4),
+    ((2, 2), (3, 1, 0, 2), 5, 5, 4),
+    ((2, 4), tuple(range(8)), 1, 5, 8),
+    ((2, 2, 2), tuple(range(8)), 37, 97, 8),
+]
+
+
+def plan_pairs(mesh: tuple[int, ...], every: int) -> list[tuple[Placement, Placement]]:
+    """Every `every`-th (source, complete target) pair of placements of PLAN_SHAPE."""
+    sources = list(all_placements(len(PLAN_SHAPE), len(mesh)))
+    pairs = [(s, t) for s in sources for t in sources if t.is_complete]
+    return pairs[::every]
+
+
+@functools.cache
+def planner(mesh: tuple[int, ...]) -> Planner:
+    return Planner(PLAN_SHAPE, 4, mesh)
+
+
+def plan_case(mesh: tuple[int, ...], devices, source, target, seed: int) -> Case:
+    """The planner's plan from `source` to `target`, step by step (runtime.plan_steps),
+    against tests/plan_simulator.py's numpy execution of the same steps."""
+    steps = [s.step for s in planner(mesh).plan(source, target).steps]
+    ids = fl.DeviceMesh(np.array(devices).reshape(mesh))
+    rng = np.random.default_rng(seed)
+    value = rng.integers(-100, 100, PLAN_SHAPE)
+    start = [a.astype("float32") for a in source_arrays(value, mesh, source, rng)]
+
+    def run(backend: Communicator, bufs: Buffers) -> Buffers:
+        for step in steps:
+            bufs = run_step(step, ids, backend, bufs, SUM)
+        return bufs
+
+    def model(_: Buffers) -> Buffers:
+        local = start
+        for step in steps:
+            local = simulate(mesh, step, local)
+        assert holds(value, mesh, target, local) == "", f"{source} -> {target}"
+        return dict(zip(devices, local))
+
+    where = "x".join(map(str, mesh)) + ("" if list(devices) == sorted(devices) else str(devices))
+    return Case(
+        f"plan {where} {source} -> {target}", (), lambda: dict(zip(devices, start)), run, model
+    )
+
+
+def plan_cases(entry, *, mpi: bool = False) -> list[Case]:
+    """The sampled plans of one PLAN_MESHES entry (mpi's sample or sim's)."""
+    mesh, devices, on_sim, on_mpi, _ = entry
+    pairs = plan_pairs(mesh, on_mpi if mpi else on_sim)
+    return [plan_case(mesh, devices, s, t, i) for i, (s, t) in enumerate(pairs)]
+
+
 def all_cases(world: int | None = None) -> list[Case]:
-    """Every case for a world of `world` ranks (None: every case, for sim)."""
+    """Every collective and move case for a world of `world` ranks (None: all, for sim)."""
     out = []
     for name, shape, devices, size in MESHES:
         if world in (None, size):

@@ -9,7 +9,8 @@ import fuserlite as fl
 from fuserlite import models
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.backends.sim import SimCommunicator
-from fuserlite.runtime.communicator import chunk, run_communication
+from fuserlite.runtime.communicator import chunk
+from fuserlite.runtime.dispatch import run_communication
 from fuserlite.schedule.shard import shard_axis
 
 

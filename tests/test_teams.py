@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from team_cases import MESHES, MOVES, all_cases, same_bits
+from team_cases import MESHES, MOVES, PLAN_MESHES, all_cases, plan_cases, same_bits
 
 import fuserlite as fl
 from fuserlite.plan import Holding, Move, Transfer
@@ -20,6 +20,19 @@ CASES = all_cases()
 def test_every_kind_over_every_group_equals_the_numpy_model(case):
     got = case.execute(SimCommunicator())
     assert same_bits(got, case.model(case.inputs())) == ""
+
+
+@pytest.mark.parametrize("mesh", PLAN_MESHES, ids=lambda m: "x".join(map(str, m[0])) + str(m[1]))
+def test_planner_plans_run_step_by_step_as_the_plan_simulator_says(mesh):
+    """All pairs of placements of a [8, 8, 16] tensor on 2x2 and 2x4 (a sample on 2x2x2
+    and on a 2x2 mesh of devices {3 1 0 2}): each plan's steps through runtime.plan_steps
+    on sim leave every device the numpy simulation's arrays, the target's blocks."""
+    cases = plan_cases(mesh)
+    assert len(cases) >= 100
+    for case in cases:
+        assert same_bits(case.execute(SimCommunicator()), case.model(case.inputs())) == "", (
+            case.name
+        )
 
 
 def test_the_cases_cover_every_kind_on_every_mesh_and_group():

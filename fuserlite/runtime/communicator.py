@@ -1,9 +1,10 @@
-"""The Communicator interface and how each Communication runs on it.
+"""The Communicator interface: collectives over teams, point-to-point messages, `fold`.
 
 A backend moves numpy buffers between devices. Every method takes and returns
 {device: array} for the devices this process hosts (all of them for `sim`,
-one for `mpi`), and works on axis 0: the executor first lays each buffer out
-with its sharded axis outermost, as assign-layouts pinned it.
+one for `mpi`), and works on axis 0: its callers (runtime.dispatch, which runs a
+program's Communications, runtime.plan_steps, runtime.moves) first move the
+axis a collective splits or joins to the front.
 
 A collective runs over several teams at once (the teams of a group of mesh
 axes, `plan.mesh_axes.teams`): each device is in at most one, and each team
@@ -22,9 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
-from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.types import DType, ReductionOpType
-from fuserlite.program.communication import CommKind, Communication
+from fuserlite.program.communication import Communication
 
 Buffers = dict[int, np.ndarray]
 
@@ -79,16 +79,6 @@ def check_teams(teams: Sequence[Team], what: str) -> tuple[Team, ...]:
                 )
             seen[d] = team
     return tuple(teams)
-
-
-def teams_of(comm: Communication) -> tuple[Team, ...]:
-    """The teams a Communication runs over (its whole team today: meshes are 1-D)."""
-    k = comm.kind
-    if k in (CommKind.Broadcast, CommKind.Scatter):
-        return (Team(comm.output.mesh.devices, comm.root),)
-    if k in (CommKind.Gather, CommKind.Reduce):
-        return (Team(comm.input.mesh.devices, comm.root),)
-    return (Team(comm.team),)
 
 
 class Communicator:
@@ -231,90 +221,11 @@ def contiguous(a: np.ndarray, dtype=None) -> np.ndarray:
     return np.require(a, dtype=dtype, requirements="C")
 
 
-def _front(a: np.ndarray, axis: int | None) -> np.ndarray:
+def front(a: np.ndarray, axis: int | None) -> np.ndarray:
+    """`a` with `axis` first, C-contiguous (a backend works on axis 0)."""
     return contiguous(a if axis is None else np.moveaxis(a, axis, 0))
 
 
-def _back(a: np.ndarray, axis: int | None) -> np.ndarray:
+def back(a: np.ndarray, axis: int | None) -> np.ndarray:
+    """Undo `front`."""
     return a if axis is None else np.moveaxis(a, 0, axis)
-
-
-def _spec(comm: Communication, axis: int | None) -> BufferSpec:
-    """A sender's buffer as the backend sees it (sharded axis `axis` moved to the front)."""
-    shape = local_shape(comm.input)
-    if axis is not None:
-        shape = (shape[axis], *shape[:axis], *shape[axis + 1 :])
-    return BufferSpec(tuple(shape), comm.input.dtype.numpy)
-
-
-def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
-    want = local_shape(comm.input)
-    for d in devices:
-        if d not in bufs:
-            raise ExecutionError(
-                f"{comm.kind.value} of {comm.input.name}: device {d} has no buffer"
-            )
-        if bufs[d].shape != want:
-            raise ExecutionError(
-                f"{comm.kind.value} {comm.input.name} -> {comm.output.name}: device {d} holds a "
-                f"buffer of shape {list(bufs[d].shape)}, expected {list(want)}"
-            )
-
-
-def run_communication(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
-    """Execute one Communication; returns the output shards of hosted output devices."""
-    k, teams = comm.kind, teams_of(comm)
-    in_mesh, out_mesh = comm.input.mesh.devices, comm.output.mesh.devices
-    senders = backend.hosted(in_mesh)
-    _check_buffers(comm, bufs, senders)
-    a_in, a_out = comm.in_axis, comm.out_axis
-    if k is CommKind.LocalSlice:
-        return {
-            d: chunk(bufs[d], a_out, out_mesh.index(d), len(out_mesh))
-            for d in backend.hosted(out_mesh)
-        }
-    if k is CommKind.Allgather:
-        got = backend.allgather(teams, {d: _front(bufs[d], a_in) for d in senders})
-        return {d: _back(v, a_in) for d, v in got.items()}
-    if k is CommKind.AllToAll:
-        moved = {d: _front(bufs[d], a_out) for d in senders}
-        concat_at = a_in + 1 if a_in < a_out else a_in
-        got = backend.alltoall(teams, moved)
-        return {
-            d: _back(np.concatenate(chunks, axis=concat_at), a_out) for d, chunks in got.items()
-        }
-    if k is CommKind.Allreduce:
-        return backend.allreduce(teams, {d: contiguous(bufs[d]) for d in senders}, comm.op)
-    if k is CommKind.ReduceScatter:
-        moved = {d: _front(bufs[d], a_out) for d in senders}
-        got = backend.reduce_scatter(teams, moved, comm.op)
-        return {d: _back(v, a_out) for d, v in got.items()}
-    if k is CommKind.Broadcast:
-        return backend.broadcast(teams, {d: bufs[d] for d in senders}, _spec(comm, None))
-    if k is CommKind.Scatter:
-        moved = {d: _front(bufs[d], a_out) for d in senders}
-        got = backend.scatter(teams, moved, _spec(comm, a_out))
-        return {d: _back(v, a_out) for d, v in got.items()}
-    if k is CommKind.Gather:
-        moved = {d: _front(bufs[d], a_in) for d in senders}
-        got = backend.gather(teams, moved, _spec(comm, a_in))
-        return {d: _back(v, a_in) for d, v in got.items()}
-    if k is CommKind.Reduce:
-        held = {d: bufs[d] for d in senders}
-        return backend.reduce(teams, held, comm.op, _spec(comm, None))
-    if k is CommKind.SendRecv:
-        return send_pairs(backend, list(zip(in_mesh, out_mesh)), bufs, _spec(comm, None))
-    raise ExecutionError(f"no implementation for communication kind {k.value}")
-
-
-def send_pairs(
-    backend: Communicator, pairs: Sequence[tuple[int, int]], bufs: Buffers, spec: BufferSpec
-) -> Buffers:
-    """Each (src, dst) pair: dst gets src's whole buffer (a device paired with itself keeps it)."""
-    out = {d: bufs[s] for s, d in pairs if s == d and d in bufs}
-    moving = [(s, d) for s, d in pairs if s != d]
-    messages = [Message(s, d, spec) for s, d in moving]
-    payloads = {i: bufs[s] for i, (s, _) in enumerate(moving) if s in bufs}
-    for i, array in backend.exchange(messages, payloads).items():
-        out[moving[i][1]] = array
-    return out

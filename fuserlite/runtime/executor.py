@@ -41,8 +41,9 @@ from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program
 from fuserlite.program.verify import verify_program
 from fuserlite.runtime.backends import BACKENDS, make_backend
-from fuserlite.runtime.communicator import Communicator, chunk, run_communication
+from fuserlite.runtime.communicator import Communicator, chunk
 from fuserlite.runtime.compute import kernel_path, resolve_compute
+from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.kernel_grid import GridCache
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_expr, store

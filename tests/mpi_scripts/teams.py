@@ -1,5 +1,5 @@
-"""Run under `mpiexec -n 4` or `-n 8`: collectives over N-D mesh teams and moves, mpi
-against sim bit for bit (tests/team_cases.py), and programs on meshes that leave ranks
+"""Run under `mpiexec -n 4` or `-n 8`: collectives over N-D mesh teams, moves and the
+planner's plans step by step, mpi against sim bit for bit (tests/team_cases.py), and programs on meshes that leave ranks
 idle, validated against the reference.
 
 Each rank compares its own device's outputs with the sim backend's for that device
@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from team_cases import all_cases, same_bits  # noqa: E402
+from team_cases import PLAN_MESHES, all_cases, plan_cases, same_bits  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite.runtime.backends.mpi import MpiCommunicator  # noqa: E402
@@ -58,7 +58,11 @@ def main() -> None:
     rank, size = world.Get_rank(), world.Get_size()
     mpi, sim = MpiCommunicator(), SimCommunicator()
     results = {}
-    for case in all_cases(size):
+    cases = all_cases(size)
+    for entry in PLAN_MESHES:
+        if entry[-1] == size:
+            cases += plan_cases(entry, mpi=True)
+    for case in cases:
         try:
             mine = case.execute(mpi)
             want = {d: a for d, a in case.execute(sim).items() if d == rank}

@@ -58,8 +58,8 @@ from fuserlite.runtime.communicator import (
     contiguous,
     fold,
     split_even,
-    teams_of,
 )
+from fuserlite.runtime.dispatch import teams_of
 
 ABORT_GRACE_S = 0.5
 
