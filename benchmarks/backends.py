@@ -3,7 +3,7 @@
     python benchmarks/backends.py [--ranks 2 4 8] [--iters N]
 
 For the seed-000 program (all_gather -> all_reduce -> reduce_scatter ->
-local_sum) and the tensor-parallel MLP on D = 2, 4, 8 devices: the time of one
+sum, in fl.shard_map) and the tensor-parallel MLP on D = 2, 4, 8 devices: the time of one
 `run_per_device` with `sim` (D devices in this process) and with `mpi` (one
 `mpiexec -n D` job per D; the slowest rank counts), plus per device and
 iteration the §5 lower bound (sum of `bytes_per_device`) and the bytes of its

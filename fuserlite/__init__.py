@@ -67,13 +67,26 @@ __all__ += [
     "validate",
     "verify_program",
 ]
+from fuserlite.shard_map import shard_map  # noqa: E402
 from fuserlite.spmd import (  # noqa: E402
     all_gather,
     all_reduce,
     all_to_all,
-    local_sum,
+    pmax,
+    ppermute,
+    psum,
+    psum_scatter,
     reduce_scatter,
-    spmd_input,
 )
 
-__all__ += ["all_gather", "all_reduce", "all_to_all", "local_sum", "reduce_scatter", "spmd_input"]
+__all__ += [
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "pmax",
+    "ppermute",
+    "psum",
+    "psum_scatter",
+    "reduce_scatter",
+    "shard_map",
+]

@@ -14,7 +14,8 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.types import ParallelType
 from fuserlite.schedule.shard import shard_axis
-from fuserlite.spmd import all_gather, all_reduce, local_sum, reduce_scatter, spmd_input
+from fuserlite.shard_map import shard_map
+from fuserlite.spmd import all_gather, all_reduce, reduce_scatter
 
 
 def add_broadcast(num_devices: int, broadcast_is_parallelized: bool) -> Fusion:
@@ -38,16 +39,22 @@ def add_broadcast(num_devices: int, broadcast_is_parallelized: bool) -> Fusion:
 
 
 def all_gather_all_reduce_reduce_scatter(num_devices: int = 8, local: int = 1024) -> Fusion:
-    """Seed 000: t5 = sum(reduce_scatter(all_reduce(all_gather(t1)))) per device."""
+    """Seed 000 as torch_xla writes it, per device: t5 = sum(reduce_scatter(all_reduce(
+    all_gather(t1)))); t1 is each device's block of the input, t5 one number per device."""
     with Fusion() as fusion:
         mesh = DeviceMesh.for_num_devices(num_devices)
-        t1 = spmd_input([local], mesh)
-        t2 = all_gather(t1)
-        t3 = all_reduce(t2)
-        t4 = reduce_scatter(t3, scatter_dim=0, shard_count=num_devices)
-        t5 = local_sum(t4)
+        t1 = fl.tensor([local * num_devices], name="t1")
         fusion.add_input(t1)
-        fusion.add_output(t5)
+
+        @shard_map(mesh=mesh, in_specs=[(ParallelType.DIDx,)], out_specs=[(ParallelType.DIDx,)])
+        def step(t1):
+            t2 = all_gather(t1)
+            t3 = all_reduce(t2, "sum")
+            t4 = reduce_scatter(t3, "sum", scatter_dim=0, shard_count=num_devices)
+            t5 = fl.sum(t4)
+            return fl.reshape(t5, [1])  # out_specs concatenates each device's [1]
+
+        fusion.add_output(step(t1))
     return fusion
 
 

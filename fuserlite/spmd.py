@@ -1,11 +1,12 @@
-"""SPMD collectives with torch_xla / JAX shard_map semantics, built in the global view.
+"""The collectives of a shard_map function (torch_xla's and JAX's), in the global view.
 
-An SPMD value is a tensor of the fusion: its *local* value on a device is that
-device's shard. `spmd_input(local_shape, mesh)` is a tensor whose device d holds
-one block of `local_shape` (the global tensor concatenates them along axis 0).
-The collectives below build ordinary IR (sets, broadcasts, expands, reductions,
-reshapes) that the normal passes lower to Allgather, Allreduce, ReduceScatter
-and AllToAll; there is no second code path.
+Each takes a local value of the shard_map being traced and the mesh axis it runs
+over (`axis=`: a ParallelType or its name; on a 1-D mesh the only axis by default),
+and builds ordinary IR on the value's global tensor (fuserlite.shard_map.Local):
+a set that changes a sharding, a reduction over a leading (device) axis, views
+that move the leading axis. The passes lower them to Allgather, Allreduce,
+ReduceScatter and AllToAll like any other resharding; there is no second code
+path. Outside a shard_map function every collective is a FusionError.
 """
 
 from __future__ import annotations
@@ -15,22 +16,31 @@ from collections.abc import Sequence
 from fuserlite import ops
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
-from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.sharding import sharded_data_axis
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DType
-from fuserlite.ops.common import check_rank
-from fuserlite.schedule.shard import shard_axis
+from fuserlite.ir.types import ParallelType
+from fuserlite.shard_map import Local, Trace, active_trace, axis_size, declare, leading, mesh_axis
 
 _OPS = {"sum": ops.sum, "max": ops.max}
 
 
-def _mesh(t: TensorView, what: str) -> DeviceMesh:
-    args.instance(t, TensorView, what, "t", "a TensorView")
-    if t.mesh is None:
-        raise FusionError(f"{what}: {t.name} has no device mesh; call set_device_mesh first")
-    return t.mesh
+def _local(t: TensorView, what: str) -> TensorView:
+    """t, which must be a local value of the shard_map being traced."""
+    active_trace(what).value(t, what)
+    return t
+
+
+def _enter(t: TensorView, axis: object, what: str) -> tuple[Trace, Local, ParallelType]:
+    """The trace, t's Local made to vary over the axis, and the axis."""
+    trace = active_trace(what)
+    v = trace.value(t, what)
+    pt = mesh_axis(trace.mesh, axis, what)
+    return trace, trace.vary(v, pt), pt
+
+
+def _dim(t: TensorView, dim: object, what: str, arg: str) -> int:
+    """An axis of t's local value (negative counts from the end)."""
+    n = len(t.shape)
+    return args.integer(dim, f"{what}: {t.name}{list(t.shape)}", arg, minimum=-n, maximum=n - 1) % n
 
 
 def _reduce_fn(op: str, what: str):
@@ -39,129 +49,220 @@ def _reduce_fn(op: str, what: str):
     return _OPS[op]
 
 
-def _dim(t: TensorView, dim: object, what: str, arg: str) -> int:
-    """An axis of t's data (negative counts from the end)."""
-    n = len(t.shape)
-    return args.integer(dim, f"{what}: {t.name}{list(t.shape)}", arg, minimum=-n, maximum=n - 1) % n
+def _without(v: Local, pt: ParallelType) -> tuple[ParallelType, ...]:
+    return tuple(p for p in v.varying if p is not pt)
 
 
-def spmd_input(
-    local_shape: Sequence[int],
-    mesh: DeviceMesh,
-    dtype: DType | str = DType.float32,
-    fusion: Fusion | None = None,
-    name: str | None = None,
-) -> TensorView:
-    """A fusion input whose device d holds a block of `local_shape` (concatenated on axis 0);
-    `name` as for fl.tensor."""
-    check_rank(local_shape, "spmd_input", "local_shape")
-    local_shape = args.integers(local_shape, "spmd_input", "local_shape", minimum=1, scalar_ok=True)
-    args.instance(mesh, DeviceMesh, "spmd_input", "mesh", "a DeviceMesh")
-    if not local_shape:
-        raise FusionError("spmd_input: local_shape needs at least one axis, got []")
-    t = ops.tensor([local_shape[0] * mesh.size, *local_shape[1:]], dtype, fusion=fusion, name=name)
-    shard_axis(t, 0, mesh)
-    return t
+def _move(trace: Trace, t: TensorView, src: int, dst: int, sharded: dict[int, ParallelType]):
+    """t with axis src moved to position dst, declared sharded as given (positions after)."""
+    if src == dst:
+        return t
+    dims = [k for k in range(len(t.shape)) if k != src]
+    dims.insert(dst, src)
+    return declare(ops.permute(t, dims), trace.mesh, sharded)
 
 
-def all_gather(t: TensorView, dim: int = 0) -> TensorView:
-    """Every device gets the concatenation along `dim` of all local values."""
-    mesh = _mesh(t, "all_gather")
-    dim = _dim(t, dim, "all_gather", "dim")
-    if sharded_data_axis(t) != dim:
-        raise FusionError(
-            f"all_gather: {t.name} must be sharded on axis {dim} (each device's block of it); "
-            f"it is {'replicated' if sharded_data_axis(t) is None else f'sharded on axis {sharded_data_axis(t)}'}"
-        )
-    out = ops.set(t)
-    out.set_device_mesh(mesh)
-    return out
+def _arranged(trace: Trace, t: TensorView, labels: list, target: list, sharded: dict) -> TensorView:
+    """t, whose axes are named by `labels`, permuted into the order `target`; axis label
+    -> mesh axis in `sharded` (the result's sharding)."""
+    if labels == target:
+        return t
+    t = ops.permute(t, [labels.index(x) for x in target])
+    return declare(t, trace.mesh, {target.index(x): pt for x, pt in sharded.items()})
 
 
-def _stack_over_devices(t: TensorView, mesh: DeviceMesh) -> TensorView:
-    """[D, *shape] whose row d is device d's local value of a replicated `t`."""
-    rank = len(t.shape)
-    b = ops.broadcast(t, [True] + [False] * rank)
-    e = ops.expand(b, [mesh.size, *t.shape])
-    shard_axis(e, 0, mesh)
-    return e
-
-
-def _stack_sharded(t: TensorView, mesh: DeviceMesh) -> TensorView:
-    """[D, *local_shape]: the blocks of a tensor sharded on axis 0, one row per device."""
-    axis = sharded_data_axis(t)
-    if axis != 0:
-        raise FusionError(
-            f"{t.name} is sharded on axis {axis}; the SPMD collectives take values sharded on axis 0 or replicated"
-        )
+def _merged(trace: Trace, t: TensorView, at: int, sharded: dict[int, ParallelType]):
+    """t with axes at and at + 1 merged into one."""
     shape = list(t.shape)
-    r = ops.reshape(t, [mesh.size, shape[0] // mesh.size, *shape[1:]])
-    r.set_device_mesh(mesh)
-    shard_axis(r, 0, mesh)
-    return r
+    shape[at : at + 2] = [shape[at] * shape[at + 1]]
+    return declare(ops.reshape(t, shape), trace.mesh, sharded)
 
 
-def _stacked(t: TensorView, mesh: DeviceMesh) -> TensorView:
-    return _stack_over_devices(t, mesh) if sharded_data_axis(t) is None else _stack_sharded(t, mesh)
+def all_gather(t: TensorView, dim: int = 0, axis: object = None, tiled: bool = True) -> TensorView:
+    """Every device of the axis gets all their local values, concatenated along `dim`
+    (torch_xla's all_gather, JAX's with tiled=True) or stacked in a new axis `dim`
+    (tiled=False)."""
+    what = "all_gather"
+    t = _local(t, what)
+    tiled = args.boolean(tiled, what, "tiled")
+    n = len(t.shape)
+    dim = args.integer(
+        dim, f"{what}: {t.name}{list(t.shape)}", "dim", minimum=0, maximum=n if not tiled else n - 1
+    )
+    trace, v, pt = _enter(t, axis, what)
+    rest = _without(v, pt)
+    k = len(rest)
+    # pt's rows go just before `dim` (merged with it when tiled): the global tensor the
+    # local values are blocks of; the set then makes every device hold all of it.
+    at = {**leading(rest), k + dim: pt}
+    g = _move(trace, v.tensor, v.varying.index(pt), k + dim, at)
+    if tiled:
+        g = _merged(trace, g, k + dim, at)
+    g = declare(ops.set(g), trace.mesh, leading(rest))
+    return trace.bind(None, Local(g, rest))
 
 
-def all_reduce(t: TensorView, op: str = "sum") -> TensorView:
-    """Every device gets the reduction over devices of the local values."""
-    fn = _reduce_fn(op, "all_reduce")
-    mesh = _mesh(t, "all_reduce")
-    out = fn(_stacked(t, mesh), 0)
-    out.set_device_mesh(mesh)
-    return out
+def _reduced(trace: Trace, v: Local, pt: ParallelType, op: str, what: str) -> TensorView:
+    """The reduction over the devices of `pt` (leading axis), still to be placed."""
+    return _reduce_fn(op, what)(v.tensor, [v.varying.index(pt)])
+
+
+def all_reduce(t: TensorView, op: str = "sum", axis: object = None) -> TensorView:
+    """Every device of the axis gets the sum (or max) of their local values."""
+    return _all_reduce(t, op, axis, "all_reduce")
+
+
+def _all_reduce(t: TensorView, op: str, axis: object, what: str) -> TensorView:
+    _reduce_fn(op, what)
+    trace, v, pt = _enter(t, axis, what)
+    rest = _without(v, pt)
+    out = declare(_reduced(trace, v, pt, op, what), trace.mesh, leading(rest))
+    return trace.bind(None, Local(out, rest))
+
+
+def psum(t: TensorView, axis: object = None) -> TensorView:
+    """JAX's psum: all_reduce with op="sum"."""
+    return _all_reduce(t, "sum", axis, "psum")
+
+
+def pmax(t: TensorView, axis: object = None) -> TensorView:
+    """JAX's pmax: all_reduce with op="max"."""
+    return _all_reduce(t, "max", axis, "pmax")
 
 
 def reduce_scatter(
-    t: TensorView, op: str = "sum", scatter_dim: int = 0, shard_count: int | None = None
+    t: TensorView,
+    op: str = "sum",
+    scatter_dim: int = 0,
+    shard_count: int | None = None,
+    axis: object = None,
+    tiled: bool = True,
 ) -> TensorView:
-    """Reduce the local values over devices, then device d keeps block d along `scatter_dim`."""
-    fn = _reduce_fn(op, "reduce_scatter")
-    mesh = _mesh(t, "reduce_scatter")
-    scatter_dim = args.integer(scatter_dim, "reduce_scatter", "scatter_dim")
-    if (
-        shard_count is not None
-        and args.integer(shard_count, "reduce_scatter", "shard_count") != mesh.size
-    ):
+    """Reduce the local values over the axis; device i keeps block i of `scatter_dim`
+    (torch_xla's reduce_scatter; tiled=False drops the axis, whose extent must then be
+    the device count, as JAX's psum_scatter does)."""
+    return _reduce_scatter(t, op, scatter_dim, shard_count, axis, tiled, "reduce_scatter")
+
+
+def _reduce_scatter(t, op, scatter_dim, shard_count, axis, tiled, what: str) -> TensorView:
+    _reduce_fn(op, what)
+    t = _local(t, what)
+    tiled = args.boolean(tiled, what, "tiled")
+    s = _dim(t, scatter_dim, what, "scatter_dim")
+    trace, v, pt = _enter(t, axis, what)
+    size = axis_size(trace.mesh, pt)
+    if shard_count is not None and args.integer(shard_count, what, "shard_count") != size:
         raise FusionError(
-            f"reduce_scatter: shard_count {shard_count} must equal the mesh size {mesh.size}"
+            f"{what}: shard_count {shard_count} must equal the {size} devices of {pt.name}"
         )
-    stacked = _stacked(t, mesh)
-    local = stacked.shape[1:]
-    if not 0 <= scatter_dim < len(local) or local[scatter_dim] % mesh.size:
+    n = t.shape[s]
+    if n % size or (not tiled and n != size):
+        need = f"equal to the {size} devices" if not tiled else f"divisible by the {size} devices"
         raise FusionError(
-            f"reduce_scatter: scatter_dim {scatter_dim} of local shape {list(local)} must exist and be "
-            f"divisible by {mesh.size} devices"
+            f"{what}: scatter_dim {s} of {t.name}{list(t.shape)} has extent {n}; it must be "
+            f"{need} of {pt.name}"
         )
-    out = fn(stacked, 0)
-    shard_axis(out, scatter_dim + 1, mesh)
-    return out
+    rest = _without(v, pt)
+    k = len(rest)
+    # Sharded on the scatter axis, the reduction of partial sums is one ReduceScatter.
+    r = declare(_reduced(trace, v, pt, op, what), trace.mesh, {**leading(rest), k + s: pt})
+    shape = list(r.shape)
+    shape[k + s : k + s + 1] = [size, n // size]
+    r = declare(ops.reshape(r, shape), trace.mesh, {**leading(rest), k + s: pt})
+    varying = v.varying  # pt's leading axis comes back where it was
+    j = varying.index(pt)
+    r = _move(trace, r, k + s, j, leading(varying))
+    if not tiled:
+        shape = list(r.shape)
+        del shape[len(varying) + s]
+        r = declare(ops.reshape(r, shape), trace.mesh, leading(varying))
+    return trace.bind(None, Local(r, varying))
 
 
-def all_to_all(t: TensorView, split_dim: int, concat_dim: int) -> TensorView:
-    """Split each local value along `split_dim`, send block j to device j, concatenate
-    the received blocks along `concat_dim`."""
-    mesh = _mesh(t, "all_to_all")
-    split_dim = _dim(t, split_dim, "all_to_all", "split_dim")
-    concat_dim = _dim(t, concat_dim, "all_to_all", "concat_dim")
-    if sharded_data_axis(t) != concat_dim:
-        raise FusionError(f"all_to_all: {t.name} must be sharded on concat_dim {concat_dim}")
-    if split_dim == concat_dim or t.shape[split_dim] % mesh.size:
+def psum_scatter(
+    t: TensorView, axis: object = None, scatter_dimension: int = 0, tiled: bool = False
+) -> TensorView:
+    """JAX's psum_scatter: reduce_scatter of sums (tiled=False by default, as in JAX)."""
+    return _reduce_scatter(t, "sum", scatter_dimension, None, axis, tiled, "psum_scatter")
+
+
+def all_to_all(t: TensorView, split_dim: int, concat_dim: int, axis: object = None) -> TensorView:
+    """Split each local value along `split_dim` into one block per device of the axis,
+    send block i to device i, concatenate the received blocks along `concat_dim`."""
+    what = "all_to_all"
+    t = _local(t, what)
+    split_dim = _dim(t, split_dim, what, "split_dim")
+    concat_dim = _dim(t, concat_dim, what, "concat_dim")
+    trace, v, pt = _enter(t, axis, what)
+    size = axis_size(trace.mesh, pt)
+    if t.shape[split_dim] % size:
         raise FusionError(
-            f"all_to_all: split_dim {split_dim} must differ from concat_dim and be divisible by {mesh.size}"
+            f"{what}: split_dim {split_dim} of {t.name}{list(t.shape)} must be divisible by "
+            f"the {size} devices of {pt.name}"
         )
-    out = ops.set(t)
-    shard_axis(out, split_dim, mesh)
-    return out
+    k, j = len(v.varying), v.varying.index(pt)
+    lead = [("lead", i) for i in range(k)]
+    local = [("local", d) for d in range(len(t.shape))]
+    # Split the axis into (destination, block): [.., source, .., dst, split, ..].
+    split = [*lead, *local[:split_dim], "dst", *local[split_dim:]]
+    shape = list(v.tensor.shape)
+    shape[k + split_dim : k + split_dim + 1] = [size, t.shape[split_dim] // size]
+    others = {("lead", i): p for i, p in enumerate(v.varying) if p is not pt}
+    r = declare(ops.reshape(v.tensor, shape), trace.mesh, leading(v.varying))
+    # The set moves the sharding from the source rows to the destination blocks: the
+    # AllToAll.
+    r = declare(
+        ops.set(r), trace.mesh, {split.index(x): p for x, p in {**others, "dst": pt}.items()}
+    )
+    # The destination takes the source's place in front; the source goes just before
+    # concat_dim, merged with it.
+    front = [("lead", i) if i != j else "dst" for i in range(k)]
+    rest = [x for x in split[k:] if x != "dst"]
+    c = rest.index(local[concat_dim])
+    target = [*front, *rest[:c], ("lead", j), *rest[c:]]
+    r = _arranged(trace, r, split, target, {**others, "dst": pt})
+    r = _merged(trace, r, k + c, leading(v.varying))
+    return trace.bind(None, Local(r, v.varying))
 
 
-def local_sum(t: TensorView) -> TensorView:
-    """Each device sums its own local value (the result is one number per device)."""
-    mesh = _mesh(t, "local_sum")
-    stacked = _stacked(t, mesh)
-    out = ops.sum(stacked, list(range(1, len(stacked.shape))))
-    out.set_device_mesh(mesh)
-    shard_axis(out, 0, mesh)
-    return out
+def ppermute(t: TensorView, axis: object, perm: Sequence[tuple[int, int]]) -> TensorView:
+    """Device dst of the axis gets the local value of device src, for each (src, dst)
+    pair of `perm` (JAX's ppermute(x, axis_name, perm); every device must receive one
+    value; axis None: the only axis of a 1-D mesh)."""
+    what = "ppermute"
+    trace, v, pt = _enter(t, axis, what)
+    size = axis_size(trace.mesh, pt)
+    if not args.is_sequence(perm):
+        raise args.fail(what, "perm", "a list of (source, destination) pairs", perm)
+    src_of: dict[int, int] = {}
+    for p in perm:
+        pair = args.integers(p, what, "perm", scalar_ok=False) if args.is_sequence(p) else None
+        if (
+            pair is None
+            or len(pair) != 2
+            or not all(0 <= i < size for i in pair)
+            or pair[1] in src_of
+        ):
+            raise FusionError(
+                f"{what}: perm {perm!r} must be (source, destination) pairs of devices "
+                f"0..{size - 1} of {pt.name}, each destination once"
+            )
+        src_of[pair[1]] = pair[0]
+    missing = [d for d in range(size) if d not in src_of]
+    if missing:
+        raise FusionError(
+            f"{what}: perm {perm!r} gives device(s) {missing} of {pt.name} no value; give "
+            "every device a source (fuserlite has no zero fill)"
+        )
+    j = v.varying.index(pt)
+    labels = list(range(len(v.tensor.shape)))
+    front = [j, *(x for x in labels if x != j)]
+    others = {i: p for i, p in enumerate(v.varying) if p is not pt}
+    # Every device gets every row (an Allgather), takes its source's row, keeps its own.
+    g = _arranged(trace, v.tensor, labels, front, {**others, j: pt})
+    kept = {front.index(i): p for i, p in others.items()}
+    g = declare(ops.set(g), trace.mesh, kept)
+    g = declare(ops.take(g, [src_of[d] for d in range(size)]), trace.mesh, kept)
+    g = declare(ops.set(g), trace.mesh, {**kept, 0: pt})
+    g = _arranged(trace, g, front, labels, {**others, j: pt})
+    return trace.bind(None, Local(g, v.varying))

@@ -38,6 +38,7 @@ OP_CALLS = {
     "expand": "expand(w, [4, 8])",
     "reshape": "reshape(x, [2, -1])",
     "permute": "permute(x, [1, 0])",
+    "take": "take(x, [3, 0, 0])",
     "matmul": "matmul(x, k)",
     "linear": "linear(x, k2, bias)",
 }

@@ -104,10 +104,15 @@ SPELLINGS = {
         lambda e: fl.set(e.x.axis(np.int64(1)).parallelize("threadIdx.x").owner),
         lambda e: fl.set(e.x.axis(1).parallelize(fl.ParallelType.TIDx).owner),
     ),
-    "numpy spmd dim": (lambda e: fl.all_gather(e.s, np.int64(0)), lambda e: fl.all_gather(e.s, 0)),
-    "tuple spmd shape": (
-        lambda e: fl.spmd_input((2, 6), e.mesh),
-        lambda e: fl.spmd_input([2, 6], e.mesh),
+    "numpy collective dim": (
+        lambda e: e.local(lambda s: fl.all_gather(s, np.int64(0))),
+        lambda e: e.local(lambda s: fl.all_gather(s, 0)),
+    ),
+    "one spec for one argument": (
+        lambda e: fl.shard_map(fl.neg, e.mesh, (fl.ParallelType.DIDx,), (fl.ParallelType.DIDx,))(
+            e.x
+        ),
+        lambda e: fl.shard_map(fl.neg, e.mesh, [(fl.ParallelType.DIDx,)], [("DIDx",)])(e.x),
     ),
 }
 

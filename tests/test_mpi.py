@@ -68,6 +68,9 @@ def test_two_ranks_are_bit_identical_to_sim():
             assert r["kinds"] == [name]
     for name, r in reductions(results, ["Allreduce", "ReduceScatter", "Reduce"]).items():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
+    seed = results["seed000-ones"]  # torch_xla's program in shard_map form
+    assert seed["first"] == [4096.0, 4096.0]
+    assert seed["kinds"] == ["Allgather", "Allreduce", "ReduceScatter"]
     for kind in SECTION5 - {"SendRecv"}:  # bfloat16 moves as uint16 bits on MPI
         assert results[f"{kind}-bfloat16"]["kinds"] == [kind]
 
@@ -85,6 +88,7 @@ def test_four_ranks_are_bit_identical_to_sim():
     kinds = ["Allreduce", "ReduceScatter", "Reduce", "Reduce-root-outside"]
     assert len(reductions(results, kinds)) == 4 * 2 * len(DTYPES) + len(DTYPES)
     assert results["SendRecv-bfloat16"]["kinds"] == ["SendRecv"]
+    assert results["seed000-ones"]["first"] == [16384.0] * 4
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
 

@@ -43,11 +43,12 @@ def test_name_shows_the_user_name_beside_the_number() -> None:
     assert "w1" not in str(fusion) and "T0_g_float[ iS0{2}, iS1{3} ]" in str(fusion)
 
 
-def test_spmd_inputs_take_names() -> None:
+def test_shard_map_local_values_take_their_arguments_names() -> None:
     with fl.Fusion():
-        s = fl.spmd_input([2, 3], fl.DeviceMesh([0, 1]), name="shard")
-        with pytest.raises(fl.FusionError, match=r"all_gather: shard \(T0\) must be sharded"):
-            fl.all_gather(s, 1)
+        s = fl.tensor([4, 3], name="shard")
+        spec = [(fl.ParallelType.DIDx,)]
+        with pytest.raises(fl.FusionError, match=r"out_specs\[0\] of shard \(T0\)"):
+            fl.shard_map(lambda t: t, fl.DeviceMesh([0, 1]), spec, [None])(s)
 
 
 def test_errors_name_the_users_tensors() -> None:

@@ -2,7 +2,7 @@
 
     pointwise.py     neg, exp, tanh, relu, abs, gelu, sqrt, log; add, sub, mul, div,
                      maximum, minimum
-    views.py         set, broadcast, expand, reshape
+    views.py         set, broadcast, expand, reshape, take
     reductions.py    sum, max
     contraction.py   matmul, linear
     casts.py         cast

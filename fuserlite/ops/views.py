@@ -1,4 +1,4 @@
-"""Ops that move data without arithmetic: set, broadcast, expand, reshape."""
+"""Ops that move data without arithmetic: set, broadcast, expand, reshape, take."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, like, n
 from fuserlite.ops.forms import Template
 from fuserlite.ops.registry import Category, Op, Param, define
 
-__all__ = ["set", "broadcast", "expand", "reshape"]  # the builders of its ops
+__all__ = ["set", "broadcast", "expand", "reshape", "take"]  # the builders of its ops
 
 
 @define(
@@ -155,4 +155,37 @@ def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     axes = [new_axis(s, IterType.BROADCAST if s == 1 else IterType.ITERATION) for s in shape]
     out = TensorView(x.fusion, axes, x.dtype)
     Op("reshape", [out], [x], shape=tuple(shape))
+    return out
+
+
+def _take_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+    """Every axis but the first in place; the rows it picks come from anywhere."""
+    p = producer.data_positions()
+    return {p[k]: k for k in range(1, len(p))}
+
+
+@define(
+    Template("take( {x}, {indices:ints} )"),
+    (X, Param("indices", "ints")),
+    attrs=("indices",),
+    axis_map=_take_axes,
+)
+def take(x: TensorView, indices: Sequence[int]) -> TensorView:
+    """Rows of x along axis 0: output row k is x[indices[k]] (numpy's take)."""
+    x = check_tensor(x, "take")
+    check_rank(x.shape, "take", "x")
+    indices = args.integers(indices, "take", "indices", scalar_ok=True)
+    src = data_axes(x)
+    if not src:
+        raise FusionError("take: x is 0-d; it needs an axis 0 to take rows from")
+    n = src[0].extent
+    if not indices or any(not 0 <= i < n for i in indices):
+        raise FusionError(
+            f"take: indices {indices} must be a non-empty list of rows of {shape_text(x)} "
+            f"(each in 0..{n - 1})"
+        )
+    first = new_axis(len(indices), IterType.BROADCAST if len(indices) == 1 else IterType.ITERATION)
+    axes = [first] + [new_axis(ax.extent, ax.iter_type) for ax in src[1:]]
+    out = TensorView(x.fusion, axes, x.dtype)
+    Op("take", [out], [x], indices=tuple(indices))
     return out

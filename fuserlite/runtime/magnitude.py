@@ -56,6 +56,7 @@ MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
     "permute": SAME,
     "expand": SAME,
     "reshape": SAME,
+    "take": SAME,
     "sum": SAME,
     "max": SAME,
     "matmul": SAME,

@@ -103,6 +103,7 @@ NUMPY: dict[str, Row] = {
     "max": lambda e, a, shape: np.max(a[0], axis=reduced_axes(e)),
     "expand": lambda e, a, shape: np.broadcast_to(a[0], shape),
     "reshape": lambda e, a, shape: a[0].reshape(shape),
+    "take": lambda e, a, shape: np.take(a[0], e.attrs["indices"], axis=0),
     "matmul": lambda e, a, shape: _matmul(*a),
     "linear": lambda e, a, shape: _linear(*a),
 }

@@ -1,0 +1,206 @@
+"""fl.shard_map: per-device programs with torch_xla's and JAX's collectives, checked
+against the values their own tests and documentation give, and against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+
+DIDx = fl.ParallelType.DIDx
+
+
+def run(fn, inputs, in_specs, out_specs, devices=4):
+    """shard_map(fn) on `devices` sim devices: (global outputs, communication kinds)."""
+    with fl.Fusion() as fusion:
+        mesh = fl.DeviceMesh.for_num_devices(devices)
+        xs = [fl.tensor(list(a.shape), str(a.dtype)) for a in inputs]
+        for x in xs:
+            fusion.add_input(x)
+        out = fl.shard_map(fn, mesh, in_specs, out_specs)(*xs)
+        for o in out if isinstance(out, tuple) else [out]:
+            fusion.add_output(o)
+    ex = fl.FusionExecutor(fusion)
+    outputs = ex.run(inputs)
+    fl.validate(fusion, inputs, outputs)
+    return outputs, [c.kind.value for c in ex.communications]
+
+
+# -- torch_xla's collective tests (test/test_mp_all_reduce etc.), in shard_map form --------
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_xla_all_reduce_of_ordinals(d):
+    ordinals = np.arange(d, dtype=np.float32)  # device i holds [i]
+    (out,), kinds = run(fl.all_reduce, [ordinals], [(DIDx,)], [(DIDx,)], d)
+    np.testing.assert_array_equal(out, np.full(d, d * (d - 1) / 2))
+    assert kinds == ["Allreduce"]
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_xla_all_gather_of_ordinals(d):
+    ordinals = np.arange(d, dtype=np.float32)
+    (out,), kinds = run(fl.all_gather, [ordinals], [(DIDx,)], [None], d)
+    np.testing.assert_array_equal(out, ordinals)  # every device: [0, 1, ..., d-1]
+    assert kinds == ["Allgather"]
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_xla_reduce_scatter_of_minus_arange(d):
+    # Every device holds -arange(2d); each keeps its two elements of the sum over devices.
+    x = np.tile(-np.arange(2 * d, dtype=np.float32), d)
+    (out,), kinds = run(
+        lambda t: fl.reduce_scatter(t, "sum", scatter_dim=0, shard_count=d),
+        [x],
+        [(DIDx,)],
+        [(DIDx,)],
+        d,
+    )
+    np.testing.assert_array_equal(out, -d * np.arange(2 * d))
+    assert kinds == ["ReduceScatter"]
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_seed_000_gives_65536_on_every_device(d):
+    fusion = models.all_gather_all_reduce_reduce_scatter(d, 1024)
+    ex = fl.FusionExecutor(fusion)
+    x = [np.ones(d * 1024, np.float32)]
+    per_device = ex.run_per_device(x)
+    assert {dev: out[0].tolist() for dev, out in per_device.items()} == {
+        dev: [1024.0 * d * d] for dev in range(d)
+    }
+    assert [c.kind.value for c in ex.communications] == ["Allgather", "Allreduce", "ReduceScatter"]
+    assert d != 8 or per_device[0][0][0] == 65536
+
+
+# -- JAX's shard_map documentation (the collectives tutorial), on a 4-device axis ---------
+def test_jax_psum():
+    x = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.float32)
+    (out,), kinds = run(lambda b: fl.psum(b, DIDx), [x], [(DIDx,)], [None])
+    np.testing.assert_array_equal(out, [14, 17])
+    assert kinds == ["Allreduce"]
+
+
+def test_jax_all_gather_tiled():
+    x = np.array([3, 9, 5, 2], np.float32)
+    (out,), _ = run(lambda b: fl.all_gather(b, axis="DIDx", tiled=True), [x], [(DIDx,)], [(DIDx,)])
+    np.testing.assert_array_equal(out, [3, 9, 5, 2] * 4)
+
+
+def test_jax_all_gather_untiled_stacks():
+    x = np.array([3, 9, 5, 2], np.float32)
+    (out,), _ = run(lambda b: fl.all_gather(b, tiled=False), [x], [(DIDx,)], [None])
+    np.testing.assert_array_equal(out, [[3], [9], [5], [2]])
+
+
+def test_jax_psum_scatter():
+    x = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2], np.float32)
+    (out,), kinds = run(lambda b: fl.psum_scatter(b, DIDx, tiled=True), [x], [(DIDx,)], [(DIDx,)])
+    np.testing.assert_array_equal(out, [22, 20, 12, 17])
+    assert kinds == ["ReduceScatter"]
+    # Untiled, the scattered axis (extent 4, the device count) goes away: [4, 1] -> [1].
+    (untiled,), _ = run(
+        lambda b: fl.psum_scatter(b, DIDx), [x.reshape(16, 1)], [(DIDx,)], [(DIDx,)]
+    )
+    np.testing.assert_array_equal(untiled, [22, 20, 12, 17])
+
+
+def test_jax_ppermute_ring_shift():
+    x = np.arange(8, dtype=np.float32)
+    shift = [(i, (i + 1) % 4) for i in range(4)]
+    (out,), kinds = run(lambda b: fl.ppermute(b, DIDx, shift), [x], [(DIDx,)], [(DIDx,)])
+    np.testing.assert_array_equal(out, [6, 7, 0, 1, 2, 3, 4, 5])
+    assert kinds == ["Allgather", "LocalSlice"]  # no point-to-point collective yet
+
+
+def test_pmax_and_local_ops_act_on_each_devices_value():
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    (out,), _ = run(lambda b: fl.pmax(fl.exp(b) * 2, DIDx), [x], [(DIDx,)], [None])
+    np.testing.assert_allclose(out, [2 * np.exp(x[3])], rtol=1e-6)
+    (sums,), _ = run(lambda b: fl.sum(b, [1], keepdim=True), [x], [(DIDx,)], [(DIDx,)])
+    np.testing.assert_array_equal(sums, x.sum(1, keepdims=True))
+
+
+def test_all_to_all_and_specs_on_other_axes():
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    (out,), kinds = run(lambda b: fl.all_to_all(b, 1, 0), [x], [(DIDx,)], [(None, DIDx)])
+    np.testing.assert_array_equal(out, x)
+    assert kinds == ["AllToAll"]
+    # Columns sharded: each device's [4, 2] block; a local sum over rows stays local.
+    (cols,), kinds = run(lambda b: fl.sum(b, [0]), [x], [(None, DIDx)], [(DIDx,)])
+    np.testing.assert_array_equal(cols, x.sum(0))
+    assert kinds == []
+
+
+def test_replicated_input_and_local_matmul():
+    a = np.arange(8, dtype=np.float32).reshape(4, 2)
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (out,), _ = run(lambda x, k: fl.matmul(x, k), [a, w], [(DIDx,), None], [(DIDx,)])
+    np.testing.assert_allclose(out, a @ w)
+
+
+def test_the_trap_of_the_old_api_is_gone():
+    """The natural port of seed 000 sums each device's own t4 (the old global sum gave
+    524288 on 8 devices)."""
+    fusion = models.all_gather_all_reduce_reduce_scatter(8, 1024)
+    out = fl.FusionExecutor(fusion).run([np.ones(8192, np.float32)])[0]
+    np.testing.assert_array_equal(out, [65536] * 8)
+
+
+def test_print_shows_the_global_program():
+    text = str(models.all_gather_all_reduce_reduce_scatter(2, 4))
+    assert "T0_g_float[ ideviceIdx.x" in text and "{8}" in text  # the global [8] input
+
+
+# -- errors ------------------------------------------------------------------------
+def _traced(fn, in_specs=((DIDx,),), out_specs=((DIDx,),), shape=(8,)):
+    with fl.Fusion():
+        x = fl.tensor(list(shape), name="x")
+        return fl.shard_map(fn, fl.DeviceMesh.for_num_devices(4), list(in_specs), list(out_specs))(
+            x
+        )
+
+
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (lambda t: fl.all_gather(t, dim=1), "dim must be"),
+        (lambda t: fl.all_reduce(t, op="prod"), "op must be one of"),
+        (lambda t: fl.reduce_scatter(t, shard_count=3), "shard_count 3 must equal the 4 devices"),
+        (lambda t: fl.reduce_scatter(t, scatter_dim=0), "divisible by the 4 devices"),
+        (lambda t: fl.psum(t, "DIDy"), "axis must be a mesh axis"),
+        (lambda t: fl.ppermute(t, None, [(0, 1), (1, 0)]), r"device\(s\) \[2, 3\]"),
+        (lambda t: fl.tensor([2]), "made a new tensor"),
+        (lambda t: fl.all_gather(fl.all_gather(t)) and None, "must return a local tensor"),
+    ],
+)
+def test_misuse_inside_is_a_clear_error(fn, message):
+    with pytest.raises(fl.FusionError, match=message):
+        _traced(fn)
+
+
+def test_a_collective_outside_shard_map_is_an_error():
+    with fl.Fusion():
+        x = fl.tensor([8])
+        x.set_device_mesh(fl.DeviceMesh.for_num_devices(4))
+        for collective in (fl.all_gather, fl.all_reduce, fl.psum, fl.reduce_scatter):
+            with pytest.raises(
+                fl.FusionError, match="only inside a function given to fl.shard_map"
+            ):
+                collective(x)
+
+
+def test_a_varying_value_cannot_leave_replicated():
+    with pytest.raises(fl.FusionError, match="differs between the devices of DIDx"):
+        _traced(lambda t: t * 2, out_specs=[None])
+
+
+def test_specs_are_checked():
+    with pytest.raises(fl.FusionError, match="not divisible by the 4 devices"):
+        _traced(lambda t: t, shape=(6,))
+    with pytest.raises(fl.FusionError, match="one spec per argument"):
+        _traced(lambda t: t, in_specs=[None, None])
+    with pytest.raises(fl.FusionError, match="has 2 entries but the tensor has 1 axes"):
+        _traced(lambda t: t, in_specs=[(DIDx, None)])
+    with pytest.raises(fl.FusionError, match="names a mesh axis twice"):
+        _traced(lambda t: t, in_specs=[(DIDx, DIDx)], shape=(8, 8))
