@@ -18,7 +18,15 @@ from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
-from fuserlite.shard_map import Local, Trace, active_trace, axis_size, declare, leading, mesh_axis
+from fuserlite.shard_map_trace import (
+    Local,
+    Trace,
+    active_trace,
+    axis_size,
+    declare,
+    leading,
+    mesh_axis,
+)
 
 _OPS = {"sum": ops.sum, "max": ops.max}
 

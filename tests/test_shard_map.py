@@ -204,3 +204,30 @@ def test_specs_are_checked():
         _traced(lambda t: t, in_specs=[(DIDx, None)])
     with pytest.raises(fl.FusionError, match="names a mesh axis twice"):
         _traced(lambda t: t, in_specs=[(DIDx, DIDx)], shape=(8, 8))
+
+
+def test_every_op_has_a_local_rule():
+    from fuserlite.ops.registry import Category, all_ops
+    from fuserlite.shard_map_trace import LOCAL_RULES
+
+    missing = [
+        d.name
+        for d in all_ops()
+        if d.name not in LOCAL_RULES and (d.category is not Category.POINTWISE or d.attrs != ())
+    ]
+    assert missing == [] or missing == ["set"]  # set's cache hint needs no rule
+
+
+def test_shard_maps_do_not_nest():
+    def inner(t):
+        return fl.shard_map(fl.neg, fl.DeviceMesh.for_num_devices(4), [None], [None])(t)
+
+    with pytest.raises(fl.FusionError, match="cannot call another shard_map"):
+        _traced(inner)
+
+
+def test_a_weight_that_differs_between_devices_is_refused():
+    with fl.Fusion():
+        x, w = fl.tensor([4, 2]), fl.tensor([8, 2])
+        with pytest.raises(fl.FusionError, match="linear's weight .* differs between the devices"):
+            fl.shard_map(fl.linear, fl.DeviceMesh.for_num_devices(4), [None, (DIDx,)], [None])(x, w)
