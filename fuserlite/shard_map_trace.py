@@ -28,12 +28,12 @@ _state = threading.local()  # the stack of traces being built (at most one: no n
 # -- mesh axes --------------------------------------------------------------------
 def mesh_axes(mesh: DeviceMesh) -> tuple[ParallelType, ...]:
     """The mesh's axes as parallel types, outermost first (a 1-D mesh has DIDx)."""
-    return (ParallelType.DIDx,)
+    return mesh.parallel_types
 
 
 def axis_size(mesh: DeviceMesh, pt: ParallelType) -> int:
     """Devices along mesh axis `pt`."""
-    return mesh.size
+    return mesh.axis_size(pt)
 
 
 def mesh_axis(mesh: DeviceMesh, axis: object, what: str) -> ParallelType:

@@ -231,3 +231,26 @@ def test_a_weight_that_differs_between_devices_is_refused():
         x, w = fl.tensor([4, 2]), fl.tensor([8, 2])
         with pytest.raises(fl.FusionError, match="linear's weight .* differs between the devices"):
             fl.shard_map(fl.linear, fl.DeviceMesh.for_num_devices(4), [None, (DIDx,)], [None])(x, w)
+
+
+def test_a_2x4_mesh_gathers_over_one_axis_and_reduces_over_the_other():
+    """The global program of a 2-D shard_map, by the reference evaluator (the passes do
+    not lower N-D shardings yet)."""
+    x_axis, y_axis = fl.ParallelType.DIDx, fl.ParallelType.DIDy
+    with fl.Fusion() as fusion:
+        x = fl.tensor([2, 16])
+        fusion.add_input(x)
+
+        @fl.shard_map(
+            mesh=fl.DeviceMesh.for_shape([2, 4]), in_specs=[(y_axis, x_axis)], out_specs=[(y_axis,)]
+        )
+        def step(block):  # device (y, i) holds x[y, 4i:4i+4] as a [1, 4]
+            rows = fl.all_gather(block, axis=x_axis)  # [4, 4]: row i is x[y, 4i:4i+4]
+            total = fl.all_reduce(rows, axis="DIDy")  # x[0] + x[1], blocked as rows
+            return fl.sum(total, [1], keepdim=True)
+
+        fusion.add_output(step(x))
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    (out,) = fl.evaluate(fusion, [x])
+    expected = (x[0] + x[1]).reshape(4, 4).sum(1, keepdims=True)
+    np.testing.assert_array_equal(out, np.concatenate([expected, expected]))  # once per y
