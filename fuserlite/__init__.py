@@ -68,6 +68,7 @@ __all__ += [
     "verify_program",
 ]
 from fuserlite.shard_map import shard_map  # noqa: E402
+from fuserlite.show import show_sharding  # noqa: E402
 from fuserlite.spmd import (  # noqa: E402
     all_gather,
     all_reduce,
@@ -89,4 +90,5 @@ __all__ += [
     "psum_scatter",
     "reduce_scatter",
     "shard_map",
+    "show_sharding",
 ]

@@ -312,6 +312,7 @@ BAD = [
         "perm",
         "[0]",
     ),
+    bad("show_sharding str", lambda e: fl.show_sharding("x"), "show_sharding", "tv", "'x'"),
     bad("shard_map fn", lambda e: fl.shard_map(5, e.mesh), "shard_map", "fn", "5"),
     bad("shard_map mesh", lambda e: fl.shard_map(abs, [0, 1]), "shard_map", "mesh", "[0, 1]"),
     bad("shard_map arg", lambda e: fl.shard_map(abs, e.mesh, [None], [None])(3), "argument 0", "3"),

@@ -7,6 +7,7 @@
     fuserlite run PATH [--devices N] [--seed N] [--compute compiled|interpret|numpy]
                        [--cache-dir DIR]
     fuserlite passes
+    fuserlite show PATH [--tensor NAME] [--after PASS | --communications] [--svg FILE]
 
 Each subcommand is one module `fuserlite/cli/cmd_NAME.py` with its `cmd_NAME`
 function and a `register(commands, common)` that adds its subparser; adding a
@@ -26,7 +27,7 @@ import traceback
 from collections.abc import Sequence
 
 import fuserlite
-from fuserlite.cli import cmd_codegen, cmd_passes, cmd_print, cmd_run
+from fuserlite.cli import cmd_codegen, cmd_passes, cmd_print, cmd_run, cmd_show
 from fuserlite.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -40,7 +41,7 @@ from fuserlite.ir.errors import FuserliteError
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_OK", "build_parser", "main"]
 
 # In the order `fuserlite --help` lists them.
-COMMANDS = (cmd_print, cmd_codegen, cmd_passes, cmd_run)
+COMMANDS = (cmd_print, cmd_codegen, cmd_passes, cmd_run, cmd_show)
 
 
 def build_parser() -> argparse.ArgumentParser:
