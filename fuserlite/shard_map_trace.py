@@ -243,6 +243,7 @@ def _rows(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
 
 LOCAL_RULES: dict[str, LocalRule] = {
     "broadcast": _flags,
+    "cast": _pointwise,  # its attribute is a dtype, not an axis
     "expand": _shape,
     "reshape": _shape,
     "permute": _dims,

@@ -121,6 +121,13 @@ def test_pmax_and_local_ops_act_on_each_devices_value():
     np.testing.assert_array_equal(sums, x.sum(1, keepdims=True))
 
 
+def test_a_cast_inside_shard_map_acts_locally():
+    x = np.linspace(-3, 3, 16, dtype=np.float32).reshape(4, 4)
+    (out,), _ = run(lambda b: fl.all_reduce(fl.cast(b, "float64")), [x], [(DIDx,)], [None])
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(0, keepdims=True), rtol=1e-12)
+
+
 def test_all_to_all_and_specs_on_other_axes():
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
     (out,), kinds = run(lambda b: fl.all_to_all(b, 1, 0), [x], [(DIDx,)], [(None, DIDx)])
