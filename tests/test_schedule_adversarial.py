@@ -275,6 +275,24 @@ def test_vectorize_with_unrelated_outputs_of_different_extents() -> None:
     fl.validate(f, inputs, ex.run(inputs))
 
 
+def test_outer_split_remainder_merged_into_a_broadcast_is_computed_everywhere() -> None:
+    """An extent-D axis outer-split by D leaves an inner axis of extent 1; the scheduler
+    merges it with a broadcast axis into an iteration axis that its consumer, sharded on
+    the whole axis, sees as broadcast. The producer was predicated to the first thread
+    while the consumer read it on all of them: NaN interpreted, half the sum compiled."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        x = fl.tensor([4], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        shard_axis(x, 0, mesh)
+        b = fl.broadcast(x, [True, False])
+        b.outer_split(1, 4).axis(1).parallelize(ParallelType.DIDx)
+        f.add_output(b)
+        f.add_output(fl.add(b, x))
+    run_three_ways(f, fl.random_inputs(f, 263))
+
+
 def test_cuda_source_of_a_sharded_reduction_program() -> None:
     """An unscheduled reduction kernel with a sharded output is listed, not emitted."""
     with fl.Fusion() as f:

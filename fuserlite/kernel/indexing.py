@@ -217,6 +217,14 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
             preds.append((env[id(ax)], ax.extent))
     for tr in reversed(tv.domain.transforms):
         if isinstance(tr, Split):
+            if tr.input.extent == 1:
+                # An axis of extent 1, broadcast or not (the remainder of an outer split
+                # by the whole extent, merged into a broadcast), has one element: every
+                # grid point of its split holds it, unpredicated. A predicate here but not
+                # on a consumer whose axis is broadcast would leave the consumer reading a
+                # register that only the first point computed.
+                env[id(tr.input)] = const(0)
+                continue
             idx = add(mul(env[id(tr.outer)], tr.inner.extent), env[id(tr.inner)])
             env[id(tr.input)] = idx
             if not tr.input.is_broadcast and idx.ub > tr.input.extent:
