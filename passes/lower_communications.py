@@ -1,11 +1,24 @@
-"""lower-communications: every resharding Set becomes one Communication (docs/design.md §5).
+"""lower-communications: every resharding Set becomes the communications of its plan.
 
 Before: a Program (segment ran); resharding Sets sit between kernels.
-After: each of them is a Communication with its kind, team, root, reduction
-op and bytes sent per device; a Set that needs no data movement (replicated to
-sharded on one mesh) is a LocalSlice. A reduction of partial sums whose only
-use is to be sliced again is one ReduceScatter, not an Allreduce and a slice. A resharding no row of the table covers
-raises LoweringError naming the expression and both shardings.
+After: each of them is a sequence of Communications, recorded per resharding
+in `program.reshardings` (with the plan and its cheapest rejected alternative).
+
+- On one mesh, the redistribution planner (fuserlite.plan.search) plans the
+  move from the input's placement to the output's: the cheapest sequence of
+  collectives over the teams of groups of mesh axes (or local slices), one
+  Communication per step, with an intermediate tensor between two steps. On a
+  1-D mesh every plan is one step, the rows of docs/design.md §5.
+- Between two meshes, a move in the forms of the 1-D table (one device to many:
+  Broadcast/Scatter; many to one: Gather/Reduce; equal meshes with one sharding:
+  SendRecv) keeps that form; any other is planned over boxes
+  (fuserlite.plan.cross_mesh): each destination device receives exactly what it
+  lacks, and the Communication records the transfers. Only a move whose data
+  cannot exist (a partial destination, a part no source holds) is a LoweringError,
+  saying why.
+
+A reduction of partial sums whose only use is to be sliced again is one
+ReduceScatter, not an Allreduce and a slice.
 """
 
 from __future__ import annotations
@@ -13,104 +26,218 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fuserlite.ir.errors import LoweringError
+from fuserlite.ir.errors import LoweringError, RedistributionError
 from fuserlite.ir.expr import LoadStoreOp
+from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     describe_sharding,
     is_partial,
     is_resharding,
+    logical_placement,
+    placement,
     sharded_data_axis,
 )
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.common import like
 from fuserlite.ops.sharding import partial_op
 from fuserlite.passes.base import Level, Pass, register
+from fuserlite.passes.reorder_sharded_axis import device_axis_outermost
+from fuserlite.plan import Planner, StepKind, holdings, needs, plan_move
+from fuserlite.plan.search import PlannedStep
 from fuserlite.program.communication import CommKind, Communication
-from fuserlite.program.program import Kernel, Program, Step
+from fuserlite.program.program import Kernel, Program, Resharding, Step
+from fuserlite.schedule.shard import shard_as
 
 
 @dataclass(frozen=True)
-class Plan:
+class TableMove:
+    """A move between two 1-D meshes in one of the forms of docs/design.md §5."""
+
     kind: CommKind
     team: tuple[int, ...]
     root: int | None
     bytes_per_device: int
 
 
-def plan_communication(inp: TensorView, out: TensorView) -> Plan:
-    """Choose the communication for a resharding Set (the table of docs/design.md §5)."""
+def table_move(inp: TensorView, out: TensorView) -> TableMove | None:
+    """The 1-D table's communication for a Set between two meshes, or None."""
     mi, mo = inp.mesh, out.mesh
-    if mi is None or mo is None:
-        raise LoweringError(
-            f"cannot lower a Set between {inp.name} and {out.name}: both need a mesh"
-        )
     if mi.rank > 1 or mo.rank > 1:
-        raise LoweringError(
-            f"cannot lower {out.name} = Set({inp.name}) yet: from {describe_sharding(inp)} to "
-            f"{describe_sharding(out)}; N-D meshes lower through the redistribution planner, "
-            "which lower-communications does not use yet: use 1-D meshes"
-        )
+        return None
     a_in, a_out = sharded_data_axis(inp), sharded_data_axis(out)
     partial = is_partial(inp)
     b_in, b_out = inp.nbytes, out.nbytes
-    if mi == mo:
-        d = mi.size
-        team = mi.devices
-        if partial and a_out is None and not is_partial(out):
-            return Plan(CommKind.Allreduce, team, None, 2 * (d - 1) * b_out // d)
-        if partial and a_out is not None:
-            return Plan(CommKind.ReduceScatter, team, None, (d - 1) * b_out // d)
-        if not partial and a_in is None and a_out is not None:
-            return Plan(CommKind.LocalSlice, team, None, 0)
-        if not partial and a_in is not None and a_out is None:
-            return Plan(CommKind.Allgather, team, None, (d - 1) * b_in // d)
-        if not partial and a_in is not None and a_out is not None and a_in != a_out:
-            return Plan(CommKind.AllToAll, team, None, (d - 1) * b_in // (d * d))
-    elif mi.size == 1 and not partial:
+    if mi.size == 1 and not partial:
         root = mi.devices[0]
         team = mo.devices if root in mo else (root, *mo.devices)
         if a_out is None:
-            return Plan(CommKind.Broadcast, team, root, b_in)
-        d = mo.size
-        kept = b_in // d if root in mo else 0  # a root inside the mesh keeps its chunk
-        return Plan(CommKind.Scatter, team, root, b_in - kept)
-    elif mo.size == 1 and a_out is None:
+            return TableMove(CommKind.Broadcast, team, root, b_in)
+        kept = b_in // mo.size if root in mo else 0  # a root inside the mesh keeps its chunk
+        return TableMove(CommKind.Scatter, team, root, b_in - kept)
+    if mo.size == 1 and a_out is None:
         root = mo.devices[0]
         team = mi.devices if root in mi else (*mi.devices, root)
-        d = mi.size
         # Every sender but a root inside the source mesh sends its part.
         if partial:
-            return Plan(CommKind.Reduce, team, root, b_out)
+            return TableMove(CommKind.Reduce, team, root, b_out)
         if a_in is not None:
-            return Plan(CommKind.Gather, team, root, b_in // d)
-    if mi != mo and mi.size == mo.size and not partial and a_in == a_out:
+            return TableMove(CommKind.Gather, team, root, b_in // mi.size)
+    if mi.size == mo.size and not partial and a_in == a_out:
         team = tuple(dict.fromkeys(mi.devices + mo.devices))
         per = b_in // mi.size if a_in is not None else b_in
-        return Plan(CommKind.SendRecv, team, None, per)
-    raise LoweringError(
-        f"cannot lower {out.name} = Set({inp.name}): from {describe_sharding(inp)} to "
-        f"{describe_sharding(out)}. Lowerable: on one mesh, any change of the sharded axis or "
-        "a reduction of partial sums; between meshes, one device to many (Broadcast/Scatter), "
-        "many to one device (Gather/Reduce), or equal-size meshes with the same sharding "
-        "(SendRecv). Reshard in two steps (e.g. gather on the source mesh first)."
-    )
+        return TableMove(CommKind.SendRecv, team, None, per)
+    return None
 
 
-def lower_set(expr: LoadStoreOp) -> Communication:
-    """Replace one resharding Set by its Communication in the graph."""
-    inp, out = expr.input, expr.output
-    plan = plan_communication(inp, out)
-    expr.detach()
-    reducing = plan.kind.is_allreduce_class
+class _Lowering:
+    """Lowers the resharding Sets of one program; plans one tensor shape on one mesh once."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self._planners: dict[tuple, Planner] = {}
+
+    def planner(self, tv: TensorView) -> Planner:
+        key = (tv.shape, tv.dtype.itemsize, tv.mesh.shape)
+        if key not in self._planners:
+            self._planners[key] = Planner(*key)
+        return self._planners[key]
+
+    def lower(self, expr: LoadStoreOp) -> list[Communication]:
+        """Replace one resharding Set by its Communications in the graph."""
+        inp, out = expr.input, expr.output
+        if inp.mesh is None or out.mesh is None:
+            raise LoweringError(
+                f"cannot lower a Set between {inp.name} and {out.name}: both need a mesh"
+            )
+        needed_by = _needed_by(out, self.program)
+        try:
+            same = inp.mesh == out.mesh
+            record = self._same_mesh(expr) if same else self._between_meshes(expr)
+        except RedistributionError as exc:
+            raise LoweringError(
+                f"cannot lower {out.name} = Set({inp.name}), needed by {needed_by}: from "
+                f"{describe_sharding(inp)} to {describe_sharding(out)}: {exc}"
+            ) from None
+        record.needed_by = needed_by
+        self.program.reshardings.append(record)
+        return record.communications
+
+    def _same_mesh(self, expr: LoadStoreOp) -> Resharding:
+        inp, out = expr.input, expr.output
+        plan = self.planner(inp).plan(placement(inp), placement(out))
+        op = partial_op(inp) if is_partial(inp) else None
+        expr.detach()
+        comms, current = [], inp
+        for k, planned in enumerate(plan.steps):
+            last = k == len(plan.steps) - 1
+            nxt = out if last else _intermediate(inp, planned.after)
+            comms.append(_step_communication(planned, nxt, current, op))
+            current = nxt
+        return Resharding(inp, out, "", comms, plan=plan)
+
+    def _between_meshes(self, expr: LoadStoreOp) -> Resharding:
+        inp, out = expr.input, expr.output
+        mi, mo = inp.mesh, out.mesh
+        shape, itemsize = inp.shape, inp.dtype.itemsize
+        move = plan_move(
+            holdings(shape, mi.shape, mi.devices, placement(inp)),
+            needs(shape, mo.shape, mo.devices, placement(out)),
+            itemsize,
+        )
+        table = table_move(inp, out)
+        reducing = is_partial(inp)
+        expr.detach()
+        if table is not None:
+            comm = Communication(
+                table.kind,
+                out,
+                inp,
+                table.team,
+                root=table.root,
+                op=partial_op(inp) if table.kind.is_allreduce_class else None,
+                in_axis=sharded_data_axis(inp),
+                out_axis=sharded_data_axis(out),
+                bytes_per_device=table.bytes_per_device,
+                before=placement(inp),
+                after=placement(out),
+            )
+        else:
+            kind = CommKind.SendRecv if move.kind is None else CommKind(move.kind.value)
+            sent = move.sent()
+            comm = Communication(
+                kind,
+                out,
+                inp,
+                tuple(dict.fromkeys(mi.devices + mo.devices)),
+                root=move.roots[0] if len(move.roots) == 1 else None,
+                op=partial_op(inp) if reducing else None,
+                bytes_per_device=max(sent.values(), default=0),
+                before=placement(inp),
+                after=placement(out),
+                transfers=move.transfers,
+            )
+        return Resharding(inp, out, "", [comm], move=move)
+
+
+def _needed_by(tv: TensorView, program: Program) -> str:
+    """The expression that reads `tv` (its first reader), or 'the fusion output'."""
+    readers = [e for e in tv.uses if not isinstance(e, Communication)]
+    if readers:
+        e = readers[0]
+        return f"{e.output.name} = {e.op_name}({', '.join(t.name for t in e.inputs)})"
+    if tv in program.outputs:
+        return f"the fusion output {tv.name}"
+    return "a later resharding"
+
+
+def _intermediate(inp: TensorView, after: Placement) -> TensorView:
+    """A new tensor like `inp` with placement `after` (partial mesh axes on the reduction
+    axes that carried them in `inp`), its device axes outermost in its allocation."""
+    keep = not after.is_complete
+    t = like(inp, keep_reductions=keep)
+    data = inp.data_positions() if keep else list(range(len(after.shards)))
+    shards: list[tuple[int, ...]] = [()] * len(t.domain.logical)
+    for k, axes in zip(data, after.shards):
+        shards[k] = axes
+    if keep:
+        for li, axes in enumerate(logical_placement(inp).shards):
+            if li not in data:
+                shards[li] = tuple(a for a in axes if a in after.partial)
+    shard_as(t, inp.mesh, Placement(after.mesh_rank, tuple(shards)))
+    device_axis_outermost(t)
+    return t
+
+
+_AXES = {
+    StepKind.LocalSlice: lambda s: (None, s.axis),
+    StepKind.Allgather: lambda s: (s.axis, None),
+    StepKind.AllToAll: lambda s: (s.axis, s.to_axis),
+    StepKind.Allreduce: lambda s: (None, None),
+    StepKind.ReduceScatter: lambda s: (None, s.axis),
+}
+
+
+def _step_communication(
+    planned: PlannedStep, out: TensorView, inp: TensorView, op
+) -> Communication:
+    """One step of a plan as a Communication from `inp` to `out`."""
+    step = planned.step
+    in_axis, out_axis = _AXES[step.kind](step)
+    kind = CommKind(step.kind.value)
     return Communication(
-        plan.kind,
+        kind,
         out,
         inp,
-        plan.team,
-        root=plan.root,
-        op=partial_op(inp) if reducing else None,
-        in_axis=sharded_data_axis(inp),
-        out_axis=sharded_data_axis(out),
-        bytes_per_device=plan.bytes_per_device,
+        inp.mesh.devices,
+        op=op if kind.is_allreduce_class else None,
+        in_axis=in_axis,
+        out_axis=out_axis,
+        bytes_per_device=planned.bytes,
+        mesh=inp.mesh,
+        group=step.group,
+        before=planned.before,
+        after=planned.after,
+        axes=tuple(a for a in (step.axis, step.to_axis) if a is not None),
     )
 
 
@@ -127,7 +254,12 @@ class LowerCommunications(Pass):
 
     def run(self, program: Program) -> None:
         steps = fuse_reduce_then_slice(program)
-        program.steps = [lower_set(s) if is_resharding(s) else s for s in steps]
+        lowering = _Lowering(program)
+        program.reshardings = []
+        lowered: list[Step] = []
+        for s in steps:
+            lowered += lowering.lower(s) if is_resharding(s) else [s]
+        program.steps = lowered
 
 
 def fuse_reduce_then_slice(program: Program) -> list[Step]:

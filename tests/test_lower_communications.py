@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import fuserlite as fl
 from fuserlite import models
-from fuserlite.ir.errors import PassOptionError
-from fuserlite.passes.lower_communications import plan_communication
+from fuserlite.ir.errors import PassOptionError, RedistributionError
+from fuserlite.program import CommKind
 from fuserlite.schedule.shard import shard_axis
 
 D = 4
@@ -56,7 +58,7 @@ def test_root_is_recorded():
     assert comms[0].root == 2
 
 
-def unlowerable() -> fl.Fusion:
+def across_meshes() -> fl.Fusion:
     """Sharded on axis 0 of {0 1} -> sharded on axis 1 of {2 3 4 5}: no row of §5."""
     with fl.Fusion() as f:
         x = fl.tensor([ROWS, COLS])
@@ -68,22 +70,48 @@ def unlowerable() -> fl.Fusion:
     return f
 
 
-def test_unlowerable_resharding_names_both_shardings():
-    f = unlowerable()
-    with pytest.raises(fl.LoweringError) as err:
-        fl.lower(f)
-    msg = str(err.value)
-    assert "Set(T0)" in msg and "DeviceMesh{0 1}, sharded on axis 0" in msg
-    assert "DeviceMesh{2 3 4 5}, sharded on axis 1" in msg
-    assert "Lowerable:" in msg
+def test_a_move_no_row_of_the_table_covers_lowers_to_box_transfers():
+    """It was a LoweringError: each destination now receives exactly the box it lacks."""
+    program = fl.lower(across_meshes())
+    (comm,) = program.communications
+    assert comm.kind is CommKind.SendRecv and comm.mesh is None
+    chunk_rows, chunk_cols = ROWS // 2, COLS // 4
+    got = {(t.src, t.dst, t.box) for t in comm.transfers}
+    want = {
+        (
+            src,
+            2 + j,
+            ((i * chunk_rows, (i + 1) * chunk_rows), (j * chunk_cols, (j + 1) * chunk_cols)),
+        )
+        for i, src in enumerate([0, 1])
+        for j in range(4)
+    }
+    assert got == want
+    itemsize = 4
+    assert comm.bytes_per_device == 4 * chunk_rows * chunk_cols * itemsize  # per sender
+    (record,) = program.reshardings
+    assert record.move is not None and record.move.bytes == ROWS * COLS * itemsize
+    assert "transfers=[0->2 [0:" in str(program)
 
 
-def test_plan_needs_meshes():
-    with fl.Fusion():
-        x = fl.tensor([2])
+def test_a_gather_onto_a_replicated_mesh_sends_each_half_once_to_each_device():
+    """{0 1} sharded -> {2 3} replicated (was a LoweringError): a Gather onto two roots."""
+    with fl.Fusion() as f:
+        x = fl.tensor([ROWS, COLS])
+        f.add_input(x)
+        shard_axis(x, 0, mesh([0, 1]))
         y = fl.set(x)
-    with pytest.raises(fl.LoweringError, match="need a mesh"):
-        plan_communication(x, y)
+        y.set_device_mesh(mesh([2, 3]))
+        f.add_output(y)
+    (comm,) = fl.lower(f).communications
+    assert comm.kind is CommKind.Gather
+    half = ((0, ROWS // 2), (0, COLS)), ((ROWS // 2, ROWS), (0, COLS))
+    assert {(t.src, t.dst, t.box) for t in comm.transfers} == {
+        (0, 2, half[0]),
+        (1, 2, half[1]),
+        (0, 3, half[0]),
+        (1, 3, half[1]),
+    }
 
 
 def test_every_communication_prints_one_line():
@@ -111,10 +139,21 @@ def test_root_outside_the_mesh_sends_everything():
     assert comms[0].bytes_per_device == (D - 1) * whole // D
 
 
-def test_lowering_errors_name_the_pass_and_keep_their_class():
-    f = unlowerable()
-    with pytest.raises(fl.LoweringError, match=r"pass lower-communications \(after: .*segment"):
-        fl.lower(f)
+def test_lowering_errors_name_the_pass_and_keep_their_class(monkeypatch):
+    """A move the planner refuses (here made to) is a LoweringError naming the Set, what
+    needed it, both shardings and the planner's reason, and the pass."""
+    import fuserlite.passes.lower_communications as lower
+
+    def refuse(*args, **kwargs):
+        raise RedistributionError("no source device holds [0:4, 0:2]")
+
+    monkeypatch.setattr(lower, "plan_move", refuse)
+    with pytest.raises(fl.LoweringError) as err:
+        fl.lower(across_meshes())
+    msg = str(err.value)
+    assert re.search(r"pass lower-communications \(after: .*segment", msg)
+    assert "Set(T0)" in msg and "DeviceMesh{0 1}, sharded on axis 0" in msg
+    assert "DeviceMesh{2 3 4 5}, sharded on axis 1" in msg and "no source device holds" in msg
 
 
 def test_lower_communications_needs_a_program():
@@ -148,3 +187,21 @@ def test_a_reduction_also_used_whole_stays_an_allreduce():
         f.add_output(z)
         f.add_output(fl.neg(y))
     assert [c.kind.value for c in run(f)] == ["Allreduce", "LocalSlice"]
+
+
+def test_moves_between_meshes_outside_the_table_run_and_match_the_reference():
+    """Box transfers execute: sharded -> resharded on a bigger mesh, and a sum whose input
+    is gathered from {0 1} onto both devices of {2 3}."""
+    with fl.Fusion() as f:
+        x = fl.tensor([ROWS, COLS])
+        f.add_input(x)
+        shard_axis(x, 1, mesh([0, 1]))
+        s = fl.sum(x, 1)
+        s.set_device_mesh(mesh([2, 3]))
+        f.add_output(s)
+    cases = [across_meshes(), f]
+    for fusion in cases:
+        program = fl.lower(fusion)
+        assert all(c.transfers is not None for c in program.communications)
+        inputs = fl.random_inputs(fusion, 3)
+        fl.validate(fusion, inputs, fl.FusionExecutor(program).run(inputs))

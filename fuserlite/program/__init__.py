@@ -2,7 +2,7 @@
 
 from fuserlite.program.communication import CommKind, Communication, Layout
 from fuserlite.program.printer import print_program, print_scheduled
-from fuserlite.program.program import Kernel, Program, Step
+from fuserlite.program.program import Kernel, Program, Resharding, Step
 
 __all__ = [
     "CommKind",
@@ -10,6 +10,7 @@ __all__ = [
     "Kernel",
     "Layout",
     "Program",
+    "Resharding",
     "Step",
     "print_program",
     "print_scheduled",

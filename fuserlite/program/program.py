@@ -16,6 +16,8 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
+from fuserlite.plan.cross_mesh import Move
+from fuserlite.plan.search import Plan
 from fuserlite.program.communication import Communication
 
 
@@ -45,12 +47,31 @@ class Kernel:
 Step = Kernel | Expr  # an Expr step is a Communication, or a resharding Set before lowering
 
 
+@dataclass(eq=False)
+class Resharding:
+    """One resharding Set as lower-communications lowered it.
+
+    `needed_by` is the expression that reads the resharded tensor (or `output`);
+    `plan` is the planner's plan on one mesh (its steps are the communications, and
+    it knows its cheapest rejected alternative), `move` the transfers of a move
+    between two meshes; exactly one of them is set.
+    """
+
+    source: TensorView
+    target: TensorView
+    needed_by: str
+    communications: list[Communication]
+    plan: Plan | None = None
+    move: Move | None = None
+
+
 class Program:
     """A fusion's tensors and the steps that compute them, in execution order."""
 
     def __init__(self, fusion: Fusion, steps: list[Step]) -> None:
         self.fusion = fusion
         self.steps = list(steps)
+        self.reshardings: list[Resharding] = []  # filled by lower-communications
 
     @property
     def inputs(self) -> list[TensorView]:
@@ -77,7 +98,17 @@ class Program:
     def clone(self) -> Program:
         """A deep copy with the same numbering."""
         fusion, mapping = self.fusion.clone()
-        return Program(fusion, [_clone_step(s, mapping) for s in self.steps])
+        program = Program(fusion, [_clone_step(s, mapping) for s in self.steps])
+        program.reshardings = [
+            dataclasses.replace(
+                r,
+                source=mapping[r.source],
+                target=mapping[r.target],
+                communications=[mapping[c] for c in r.communications],
+            )
+            for r in self.reshardings
+        ]
+        return program
 
     def __repr__(self) -> str:
         kinds = [type(s).__name__ for s in self.steps]

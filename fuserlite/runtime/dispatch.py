@@ -1,7 +1,9 @@
 """How each Communication of a program runs on a Communicator.
 
-Same-mesh kinds are planner steps (`runtime.plan_steps`: a 1-D Communication is a
-step on mesh axis 0); rooted kinds run over their one team; SendRecv pairs are
+Same-mesh kinds are planner steps (`runtime.plan_steps`) over the teams of the
+Communication's group of mesh axes (a 1-D Communication without one is a step on
+mesh axis 0); a move between meshes with box transfers runs them (`runtime.moves`);
+the rooted kinds of the 1-D table run over their one team; SendRecv pairs are
 point-to-point messages.
 """
 
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.sharding import local_shape
+from fuserlite.plan.cross_mesh import Move, holdings, needs
 from fuserlite.plan.steps import Step, StepKind
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.communicator import (
@@ -22,6 +25,7 @@ from fuserlite.runtime.communicator import (
     back,
     front,
 )
+from fuserlite.runtime.moves import run_move
 from fuserlite.runtime.plan_steps import run_step
 
 # Kinds that run on one mesh: the planner's steps (fuserlite.runtime.plan_steps)
@@ -73,6 +77,11 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
     senders = backend.hosted(in_mesh)
     _check_buffers(comm, bufs, senders)
     a_in, a_out = comm.in_axis, comm.out_axis
+    if comm.transfers is not None:
+        return _move(comm, backend, bufs)
+    if k in ONE_MESH and comm.group:  # a step of the planner's plan, on a mesh of any rank
+        step = Step(StepKind(k.value), comm.group, *comm.axes)
+        return run_step(step, comm.mesh, backend, bufs, comm.op)
     if k in ONE_MESH:  # a step of the planner on the one mesh axis of a 1-D mesh
         axis = a_in if k in (CommKind.Allgather, CommKind.AllToAll) else a_out
         step = Step(StepKind(k.value), (0,), axis, a_out if k is CommKind.AllToAll else None)
@@ -93,6 +102,17 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
     if k is CommKind.SendRecv:
         return send_pairs(backend, list(zip(in_mesh, out_mesh)), bufs, _spec(comm, None))
     raise ExecutionError(f"no implementation for communication kind {k.value}")
+
+
+def _move(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
+    """A move between meshes by its box transfers (plan.cross_mesh, runtime.moves)."""
+    inp, out = comm.input, comm.output
+    mi, mo, shape = inp.mesh, out.mesh, inp.shape
+    kind = None if not comm.transfers else StepKind(comm.kind.value)
+    move = Move(kind, (), comm.transfers, inp.dtype.itemsize)
+    sources = holdings(shape, mi.shape, mi.devices, comm.before)
+    destinations = needs(shape, mo.shape, mo.devices, comm.after)
+    return run_move(move, sources, destinations, backend, bufs, inp.dtype.numpy, comm.op)
 
 
 def send_pairs(
