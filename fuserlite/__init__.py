@@ -54,6 +54,7 @@ __all__ += ops.__all__
 from fuserlite.ir.errors import ValidationError  # noqa: E402
 from fuserlite.pipeline import Pipeline, lower  # noqa: E402
 from fuserlite.program import Program  # noqa: E402
+from fuserlite.program.explain import explain  # noqa: E402
 from fuserlite.program.verify import verify_program  # noqa: E402
 from fuserlite.runtime.executor import FusionExecutor  # noqa: E402
 from fuserlite.runtime.validate import validate  # noqa: E402
@@ -63,6 +64,7 @@ __all__ += [
     "Pipeline",
     "Program",
     "ValidationError",
+    "explain",
     "lower",
     "validate",
     "verify_program",

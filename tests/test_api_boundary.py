@@ -388,6 +388,7 @@ BAD = [
     bad("pipeline run program", lambda e: fl.Pipeline([]).run(e.ex.program), "fusion", "Program"),
     bad("verify_program int", lambda e: fl.verify_program(5), "verify_program", "program", "5"),
     bad("verify_program fusion", lambda e: fl.verify_program(e.fusion), "program", "Fusion"),
+    bad("explain fusion", lambda e: fl.explain(e.fusion), "explain", "fl.lower(fusion)", "Fusion"),
 ]
 
 

@@ -4,10 +4,11 @@
                          [--lowered | --scheduled | --passes a,b,c]
                          [--print-after-all | --print-after NAME]
     fuserlite codegen PATH [--target cuda|cpu]
-    fuserlite run PATH [--devices N] [--seed N] [--compute compiled|interpret|numpy]
+    fuserlite run PATH [--devices N | --mesh AxB] [--seed N] [--compute compiled|interpret|numpy]
                        [--cache-dir DIR]
     fuserlite passes
     fuserlite show PATH [--tensor NAME] [--after PASS | --communications] [--svg FILE]
+    fuserlite explain PATH
 
 Each subcommand is one module `fuserlite/cli/cmd_NAME.py` with its `cmd_NAME`
 function and a `register(commands, common)` that adds its subparser; adding a
@@ -27,7 +28,7 @@ import traceback
 from collections.abc import Sequence
 
 import fuserlite
-from fuserlite.cli import cmd_codegen, cmd_passes, cmd_print, cmd_run, cmd_show
+from fuserlite.cli import cmd_codegen, cmd_explain, cmd_passes, cmd_print, cmd_run, cmd_show
 from fuserlite.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -41,7 +42,7 @@ from fuserlite.ir.errors import FuserliteError
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_OK", "build_parser", "main"]
 
 # In the order `fuserlite --help` lists them.
-COMMANDS = (cmd_print, cmd_codegen, cmd_passes, cmd_run, cmd_show)
+COMMANDS = (cmd_print, cmd_codegen, cmd_passes, cmd_run, cmd_show, cmd_explain)
 
 
 def build_parser() -> argparse.ArgumentParser:
