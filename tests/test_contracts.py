@@ -124,8 +124,15 @@ def test_option_types_come_from_the_field_types() -> None:
         ("schedule-pointwise[block_size=big]", "option block_size expects an integer, got 'big'"),
         ("schedule-pointwise[vectorize=maybe]", "option vectorize expects true/false"),
         ("assign-layouts[pin=some]", "option pin expects one of all, none, got 'some'"),
-        ("resize-mesh", "pass resize-mesh needs option devices: write resize-mesh[devices=...]"),
-        ("resize-mesh[devices=0]", "the number of devices must be an integer in 1..4096"),
+        (
+            "resize-mesh",
+            "pass resize-mesh needs option devices or mesh: write resize-mesh[devices=",
+        ),
+        ("resize-mesh[devices=0]", "needs option devices or mesh"),
+        ("resize-mesh[devices=-2]", "the number of devices must be an integer in 1..4096"),
+        ("resize-mesh[mesh=2by4]", "a mesh shape is axis sizes joined by x, like 8, 2x4"),
+        ("resize-mesh[mesh=64x65]", "4096"),
+        ("resize-mesh[devices=2,mesh=2x4]", "devices or mesh, not both"),
     ],
 )
 def test_bad_options_are_refused_when_the_pass_is_made(spec: str, message: str) -> None:

@@ -132,3 +132,14 @@ def test_the_executor_refuses_nd_shards_it_cannot_cut_yet() -> None:
         f.add_output(fl.exp(x))
     with pytest.raises(fl.ExecutionError, match="1-D meshes only"):
         fl.FusionExecutor(f).run(fl.random_inputs(f))
+
+
+def test_a_tensor_axis_split_over_two_mesh_axes_holds_its_innermost_part_per_device() -> None:
+    """The pointwise scheduler's 'iterated axes' follow nested sharding splits: an axis of
+    8 over 2x4 devices holds one element per device (it counted 4, from the first split)."""
+    from fuserlite.schedule.pointwise import _iterated
+
+    with fl.Fusion():
+        x = fl.tensor([8, 6], name="x")
+        shard_as(x, MESH, Placement(2, ((0, 1), ())))
+    assert _iterated(x) == {id(x.domain.logical[1])}

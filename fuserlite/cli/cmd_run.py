@@ -64,8 +64,10 @@ def _run(
     progress: ProgressDisplay,
 ) -> int:
     """The body of `run`, observed by `progress`."""
-    # --devices N is a pass: resize-mesh moves the file's devices 0..k-1 to 0..N-1 first.
+    # --devices N and --mesh AxB are a pass: resize-mesh moves the file's meshes first.
     resize = [] if args.devices is None else [f"resize-mesh[devices={args.devices}]"]
+    if args.mesh is not None:
+        resize = [f"resize-mesh[mesh={args.mesh}]"]
     try:
         pipeline = Pipeline(resize + default_pass_names(), progress=progress)
         progress.phase(RANDOM_INPUTS)
@@ -144,11 +146,18 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     r.add_argument("path", metavar="PATH", help="a .fus file")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    r.add_argument(
+    where = r.add_mutually_exclusive_group()
+    where.add_argument(
         "--devices",
         type=int,
         metavar="N",
         help="run on devices 0..N-1 (re-shards the file's meshes)",
+    )
+    where.add_argument(
+        "--mesh",
+        metavar="AxB",
+        help="run on a mesh of that shape, e.g. 2x4 (re-shards the file's meshes; DIDx is "
+        "the last axis)",
     )
     r.add_argument(
         "--backend", choices=BACKENDS, default="sim", help="sim (default, in-process) or mpi"

@@ -190,9 +190,11 @@ def schedule_reference(ref: TensorView, block_size: int = 128, vectorize: bool =
 def _iterated(tv: TensorView) -> set[int]:
     """Ids of the logical axes of `tv` that hold more than one element of a device's shard."""
     per_device = {id(ax): ax.extent for ax in tv.domain.logical}
+    origin = {id(ax): id(ax) for ax in tv.domain.logical}  # a sharded part: its logical axis
     for t in tv.domain.transforms:  # a sharding split leaves extent / D per device
-        if is_sharding_split(t) and id(t.input) in per_device:
-            per_device[id(t.input)] = t.inner.extent
+        if is_sharding_split(t) and id(t.input) in origin:  # nested splits split it again
+            per_device[origin[id(t.input)]] = t.inner.extent
+            origin[id(t.inner)] = origin[id(t.input)]
     return {
         id(ax)
         for ax in tv.domain.logical

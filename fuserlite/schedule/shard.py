@@ -1,4 +1,4 @@
-"""Give a tensor a device sharding on one logical axis; move a fusion to another device count."""
+"""Give a tensor a device sharding (one axis, or a whole placement); move a fusion to another mesh."""
 
 from __future__ import annotations
 
@@ -69,37 +69,51 @@ def has_schedule(tv: TensorView) -> bool:
     return not all(is_sharding_split(t) for t in tv.domain.transforms)
 
 
-def resize_meshes(fusion: Fusion, num_devices: int) -> None:
-    """Move every tensor from devices 0..k-1 to devices 0..num_devices-1, keeping
-    which axis each tensor is sharded on.
+def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
+    """Move every tensor from a mesh of devices 0..k-1 (row-major, any shape) to
+    `new_mesh` (an int n: devices 0..n-1), keeping which logical axes each parallel
+    type shards, nested in the same order.
 
-    Only tensors whose transforms are their sharding splits can be moved, and a
-    device-parallel logical axis (extent k) cannot: its extent is the device
-    count. Both raise FusionError naming the tensor.
+    Only tensors whose transforms are their sharding splits can be moved, a
+    device-parallel logical axis cannot change its number of devices (its extent
+    is that number), and the new mesh must have every parallel type used. Each
+    raises FusionError naming the tensor.
     """
-    if num_devices < 1:
-        raise FusionError(f"the number of devices must be at least 1, got {num_devices}")
-    new_mesh = DeviceMesh.for_num_devices(num_devices)
+    if not isinstance(new_mesh, DeviceMesh):
+        if new_mesh < 1:
+            raise FusionError(f"the number of devices must be at least 1, got {new_mesh}")
+        new_mesh = DeviceMesh.for_num_devices(new_mesh)
     for tv in fusion.tensors_created:
-        if tv.mesh is not None and tv.mesh.devices != tuple(range(tv.mesh.size)):
+        if tv.mesh is not None and tv.mesh != DeviceMesh.for_shape(tv.mesh.shape):
             raise FusionError(
-                f"{tv.name} is on {tv.mesh}; only meshes of devices 0..k-1 can be resized"
+                f"{tv.name} is on {tv.mesh}; only meshes of devices 0..k-1 (row-major) can be "
+                "resized"
             )
         if tv.mesh is None and not tv.device_axes():
             continue
-        sharded = {pt: s.logical_index for pt, s in shardings(tv).items()} if tv.mesh else {}
+        nests: dict[int, list[ParallelType]] = {}
+        for s in sorted(shardings(tv).values() if tv.mesh else (), key=lambda s: s.depth):
+            nests.setdefault(s.logical_index, []).append(s.parallel_type)
         if has_schedule(tv):
             raise FusionError(
                 f"{tv.name} has schedule transforms besides its sharding; "
                 "resize the meshes before scheduling"
             )
-        for li in sharded.values():
+        for li, pts in nests.items():
+            missing = [pt.name for pt in pts if not new_mesh.has(pt)]
+            if missing:
+                raise FusionError(
+                    f"{tv.name} axis {li} is sharded over {missing[0]}, which {new_mesh} has no "
+                    f"axis for (its axes: {', '.join(p.name for p in new_mesh.parallel_types)}); "
+                    "resize to a mesh with that many axes"
+                )
             ax = tv.domain.logical[li]
-            if ax in tv.domain.loop and ax.extent != num_devices:
+            size = new_mesh.axis_size(pts[0])
+            if ax in tv.domain.loop and ax.extent != size:
                 raise FusionError(
                     f"{tv.name} axis {li} ({ax.extent} devices) is parallelized as a whole, so its "
                     f"extent is the device count; outer_split it by the mesh size to make the "
-                    f"fusion resizable to {num_devices} devices"
+                    f"fusion resizable to {size} devices along {pts[0].name}"
                 )
         if tv.mesh is None:  # DID given, mesh inherited later: only a whole-axis DID is possible
             continue
@@ -109,5 +123,6 @@ def resize_meshes(fusion: Fusion, num_devices: int) -> None:
         for ax in tv.domain.logical:
             ax.parallel_type = broadcast_dids.get(ax, ParallelType.Serial)
         tv.set_device_mesh(new_mesh)
-        for pt, li in sharded.items():
-            shard_axis(tv, li, new_mesh, pt)
+        for li, pts in nests.items():
+            for pt in pts:
+                shard_axis(tv, li, new_mesh, pt, whole=len(pts) == 1)

@@ -178,9 +178,10 @@ def _partial_output(size: int) -> fl.Fusion:
 
 def all_cases(size: int) -> dict[str, object]:
     cases = {}
-    if size == 2:
-        root = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
-        for path in sorted(glob.glob(os.path.join(root, "*.fus"))):
+    root = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
+    for path in sorted(glob.glob(os.path.join(root, "*.fus"))):
+        meshes = {tv.mesh for tv in fl.load(path).tensors() if tv.mesh is not None}
+        if meshes and max(d for m in meshes for d in m.devices) == size - 1:
             cases["example:" + os.path.basename(path)] = lambda p=path: fl.load(p)
     cases |= section5_cases(size)
     cases |= section5_cases(size, "bfloat16")  # moved as uint16 bits, reduced as bfloat16
