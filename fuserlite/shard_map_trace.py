@@ -174,7 +174,9 @@ class Trace:
             value = p.read(expr) if p.read is not None else values.get(p.name)
             if value is None:
                 continue
-            if isinstance(value, TensorView):
+            if isinstance(value, tuple) and all(isinstance(t, TensorView) for t in value):
+                value = [self._aligned(self.values[id(t)], varying) for t in value]  # cat
+            elif isinstance(value, TensorView):
                 v = self.values[id(value)]
                 if first_only and p is not d.params[0]:
                     if v.varying:
@@ -241,6 +243,25 @@ def _rows(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
     return call
 
 
+def _axis(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
+    k, axis = len(sizes), call["axis"]
+    call["axis"] = axis + k if axis >= 0 else axis  # select and cat
+    return call
+
+
+def _squeezed(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
+    call["dims"] = [a + len(sizes) for a in call["dims"]]
+    return call
+
+
+def _ranges(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
+    """slice: the leading (device) axes whole."""
+    call["starts"] = [0] * len(sizes) + list(call["starts"])
+    call["stops"] = [*sizes, *call["stops"]]
+    call["steps"] = [1] * len(sizes) + list(call["steps"])
+    return call
+
+
 LOCAL_RULES: dict[str, LocalRule] = {
     "broadcast": _flags,
     "cast": _pointwise,  # its attribute is a dtype, not an axis
@@ -248,6 +269,10 @@ LOCAL_RULES: dict[str, LocalRule] = {
     "reshape": _shape,
     "permute": _dims,
     "take": _rows,
+    "squeeze": _squeezed,
+    "select": _axis,
+    "slice": _ranges,
+    "cat": _axis,
     "sum": _shifted_axes,
     "max": _shifted_axes,
     "matmul": _first_operand_varies,

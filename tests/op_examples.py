@@ -39,6 +39,10 @@ OP_CALLS = {
     "reshape": "reshape(x, [2, -1])",
     "permute": "permute(x, [1, 0])",
     "take": "take(x, [3, 0, 0])",
+    "squeeze": "squeeze(w, 0)",
+    "select": "select(x, 1, -2)",
+    "slice": "slice(x, [1, 0], [4, -1], [2, 3])",
+    "cat": "cat([x, w, x], 0)",
     "matmul": "matmul(x, k)",
     "linear": "linear(x, k2, bias)",
 }
@@ -47,10 +51,15 @@ OP_CALLS = {
 # composite name -> one call of it, reading INPUTS (it adds the expressions of its parts)
 COMPOSITE_CALLS = {
     "transpose": "transpose(x, 0, -1)",
+    "unsqueeze": "unsqueeze(bias, -1)",
+    "flatten": "flatten(x)",
+    "split": "y, y2 = split(x, [1, 3], dim=0)",  # one name per result; y is the output
+    "chunk": "y0, y, y2 = chunk(x, 3, 1)",
 }
 
 
 def op_example(op: str) -> fl.Fusion:
     """A fusion of INPUTS and `y = <the op's call>`, with y its output."""
     call = OP_CALLS.get(op) or COMPOSITE_CALLS[op]
-    return fl.parse(f"{INPUTS}y = {call}\noutput y\n", f"{op}.fus")
+    statement = call if " = " in call else f"y = {call}"
+    return fl.parse(f"{INPUTS}{statement}\noutput y\n", f"{op}.fus")

@@ -1,8 +1,8 @@
 """Random sharded fusions for tests/test_differential.py.
 
 Each case is a small random fusion built with the Python API (1-3 inputs of rank
-1-3, a chain/DAG of 2-10 ops: pointwise, broadcast, reductions, set, linear, matmul,
-expand, reshape), on meshes of 1, 2 or 4 devices (one mesh, one device to many, many
+1-3, float32 or bfloat16, a chain/DAG of 2-10 ops: pointwise, broadcast, reductions,
+set, linear, matmul, expand, reshape, and the transformer ops of random_ops.py), on meshes of 1, 2 or 4 devices (one mesh, one device to many, many
 to one device, two meshes), with random shardings, written as a runnable script.
 Everything derives from the seed (numpy's Generator).
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from random_fusion import BINARY, RandomFusion, fusion_script, repro_script
+from random_ops import TransformerOps, bfloat16_share
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
@@ -26,7 +27,7 @@ KNOWN_BUGS: dict[str, str] = {}
 
 MAX_RANK = 4
 MAX_BOUND = 100.0  # keep |values| small so float32 reordering stays within tolerance
-UNARY = ("neg", "exp", "tanh", "relu", "abs", "gelu")
+UNARY = ("neg", "exp", "tanh", "relu", "abs", "gelu", "sigmoid", "silu")
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Case:
         return repro_script(self.lines, self.seed)
 
 
-class Generator(RandomFusion):
+class Generator(TransformerOps, RandomFusion):
     """Builds one random fusion inside an active `fl.Fusion()`."""
 
     def __init__(self, seed: int, fusion: fl.Fusion) -> None:
@@ -128,8 +129,12 @@ class Generator(RandomFusion):
             self.emit(f"{self.name(tv)}.axis({pos}).parallelize(fl.ParallelType.DIDx)")
 
     # -- inputs -------------------------------------------------------------
-    def new_input(self, shape: list[int], mesh, p_shard=0.4, p_bcast=0.15) -> fl.TensorView:
-        tv = self.add_input(fl.tensor(shape), f"fl.tensor({shape})", 4.0)
+    def new_input(
+        self, shape: list[int], mesh, p_shard=0.4, p_bcast=0.15, dtype: str | None = None
+    ) -> fl.TensorView:
+        """A new input (float32, bfloat16 one time in six, or `dtype`) on `mesh`."""
+        dtype = dtype or bfloat16_share(self.rng)
+        tv = self.add_input(fl.tensor(shape, dtype), f"fl.tensor({shape}, {dtype!r})", 4.0)
         if mesh is not None:
             self.set_mesh(tv, mesh)
         self.maybe_shard(tv, p_shard, p_bcast)
@@ -166,6 +171,8 @@ class Generator(RandomFusion):
             + ["linear", "matmul"]
             + ["expand"] * 2
             + ["reshape"] * 2
+            + ["positive", "cast", "cast", "permute", "permute", "where", "squeeze", "unsqueeze"]
+            + ["select", "slice", "slice", "cat", "flatten", "batched", "take"]
         )
         return getattr(self, f"op_{kind}")()
 

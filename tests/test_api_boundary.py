@@ -111,6 +111,10 @@ BAD = [
         "'float8'",
         "bfloat16",
     ),
+    bad("permute repeat", lambda e: fl.permute(e.x, [0, 0]), "permute", "[0, 0]", "T0[4, 6]"),
+    bad("permute short", lambda e: fl.permute(e.x, [1]), "permute", "not a permutation", "2 axes"),
+    bad("permute range", lambda e: fl.permute(e.x, [0, 2]), "permute", "[0, 2]", "0..1"),
+    bad("transpose range", lambda e: fl.transpose(e.x, 0, 5), "transpose", "dim1 5", "T0[4, 6]"),
     bad("where float cond", lambda e: fl.where(e.x, e.x, 0.0), "where", "cond T0[4, 6]", "bool"),
     bad(
         "where shapes",
@@ -126,10 +130,30 @@ BAD = [
         "does not fit",
     ),
     bad("silu int", lambda e: fl.silu(3), "silu", "x must be", "3"),
-    bad("permute repeat", lambda e: fl.permute(e.x, [0, 0]), "permute", "[0, 0]", "T0[4, 6]"),
-    bad("permute short", lambda e: fl.permute(e.x, [1]), "permute", "not a permutation", "2 axes"),
-    bad("permute range", lambda e: fl.permute(e.x, [0, 2]), "permute", "[0, 2]", "0..1"),
-    bad("transpose range", lambda e: fl.transpose(e.x, 0, 5), "transpose", "dim1 5", "T0[4, 6]"),
+    bad("squeeze non-1", lambda e: fl.squeeze(e.x, 0), "squeeze", "axis 0 of T0[4, 6]", "extent 4"),
+    bad("select index", lambda e: fl.select(e.x, 1, 6), "select", "index 6", "T0[4, 6]"),
+    bad("select axis", lambda e: fl.select(e.x, 2, 0), "select", "axis 2", "out of range"),
+    bad(
+        "slice range",
+        lambda e: fl.slice(e.x, [0, 2], [5, 6]),
+        "slice",
+        "[0:5] on axis 0",
+        "T0[4, 6]",
+    ),
+    bad(
+        "slice empty", lambda e: fl.slice(e.x, [0, 3], [4, 3]), "slice", "[3:3] on axis 1", "empty"
+    ),
+    bad(
+        "slice step 0", lambda e: fl.slice(e.x, [0, 0], [4, 6], [1, 0]), "slice", "step 0", "axis 1"
+    ),
+    bad("slice arity", lambda e: fl.slice(e.x, [0], [4]), "slice", "starts has 1", "2 axes"),
+    bad("cat shapes", lambda e: fl.cat([e.x, e.w], 1), "cat", "T2[5, 6]", "T0[4, 6]", "axis 1"),
+    bad("cat empty", lambda e: fl.cat([], 0), "cat", "tensors must be"),
+    bad("cat axis", lambda e: fl.cat([e.x, e.x], 3), "cat", "axis 3", "out of range"),
+    bad("unsqueeze dim", lambda e: fl.unsqueeze(e.x, 4), "unsqueeze", "dim 4", "-3..2"),
+    bad("flatten order", lambda e: fl.flatten(e.x, 1, 0), "flatten", "start_dim 1", "end_dim 0"),
+    bad("split sizes", lambda e: fl.split(e.x, [1, 2]), "split", "add up to 3", "has 4"),
+    bad("chunk zero", lambda e: fl.chunk(e.x, 0), "chunk", "chunks", "0"),
     bad("cast list", lambda e: fl.cast([e.x], "float32"), "cast", "x must be", "[<TensorView"),
     bad("neg bool tensor", lambda e: fl.neg(fl.tensor([2], "bool")), "neg", "bool"),
     # -- binary ops ------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """A seeded, randomized differential test of the whole compiler.
 
 Each case is a small random fusion built with the Python API (1-3 inputs of
-rank 1-3, a chain/DAG of 2-10 ops, meshes of 1, 2 or 4 devices, random
-shardings). It is lowered by `fl.FusionExecutor` (the default pipeline, sim
+rank 1-3, float32 or bfloat16, a chain/DAG of 2-10 ops drawn from every op of the
+registry, meshes of 1, 2 or 4 devices, random shardings). It is lowered by `fl.FusionExecutor` (the default pipeline, sim
 backend), run on every compute path (compiled kernels, the interpreted kernel
 runner, numpy op by op) and compared with the reference evaluator through
 `fl.validate`, compiled and interpreted also bit for bit (tests/three_way.py). A clear `LoweringError`,
@@ -29,10 +29,12 @@ from collections import Counter
 
 import pytest
 from random_fusion import ACCEPTED_ERRORS, duplicate_parallel_types, rejection_bug
-from random_sharded import KNOWN_BUGS, Case, build_case
+from random_ops import DRAWN
+from random_sharded import KNOWN_BUGS, Case, Generator, build_case
 from three_way import precompile, run_three_ways
 
 import fuserlite as fl
+from fuserlite.ops.registry import all_composites, all_ops
 from fuserlite.program.communication import Communication
 
 NUM_CASES = 400
@@ -111,6 +113,17 @@ def test_random_fusions_match_the_reference(batch):
     assert not bugs, f"{len(bugs)} of {BATCH} cases failed:\n" + "\n".join(bugs)
     # The generator must mostly produce lowerable fusions, or the test tests little.
     assert counts["ok"] >= BATCH // 2, dict(counts)
+
+
+def test_the_generator_draws_every_op():
+    """Registry-driven: every op and composite has a generator kind (random_ops.DRAWN),
+    and the cases of the test use every op at least once."""
+    names = {d.name for d in all_ops()} | {c.name for c in all_composites()}
+    assert set(DRAWN) == names, f"not drawn: {sorted(names - set(DRAWN))}"
+    assert all(hasattr(Generator, f"op_{kind}") for kind in DRAWN.values())
+    used = {e.op_name for s in range(NUM_CASES) for e in build_case(s).fusion.exprs()}
+    composites = {c.name for c in all_composites()}  # their parts are what a fusion holds
+    assert names - composites <= used, f"never drawn: {sorted(names - composites - used)}"
 
 
 def test_generator_is_deterministic():

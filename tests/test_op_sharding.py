@@ -14,6 +14,7 @@ from fuserlite.ir.sharding import shardings
 from fuserlite.schedule.shard import shard_axis
 
 D = 4
+DIDx = fl.ParallelType.DIDx
 
 
 def _lowered(
@@ -92,6 +93,38 @@ def test_linear_device_batched_weight_sharded_contraction_adds_the_bias_once() -
     )
 
 
+# -- views: a kept axis passes through, a cut one reshards --------------------------------
+def test_slice_of_an_unsharded_axis_stays_local() -> None:
+    _, ex = _lowered([[8, 6]], [0], lambda x: fl.slice(x, [0, 1], [8, 5]))
+    assert _kinds(ex) == []
+    assert _sharded_axis(ex) == 0
+
+
+def test_slice_of_the_sharded_axis_reshards() -> None:
+    """Rows 1..7 of x sharded by rows: no device holds its output rows alone."""
+    _, ex = _lowered([[8, 6]], [0], lambda x: fl.slice(x, [1, 0], [7, 6]))
+    assert _kinds(ex) != []
+
+
+@pytest.mark.parametrize(("axis", "local"), [(1, True), (0, False)])
+def test_select_and_cat(axis: int, local: bool) -> None:
+    """select and cat along axis 1 of tensors sharded on axis 0 stay local; along the
+    sharded axis 0 they reshard."""
+    _, ex = _lowered([[8, 4], [8, 4]], [0, 0], lambda a, b: fl.cat([a, b], axis))
+    assert (_kinds(ex) == []) is local
+    _, ex = _lowered([[8, 4]], [0], lambda a: fl.select(a, axis, 2))
+    assert (_kinds(ex) == []) is local
+
+
+def test_flatten_and_chunk_of_sharded_rows() -> None:
+    """flatten merges the sharded outer axis (reshape's rule, local); chunk slices the
+    unsharded axis 1: local too."""
+    _, ex = _lowered([[8, 3, 2]], [0], lambda x: fl.flatten(x, 0, 1))
+    assert _kinds(ex) == []
+    _, ex = _lowered([[8, 6]], [0], lambda x: fl.add(*fl.chunk(x, 2, 1)))
+    assert _kinds(ex) == []
+
+
 def test_where_passes_shardings_through() -> None:
     """where(cond, a, b) with the three sharded alike, cond broadcast on the other axis."""
 
@@ -100,3 +133,26 @@ def test_where_passes_shardings_through() -> None:
 
     _, ex = _lowered([[8, 1], [8, 6], [8, 6]], [0, 0, 0], body)
     assert _kinds(ex) == []
+
+
+def test_the_views_inside_shard_map() -> None:
+    """Each device's block through cast, permute, squeeze, select, slice, cat, where and
+    a batched matmul, as a per-device program (the local rules shift their axes past
+    the leading device axis), checked by the reference."""
+
+    def local(x: fl.TensorView, w: fl.TensorView) -> fl.TensorView:
+        y = fl.cast(fl.permute(x, [1, 0, 2]), "bfloat16")  # [3, 1, 4]
+        y = fl.squeeze(fl.slice(y, [0, 0, 1], [3, 1, 4]), [1])  # [3, 3]
+        y = fl.cat([y, fl.select(fl.unsqueeze(y, 0), 0, 0)], 0)  # [6, 3]
+        y = fl.where(fl.cast(fl.abs(y), "bool"), y, 0.0)
+        return fl.matmul(y, w)  # [6, 2]
+
+    mesh = fl.DeviceMesh.for_num_devices(D)
+    with fl.Fusion() as fusion:
+        x, w = fl.tensor([D, 3, 4]), fl.tensor([3, 2])
+        fusion.add_input(x)
+        fusion.add_input(w)
+        fusion.add_output(fl.shard_map(local, mesh, [(DIDx,), None], [(DIDx,)])(x, w))
+    ex = fl.FusionExecutor(fusion)
+    arrays = fl.random_inputs(fusion, seed=4)
+    fl.validate(fusion, arrays, ex.run(arrays))

@@ -1,12 +1,13 @@
 """The ops: user-facing builders, each op defined once (fuserlite.ops.registry).
 
-    pointwise.py     neg, exp, tanh, relu, abs, gelu, sqrt, log; add, sub, mul, div,
-                     maximum, minimum
+    pointwise.py     neg, exp, tanh, relu, abs, gelu, sqrt, log, sigmoid, silu; add, sub,
+                     mul, div, maximum, minimum; where
     views.py         set, broadcast, expand, reshape, take
     reductions.py    sum, max
     contraction.py   matmul, linear
     casts.py         cast
-    movement.py      permute (transpose: a composite of it)
+    movement.py      permute, squeeze, select, slice, cat; composites transpose,
+                     unsqueeze, flatten, split, chunk
     registry.py      OpDef and the registry; forms.py: printed forms, both ways
     common.py        what builders share; sharding.py: sharding queries on expressions
 

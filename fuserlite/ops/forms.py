@@ -117,6 +117,19 @@ KINDS: dict[str, Kind] = {
         lambda s: _read_list(s, lambda f: f == "true"),
     ),
     "ident": Kind(r"\w+", lambda v, e, t: str(v), str),
+    "tensors": Kind(
+        f"{TENSOR}(?:, {TENSOR})*",
+        lambda v, e, t: ", ".join(t(x) for x in v),
+        lambda s: tuple(m.group(0) for m in re.finditer(TENSOR, s)),
+    ),
+    # slice's {start, stop, step} per axis, as nvFuser prints them: { {0, 4, 1} {2, 8, 2} }
+    "ranges": Kind(
+        r"\{ (?:\{-?\d+, -?\d+, -?\d+\} ?)*\}",
+        lambda v, e, t: "{ " + " ".join(_braced(r) for r in v) + " }",
+        lambda s: tuple(
+            tuple(int(n) for n in r) for r in re.findall(r"\{(-?\d+), (-?\d+), (-?\d+)\}", s)
+        ),
+    ),
     "int": Kind(r"-?\d+", lambda v, e, t: str(v), int),
     "dtype": Kind(r"\w+", lambda v, e, t: v.value, DType.parse),  # nvFuser's name: float
     # A number printed with the output's dtype: `float(0)`, `int64_t(-9223372036854775808)`.
@@ -289,8 +302,8 @@ def build_from_printed(
     """The expression a printed body describes, between existing tensors: `outputs`,
     and the operands `tensor(printed text)` resolves."""
     d, values = match_body(text)
-    operands = [
-        tensor(v) if isinstance(v, str) else v
-        for v in (values[name] for name in d.operands if name in values)
-    ]
+    operands = []
+    for v in (values[name] for name in d.operands if name in values):
+        items = v if isinstance(v, tuple) else (v,)  # a `tensors` field: several
+        operands += [tensor(x) if isinstance(x, str) else x for x in items]
     return d.make(outputs, operands, {a: values.get(a) for a in d.attrs})

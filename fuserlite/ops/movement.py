@@ -1,31 +1,45 @@
-"""Ops that move data between axes: permute (and transpose, a composite of it).
+"""Ops that move data between axes: permute, squeeze, select, slice, cat; and the
+composites transpose, unsqueeze (a broadcast), flatten (a reshape), split and chunk
+(slices).
+
+Sharding: an axis an op keeps maps onto its output axis and passes through; an axis
+it squeezes, selects from, slices or concatenates maps nowhere, so a sharding there
+makes insert-reshardings gather the input first (a sliced axis that happens to match
+one device's shard is not recognised as local).
 
 permute is pointwise: output element (i0, i1, ...) is the input element at the
 permuted coordinates, which its axis map says (output axis k reads input axis
 dims[k]); so the pointwise scheduler, the kernel runner and the CUDA fuse it with
-its neighbours, and a sharded axis moves with its logical axis: no communication.
+its neighbours as nvFuser's transpose-capable pointwise scheduler does, and a
+sharded axis moves with its logical axis: no communication.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import IterType, result_type
 from fuserlite.ops.common import (
     X,
     check_rank,
     check_tensor,
     data_axes,
+    fusion_of,
     new_axis,
     shape_text,
 )
 from fuserlite.ops.forms import Template
-from fuserlite.ops.registry import Category, Op, Param, composite, define
+from fuserlite.ops.registry import AxisMap, Category, Op, Param, composite, define
+from fuserlite.ops.views import broadcast, reshape
 
-__all__ = ["permute", "transpose"]  # the builders of its ops and composites
+# The builders of its ops and composites.
+__all__ = ["permute", "squeeze", "select", "slice", "cat"]
+__all__ += ["transpose", "unsqueeze", "flatten", "split", "chunk"]
 
 
 def _axis(x: TensorView, axis: object, op: str, arg: str) -> int:
@@ -78,3 +92,235 @@ def transpose(x: TensorView, dim0: int, dim1: int) -> TensorView:
     order = list(range(len(x.shape)))
     order[a], order[b] = order[b], order[a]
     return permute(x, order)
+
+
+# -- squeeze, select, slice, cat: evaluated, a kernel each (numpy views) -------------
+def _kept_map(kept_of: Callable[[Expr], list[int | None]]) -> AxisMap:
+    """An axis map sending input data axis i to output axis kept_of(expr)[i]; a None
+    maps nowhere (squeezed, selected, sliced or concatenated), so a sharding there
+    reshards the input instead of passing through."""
+
+    def axis_map(expr: Expr, producer: TensorView) -> dict[int, int]:
+        p = producer.data_positions()
+        return {p[i]: k for i, k in enumerate(kept_of(expr)) if k is not None}
+
+    return axis_map
+
+
+def _squeeze_targets(expr: Expr) -> list[int | None]:
+    flags = expr.attrs["flags"]
+    return [None if f else sum(not g for g in flags[:i]) for i, f in enumerate(flags)]
+
+
+@define(
+    Template("squeeze( {x}, flags = {flags:bools} )"),
+    (X, Param("dims", "axes", read=lambda e: [i for i, f in enumerate(e.attrs["flags"]) if f])),
+    attrs=("flags",),
+    axis_map=_kept_map(_squeeze_targets),
+)
+def squeeze(x: TensorView, dims: int | Sequence[int]) -> TensorView:
+    """x without its extent-1 axes `dims` (negative from the end)."""
+    x = check_tensor(x, "squeeze")
+    src = data_axes(x)
+    check_rank(dims, "squeeze", "dims")
+    dims = {
+        _axis(x, d, "squeeze", "dims")
+        for d in args.integers(dims, "squeeze", "dims", scalar_ok=True)
+    }
+    for d in sorted(dims):
+        if src[d].extent != 1:
+            raise FusionError(
+                f"squeeze: axis {d} of {shape_text(x)} has extent {src[d].extent}; only an "
+                "extent-1 axis can be squeezed"
+            )
+    flags = tuple(k in dims for k in range(len(src)))
+    out = TensorView(
+        x.fusion, [new_axis(a.extent, a.iter_type) for a, f in zip(src, flags) if not f], x.dtype
+    )
+    Op("squeeze", [out], [x], flags=flags)
+    return out
+
+
+def _select_targets(expr: Expr) -> list[int | None]:
+    axis, n = expr.attrs["axis"], len(expr.inputs[0].data_positions())
+    return [None if i == axis else i - (i > axis) for i in range(n)]
+
+
+@define(
+    # nvFuser prints the selected IterDomain (axis = iS1{4}); its position reads back.
+    Template("select( {x}, axis = {axis:int}, index = {index:int} )"),
+    (X, Param("axis", "int"), Param("index", "int")),
+    attrs=("axis", "index"),
+    axis_map=_kept_map(_select_targets),
+)
+def select(x: TensorView, axis: int, index: int) -> TensorView:
+    """x at `index` of axis `axis`, which the output drops (negative counts from the end)."""
+    x = check_tensor(x, "select")
+    a = _axis(x, axis, "select", "axis")
+    n = x.shape[a]
+    i = args.integer(index, "select", "index")
+    if not -n <= i < n:
+        raise FusionError(
+            f"select: index {i} is out of range for axis {a} of {shape_text(x)} (extent {n})"
+        )
+    src = data_axes(x)
+    out = TensorView(
+        x.fusion, [new_axis(ax.extent, ax.iter_type) for k, ax in enumerate(src) if k != a], x.dtype
+    )
+    Op("select", [out], [x], axis=a, index=i % n)
+    return out
+
+
+def _slice_targets(expr: Expr) -> list[int | None]:
+    """Unsliced axes in place; a sliced axis maps nowhere."""
+    shape = expr.inputs[0].shape
+    return [k if r == (0, shape[k], 1) else None for k, r in enumerate(expr.attrs["ranges"])]
+
+
+def _ranges_read(field: int) -> Callable[[Expr], list[int]]:
+    return lambda e: [r[field] for r in e.attrs["ranges"]]
+
+
+@define(
+    Template("slice( {x}, {ranges:ranges} )"),
+    (
+        X,
+        Param("starts", "ints", read=_ranges_read(0)),
+        Param("stops", "ints", read=_ranges_read(1)),
+        Param("steps", "ints", required=False, read=_ranges_read(2)),
+    ),
+    attrs=("ranges",),
+    axis_map=_kept_map(_slice_targets),
+)
+def slice(  # noqa: A001 - nvFuser's name
+    x: TensorView, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int] | None = None
+) -> TensorView:
+    """x[start:stop:step] on every axis (static; negative start/stop count from the end)."""
+    x = check_tensor(x, "slice")
+    n = len(x.shape)
+    lists = {"starts": starts, "stops": stops, "steps": [1] * n if steps is None else steps}
+    for name, values in lists.items():
+        check_rank(values, "slice", name)
+        lists[name] = args.integers(values, "slice", name)
+        if len(lists[name]) != n:
+            raise FusionError(
+                f"slice: {name} has {len(lists[name])} items but {shape_text(x)} has {n} axes; "
+                "give one per axis"
+            )
+    ranges = []
+    for k, (a, b, s) in enumerate(zip(lists["starts"], lists["stops"], lists["steps"])):
+        extent = x.shape[k]
+        start, stop = a + extent if a < 0 else a, b + extent if b < 0 else b
+        if s < 1:
+            raise FusionError(
+                f"slice: step {s} on axis {k} of {shape_text(x)}; a step must be >= 1"
+            )
+        if not 0 <= start < stop <= extent:
+            raise FusionError(
+                f"slice: [{a}:{b}] on axis {k} of {shape_text(x)} (extent {extent}) is out of "
+                "range or empty; give 0 <= start < stop <= extent (negative counts from the end)"
+            )
+        ranges.append((start, stop, s))
+    axes = [new_axis(-(-(b - a) // s)) for a, b, s in ranges]
+    axes = [new_axis(1, IterType.BROADCAST) if ax.extent == 1 else ax for ax in axes]
+    out = TensorView(x.fusion, axes, x.dtype)
+    Op("slice", [out], [x], ranges=tuple(ranges))
+    return out
+
+
+def _cat_targets(expr: Expr) -> list[int | None]:
+    axis, n = expr.attrs["axis"], len(expr.output.shape)
+    return [None if k == axis else k for k in range(n)]
+
+
+@define(
+    # nvFuser pads each input to the output's extent first (pad( ... )); one cat here.
+    Template("cat( {tensors:tensors}, {axis:int} )"),
+    (Param("tensors", "tensors"), Param("axis", "int")),
+    attrs=("axis",),
+    axis_map=_kept_map(_cat_targets),
+)
+def cat(tensors: Sequence[TensorView], axis: int) -> TensorView:
+    """The tensors joined along `axis`; every other axis must agree (dtypes promote)."""
+    if not args.is_sequence(tensors) or not tensors:
+        raise args.fail("cat", "tensors", "a non-empty list of TensorViews", tensors)
+    tensors = [check_tensor(t, "cat", f"tensors[{k}]") for k, t in enumerate(tensors)]
+    fusion_of(*tensors)
+    first = tensors[0]
+    a = _axis(first, axis, "cat", "axis")
+    for t in tensors[1:]:
+        same = len(t.shape) == len(first.shape) and all(
+            e == f for k, (e, f) in enumerate(zip(t.shape, first.shape)) if k != a
+        )
+        if not same:
+            raise FusionError(
+                f"cat: {shape_text(t)} does not match {shape_text(first)} outside axis {a}; "
+                "every other axis must have the same extent"
+            )
+    src = data_axes(first)
+    total = sum(t.shape[a] for t in tensors)
+    axes = [new_axis(ax.extent, ax.iter_type) for ax in src]
+    axes[a] = new_axis(total, IterType.BROADCAST if total == 1 else IterType.ITERATION)
+    out = TensorView(first.fusion, axes, result_type([t.dtype for t in tensors], []))
+    Op("cat", [out], tensors, axis=a)
+    return out
+
+
+# -- composites ------------------------------------------------------------------------
+@composite((X, Param("dim", "int")))
+def unsqueeze(x: TensorView, dim: int) -> TensorView:
+    """x with an extent-1 axis inserted at `dim` (a broadcast)."""
+    x = check_tensor(x, "unsqueeze")
+    n = len(x.shape)
+    d = args.integer(dim, "unsqueeze", "dim")
+    if not -(n + 1) <= d <= n:
+        raise FusionError(
+            f"unsqueeze: {shape_text(x)} has {n} axes; dim {d} is out of range (-{n + 1}..{n})"
+        )
+    d %= n + 1
+    return broadcast(x, [k == d for k in range(n + 1)])
+
+
+@composite((X, Param("start_dim", "int", required=False), Param("end_dim", "int", required=False)))
+def flatten(x: TensorView, start_dim: int = 0, end_dim: int = -1) -> TensorView:
+    """x with axes start_dim..end_dim merged into one (a reshape)."""
+    x = check_tensor(x, "flatten")
+    if not x.shape:
+        return reshape(x, [1])
+    a, b = _axis(x, start_dim, "flatten", "start_dim"), _axis(x, end_dim, "flatten", "end_dim")
+    if a > b:
+        raise FusionError(f"flatten: start_dim {a} is after end_dim {b} of {shape_text(x)}")
+    shape = list(x.shape)
+    return reshape(x, shape[:a] + [math.prod(shape[a : b + 1])] + shape[b + 1 :])
+
+
+@composite((X, Param("sizes", "ints"), Param("dim", "int", required=False)))
+def split(x: TensorView, sizes: Sequence[int], dim: int = 0) -> tuple[TensorView, ...]:
+    """x cut along `dim` into consecutive pieces of `sizes` (slices; they sum to the extent)."""
+    x = check_tensor(x, "split")
+    d = _axis(x, dim, "split", "dim")
+    sizes = args.integers(sizes, "split", "sizes", minimum=1)
+    if sum(sizes) != x.shape[d]:
+        raise FusionError(
+            f"split: sizes {sizes} add up to {sum(sizes)}, axis {d} of {shape_text(x)} has "
+            f"{x.shape[d]}"
+        )
+    pieces, start = [], 0
+    for size in sizes:
+        starts = [start if k == d else 0 for k in range(len(x.shape))]
+        stops = [start + size if k == d else e for k, e in enumerate(x.shape)]
+        pieces.append(slice(x, starts, stops))
+        start += size
+    return tuple(pieces)
+
+
+@composite((X, Param("chunks", "int"), Param("dim", "int", required=False)))
+def chunk(x: TensorView, chunks: int, dim: int = 0) -> tuple[TensorView, ...]:
+    """x cut along `dim` into `chunks` pieces of ceil(extent / chunks) (the last smaller,
+    fewer pieces where they run out, as torch.chunk)."""
+    x = check_tensor(x, "chunk")
+    d = _axis(x, dim, "chunk", "dim")
+    n = args.integer(chunks, "chunk", "chunks", minimum=1)
+    extent = x.shape[d]
+    size = -(-extent // n)
+    return split(x, [min(size, extent - s) for s in range(0, extent, size)], d)

@@ -60,7 +60,8 @@ class Param:
     """One parameter of an op's builder and `.fus` call."""
 
     name: str  # the builder keyword
-    # "tensor", "operand", "ints", "bools", "axes", "bool", "int", "ident" or "dtype"
+    # "tensor", "operand", "tensors" (a list: the operands left), "ints", "bools",
+    # "axes", "bool", "int", "ident" or "dtype"
     kind: str
     required: bool = True
     choices: tuple[str, ...] = ()  # the names an "ident" may be (none: any)
@@ -73,7 +74,7 @@ class Param:
     @property
     def is_operand(self) -> bool:
         """True for a tensor (or tensor-or-scalar) operand of the expression."""
-        return self.kind in ("tensor", "operand")
+        return self.kind in ("tensor", "operand", "tensors")
 
 
 AxisMap = Callable[[Expr, TensorView], dict[int, int]]
@@ -142,8 +143,15 @@ class OpDef:
 
     def values(self, expr: Expr) -> dict[str, object]:
         """{operand or attribute name: value} of one of its expressions (absent
-        optional operands are left out)."""
-        return {**dict(zip(self.operands, expr.operands())), **expr.attributes()}
+        optional operands are left out; a `tensors` parameter, the last operand, holds
+        the tuple of the operands left)."""
+        operands = expr.operands()
+        params = [p for p in self.params if p.is_operand]
+        if params and params[-1].kind == "tensors":
+            values = dict(zip(self.operands[:-1], operands))
+            values[params[-1].name] = tuple(operands[len(params) - 1 :])
+            return {**values, **expr.attributes()}
+        return {**dict(zip(self.operands, operands)), **expr.attributes()}
 
     def make(
         self, outputs: list[TensorView], operands: Sequence[Operand], attrs: dict[str, object]

@@ -104,6 +104,10 @@ NUMPY: dict[str, Row] = {
     "expand": lambda e, a, shape: np.broadcast_to(a[0], shape),
     "reshape": lambda e, a, shape: a[0].reshape(shape),
     "take": lambda e, a, shape: np.take(a[0], e.attrs["indices"], axis=0),
+    "squeeze": lambda e, a, shape: a[0].reshape(shape),
+    "select": lambda e, a, shape: np.take(a[0], e.attrs["index"], axis=e.attrs["axis"]),
+    "slice": lambda e, a, shape: a[0][tuple(slice(*r) for r in e.attrs["ranges"])],
+    "cat": lambda e, a, shape: np.concatenate(a, axis=e.attrs["axis"]),
     "matmul": lambda e, a, shape: _matmul(*a),
     "linear": lambda e, a, shape: _linear(*a),
 }

@@ -34,6 +34,7 @@ class Arg:
 _KIND_WORDS = {
     "tensor": "a tensor name",
     "operand": "a tensor name or a number",
+    "tensors": "a list of tensor names",
     "ints": "a list of integers",
     "bools": "a list of true/false",
     "axes": "an integer or a list of integers",
@@ -118,6 +119,8 @@ def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLooku
         return tensor(arg)
     if kind == "operand" and arg.kind in ("int", "float", "bool"):
         return arg.value
+    if kind == "tensors" and arg.kind == "list" and all(a.kind == "name" for a in arg.value):
+        return [tensor(a) for a in arg.value]
     if kind == "ints" and _is_int_list(arg):
         return [a.value for a in arg.value]
     if kind == "bools" and arg.kind == "list" and all(a.kind == "bool" for a in arg.value):
@@ -150,8 +153,11 @@ def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLooku
     )
 
 
-def call_op(source: Source, op_arg: Arg, args: list[Arg], tensor: TensorLookup) -> TensorView:
-    """Check a call against its op's signature and run the op's builder."""
+def call_op(
+    source: Source, op_arg: Arg, args: list[Arg], tensor: TensorLookup
+) -> TensorView | tuple[TensorView, ...]:
+    """Check a call against its op's signature and run the op's builder (a composite's
+    builder may return several tensors)."""
     op = op_arg.value
     d = callable_def(op)
     if d is None:

@@ -289,8 +289,12 @@ class _Builder:
     def _output_mark(self, name: Token) -> None:
         self.fusion.add_output(self._tensor(name))
 
-    def _assign(self, target: Token, op: Token, *args: Tree) -> None:
-        key = self._define(target)
+    def _assign(self, targets: Tree, op: Token, *args: Tree) -> None:
+        names = [t for t in targets.children if isinstance(t, Token) and t.type == "NAME"]
+        keys = [self._define(t) for t in names]
+        if len(set(keys)) != len(keys):
+            twice = next(t for k, t in enumerate(names) if t in names[:k])
+            raise self._fail(f"{twice!s} is assigned twice in one statement", twice)
         written = []
         for a in args:
             if a.data == "keyword":  # located at the keyword, not at its value
@@ -301,8 +305,18 @@ class _Builder:
             else:
                 written.append(_arg(a.children[0]))
         out = call_op(self.source, _arg(op), written, self._tensor)
-        out.user_name = key
-        self.tensors[key] = out
+        results = list(out) if isinstance(out, tuple) else [out]
+        if len(results) != len(keys):
+            what = "tensor" if len(results) == 1 else "tensors"
+            raise self._fail(
+                f"{op!s} returns {len(results)} {what} but the statement names {len(keys)} "
+                f"({', '.join(keys)}); name one per result: "
+                f"{', '.join(f'y{k}' for k in range(len(results)))} = {op!s}(...)",
+                names[0],
+            )
+        for key, tv in zip(keys, results):
+            tv.user_name = key
+            self.tensors[key] = tv
 
     # -- directives ---------------------------------------------------------------
     def _set_mesh(self, name: Token, ref: Token | Tree) -> None:

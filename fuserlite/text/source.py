@@ -90,8 +90,9 @@ def syntax_error(source: Source, lark: Lark, exc: UnexpectedInput) -> ParseError
             line, column = tok.line, tok.column
         expected = set(exc.accepts or exc.expected)
         first = re.match(r"[ \t]*([A-Za-z_]\w*)", source.line_text(line))
-        if expected == {"EQUAL"} and first is not None:
-            # `word name ...` where word is no keyword: an unknown statement.
+        if "EQUAL" in expected and expected <= {"EQUAL", "COMMA"} and first is not None:
+            # `word name ...` where word is no keyword: an unknown statement (a name
+            # may be followed by `=` or, naming several results, by `,`).
             return source.error(
                 f"unknown statement {first.group(1)!r}; a statement is one of "
                 f"{_STATEMENT_WORDS}, or `name = op(args)`",

@@ -45,6 +45,8 @@ def _value(kind: str, value: object) -> str:
     """One argument as .fus text."""
     if isinstance(value, TensorView):
         return value.ir_name
+    if kind == "tensors":
+        return "[" + ", ".join(t.ir_name for t in value) + "]"
     if kind in ("ints", "bools", "axes"):
         return _list(value)
     if kind == "dtype":
@@ -76,15 +78,17 @@ def _args(expr: Expr) -> tuple[str, list[str]]:
     return d.name, written
 
 
-def _call(tv: TensorView, written: set[int]) -> str:
+def _call(tv: TensorView, written: set[int]) -> str | None:
+    """`T3 = op(...)`, or `T3, T4 = op(...)` at the first of several outputs (None at
+    the others: the call is written)."""
     expr = tv.definition
-    if len(expr.outputs) != 1:
-        raise _cannot(tv, "is one of several outputs of an expression")
+    if tv is not expr.outputs[0]:
+        return None
     late = [t.name for t in expr.inputs if id(t) not in written]
     if late:
         raise _cannot(tv, f"reads {', '.join(late)}, created after it")
     op, args = _args(expr)
-    return f"{tv.ir_name} = {op}({', '.join(args)})"
+    return f"{', '.join(t.ir_name for t in expr.outputs)} = {op}({', '.join(args)})"
 
 
 def _declaration(tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str]) -> str:
@@ -187,7 +191,8 @@ def to_fus(fusion: Fusion) -> str:
             keyword = "input" if inline and tv in fusion.inputs else "tensor"
             body.append(_declaration(tv, keyword, meshes))
         else:
-            body.append(_call(tv, written))
+            call = _call(tv, written)
+            body += [call] if call is not None else []
             if tv.mesh is not None:
                 directives.append(f"set_mesh {tv.ir_name} {meshes[tv.mesh]}")
         written.add(id(tv))
