@@ -206,3 +206,16 @@ def test_mpi_ranks_compiling_at_once_share_one_cache(tmp_path) -> None:
     ]
     assert [p.communicate(timeout=120)[0].strip() for p in procs] == [b"ok"] * 4
     assert len(list(tmp_path.glob("*.so"))) == 1 and not list(tmp_path.glob("build-*"))
+
+
+@needs_compiler
+def test_a_kernel_of_more_buffers_than_ctypes_passes_as_arguments(tmp_path) -> None:
+    """ctypes calls a function of at most 1024 arguments: a kernel of 1100 outputs was a raw
+    ArgumentError after its compile; its entry point takes one array of addresses."""
+    f = build([[4]], lambda a: [a + float(k) for k in range(1100)])
+    quick = KernelCompiler(cache_dir=tmp_path, extra_flags=("-O0",))  # 1100 stores compile slowly
+    inputs = fl.random_inputs(f)
+    outputs = fl.FusionExecutor(f, compute=quick).run(inputs)
+    assert quick.compiles == 1
+    want = fl.evaluate(f, inputs)
+    assert [bits_differ(got, ref) for got, ref in zip(outputs, want)] == [None] * 1100

@@ -21,6 +21,7 @@ from fuserlite.pipeline import default_pass_names
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.compute import CompiledKernels, default_compiler
 from fuserlite.runtime.kernel_runner import run_kernel, shard_slices
+from fuserlite.schedule.shard import shard_axis
 
 needs_compiler = pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")
 
@@ -233,6 +234,20 @@ def test_a_max_of_a_recomputed_broadcast_in_bfloat16() -> None:
     pipeline = fl.Pipeline(default_pass_names(**{"schedule-pointwise": "block_size=1000"}))
     inputs = fl.random_inputs(f, 1168)
     fl.validate(f, inputs, fl.FusionExecutor(f, pipeline=pipeline).run(inputs))
+
+
+@needs_compiler
+def test_a_zero_dimensional_kernel_after_a_sharded_max() -> None:
+    """GCC 12.2 at -O2 -march=native built this kernel (its 128 threads all store the one
+    element) wrongly until the tree loop-invariant motion was turned off: 0.0 instead of
+    -0.78; found by tests/test_differential.py, seed 78."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8])
+        f.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh([0, 1, 2, 3]))
+        m = fl.max(fl.max(x, 0, keepdim=True), 0, keepdim=True)
+        f.add_output(fl.add(-1.5, fl.minimum(fl.relu(m), m)))
+    run_three_ways(f, fl.random_inputs(f, 78))
 
 
 # NaN from either side, -0.0 against 0.0 in both orders, infinities, a subnormal, ties.

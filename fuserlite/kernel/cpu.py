@@ -7,7 +7,10 @@ compiler has it and the kernel is big enough to pay for the threads, as many
 threads as there are idle cores) and threads inside, and gives the body
 `blockIdx` and `threadIdx` as local values:
 
-    extern "C" void fl_1c0ffee(const float* __restrict__ T0, float* __restrict__ T4) {
+    extern "C" void fl_1c0ffee(void* const* fl_args) {  // the buffers' addresses
+      fl_1c0ffee_grid((const float*)fl_args[0], (float*)fl_args[1]);
+    }
+    static void fl_1c0ffee_grid(const float* __restrict__ T0, float* __restrict__ T4) {
     #pragma omp parallel for schedule(static)
       for (long long fl_block = 0; fl_block < 8; ++fl_block) {
         const fl_dim3 blockIdx = {fl_block, 0, 0};
@@ -136,8 +139,17 @@ def cpu_function(kernel: Kernel) -> tuple[str, str]:
     grid = kernel_grid([e.output for e in kernel.exprs])
     (gx, gy, gz), (bx, by, bz) = launch_dims(grid)
     blocks, threads = gx * gy * gz, bx * by * bz
+    params = kernel_params(kernel)
     lines = kernel_header(kernel, _NAME, grid)
-    lines.append(f'extern "C" void {_NAME}({", ".join(kernel_params(kernel))}) {{')
+    # The entry point takes one array of buffer addresses (ctypes calls a function of at
+    # most 1024 arguments; a kernel of many outputs has more) and passes them on as the
+    # typed, __restrict__ parameters the body is written for.
+    lines.append(f"static void {_NAME}_grid({', '.join(params)});")
+    casts = [f"({p.rsplit(' __restrict__ ', 1)[0]})fl_args[{i}]" for i, p in enumerate(params)]
+    lines.append(f'extern "C" void {_NAME}(void* const* fl_args) {{')
+    lines.append(f"  {_NAME}_grid({', '.join(casts)});")
+    lines.append("}")
+    lines.append(f"static void {_NAME}_grid({', '.join(params)}) {{")
     parallel = blocks > 1 and blocks * threads * len(kernel.exprs) >= PARALLEL_WORK
     if parallel:
         lines += ["  FL_PARALLEL_BEGIN", "#pragma omp parallel for schedule(static)"]

@@ -105,7 +105,7 @@ class _Entry:
     """A compiled kernel and what calling it takes."""
 
     def __init__(self, kernel: Kernel, function: Callable) -> None:
-        function.argtypes = [ctypes.c_void_p] * (len(kernel.inputs) + len(kernel.outputs))
+        function.argtypes = [ctypes.c_void_p]  # the array of its buffers' addresses
         function.restype = None
         self.function = function
         self.inputs = [(t, local_shape(t), t.dtype.numpy) for t in kernel.inputs]
@@ -149,7 +149,8 @@ class CompiledKernels:
                 )
             arrays.append(array)
         outs = [np.full(shape, p, dtype) for (shape, dtype), p in zip(entry.outputs, entry.poison)]
-        entry.function(*[a.ctypes.data for a in arrays], *[o.ctypes.data for o in outs])
+        addresses = np.array([a.ctypes.data for a in (*arrays, *outs)], np.uintp)
+        entry.function(addresses.ctypes.data)
         return dict(zip(kernel.outputs, outs))
 
 
