@@ -48,13 +48,12 @@ def _loop_is_consistent(tv: TensorView) -> bool:
     """The loop domain is exactly the leaves of the recorded transforms."""
     if not tv.domain.transforms and tv.domain.loop == tv.domain.logical:
         return True  # the common case, checked without building sets
-    leaves = {id(ax): ax for ax in tv.domain.logical}
+    leaves = set(map(id, tv.domain.logical))
     for t in tv.domain.transforms:
-        for ax in t.inputs:
-            leaves.pop(id(ax), None)
-        for ax in t.outputs:
-            leaves[id(ax)] = ax
-    return {id(a) for a in tv.domain.loop} == set(leaves) and len(tv.domain.loop) == len(leaves)
+        leaves.difference_update(map(id, t.inputs))
+        leaves.update(map(id, t.outputs))
+    loop = tv.domain.loop
+    return len(loop) == len(leaves) and leaves == set(map(id, loop))
 
 
 class LazyNamer:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 def _parallel_type(value: object) -> ParallelType:
     """A ParallelType or its name, or a ScheduleError saying what was given."""
+    if type(value) is ParallelType:
+        return value
     if isinstance(value, str):
         try:
             return ParallelType.parse(value)

@@ -144,14 +144,15 @@ class TensorView:
         factor when `inner_split` is False, see outer_split)."""
         kind = "split" if inner_split else "outer_split"
         i = self._position(axis, kind)
-        factor = args.integer(
-            factor,
-            f"{kind}: {self.name} axis {axis}",
-            "factor",
-            minimum=1,
-            maximum=MAX_FACTOR,
-            error=ScheduleError,
-        )
+        if type(factor) is not int or not 1 <= factor <= MAX_FACTOR:  # else: the message
+            factor = args.integer(
+                factor,
+                f"{kind}: {self.name} axis {axis}",
+                "factor",
+                minimum=1,
+                maximum=MAX_FACTOR,
+                error=ScheduleError,
+            )
         ax = self.domain.loop[i]
         if ax.is_device_parallel and not ax.is_broadcast:
             raise ScheduleError(
@@ -227,7 +228,8 @@ class TensorView:
     def _position(self, axis: int, what: str) -> int:
         """Loop position `axis` (negative counts from the end), or a ScheduleError."""
         n = len(self.domain.loop)
-        axis = args.integer(axis, what, "axis", error=ScheduleError)
+        if type(axis) is not int:  # a plain int needs no conversion (passes call this a lot)
+            axis = args.integer(axis, what, "axis", error=ScheduleError)
         if not -n <= axis < n:
             raise ScheduleError(
                 f"{what}: {self.name} has {n} loop axes; axis {axis} is out of range"
