@@ -1,6 +1,6 @@
 """Pipeline time as the fusion grows, and the kernel runner against numpy (docs/design.md §8).
 
-    python benchmarks/pipeline_scaling.py [--quick] [--repeats K]
+    python benchmarks/pipeline_scaling.py [--quick] [--repeats K] [--compute PATH]
 
 Part 1, chain: the whole default pipeline (propagate-shardings ... assign-layouts,
 the validator after each pass) on a chain of N pointwise ops over x[64, 128]
@@ -11,10 +11,16 @@ growth).
 Part 1, outputs: N outputs `y_k = x + k` of one input x[8, 16] sharded on 2
 devices, N = 1000, 5000, 20000, end to end as `fuserlite run` does it: build
 the fusion, lower it (the pipeline), run it on the sim backend, validate the
-outputs against the reference. Target: N = 20000 under 5 s end to end.
+outputs against the reference. Target: N = 20000 under 5 s end to end. The
+kernels run as `--compute` says (default interpret): compiled, the one kernel
+of N outputs is one C++ function of N stores, which g++ compiles in a time
+that grows faster than N (at -O2: 2 s for 250 outputs, 5.5 s for 500, 16 s for
+1000 on the shared machine; minutes for 20000), cached on disk afterwards.
 
 Each row is printed as soon as it is measured; the median of K runs (default
-3; one run for N >= 100000 and for 20000 outputs) and the spread (max - min).
+3; one run for N >= 100000 and for 20000 outputs) and the spread (max - min),
+in wall-clock seconds and in this process's CPU seconds (which other jobs on a
+shared machine inflate less).
 
 Part 2: for a chain of N pointwise ops (alternating add / mul / tanh on
 x[rows, cols] plus a broadcast bias) the fusion is scheduled once by
@@ -79,14 +85,15 @@ def best_of(fn: Callable[[], object], repeats: int) -> float:
     return min(times)
 
 
-def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """(median seconds, max - min seconds) of `repeats` runs."""
-    times = []
+def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, float]:
+    """(median seconds, max - min seconds, median CPU seconds) of `repeats` runs."""
+    times, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), max(times) - min(times)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(times), max(times) - min(times), statistics.median(cpu)
 
 
 def kernel_runner_rows(quick: bool) -> list[dict]:
@@ -160,27 +167,32 @@ def pipeline_rows(quick: bool, repeats: int) -> list[dict]:
     rows = []
     for n_ops in [10, 100, 1000] if quick else [10, 100, 1000, 10000, 100000]:
         fusion = sharded_chain(n_ops)
-        median, spread = timed(lambda f=fusion: fl.lower(f), 1 if n_ops >= 100000 else repeats)
+        median, spread, cpu = timed(lambda f=fusion: fl.lower(f), 1 if n_ops >= 100000 else repeats)
         rows.append(
             {
                 "ops": n_ops,
                 "pipeline_s": median,
                 "spread_s": spread,
+                "cpu_s": cpu,
                 "per_op_us": 1e6 * median / n_ops,
             }
         )
-        _say(f"  chain of {n_ops} ops: pipeline {median:.3g} s (spread {spread:.2g} s)")
+        _say(
+            f"  chain of {n_ops} ops: pipeline {median:.3g} s (spread {spread:.2g} s, "
+            f"CPU {cpu:.3g} s)"
+        )
     return rows
 
 
-def end_to_end(n_outputs: int) -> dict[str, float]:
+def end_to_end(n_outputs: int, compute: str) -> dict[str, float]:
     """Seconds of each step `fuserlite run` takes, for `n_outputs` outputs."""
     steps: dict[str, float] = {}
+    start_cpu = time.process_time()
     start = time.perf_counter()
     fusion = many_outputs(n_outputs)
     steps["build_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    executor = fl.FusionExecutor(fusion)  # lowers: the whole pipeline
+    executor = fl.FusionExecutor(fusion, compute=compute)  # lowers: the whole pipeline
     steps["lower_s"] = time.perf_counter() - start
     inputs = fl.random_inputs(fusion)
     start = time.perf_counter()
@@ -190,14 +202,15 @@ def end_to_end(n_outputs: int) -> dict[str, float]:
     fl.validate(fusion, inputs, outputs)
     steps["validate_s"] = time.perf_counter() - start
     steps["total_s"] = sum(steps.values())
+    steps["cpu_s"] = time.process_time() - start_cpu
     return steps
 
 
-def outputs_rows(quick: bool, repeats: int) -> list[dict]:
+def outputs_rows(quick: bool, repeats: int, compute: str) -> list[dict]:
     """End-to-end seconds (median of runs) per number of outputs, with each step's."""
     rows = []
     for n in [100, 1000] if quick else [1000, 5000, 20000]:
-        runs = [end_to_end(n) for _ in range(1 if n >= 20000 else repeats)]
+        runs = [end_to_end(n, compute) for _ in range(1 if n >= 20000 else repeats)]
         totals = [r["total_s"] for r in runs]
         median = sorted(runs, key=lambda r: r["total_s"])[len(runs) // 2]
         row = {"outputs": n, **median, "spread_s": max(totals) - min(totals)}
@@ -205,7 +218,8 @@ def outputs_rows(quick: bool, repeats: int) -> list[dict]:
         _say(
             f"  {n} outputs: {row['total_s']:.3g} s end to end (build {row['build_s']:.2g}, "
             f"lower {row['lower_s']:.3g}, run {row['run_s']:.3g}, "
-            f"validate {row['validate_s']:.2g}; spread {row['spread_s']:.2g} s)"
+            f"validate {row['validate_s']:.2g}; spread {row['spread_s']:.2g} s; "
+            f"CPU {row['cpu_s']:.3g} s)"
         )
     return rows
 
@@ -219,6 +233,7 @@ def _option(argv: list[str], name: str, default: int) -> int:
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     repeats = _option(argv, "--repeats", 3)
+    compute = argv[argv.index("--compute") + 1] if "--compute" in argv else "interpret"
     _say("default pipeline, chain of N ops on 8 devices:")
     scaling = pipeline_rows(quick, repeats)
     by_ops = {r["ops"]: r["pipeline_s"] for r in scaling}
@@ -230,17 +245,17 @@ def main(argv: list[str]) -> int:
     print_table(
         f"default pipeline on 8 devices (targets: N=1000 < 1 s, growth per 10x <= "
         f"{TARGET_GROWTH:g})",
-        ["ops", "pipeline s (median)", "spread s", "us per op"],
-        [[r["ops"], r["pipeline_s"], r["spread_s"], r["per_op_us"]] for r in scaling],
+        ["ops", "pipeline s (median)", "spread s", "CPU s", "us per op"],
+        [[r["ops"], r["pipeline_s"], r["spread_s"], r["cpu_s"], r["per_op_us"]] for r in scaling],
     )
     for name, ratio in growth.items():
         print(f"growth t({name.replace('/', ')/t(')}) = {ratio:.2f}")
-    _say("many outputs, end to end (build, lower, run on sim, validate):")
-    outs = outputs_rows(quick, repeats)
+    _say(f"many outputs, end to end (build, lower, run on sim with compute={compute}, validate):")
+    outs = outputs_rows(quick, repeats, compute)
     print_table(
         f"N outputs of x[8, 16] on 2 devices, end to end (target: 20000 in < "
         f"{TARGET_OUTPUTS_S:g} s)",
-        ["outputs", "total s", "build s", "lower s", "run s", "validate s", "spread s"],
+        ["outputs", "total s", "build s", "lower s", "run s", "validate s", "spread s", "CPU s"],
         [
             [
                 r["outputs"],
@@ -250,6 +265,7 @@ def main(argv: list[str]) -> int:
                 r["run_s"],
                 r["validate_s"],
                 r["spread_s"],
+                r["cpu_s"],
             ]
             for r in outs
         ],
@@ -274,7 +290,7 @@ def main(argv: list[str]) -> int:
         "pipeline_scaling",
         {
             "pipeline": {"rows": scaling, "growth": growth},
-            "outputs": {"target_s": TARGET_OUTPUTS_S, "rows": outs},
+            "outputs": {"target_s": TARGET_OUTPUTS_S, "compute": compute, "rows": outs},
             "kernel_runner": {"target_ratio": TARGET_RATIO, "rows": rows},
         },
     )
