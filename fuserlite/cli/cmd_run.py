@@ -18,6 +18,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.pipeline import Pipeline, default_pass_names
+from fuserlite.program.communication import Communication
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.compute import COMPUTE
@@ -104,6 +105,15 @@ def _run(
     return EXIT_OK
 
 
+def team_text(comm: Communication) -> str:
+    """`0 1 2 3`, or for the teams of a group of mesh axes `DIDx: 0 1 2 3 | 4 5 6 7`."""
+    teams = comm.teams
+    if len(teams) == 1:
+        return abbreviate(comm.team)
+    shown = " | ".join(abbreviate(t) for t in teams[:4]) + (" | ..." if len(teams) > 4 else "")
+    return f"{'/'.join(comm.group_names)}: {shown}"
+
+
 def communications_table(executor: FusionExecutor) -> Table:
     """Kind, team, root, layout and bytes per device of each communication."""
     table = Table(title="communications", box=box.SIMPLE_HEAD)
@@ -114,7 +124,7 @@ def communications_table(executor: FusionExecutor) -> Table:
             c.kind.value,
             c.input.name,
             c.output.name,
-            abbreviate(c.team),
+            team_text(c),
             "" if c.root is None else str(c.root),
             "" if c.layout is None else str(c.layout),
             str(c.bytes_per_device),
