@@ -9,9 +9,11 @@ from team_cases import MESHES, MOVES, PLAN_MESHES, all_cases, plan_cases, same_b
 
 import fuserlite as fl
 from fuserlite.plan import Holding, Move, Transfer
+from fuserlite.plan.mesh_axes import groups
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.communicator import Team
 from fuserlite.runtime.moves import run_move
+from fuserlite.runtime.plan_steps import mesh_teams
 
 CASES = all_cases()
 
@@ -83,3 +85,14 @@ def test_a_move_checks_each_source_buffer_against_its_box():
     move = Move(None, (), (Transfer(0, 1, ((0, 4),)),), 4)
     with pytest.raises(fl.ExecutionError, match="source device 0 holds a buffer of shape \\[3\\]"):
         run_move(move, sources, [(1, ((0, 4),))], SimCommunicator(), {0: np.ones(3)}, np.float32)
+
+
+@pytest.mark.parametrize("entry", MESHES, ids=lambda m: m[0])
+def test_runtime_teams_are_the_device_meshs_teams_along_the_parallel_types(entry):
+    """plan_steps.mesh_teams (mesh axes, for the planner's steps) and DeviceMesh.teams
+    (parallel types, for the IR) name the same teams in the same order."""
+    _, shape, devices, _ = entry
+    mesh = fl.DeviceMesh(np.array(devices).reshape(shape).tolist())
+    for group in groups(len(shape)):
+        pts = [mesh.parallel_types[a] for a in group]
+        assert [t.members for t in mesh_teams(mesh, group)] == mesh.teams(pts), group

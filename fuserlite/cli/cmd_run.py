@@ -82,6 +82,7 @@ def _run(
             progress=progress,
         )
         outputs = executor.run(inputs)
+        executor.close()  # every rank: frees the mpi backend's team communicators
     except FuserliteError:
         if backend.is_host():
             raise

@@ -210,12 +210,18 @@ class MpiCommunicator(Communicator):
         return {self.rank: recv}
 
     def alltoall(self, teams: Sequence[Team], bufs: Buffers) -> dict[int, list[np.ndarray]]:
+        return self._parts(teams, bufs, "AllToAll")
+
+    def _parts(
+        self, teams: Sequence[Team], bufs: Buffers, what: str
+    ) -> dict[int, list[np.ndarray]]:
+        """The AllToAll of axis-0 parts: {this rank: part j of every member, in order}."""
         mine = self._mine(teams)
         if mine is None:
             return {}
         team, comm = mine
         d, send = len(team.members), contiguous(bufs[self.rank])
-        split_even(send, d, f"rank {self.rank}: AllToAll over team {list(team.members)}")
+        split_even(send, d, f"rank {self.rank}: {what} over team {list(team.members)}")
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes * (d - 1) // d
         comm.Alltoall(_wire(send), _wire(recv))
@@ -245,16 +251,9 @@ class MpiCommunicator(Communicator):
 
     def reduce_scatter(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
         """Member j folds part j of every member's buffer, in member order (an AllToAll)."""
-        mine = self._mine(teams)
-        if mine is None:
-            return {}
-        team, comm = mine
-        d, send = len(team.members), contiguous(bufs[self.rank])
-        split_even(send, d, f"rank {self.rank}: ReduceScatter over team {list(team.members)}")
-        recv = np.empty_like(send)
-        self.bytes_sent += send.nbytes * (d - 1) // d
-        comm.Alltoall(_wire(send), _wire(recv))
-        return {self.rank: fold(np.split(recv, d, axis=0), op)}
+        return {
+            d: fold(parts, op) for d, parts in self._parts(teams, bufs, "ReduceScatter").items()
+        }
 
     def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
         mine = self._mine(teams)
