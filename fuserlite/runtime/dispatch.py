@@ -1,32 +1,37 @@
-"""How each Communication of a program runs on a Communicator.
+"""How each Communication of a program runs on a Communicator, on meshes of any rank.
 
-Same-mesh kinds are planner steps (`runtime.plan_steps`) over the teams of the
-Communication's group of mesh axes (a 1-D Communication without one is a step on
-mesh axis 0); a move between meshes with box transfers runs them (`runtime.moves`);
-the rooted kinds of the 1-D table run over their one team; SendRecv pairs are
-point-to-point messages.
+A same-mesh kind is a planner step (`runtime.plan_steps`) over the teams of its
+group of mesh axes: the step the lowering recorded (group, axes), or for a 1-D
+Communication without one the one step of its kind between its tensors'
+placements (`ir.sharding.placement`); either way checked against them. A move
+between meshes runs as point-to-point transfers of boxes (`runtime.moves`): those
+the lowering recorded, or plan.cross_mesh's plan between the placements (a
+SendRecv of the 1-D table); a Broadcast, Scatter, Gather or Reduce of the 1-D
+table runs as that collective over its one team. MPI makes the teams of every
+Communication once, in prepare() (`teams_of`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
 
 from fuserlite.ir.errors import ExecutionError
-from fuserlite.ir.sharding import local_shape
-from fuserlite.plan.cross_mesh import Move, holdings, needs
-from fuserlite.plan.steps import Step, StepKind
+from fuserlite.ir.placement import Placement
+from fuserlite.ir.sharding import local_shape, placement
+from fuserlite.plan.blocks import Box
+from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
+from fuserlite.plan.steps import Step, StepKind, moves
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
     Communicator,
-    Message,
     Team,
     back,
     front,
 )
 from fuserlite.runtime.moves import run_move
-from fuserlite.runtime.plan_steps import run_step
+from fuserlite.runtime.plan_steps import mesh_teams, run_step
 
 # Kinds that run on one mesh: the planner's steps (fuserlite.runtime.plan_steps)
 ONE_MESH = (
@@ -38,14 +43,90 @@ ONE_MESH = (
 )
 
 
+def step_of(comm: Communication) -> Step:
+    """The planner step a same-mesh Communication performs: the one its lowering recorded
+    (group, axes), else the one step of its kind between its tensors' placements; either
+    way it must take its input's placement to its output's."""
+    inp, out = comm.input, comm.output
+    if inp.mesh != out.mesh:
+        raise ExecutionError(
+            f"{comm.kind.value} {inp.name} -> {out.name} runs on one mesh, but {inp.name} is "
+            f"on {inp.mesh} and {out.name} on {out.mesh}"
+        )
+    kind, before, after = StepKind(comm.kind.value), placement(inp), placement(out)
+    if not comm.group:
+        return _step(before, after, kind, inp, out)
+    step = Step(kind, comm.group, *comm.axes)
+    if step.apply(before) != after:
+        raise ExecutionError(
+            f"{step.describe(inp.mesh.rank)} of {inp.name} -> {out.name} does not take "
+            f"{before} to {after}: the Communication contradicts its tensors"
+        )
+    return step
+
+
+def _step(before: Placement, after: Placement, kind: StepKind, inp, out) -> Step:
+    found = _steps_between(before, after, kind)
+    if len(found) != 1:
+        raise ExecutionError(
+            f"{kind.value} {inp.name} -> {out.name}: {len(found) or 'no'} {kind.value} steps "
+            f"take {before} to {after} on {inp.mesh}; a Communication is one step"
+        )
+    return found[0]
+
+
+@functools.cache
+def _steps_between(before: Placement, after: Placement, kind: StepKind) -> tuple[Step, ...]:
+    return tuple(s for s in moves(before) if s.kind is kind and s.apply(before) == after)
+
+
+def move_of(comm: Communication) -> tuple[Move, list[Holding], list[tuple[int, Box]]]:
+    """The move between meshes a Communication performs, with the sources' and the
+    destinations' boxes (from its tensors' placements): the transfers its lowering
+    recorded (and printed), else plan.cross_mesh's plan between the placements."""
+    inp, out = comm.input, comm.output
+    before, after = placement(inp), placement(out)
+    for recorded, actual, tv in ((comm.before, before, inp), (comm.after, after, out)):
+        if recorded is not None and recorded != actual:
+            raise ExecutionError(
+                f"{comm.kind.value} {inp.name} -> {out.name} records {tv.name} as {recorded}, "
+                f"but {tv.name} is {actual}: the Communication contradicts its tensors"
+            )
+    move, sources, destinations = _move(
+        inp.shape, inp.mesh, before, out.mesh, after, inp.dtype.itemsize
+    )
+    if comm.transfers is not None:
+        move = Move(move.kind, move.roots, comm.transfers, move.itemsize)
+    return move, sources, destinations
+
+
+@functools.cache
+def _move(shape, src_mesh, src: Placement, dst_mesh, dst: Placement, itemsize: int):
+    sources = holdings(shape, src_mesh.shape, src_mesh.devices, src)
+    destinations = needs(shape, dst_mesh.shape, dst_mesh.devices, dst)
+    return plan_move(sources, destinations, itemsize), sources, destinations
+
+
+def _rooted_collective(comm: Communication) -> bool:
+    """A Broadcast, Scatter, Gather or Reduce of the 1-D table (no transfers recorded)
+    runs as that collective over one team; every other move between meshes runs as its
+    point-to-point transfers."""
+    one_d = comm.input.mesh.rank == comm.output.mesh.rank == 1
+    return comm.kind.has_root and comm.root is not None and comm.transfers is None and one_d
+
+
 def teams_of(comm: Communication) -> tuple[Team, ...]:
-    """The teams a Communication runs over (its whole team today: meshes are 1-D)."""
+    """The teams a Communication's collective runs over (none for a local slice or the
+    point-to-point transfers of a move)."""
     k = comm.kind
+    if k in ONE_MESH:
+        step = step_of(comm)
+        return mesh_teams(comm.input.mesh, step.group) if k.is_collective else ()
+    if not _rooted_collective(comm):
+        return ()
     if k in (CommKind.Broadcast, CommKind.Scatter):
         return (Team(comm.output.mesh.devices, comm.root),)
-    if k in (CommKind.Gather, CommKind.Reduce):
-        return (Team(comm.input.mesh.devices, comm.root),)
-    return (Team(comm.team),)
+    return (Team(comm.input.mesh.devices, comm.root),)
 
 
 def _spec(comm: Communication, axis: int | None) -> BufferSpec:
@@ -72,20 +153,15 @@ def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
 
 def run_communication(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
     """Execute one Communication; returns the output shards of hosted output devices."""
-    k, teams = comm.kind, teams_of(comm)
-    in_mesh, out_mesh = comm.input.mesh.devices, comm.output.mesh.devices
-    senders = backend.hosted(in_mesh)
+    k = comm.kind
+    senders = backend.hosted(comm.input.mesh.devices)
     _check_buffers(comm, bufs, senders)
-    a_in, a_out = comm.in_axis, comm.out_axis
-    if comm.transfers is not None:
-        return _move(comm, backend, bufs)
-    if k in ONE_MESH and comm.group:  # a step of the planner's plan, on a mesh of any rank
-        step = Step(StepKind(k.value), comm.group, *comm.axes)
-        return run_step(step, comm.mesh, backend, bufs, comm.op)
-    if k in ONE_MESH:  # a step of the planner on the one mesh axis of a 1-D mesh
-        axis = a_in if k in (CommKind.Allgather, CommKind.AllToAll) else a_out
-        step = Step(StepKind(k.value), (0,), axis, a_out if k is CommKind.AllToAll else None)
-        return run_step(step, comm.input.mesh, backend, bufs, comm.op)
+    if k in ONE_MESH:
+        return run_step(step_of(comm), comm.input.mesh, backend, bufs, comm.op)
+    if not _rooted_collective(comm):
+        move, sources, destinations = move_of(comm)
+        return run_move(move, sources, destinations, backend, bufs, comm.input.dtype.numpy, comm.op)
+    teams, a_in, a_out = teams_of(comm), comm.in_axis, comm.out_axis
     if k is CommKind.Broadcast:
         return backend.broadcast(teams, {d: bufs[d] for d in senders}, _spec(comm, None))
     if k is CommKind.Scatter:
@@ -99,30 +175,4 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
     if k is CommKind.Reduce:
         held = {d: bufs[d] for d in senders}
         return backend.reduce(teams, held, comm.op, _spec(comm, None))
-    if k is CommKind.SendRecv:
-        return send_pairs(backend, list(zip(in_mesh, out_mesh)), bufs, _spec(comm, None))
     raise ExecutionError(f"no implementation for communication kind {k.value}")
-
-
-def _move(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
-    """A move between meshes by its box transfers (plan.cross_mesh, runtime.moves)."""
-    inp, out = comm.input, comm.output
-    mi, mo, shape = inp.mesh, out.mesh, inp.shape
-    kind = None if not comm.transfers else StepKind(comm.kind.value)
-    move = Move(kind, (), comm.transfers, inp.dtype.itemsize)
-    sources = holdings(shape, mi.shape, mi.devices, comm.before)
-    destinations = needs(shape, mo.shape, mo.devices, comm.after)
-    return run_move(move, sources, destinations, backend, bufs, inp.dtype.numpy, comm.op)
-
-
-def send_pairs(
-    backend: Communicator, pairs: Sequence[tuple[int, int]], bufs: Buffers, spec: BufferSpec
-) -> Buffers:
-    """Each (src, dst) pair: dst gets src's whole buffer (a device paired with itself keeps it)."""
-    out = {d: bufs[s] for s, d in pairs if s == d and d in bufs}
-    moving = [(s, d) for s, d in pairs if s != d]
-    messages = [Message(s, d, spec) for s, d in moving]
-    payloads = {i: bufs[s] for i, (s, _) in enumerate(moving) if s in bufs}
-    for i, array in backend.exchange(messages, payloads).items():
-        out[moving[i][1]] = array
-    return out

@@ -47,7 +47,7 @@ from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.plan.blocks import chunk_bounds
-from fuserlite.program.communication import CommKind, Communication
+from fuserlite.program.communication import Communication
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
@@ -119,8 +119,7 @@ class MpiCommunicator(Communicator):
                 f"mpiexec -n {devices[-1] + 1} or more (ranks in no mesh stay idle)"
             )
         for comm in communications:
-            if comm.kind.is_collective and comm.kind is not CommKind.SendRecv:
-                self.prepare_teams(teams_of(comm))
+            self.prepare_teams(teams_of(comm))
 
     def prepare_teams(self, teams: Sequence[Team]) -> None:
         """Make the communicators of `teams` that do not exist yet: one Split for them all.
