@@ -9,6 +9,7 @@ in another order would show in the bits.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,11 +19,24 @@ from plan_simulator import run_step as simulate
 
 import fuserlite as fl
 from fuserlite.ir.types import ReductionOpType
-from fuserlite.plan import Placement, Planner, all_placements, holdings, needs, plan_move
+from fuserlite.plan import (
+    Geometry,
+    Placement,
+    Planner,
+    all_placements,
+    blocks,
+    holdings,
+    needs,
+    plan_move,
+)
 from fuserlite.plan.mesh_axes import groups, teams
+from fuserlite.plan.steps import moves
+from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, Team
+from fuserlite.runtime.dispatch import run_communication, teams_of
 from fuserlite.runtime.moves import run_move, within
 from fuserlite.runtime.plan_steps import run_step
+from fuserlite.schedule.shard import shard_as
 
 SUM, MAX = ReductionOpType.sum, ReductionOpType.max
 NUMPY_OP = {SUM: np.add, MAX: np.maximum}
@@ -327,6 +341,78 @@ def plan_cases(entry, *, mpi: bool = False) -> list[Case]:
     mesh, devices, on_sim, on_mpi, _ = entry
     pairs = plan_pairs(mesh, on_mpi if mpi else on_sim)
     return [plan_case(mesh, devices, s, t, i) for i, (s, t) in enumerate(pairs)]
+
+
+def nd_tensor(mesh: fl.DeviceMesh, p: Placement, shape=PLAN_SHAPE):
+    """A tensor of `shape` on `mesh` with placement `p` (inside a Fusion)."""
+    t = fl.tensor(list(shape))
+    shard_as(t, mesh, p)
+    return t
+
+
+def local_blocks(value: np.ndarray, mesh: fl.DeviceMesh, p: Placement) -> Buffers:
+    """Each device's block of `value` under `p` (plan.blocks)."""
+    boxes = blocks(value.shape, mesh.shape, p)
+    return {d: value[within(box, _all(value.shape))] for d, box in zip(mesh.devices, boxes)}
+
+
+def one_step_pairs(shape: tuple[int, ...], every: int = 1):
+    """Every `every`-th (source, target, step) of a complete placement and a collective
+    (or slice) that applies to it."""
+    geometry = Geometry(PLAN_SHAPE, 4, shape)
+    out = []
+    for s in all_placements(len(PLAN_SHAPE), len(shape), partial=False):
+        for step in moves(s):
+            moved = geometry.transition(step, s)
+            if moved is not None:
+                out.append((s, moved[0], step))
+    return out[::every]
+
+
+def dispatch_case(mesh: fl.DeviceMesh, kind: CommKind, sp: Placement, tp: Placement, tmesh=None):
+    """A Communication built by hand between tensors of placements sp and tp (on `mesh`,
+    or from `mesh` to `tmesh`), run by runtime.dispatch; its model is tp's blocks."""
+    tmesh = tmesh or mesh
+    with fl.Fusion():
+        x, y = nd_tensor(mesh, sp), nd_tensor(tmesh, tp)
+    comm = Communication(kind, y, x, mesh.devices)
+    value = _random(7, 0, PLAN_SHAPE, "float32")
+    return Case(
+        f"dispatch {kind.value} {mesh} {sp} -> {tmesh} {tp}",
+        teams_of(comm),
+        lambda: local_blocks(value, mesh, sp),
+        lambda b, x: run_communication(comm, b, x),
+        lambda _: local_blocks(value, tmesh, tp),
+    )
+
+
+# moves between N-D meshes through dispatch: (source mesh, placement, target ..., world)
+DISPATCH_MOVES = [
+    ([[0, 1], [2, 3]], "(S0,S1)", [[3, 2], [1, 0]], "(S1,S0)", 4),
+    ([0, 1], "(S1)", [[0, 1], [2, 3]], "(S0,S1)", 4),
+    ([[0, 1], [2, 3]], "(S0,S1)", [[4, 5], [6, 7]], "(S1,S0)", 8),
+    ([0, 1], "(S1)", [[2, 3], [4, 5]], "(S0,S1)", 8),
+    ([[0, 1, 2, 3], [4, 5, 6, 7]], "(S0,S1)", [[[0, 1], [2, 3]], [[4, 5], [6, 7]]], "(S1,S0,R)", 8),
+    ([[0, 1], [2, 3]], "(R,S2)", [5], "(R)", 8),
+]
+# (mesh shape, every how many-th one-step pair on sim, on mpi, world size)
+DISPATCH_MESHES = [((2, 2), 1, 1, 4), ((2, 4), 1, 3, 8), ((2, 2, 2), 1, 17, 8)]
+
+
+def dispatch_cases(world: int | None = None) -> list[Case]:
+    """Same-mesh steps on N-D meshes (devices in reverse order) and moves between N-D meshes."""
+    out = []
+    for shape, on_sim, on_mpi, size in DISPATCH_MESHES:
+        if world in (None, size):
+            mesh = fl.DeviceMesh(np.arange(math.prod(shape))[::-1].reshape(shape).tolist())
+            for sp, tp, step in one_step_pairs(shape, on_sim if world is None else on_mpi):
+                out.append(dispatch_case(mesh, CommKind(step.kind.value), sp, tp))
+    for src, sp, dst, dp, size in DISPATCH_MOVES:
+        if world in (None, size):
+            a, b = fl.DeviceMesh(src), fl.DeviceMesh(dst)
+            sp, dp = Placement.parse(sp, 3), Placement.parse(dp, 3)
+            out.append(dispatch_case(a, CommKind.SendRecv, sp, dp, b))
+    return out
 
 
 def all_cases(world: int | None = None) -> list[Case]:

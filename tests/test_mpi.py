@@ -97,7 +97,8 @@ def test_four_ranks_are_bit_identical_to_sim():
 def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
     """Every kind over every group of mesh axes of 2x2, 2x4, 2x2x2 (and meshes on some
     ranks only, roots on idle ranks), moves between meshes, the planner's plans of
-    placement pairs step by step, programs on {0 2} of 4 ranks (1 and 3 idle)."""
+    placement pairs step by step, N-D Communications through runtime.dispatch (teams
+    prepared from them), programs on {0 2} of 4 ranks (1 and 3 idle)."""
     proc = mpiexec(n, sys.executable, str(SCRIPTS / "teams.py"))
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
@@ -111,6 +112,7 @@ def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
     plans = ["plan 2x2 ", "plan 2x2(3, 1, 0, 2) "] if n == 4 else ["plan 2x4 ", "plan 2x2x2 "]
     for mesh in plans:
         assert sum(name.startswith(mesh) for name in results) >= 5, mesh
+    assert sum(name.startswith("dispatch ") for name in results) >= 50  # N-D Communications
     assert ("program on {0 2}" if n == 4 else "program on {1 3 5 7}") in results
 
 

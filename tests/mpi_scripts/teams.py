@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from team_cases import PLAN_MESHES, all_cases, plan_cases, same_bits  # noqa: E402
+from team_cases import PLAN_MESHES, all_cases, dispatch_cases, plan_cases, same_bits  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite.runtime.backends.mpi import MpiCommunicator  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> None:
     rank, size = world.Get_rank(), world.Get_size()
     mpi, sim = MpiCommunicator(), SimCommunicator()
     results = {}
-    cases = all_cases(size)
+    cases = all_cases(size) + dispatch_cases(size)
     for entry in PLAN_MESHES:
         if entry[-1] == size:
             cases += plan_cases(entry, mpi=True)
