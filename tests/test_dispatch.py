@@ -13,7 +13,7 @@ import fuserlite as fl
 from fuserlite.ir.placement import Placement
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.backends.sim import SimCommunicator
-from fuserlite.runtime.dispatch import step_of
+from fuserlite.runtime.dispatch import move_of, step_of
 
 CASES = dispatch_cases()
 
@@ -42,3 +42,18 @@ def test_a_communication_whose_kind_is_not_the_step_between_its_tensors_is_an_er
     comm = Communication(CommKind.AllToAll, y, x, mesh.devices)  # it is an Allgather
     with pytest.raises(fl.ExecutionError, match=r"no AllToAll steps take \(S0,S1\) to \(S0,R\)"):
         step_of(comm)
+
+
+def test_a_recorded_step_or_placement_that_contradicts_the_tensors_is_an_error():
+    mesh, other = fl.DeviceMesh([[0, 1], [2, 3]]), fl.DeviceMesh([[4, 5], [6, 7]])
+    source, target = Placement.parse("(S0,S1)", 3), Placement.parse("(S0,R)", 3)
+    with fl.Fusion():
+        x, y, z = nd_tensor(mesh, source), nd_tensor(mesh, target), nd_tensor(other, target)
+    right = Communication(CommKind.Allgather, y, x, mesh.devices, mesh=mesh, group=(1,), axes=(1,))
+    assert step_of(right).group == (1,)
+    wrong = Communication(CommKind.Allgather, y, x, mesh.devices, mesh=mesh, group=(0,), axes=(0,))
+    with pytest.raises(fl.ExecutionError, match=r"does not take \(S0,S1\) to \(S0,R\)"):
+        step_of(wrong)
+    move = Communication(CommKind.SendRecv, z, x, (0, 1, 2, 3, 4, 5, 6, 7), before=target)
+    with pytest.raises(fl.ExecutionError, match=r"records T\d+ as \(S0,R\), but T\d+ is \(S0,S1\)"):
+        move_of(move)

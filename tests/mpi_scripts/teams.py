@@ -53,6 +53,55 @@ def programs(size: int) -> dict[str, tuple[int, ...]]:
     )
 
 
+def nd_examples() -> dict[str, tuple[fl.Fusion, fl.Program | None]]:
+    """The N-D examples on a 2x4 mesh (8 ranks), as tests/test_nd_examples.py runs them."""
+    from test_nd_examples import REPO, fsdp_tp_mlp
+
+    from fuserlite.pipeline import default_pass_names
+
+    tp = fl.load(REPO / "examples/tp_mlp.fus")
+    return {
+        "example dp_tp_mlp.fus": (fl.load(REPO / "examples/dp_tp_mlp.fus"), None),
+        "example fsdp_tp.py": (fsdp_tp_mlp(), None),
+        "example tp_mlp.fus on 2x4": (
+            tp,
+            fl.Pipeline(["resize-mesh[mesh=2x4]", *default_pass_names()]).run(tp),
+        ),
+    }
+
+
+def run_programs(world, rank: int, runs: dict) -> dict[str, str]:
+    """Each (fusion, program or None) on mpi against sim, rank 0 validating; verdicts."""
+    results = {}
+    for name, (fusion, program) in runs.items():
+        inputs = fl.random_inputs(fusion, 3)
+        try:
+            ex = fl.FusionExecutor(program or fusion, backend="mpi")
+            mine = ex.run_per_device(inputs)
+            want = fl.FusionExecutor(program or fusion).run_per_device(inputs)
+            devices = ex.devices
+            verdict = "identical"
+            if sorted(mine) != ([rank] if rank in devices else []):
+                verdict = f"hosts {sorted(mine)}"
+            for d, outs in mine.items():
+                if any(
+                    np.asarray(a).tobytes() != np.asarray(b).tobytes()
+                    for a, b in zip(outs, want[d])
+                ):
+                    verdict = "differs from sim"
+            outs = ex.run(inputs)
+            if rank == 0:
+                fl.validate(fusion, inputs, outs)
+            ex.close()
+        except fl.FuserliteError as exc:
+            verdict = f"error: {exc}"
+        verdicts = world.gather(verdict, root=0)
+        if rank == 0:
+            bad = [f"rank {r}: {v}" for r, v in enumerate(verdicts) if v != "identical"]
+            results[name] = "; ".join(bad) or "identical"
+    return results
+
+
 def main() -> None:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
@@ -74,32 +123,15 @@ def main() -> None:
             bad = [f"rank {r}: {v}" for r, v in enumerate(verdicts) if v != "identical"]
             results[case.name] = "; ".join(bad) or "identical"
     mpi.release()
-    for name, devices in programs(size).items():
-        fusion = on_mesh(devices)
-        inputs = fl.random_inputs(fusion, 3)
-        try:
-            ex = fl.FusionExecutor(fusion, backend="mpi")
-            mine = ex.run_per_device(inputs)
-            want = fl.FusionExecutor(fusion).run_per_device(inputs)
-            verdict = "identical"
-            if sorted(mine) != ([rank] if rank in devices else []):
-                verdict = f"hosts {sorted(mine)}"
-            for d, outs in mine.items():
-                if any(
-                    np.asarray(a).tobytes() != np.asarray(b).tobytes()
-                    for a, b in zip(outs, want[d])
-                ):
-                    verdict = "differs from sim"
-            outs = ex.run(inputs)
-            if rank == 0:
-                fl.validate(fusion, inputs, outs)
-            ex.close()
-        except fl.FuserliteError as exc:
-            verdict = f"error: {exc}"
-        verdicts = world.gather(verdict, root=0)
-        if rank == 0:
-            bad = [f"rank {r}: {v}" for r, v in enumerate(verdicts) if v != "identical"]
-            results[name] = "; ".join(bad) or "identical"
+    results |= run_programs(world, rank, {n: (on_mesh(d), None) for n, d in programs(size).items()})
+    if size == 8:  # shards through plan.blocks as test_nd_examples does, until issue 12
+        import pytest
+        from test_nd_examples import _blocks_shard
+
+        patch = pytest.MonkeyPatch()
+        _blocks_shard(patch)
+        results |= run_programs(world, rank, nd_examples())
+        patch.undo()
     if rank == 0:
         print(json.dumps(results))
 
