@@ -1,27 +1,41 @@
 """Printing in nvFuser's TransformPrinter dialect (late 2024).
 
-Printing is a pure function of the IR. TensorViews print with their number
-(T<n>, given at creation, as in nvFuser). IterDomains are numbered here, in a
-fixed order: the logical axes of every tensor in creation order, then the
-outputs of each tensor's transforms in the order they were applied. The same
-fusion therefore always prints the same text, however it was built.
+Printing is a pure function of what is printed. TensorViews print with their
+number (T<n>, given at creation, as in nvFuser). IterDomains are numbered here,
+over the tensors the print shows, in T-number order: first the logical axes of
+each, then the outputs of each tensor's transforms in the order they were
+applied. Tensors a print does not show (dead ones a pass left behind) take no
+numbers from it, so the printed program, parsed back (fuserlite.program.parser),
+prints the same text again; docs/printed-form.md describes the dialect.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import MemoryType
 from fuserlite.ops.registry import definition
 
 
 class Namer:
-    """Assigns printer numbers to the IterDomains of one fusion."""
+    """Assigns printer numbers to the IterDomains of the tensors one print shows.
 
-    def __init__(self, fusion: Fusion) -> None:
+    Given a fusion, it shows `fusion.tensors()` (what `str(fusion)` prints); the other
+    tensors it made are numbered after those, for messages about them."""
+
+    def __init__(self, shown: Fusion | Iterable[TensorView]) -> None:
         self.numbers: dict[int, int] = {}
-        tensors = fusion.tensors_created
+        if isinstance(shown, Fusion):
+            self._number(sorted(shown.tensors(), key=_number))
+            self._number(shown.tensors_created)
+        else:
+            self._number(sorted(shown, key=_number))
+
+    def _number(self, tensors: list[TensorView]) -> None:
         for tv in tensors:
             for ax in tv.domain.logical:
                 self._add(ax)
@@ -60,6 +74,47 @@ class Namer:
         if tv.mesh is not None:
             text += f" ({tv.mesh.text()})"
         return text
+
+
+def _number(tv: TensorView) -> int:
+    return tv.number
+
+
+def implied_io(
+    shown: Iterable[TensorView], exprs: Iterable[Expr]
+) -> tuple[list[TensorView], list[TensorView]]:
+    """The inputs and outputs a print without an `Inputs:` / `Outputs:` header stands
+    for, from the tensors and expressions it shows: the tensors no expression defines,
+    and those defined that are global or read by none, each in T order."""
+    defined: set[int] = set()
+    read: set[int] = set()
+    for e in exprs:
+        defined.update(id(t) for t in e.outputs)
+        read.update(id(t) for t in e.inputs)
+    tensors = sorted(shown, key=_number)
+    inputs = [t for t in tensors if id(t) not in defined]
+    outputs = [
+        t
+        for t in tensors
+        if id(t) in defined and (t.memory_type is MemoryType.GLOBAL or id(t) not in read)
+    ]
+    return inputs, outputs
+
+
+def io_header(
+    inputs: list[TensorView],
+    outputs: list[TensorView],
+    implied: tuple[list[TensorView], list[TensorView]],
+    namer: Namer,
+) -> str:
+    """`Inputs:` and `Outputs:`, one tensor a line, where the printed tensors do not
+    imply them (`implied`: their order, an input that is also an output, a local
+    output that is read); else ''."""
+    if implied == (list(inputs), list(outputs)):
+        return ""
+    lines = ["Inputs:", *(f"  {namer.tensor(t)}" for t in inputs)]
+    lines += ["Outputs:", *(f"  {namer.tensor(t)}" for t in outputs)]
+    return "\n".join(lines) + "\n\n"
 
 
 def tensor_text(tv: TensorView) -> str:
@@ -128,11 +183,15 @@ def print_transforms(fusion: Fusion) -> str:
 
 
 def print_kernel(fusion: Fusion) -> str:
-    """The whole fusion as nvFuser prints a kernel: math, then TransformPrinter."""
-    namer = Namer(fusion)
-    math = "".join(line + "\n" for line in _math_lines(fusion, namer))
-    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in fusion.tensors())
-    return f"%kernel {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel\n"
+    """The whole fusion as nvFuser prints a kernel: math, then TransformPrinter (after
+    an `Inputs:` / `Outputs:` header where the tensors do not imply them)."""
+    exprs = fusion.exprs()
+    shown = fusion.tensors(exprs)
+    namer = Namer(shown)
+    header = io_header(fusion.inputs, fusion.outputs, implied_io(shown, exprs), namer)
+    math = "".join(expr_text(e, namer) + "\n" for e in exprs)
+    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in shown)
+    return f"{header}%kernel {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel\n"
 
 
 def install() -> None:

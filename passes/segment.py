@@ -20,29 +20,11 @@ from fuserlite.ir.sharding import is_resharding
 from fuserlite.ops.registry import is_pointwise
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import Communication
-from fuserlite.program.program import Kernel, Program, Step
+from fuserlite.program.program import Kernel, Program, Step, finish_kernel
 
 
 def _is_data_movement(expr: Expr) -> bool:
     return isinstance(expr, Communication) or is_resharding(expr)
-
-
-def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, list[Expr]]) -> None:
-    """Fill a kernel's inputs (read, not produced inside) and outputs (used outside or
-    `fusion_outputs`, the ids of the fusion's outputs)."""
-    inside = {id(e) for e in kernel.exprs}
-    produced = {id(t) for e in kernel.exprs for t in e.outputs}
-    inputs, outputs = {}, {}
-    for e in kernel.exprs:
-        for t in e.inputs:
-            if id(t) not in produced:
-                inputs.setdefault(id(t), t)
-        for t in e.outputs:
-            outside = any(id(u) not in inside for u in users.get(id(t), []))
-            if outside or id(t) in fusion_outputs:
-                outputs.setdefault(id(t), t)
-    kernel.inputs = list(inputs.values())
-    kernel.outputs = list(outputs.values())
 
 
 def segment_exprs(fusion: Fusion) -> list[Step]:
@@ -99,4 +81,7 @@ class Segment(Pass):
         return problems
 
     def run(self, fusion: Fusion) -> Program:
+        # The program is its steps: an expression no output needs must not count as a
+        # reader (schedule-pointwise keeps the schedule of a tensor read elsewhere).
+        fusion.drop_dead_uses()
         return Program(fusion, segment_exprs(fusion))

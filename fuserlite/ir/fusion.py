@@ -160,8 +160,11 @@ class Fusion:
         return order
 
     def tensors(self, exprs: list[Expr] | None = None) -> list[TensorView]:
-        """Tensors in printing order: per expression, unseen inputs then outputs
-        (`exprs`: a precomputed `self.exprs()`)."""
+        """Tensors in printing order: the inputs no expression reads, then per expression
+        its unseen inputs and outputs, then the outputs not seen yet (`exprs`: a
+        precomputed `self.exprs()`). Only the expressions the outputs need count, so
+        the order depends on nothing a print leaves out."""
+        exprs = exprs if exprs is not None else self.exprs()
         seen: set[int] = set()
         out: list[TensorView] = []
 
@@ -170,10 +173,11 @@ class Fusion:
                 seen.add(id(tv))
                 out.append(tv)
 
+        read = {id(tv) for expr in exprs for tv in expr.inputs}
         for tv in self.inputs:
-            if not tv.uses:
+            if id(tv) not in read:
                 visit(tv)
-        for expr in exprs if exprs is not None else self.exprs():
+        for expr in exprs:
             for tv in expr.inputs:
                 visit(tv)
             for tv in expr.outputs:
@@ -181,6 +185,14 @@ class Fusion:
         for tv in self.outputs:
             visit(tv)
         return out
+
+    def drop_dead_uses(self) -> None:
+        """Forget the readers no output needs: afterwards every tensor's `uses` are live
+        expressions only, as in a parsed print, which shows nothing else."""
+        live = {id(e) for e in self.exprs()}
+        for tv in self.tensors_created:
+            if any(id(u) not in live for u in tv.uses):
+                tv.uses = [u for u in tv.uses if id(u) in live]
 
     def __repr__(self) -> str:
         return f"<Fusion inputs={[t.name for t in self.inputs]} outputs={[t.name for t in self.outputs]}>"

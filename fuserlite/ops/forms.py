@@ -19,7 +19,7 @@ tests/test_op_registry.py checks print -> match -> print for every op.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -166,10 +166,13 @@ _TOKEN = re.compile(r"\{(\w+)(?::(\w+))?\}|\[|\]")
 
 
 class Template:
-    """A printed form written as text with {field:kind} and [optional] parts."""
+    """A printed form written as text with {field:kind} and [optional] parts; `kinds`
+    names the field kinds it may use (KINDS unless given: the program level adds its
+    own for communications)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, kinds: Mapping[str, Kind] | None = None) -> None:
         self.text = text
+        self.kinds = KINDS if kinds is None else kinds
         self.pieces = self._pieces(text)
         fields = [p for p in self._flat(self.pieces) if isinstance(p, _Field)]
         self.fields = frozenset(f.name for f in fields)
@@ -179,8 +182,7 @@ class Template:
         # The literal it starts with (if any): a quick test before the regex.
         self.lead = self.pieces[0] if self.pieces and isinstance(self.pieces[0], str) else ""
 
-    @staticmethod
-    def _pieces(text: str) -> tuple:
+    def _pieces(self, text: str) -> tuple:
         top: list = []
         group: list | None = None
         at = 0
@@ -200,7 +202,7 @@ class Template:
                 group = None
             else:
                 kind = m.group(2) or "tensor"
-                if kind not in KINDS:
+                if kind not in self.kinds:
                     raise FusionError(f"printed form {text!r}: unknown field kind {kind!r}")
                 out.append(_Field(m.group(1), kind))
         if group is not None:
@@ -216,16 +218,15 @@ class Template:
             out.extend(p.pieces if isinstance(p, _Group) else [p])
         return out
 
-    @classmethod
-    def _pattern(cls, pieces: tuple) -> str:
+    def _pattern(self, pieces: tuple) -> str:
         parts = []
         for p in pieces:
             if isinstance(p, str):
                 parts.append(re.escape(p))
             elif isinstance(p, _Field):
-                parts.append(f"(?P<{p.name}>{KINDS[p.kind].pattern})")
+                parts.append(f"(?P<{p.name}>{self.kinds[p.kind].pattern})")
             else:
-                parts.append(f"(?:{cls._pattern(p.pieces)})?")
+                parts.append(f"(?:{self._pattern(p.pieces)})?")
         return "".join(parts)
 
     def print(self, values: dict[str, object], expr: Expr, tensor: TensorText) -> str:
@@ -240,13 +241,12 @@ class Template:
                 out.append(self._show(p, values, expr, tensor))
         return "".join(out)
 
-    @staticmethod
-    def _show(p: str | _Field, values: dict, expr: Expr, tensor: TensorText) -> str:
+    def _show(self, p: str | _Field, values: dict, expr: Expr, tensor: TensorText) -> str:
         if isinstance(p, str):
             return p
         if values.get(p.name) is None:
             raise FusionError(f"{expr!r}: nothing to print for {p.name!r}")
-        return KINDS[p.kind].show(values[p.name], expr, tensor)
+        return self.kinds[p.kind].show(values[p.name], expr, tensor)
 
     def match(self, text: str) -> dict[str, object] | None:
         """The field values of a printed body, or None if it is not of this form."""
@@ -256,7 +256,7 @@ class Template:
         if m is None:
             return None
         kinds = {f.name: f.kind for f in self._flat(self.pieces) if isinstance(f, _Field)}
-        return {n: KINDS[kinds[n]].read(v) for n, v in m.groupdict().items() if v is not None}
+        return {n: self.kinds[kinds[n]].read(v) for n, v in m.groupdict().items() if v is not None}
 
     def __repr__(self) -> str:
         return f"Template({self.text!r})"

@@ -4,23 +4,24 @@ A Set between tensors of the same sharding (b and bDIDx included) is not a
 resharding: it stays a local copy inside its kernel and never becomes one.
 
 The `lower-communications` pass creates them; `assign-layouts` gives every
-collective a buffer layout. Each prints on one line (nvFuser style).
+collective a buffer layout. Each prints on one line (nvFuser style), in the one
+form FORM, which the parser of the printed program reads back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from fuserlite.ir.args import LIST_LIMIT
+from fuserlite.ir.errors import ParseError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
+from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
-
-if TYPE_CHECKING:
-    from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.forms import KINDS, Kind, Template
 
 
 class CommKind(str, Enum):
@@ -65,6 +66,73 @@ class Layout:
         return "pinned{" + ", ".join(str(i) for i in self.order) + "}"
 
 
+def _choice(enum: type[Enum], what: str) -> Callable[[str], Enum]:
+    """Read an enum member by its printed value, or a ParseError listing the values."""
+
+    def read(text: str) -> Enum:
+        try:
+            return enum(text)
+        except ValueError:
+            values = ", ".join(m.value for m in enum)
+            raise ParseError(f"unknown {what} {text!r}; expected one of {values}") from None
+
+    return read
+
+
+def _read_layout(text: str) -> Layout:
+    if text == "free":
+        return Layout(pinned=False)
+    inner = text[len("pinned{") : -1]
+    return Layout(pinned=True, order=tuple(int(i) for i in inner.split(", ")) if inner else ())
+
+
+def _unreadable(what: str) -> Callable[[str], object]:
+    """A field printed for the reader that the parser cannot rebuild yet: a ParseError
+    rather than a communication without it."""
+
+    def read(text: str) -> object:
+        raise ParseError(
+            f"{what} of a communication cannot be read back yet (N-D meshes and moves "
+            "between meshes by box transfers print them); print and run it from the .fus file"
+        )
+
+    return read
+
+
+# How each field of a printed communication is shown and read back (forms.KINDS adds
+# `tensor`). A new field of Communication is one part of FORM, a new kind of value
+# one entry here.
+COMM_KINDS = {
+    **KINDS,
+    "comm": Kind(r"\w+", lambda v, e, t: v.value, _choice(CommKind, "communication kind")),
+    "team": Kind(
+        r"\((?:\d+(?: \d+)*)?\)",
+        lambda v, e, t: "(" + " ".join(str(d) for d in v) + ")",
+        lambda s: tuple(int(d) for d in s[1:-1].split()),
+    ),
+    "int": Kind(r"-?\d+", lambda v, e, t: str(v), int),
+    "reduction": Kind(r"\w+", lambda v, e, t: v.value, _choice(ReductionOpType, "reduction op")),
+    "layout": Kind(r"free|pinned\{(?:\d+(?:, \d+)*)?\}", lambda v, e, t: str(v), _read_layout),
+    # Shown on an N-D mesh and for box transfers only (as `describe` always did).
+    "nd": Kind(
+        r"DeviceMesh\{[^()]*\}, teams=\([^()]*\), placements=\S+->[^,]+",
+        lambda v, e, t: v,
+        _unreadable("the mesh, teams and placements"),
+    ),
+    "transfers": Kind(r"\[[^\]]*(?:\][^\]]*)*\]", lambda v, e, t: v, _unreadable("the transfers")),
+}
+
+# The one printed form of a communication, both ways: every field a constructor
+# argument of the same name, shown where it is not None.
+FORM = Template(
+    "Communication {kind:comm} (team={team:team}[, mesh={nd:nd}][, root={root:int}]"
+    "[, op={op:reduction}], input={input}, output={output}[, in_axis={in_axis:int}]"
+    "[, out_axis={out_axis:int}][, transfers={transfers:transfers}][, layout={layout:layout}], "
+    "bytes_per_device={bytes_per_device:int})",
+    COMM_KINDS,
+)
+
+
 class Communication(Expr):
     """out = <kind>(in) over the teams of `group` on `mesh`, or between two meshes.
 
@@ -85,8 +153,8 @@ class Communication(Expr):
     def __init__(
         self,
         kind: CommKind,
-        out: TensorView,
-        inp: TensorView,
+        output: TensorView,
+        input: TensorView,
         team: tuple[int, ...],
         *,
         root: int | None = None,
@@ -100,8 +168,9 @@ class Communication(Expr):
         after: Placement | None = None,
         axes: tuple[int, ...] = (),
         transfers: tuple | None = None,
+        layout: Layout | None = None,
     ) -> None:
-        super().__init__([inp], [out])
+        super().__init__([input], [output])
         self.kind = kind
         self.team = tuple(team)
         self.root = root
@@ -115,7 +184,7 @@ class Communication(Expr):
         self.after = after
         self.axes = tuple(axes)
         self.transfers = None if transfers is None else tuple(transfers)
-        self.layout: Layout | None = None
+        self.layout = layout
         self.op_name = kind.value
 
     @property
@@ -135,23 +204,25 @@ class Communication(Expr):
     def describe(self, namer) -> str:
         """`Communication Allgather (team=(0 1), input=..., output=..., ...)`; on an N-D
         mesh also its mesh, the parallel types of its teams and the placements."""
-        parts = [f"team=({' '.join(str(d) for d in self.team)})"]
+        values = {name: getattr(self, name, None) for name in FORM.fields}
         if self.mesh is not None and self.mesh.rank > 1:
-            parts.append(f"mesh={self.mesh.text()}")
-            parts.append(f"teams=({' '.join(self.group_names)})")
-            parts.append(f"placements={self.before}->{self.after}")
-        if self.root is not None:
-            parts.append(f"root={self.root}")
-        if self.op is not None:
-            parts.append(f"op={self.op.value}")
-        parts.append(f"input={namer.tensor(self.input)}")
-        parts.append(f"output={namer.tensor(self.output)}")
+            values["nd"] = (
+                f"{self.mesh.text()}, teams=({' '.join(self.group_names)}), "
+                f"placements={self.before}->{self.after}"
+            )
         if self.transfers is not None:
-            parts.append(f"transfers=[{transfers_text(self.transfers)}]")
-        if self.layout is not None:
-            parts.append(f"layout={self.layout}")
-        parts.append(f"bytes_per_device={self.bytes_per_device}")
-        return f"Communication {self.kind.value} ({', '.join(parts)})"
+            values["transfers"] = f"[{transfers_text(self.transfers)}]"
+        return FORM.print(values, self, namer.tensor)
+
+    @classmethod
+    def from_printed(cls, text: str, tensor: Callable[[str], TensorView]) -> Communication | None:
+        """The communication a printed line describes, between the tensors `tensor(printed
+        text)` resolves; None if the line is not a communication's."""
+        values = FORM.match(text)
+        if values is None:
+            return None
+        values["input"], values["output"] = tensor(values["input"]), tensor(values["output"])
+        return cls(**values)
 
 
 def transfers_text(transfers: tuple) -> str:

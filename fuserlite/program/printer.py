@@ -1,41 +1,117 @@
 """Printing a lowered program: each kernel as a `%kernel<k> { ... }` block, each
-communication on its own line, in execution order (nvFuser's dialect)."""
+communication on its own line, in execution order (nvFuser's dialect).
+
+What the steps do not show is printed too, so that the text parses back to an
+equal program (fuserlite.program.parser; docs/printed-form.md): an `Inputs:` /
+`Outputs:` header where the tensors do not imply them, a kernel's schedule and
+notes, and a last `TransformPrinter :` section for the tensors no kernel shows
+(a fusion input a communication reads, an output a communication writes).
+"""
 
 from __future__ import annotations
 
+import re
+
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
-from fuserlite.printer import Namer, expr_text, transforms_text
-from fuserlite.program.program import Kernel, Program
+from fuserlite.printer import (
+    Namer,
+    expr_text,
+    implied_io,
+    io_header,
+    transforms_text,
+)
+from fuserlite.program.program import Kernel, Program, Step
+
+SCHEDULED = " scheduled : "  # ` scheduled : reference T6`: schedule-pointwise ran on it
+NOTE = " note : "  # ` note : schedule-pointwise: not scheduled: ...`, one line each
+
+
+def kernel_tensors(kernel: Kernel) -> list[TensorView]:
+    """The tensors of a kernel's TransformPrinter, as nvFuser prints them: each
+    expression's inputs, then its outputs."""
+    order: dict[int, TensorView] = {}
+    for e in kernel.exprs:
+        for tv in (*e.inputs, *e.outputs):
+            order.setdefault(id(tv), tv)
+    return list(order.values())
+
+
+def _step_tensors(step: Step) -> list[TensorView]:
+    return kernel_tensors(step) if isinstance(step, Kernel) else [*step.inputs, *step.outputs]
+
+
+def printed_tensors(program: Program) -> list[TensorView]:
+    """Every tensor the program's print shows, in order of first appearance: the
+    steps', then inputs and outputs no step uses."""
+    order: dict[int, TensorView] = {}
+    for step in program.steps:
+        for tv in _step_tensors(step):
+            order.setdefault(id(tv), tv)
+    for tv in (*program.inputs, *program.outputs):
+        order.setdefault(id(tv), tv)
+    return list(order.values())
+
+
+def step_exprs(program: Program) -> list[Expr]:
+    """Every expression of the program's steps, in execution order."""
+    return [e for s in program.steps for e in (s.exprs if isinstance(s, Kernel) else [s])]
+
+
+def escape_note(text: str) -> str:
+    """A note on one line: backslashes and newlines escaped (`unescape_note` reverses it)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def unescape_note(text: str) -> str:
+    """The note `escape_note` printed."""
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+
+
+def _annotations(kernel: Kernel) -> str:
+    lines = []
+    if kernel.scheduled:
+        ref = kernel.reference
+        lines.append(SCHEDULED + ("no reference" if ref is None else f"reference {ref.ir_name}"))
+    lines.extend(NOTE + escape_note(n) for n in kernel.notes)
+    return "".join(line + "\n" for line in lines)
 
 
 def kernel_text(kernel: Kernel, namer: Namer, label: str = "%kernel") -> str:
-    """One compute kernel in the seed's format: math, then TransformPrinter."""
-    mesh = f" ({kernel.mesh.text()})" if kernel.mesh is not None and label != "%kernel" else ""
+    """One compute kernel in the seed's format: math, then TransformPrinter. A kernel
+    of a program (`%kernel<k>`) also shows its mesh, its schedule and its notes."""
+    in_program = label != "%kernel"
+    mesh = f" ({kernel.mesh.text()})" if kernel.mesh is not None and in_program else ""
+    notes = _annotations(kernel) if in_program else ""
     math = "".join(expr_text(e, namer) + "\n" for e in kernel.exprs)
-    order: dict[int, TensorView] = {}
-    for e in kernel.exprs:  # as nvFuser prints: each expression's inputs, then outputs
-        for tv in (*e.inputs, *e.outputs):
-            order.setdefault(id(tv), tv)
-    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in order.values())
-    return f"{label}{mesh} {{\n{math}\nTransformPrinter : \n{blocks}}} // {label}\n"
+    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in kernel_tensors(kernel))
+    return f"{label}{mesh} {{\n{notes}{math}\nTransformPrinter : \n{blocks}}} // {label}\n"
 
 
 def print_program(program: Program) -> str:
     """Each kernel as a `%kernel<k> { ... }` block, each communication (or resharding
-    Set) on its own line, in execution order."""
-    namer = Namer(program.fusion)
-    return "".join(
+    Set) on its own line, in execution order; with the header and the last
+    TransformPrinter section where needed (module docstring)."""
+    shown = printed_tensors(program)
+    namer = Namer(shown)
+    implied = implied_io(shown, step_exprs(program))
+    header = io_header(program.inputs, program.outputs, implied, namer)
+    steps = "".join(
         kernel_text(step, namer, f"%kernel{k}")
         if isinstance(step, Kernel)
         else expr_text(step, namer) + "\n"
         for k, step in enumerate(program.steps)
     )
+    in_kernels = {id(tv) for k in program.kernels for tv in kernel_tensors(k)}
+    rest = [tv for tv in shown if id(tv) not in in_kernels]
+    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in rest)
+    return header + steps + ("TransformPrinter : \n" + blocks if rest else "")
 
 
 def print_scheduled(program: Program) -> str:
     """Every scheduled compute kernel, exactly as nvFuser prints a kernel
     (`%kernel { ... } // %kernel`), separated by blank lines."""
-    namer = Namer(program.fusion)
+    namer = Namer(printed_tensors(program))
     return "\n".join(kernel_text(k, namer) for k in program.kernels if k.scheduled)
 
 

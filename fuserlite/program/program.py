@@ -44,6 +44,24 @@ class Kernel:
         return list(seen.values())
 
 
+def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, list[Expr]]) -> None:
+    """Fill a kernel's inputs (read, not produced inside) and outputs (used outside or
+    `fusion_outputs`, the ids of the fusion's outputs)."""
+    inside = {id(e) for e in kernel.exprs}
+    produced = {id(t) for e in kernel.exprs for t in e.outputs}
+    inputs, outputs = {}, {}
+    for e in kernel.exprs:
+        for t in e.inputs:
+            if id(t) not in produced:
+                inputs.setdefault(id(t), t)
+        for t in e.outputs:
+            outside = any(id(u) not in inside for u in users.get(id(t), []))
+            if outside or id(t) in fusion_outputs:
+                outputs.setdefault(id(t), t)
+    kernel.inputs = list(inputs.values())
+    kernel.outputs = list(outputs.values())
+
+
 Step = Kernel | Expr  # an Expr step is a Communication, or a resharding Set before lowering
 
 
