@@ -78,11 +78,18 @@ class Fusion:
         _state.stack.pop()
 
     # -- building -----------------------------------------------------------
-    def register_tensor(self, tv: TensorView) -> int:
-        """Record a new TensorView and give it the next number."""
+    def register_tensor(self, tv: TensorView, number: int | None = None) -> int:
+        """Record a new TensorView and give it the next number, or `number` (a parser
+        rebuilding printed tensors gives theirs, in increasing order)."""
+        if number is None:
+            number = self._next_number
+        elif number < self._next_number:
+            raise FusionError(
+                f"T{number} cannot be made: tensors T0..T{self._next_number - 1} are numbered "
+                "already; give numbers in increasing order"
+            )
         self.tensors_created.append(tv)
-        number = self._next_number
-        self._next_number += 1
+        self._next_number = number + 1
         return number
 
     def _check_owned(self, tv: TensorView, what: str) -> None:

@@ -10,6 +10,7 @@ the one before that. A 1-D mesh has DIDx only.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,30 @@ def _flatten(
             f"DeviceMesh: devices must be {accepted}, got {_short(devices)}: {bad[0]!r} is not one"
         )
     return tuple(int(d) for d in rows), (len(rows),)
+
+
+_MESH_TOKEN = re.compile(r"\{|\}|\d+|\S+")
+
+
+def _read_braces(body: str, text: str) -> list:
+    """`{0 1}` -> [0, 1]; nested braces nest lists (`{{0 1}{2 3}}`, one level per axis)."""
+    tokens = _MESH_TOKEN.findall(body)
+    stack: list[list] = []
+    for k, tok in enumerate(tokens):
+        if tok == "{":
+            stack.append([])
+        elif not stack or not (tok == "}" or tok.isdigit()):
+            break
+        elif tok.isdigit():
+            stack[-1].append(int(tok))
+        elif len(stack) > 1:
+            done = stack.pop()
+            stack[-1].append(done)
+        elif k == len(tokens) - 1:  # the outermost brace closes the text
+            return stack[0]
+        else:
+            break
+    raise FusionError(f"{text!r} is not a printed mesh; write DeviceMesh{{0 1 2 3}}")
 
 
 @dataclass(frozen=True)
@@ -222,6 +247,12 @@ class DeviceMesh:
     def text(self) -> str:
         """The printed IR form with every device: `DeviceMesh{0 1 2}`, `DeviceMesh{{0 1}{2 3}}`."""
         return "DeviceMesh" + _braces(self.tolist())
+
+    @classmethod
+    def from_text(cls, text: str) -> DeviceMesh:
+        """The mesh whose `text()` is `text`; FusionError if it is not one."""
+        body = text[len("DeviceMesh") :] if text.startswith("DeviceMesh{") else ""
+        return cls(_read_braces(body, text))
 
     def __str__(self) -> str:
         """For messages: at most 8 ids, `DeviceMesh{0 1 2 3 4 5 6 ... 4095}`."""

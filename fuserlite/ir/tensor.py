@@ -34,6 +34,7 @@ class TensorView:
         dtype: DType = DType.float32,
         contiguity: list[bool | None] | None = None,
         memory_type: MemoryType = MemoryType.LOCAL,
+        number: int | None = None,
     ) -> None:
         self.fusion = fusion
         self.domain = TensorDomain(logical, contiguity)
@@ -48,7 +49,7 @@ class TensorView:
         self.produce_pos = 0
         self._user_name: str | None = None
         self.origin: str | None = None
-        self.number = fusion.register_tensor(self)
+        self.number = fusion.register_tensor(self, number)
 
     # -- naming and shape ---------------------------------------------------
     @property

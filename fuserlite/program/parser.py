@@ -1,0 +1,275 @@
+"""Parser of the printed dialect: what `fuserlite print` prints, read back.
+
+    parse_printed(text) -> Fusion | Program
+
+A fusion prints as `%kernel { ... } // %kernel`; a lowered program as its steps in
+order: `%kernel<k> (mesh) { ... } // %kernel<k>` blocks, resharding Sets and
+`Communication ...` lines, then a `TransformPrinter :` section for the tensors no
+kernel shows. Either may start with an `Inputs:` / `Outputs:` header (printed
+where the tensors do not imply them) and, outside kernels, `//` comment lines.
+docs/printed-form.md describes every line.
+
+Nothing here knows an op or a communication: an expression's body (what follows
+`   = `) is read by the op registry's printed forms (fuserlite.ops.forms), a
+communication line by Communication's one form, tensors by
+fuserlite.program.reader. Every mistake is a ParseError with file:line:col, the
+line and a caret; what parses is verified (the fusion or the program verifier)
+before it is returned.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fuserlite.ir.errors import FuserliteError, ParseError
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.forms import build_from_printed
+from fuserlite.printer import implied_io
+from fuserlite.program.communication import Communication
+from fuserlite.program.printer import NOTE, SCHEDULED, printed_tensors, unescape_note
+from fuserlite.program.program import Kernel, Program, Step, finish_kernel
+from fuserlite.program.reader import TENSOR, TENSOR_NUMBER, Block, Line, build_tensor
+from fuserlite.program.sections import (
+    BODY,
+    TRANSFORM_PRINTER,
+    ExprText,
+    KernelText,
+    Text,
+    split_text,
+)
+from fuserlite.program.verify import verify_program
+from fuserlite.text.source import Source
+from fuserlite.verify import verify
+
+
+def parse_printed(text: str, filename: str = "<string>") -> Fusion | Program:
+    """Read printed text back into the Fusion or Program it shows, verified; any mistake
+    is a ParseError with file:line:col (an invalid result is a VerifyError)."""
+    source = Source(text, filename)
+    return _Builder(source, split_text(source)).build()
+
+
+def is_printed(text: str) -> bool:
+    """True for text in the printed dialect, False for anything else (`.fus` text)."""
+    for line in text.split("\n"):
+        line = line.strip()
+        if line and not line.startswith("//"):
+            return line.startswith(("%kernel", "Inputs:", "Communication ", TRANSFORM_PRINTER)) or (
+                TENSOR_NUMBER.match(line) is not None
+            )
+    return False
+
+
+# -- building ------------------------------------------------------------------------
+class _Builder:
+    """Makes the tensors of the blocks, then the expressions and steps in text order."""
+
+    def __init__(self, source: Source, text: Text) -> None:
+        self.source = source
+        self.text = text
+        self.fusion = Fusion()
+        self.tensors: dict[int, TensorView] = {}
+        self.heads: dict[int, Line] = {}  # each tensor's canonical text: its block's head
+        self.computed_at: dict[int, Line] = {}  # where each computed tensor's step starts
+
+    def fail(self, message: str, line: int, column: int) -> ParseError:
+        return self.source.error(message, line, column)
+
+    def build(self) -> Fusion | Program:
+        self.make_tensors()
+        text = self.text
+        self.note_computed()
+        if text.fusion is not None:
+            exprs = [self.expression(e) for e in text.fusion.exprs]
+            self.set_io(exprs)
+            self.check_shown(self.fusion.tensors())
+            verify(self.fusion)
+            return self.fusion
+        steps = [self.step(s) for s in text.steps]
+        exprs = [e for s in steps for e in (s.exprs if isinstance(s, Kernel) else [s])]
+        self.set_io(exprs)
+        users = {id(t): t.uses for t in self.fusion.tensors_created}
+        outputs = {id(t) for t in self.fusion.outputs}
+        for s in steps:
+            if isinstance(s, Kernel):
+                finish_kernel(s, outputs, users)
+        program = Program(self.fusion, steps)
+        self.check_shown(printed_tensors(program))
+        verify_program(program)
+        return program
+
+    def make_tensors(self) -> None:
+        taken: dict[int, int] = {}
+        first: dict[int, Block] = {}
+        for block in self.text.blocks:
+            m = TENSOR.fullmatch(block.head.text)
+            if m is None:
+                raise self.fail(
+                    "expected a tensor as printed, e.g. T3_l_float[ iS0{2} ] (DeviceMesh{0 1})",
+                    block.head.number,
+                    1,
+                )
+            n = block.tensor_number
+            seen = first.setdefault(n, block)
+            if seen is not block and [x.text for x in seen.lines] != [x.text for x in block.lines]:
+                raise self.fail(
+                    f"T{n}'s TransformPrinter block differs from the one at line "
+                    f"{seen.head.number}; a tensor prints the same everywhere",
+                    block.head.number,
+                    1,
+                )
+        for n in sorted(first):
+            block = first[n]
+            tv = build_tensor(self.fusion, block, taken, self.fail)
+            tv.origin = f"{self.source.filename}:{block.head.number}"
+            self.tensors[n] = tv
+            self.heads[n] = block.head
+
+    def note_computed(self) -> None:
+        """Where each computed tensor's expression is (to reject reads before it)."""
+        exprs = list(self.text.fusion.exprs) if self.text.fusion else []
+        for s in self.text.steps:
+            exprs.extend(s.exprs if isinstance(s, KernelText) else [s])
+        for e in exprs:
+            if isinstance(e, Line):  # a communication: its output=
+                m = re.search(r"output=(T\d+)_", e.text)
+                outs = [(e, m.start(1) + 1)] if m else []
+                numbers = [int(m.group(1)[1:])] if m else []
+            else:
+                outs = [(line, 1) for line in e.outputs]
+                numbers = [int(TENSOR_NUMBER.match(line.text).group(1)) for line in e.outputs]
+            for n, (line, column) in zip(numbers, outs):
+                if n in self.computed_at:
+                    before = self.computed_at[n].number
+                    raise self.fail(
+                        f"T{n} is computed twice (at line {before} too)", line.number, column
+                    )
+                self.computed_at[n] = line
+
+    def tensor(self, text: str, line: Line, column: int, *, read: bool = True) -> TensorView:
+        """The tensor a printed text names, which must be printed as its block shows it
+        and, where `read` and it is not computed on `line`, be computed already."""
+        m = TENSOR_NUMBER.match(text)
+        n = int(m.group(1)) if m else -1
+        tv = self.tensors.get(n)
+        if tv is None:
+            raise self.fail(
+                f"T{n} has no TransformPrinter block; every tensor shown has one (in its "
+                "kernel, or in the last TransformPrinter section of a program)",
+                line.number,
+                column,
+            )
+        head = self.heads[n]
+        if text != head.text:
+            raise self.fail(
+                f"T{n} is printed here as {text}, but its TransformPrinter block (line "
+                f"{head.number}) shows {head.text}",
+                line.number,
+                column,
+            )
+        if read and self.computed_at.get(n, line) is not line and tv.definition is None:
+            raise self.fail(
+                f"T{n} is read here before line {self.computed_at[n].number} computes it",
+                line.number,
+                column,
+            )
+        return tv
+
+    def expression(self, e: ExprText) -> Expr:
+        outputs = [self.tensor(line.text, line, 1) for line in e.outputs]
+        first = e.body[0]
+        body = "\n".join([first.text[len(BODY) :], *(line.text for line in e.body[1:])])
+
+        def where(offset: int) -> tuple[Line, int]:
+            """The line and column of an offset into `body`."""
+            start = len(BODY)
+            for line in e.body:
+                if offset <= len(line.text) - start:
+                    return line, start + offset + 1
+                offset -= len(line.text) - start + 1
+                start = 0
+            return e.body[-1], 1
+
+        def operand(text: str) -> TensorView:
+            line, column = where(max(body.find(text), 0))
+            return self.tensor(text, line, column)
+
+        try:
+            return build_from_printed(body, outputs, operand)
+        except ParseError as exc:
+            if exc.line is not None:  # located already
+                raise
+            raise self.fail(str(exc), first.number, len(BODY) + 1) from None
+
+    def communication(self, line: Line) -> Communication:
+        def tensor(text: str) -> TensorView:
+            return self.tensor(text, line, line.text.find(text) + 1)
+
+        try:
+            comm = Communication.from_printed(line.text, tensor)
+        except ParseError as exc:
+            if exc.line is not None:
+                raise
+            raise self.fail(str(exc), line.number, 1) from None
+        if comm is None:
+            raise self.fail(
+                "expected Communication <kind> (team=(0 1)[, root=N][, op=add], input=<tensor>, "
+                "output=<tensor>[, in_axis=N][, out_axis=N][, layout=...], bytes_per_device=N)",
+                line.number,
+                1,
+            )
+        return comm
+
+    def step(self, s: KernelText | ExprText | Line) -> Step:
+        if isinstance(s, Line):
+            return self.communication(s)
+        if isinstance(s, ExprText):
+            return self.expression(s)
+        mesh = None
+        if s.mesh is not None:
+            try:
+                mesh = DeviceMesh.from_text(s.mesh)
+            except FuserliteError as exc:
+                raise self.fail(str(exc), s.label.number, s.label.text.index("(") + 2) from None
+        kernel = Kernel([self.expression(e) for e in s.exprs], [], [], mesh)
+        for line in s.annotations:
+            if line.text.startswith(NOTE):
+                kernel.notes.append(unescape_note(line.text[len(NOTE) :]))
+                continue
+            what = line.text[len(SCHEDULED) :]
+            kernel.scheduled = True
+            if what != "no reference":
+                m = re.fullmatch(r"reference T(\d+)", what)
+                if m is None or int(m.group(1)) not in self.tensors:
+                    raise self.fail(
+                        "expected ` scheduled : reference T<n>` naming a tensor of the program",
+                        line.number,
+                        len(SCHEDULED) + 1,
+                    )
+                kernel.reference = self.tensors[int(m.group(1))]
+        return kernel
+
+    def set_io(self, exprs: list[Expr]) -> None:
+        """The header's inputs and outputs, or those the tensors imply."""
+        if self.text.header is None:
+            self.fusion.inputs, self.fusion.outputs = implied_io(self.tensors.values(), exprs)
+            return
+        lists = []
+        for lines in self.text.header:
+            # An output may be listed twice (two outputs insert-reshardings completed alike).
+            lists.append([self.tensor(line.text[2:], line, 3, read=False) for line in lines])
+        self.fusion.inputs, self.fusion.outputs = lists
+
+    def check_shown(self, shown: list[TensorView]) -> None:
+        """Every block is of a tensor the text uses (what it prints back)."""
+        ids = {id(t) for t in shown}
+        for n, tv in self.tensors.items():
+            if id(tv) not in ids:
+                raise self.fail(
+                    f"T{n} has a TransformPrinter block, but no step, input or output uses it",
+                    self.heads[n].number,
+                    1,
+                )

@@ -1,0 +1,305 @@
+"""Reading printed tensors back: a tensor's text and its TransformPrinter block.
+
+    T5_l_float[ iS9{2}, ideviceIdx.x41{2}, iS42{32} ] ca_pos( 1 ) (DeviceMesh{0 1})
+     logical domain : (iS9{2}, iS11{64})
+     allocation domain : (ideviceIdx.x41{2}, iS9{2}, iS42{32})
+     contiguity: t t t
+      Outer split: iS11{64} by factor 2 -> ideviceIdx.x41{2}, iS42{32}
+     loop domain : (iS9{2}, ideviceIdx.x41{2}, iS42{32})
+
+A block holds everything about a tensor but its user name: number, memory type,
+dtype, mesh, inline positions, and its domains with the transforms between
+them, which `build_tensor` replays (printed extents and iteration types must be
+what the transforms give). The IterDomain numbers are labels that connect the
+lines of one block; the printer numbers them afresh (fuserlite.printer.Namer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fuserlite.ir.domain import IterDomain, Merge, Split
+from fuserlite.ir.errors import FuserliteError, ParseError
+from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, IterType, MemoryType, ParallelType
+
+# A located error: message, line, column (the parser turns it into a ParseError).
+Fail = Callable[[str, int, int], ParseError]
+
+_PARALLEL = "|".join(
+    re.escape(pt.value) for pt in sorted(ParallelType, key=lambda p: -len(p.value))
+)
+AXIS = re.compile(rf"(?P<iter>[ibr])(?P<parallel>{_PARALLEL})(?P<number>\d+)\{{(?P<extent>\d+)\}}")
+TENSOR = re.compile(
+    r"T(?P<number>\d+)_(?P<memory>[a-z])_(?P<dtype>\w+)\[(?P<loop>[^\]]*)\]"
+    r"(?: ca_pos\( (?P<ca_pos>\d+) \))?(?: produce_pos\( (?P<produce_pos>\d+) \))?"
+    r"(?: \((?P<mesh>DeviceMesh\{[^()]*\})\))?"
+)
+TENSOR_NUMBER = re.compile(r"T(\d+)_")
+_DOMAIN = re.compile(r" (?P<which>logical|allocation|loop) domain : \((?P<axes>.*)\)")
+_SPLIT = re.compile(
+    r"  (?P<kind>Split|Outer split): (?P<input>\S+) by factor (?P<factor>\d+) -> "
+    r"(?P<outer>\S+), (?P<inner>\S+)"
+)
+_MERGE = re.compile(r"  Merge: (?P<outer>\S+) and (?P<inner>\S+) -> (?P<output>\S+)")
+_CONTIGUITY = {"t": True, "f": False, "n": None}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the source: its number (1-based) and its text."""
+
+    number: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Block:
+    """The TransformPrinter lines of one tensor, the first being the tensor's text."""
+
+    lines: tuple[Line, ...]
+
+    @property
+    def head(self) -> Line:
+        return self.lines[0]
+
+    @property
+    def tensor_number(self) -> int:
+        return int(TENSOR_NUMBER.match(self.head.text).group(1))
+
+
+@dataclass(frozen=True)
+class _Axis:
+    iter_type: IterType
+    parallel_type: ParallelType
+    number: int
+    extent: int
+
+
+def _axes(text: str, line: Line, column: int, fail: Fail) -> list[_Axis]:
+    """`iS0{2}, ideviceIdx.x1{2}` -> its axes (an empty text has none)."""
+    out = []
+    at = column
+    for part in text.split(", ") if text.strip() else []:
+        m = AXIS.fullmatch(part)
+        if m is None:
+            raise fail(
+                f"{part!r} is not a printed IterDomain (like iS0{{2}} or ideviceIdx.x1{{2}})",
+                line.number,
+                at,
+            )
+        out.append(
+            _Axis(
+                IterType(m["iter"]),
+                ParallelType(m["parallel"]),
+                int(m["number"]),
+                int(m["extent"]),
+            )
+        )
+        at += len(part) + 2
+    return out
+
+
+class _TensorAxes:
+    """The IterDomains of one tensor being rebuilt, by printed number."""
+
+    def __init__(self, taken: dict[int, int], tensor: int, fail: Fail) -> None:
+        self.by_number: dict[int, IterDomain] = {}
+        self.consumed: set[int] = set()
+        self.taken = taken
+        self.tensor = tensor
+        self.fail = fail
+
+    def _claim(self, number: int, line: Line, column: int) -> None:
+        """Each IterDomain belongs to one tensor and is printed with one number."""
+        if number in self.by_number:
+            raise self.fail(f"IterDomain number {number} appears twice", line.number, column)
+        owner = self.taken.setdefault(number, self.tensor)
+        if owner != self.tensor:
+            raise self.fail(
+                f"IterDomain number {number} is an axis of T{owner} already; each tensor "
+                "has axes of its own",
+                line.number,
+                column,
+            )
+
+    def new(self, ax: _Axis, line: Line, column: int) -> IterDomain:
+        self._claim(ax.number, line, column)
+        made = IterDomain(ax.extent, ax.iter_type, ax.parallel_type)
+        self.by_number[ax.number] = made
+        return made
+
+    def listed(self, line: Line, text: str, column: int) -> list[IterDomain]:
+        """The existing axes a domain line lists."""
+        out = []
+        for part in text.split(", ") if text else []:
+            out.append(self.existing(part, line, column))
+            column += len(part) + 2
+        return out
+
+    def existing(self, text: str, line: Line, column: int, *, consume: bool = False):
+        (ax,) = _axes(text, line, column, self.fail)
+        found = self.by_number.get(ax.number)
+        if found is None:
+            raise self.fail(
+                f"{text} is not an IterDomain of this tensor's logical domain or of a "
+                "transform above",
+                line.number,
+                column,
+            )
+        if (found.iter_type, found.parallel_type, found.extent) != (
+            ax.iter_type,
+            ax.parallel_type,
+            ax.extent,
+        ):
+            raise self.fail(f"{text} is printed differently above", line.number, column)
+        if consume:
+            if ax.number in self.consumed:
+                raise self.fail(f"{text} is transformed twice", line.number, column)
+            self.consumed.add(ax.number)
+        return found
+
+    def made(self, made: IterDomain, text: str, line: Line, column: int) -> None:
+        """A transform output: the printed axis must be what the transform gives."""
+        (ax,) = _axes(text, line, column, self.fail)
+        if (made.iter_type, made.extent) != (ax.iter_type, ax.extent):
+            expected = f"{made.iter_type.value}?{{{made.extent}}}"
+            raise self.fail(
+                f"{text}: the transform gives an axis {expected}, not {ax.iter_type.value}"
+                f"{{{ax.extent}}}",
+                line.number,
+                column,
+            )
+        self._claim(ax.number, line, column)
+        made.parallel_type = ax.parallel_type
+        self.by_number[ax.number] = made
+
+
+def _domain_line(lines: list[Line], k: int, which: str) -> tuple[Line, str, int] | None:
+    """Line k if it is ` <which> domain : (...)`: the line, the text between the
+    parentheses and its column."""
+    if k >= len(lines):
+        return None
+    m = _DOMAIN.fullmatch(lines[k].text)
+    if m is None or m["which"] != which:
+        return None
+    return lines[k], m["axes"], m.start("axes") + 1
+
+
+def build_tensor(fusion: Fusion, block: Block, taken: dict[int, int], fail: Fail) -> TensorView:
+    """The tensor a TransformPrinter block describes, made in `fusion` with its number
+    (`taken`: IterDomain number -> tensor number, over the whole text)."""
+    head = block.head
+    m = TENSOR.fullmatch(head.text)
+    if m is None:
+        raise fail(
+            "expected a tensor as printed (T3_l_float[ iS0{2} ] ca_pos( 1 ) "
+            "produce_pos( 1 ) (DeviceMesh{0 1}))",
+            head.number,
+            1,
+        )
+    try:
+        dtype = DType(m["dtype"])
+    except ValueError:
+        names = ", ".join(d.value for d in DType)
+        raise fail(
+            f"unknown dtype {m['dtype']!r}; one of {names}", head.number, m.start("dtype") + 1
+        ) from None
+    try:
+        memory = MemoryType(m["memory"])
+    except ValueError:
+        names = ", ".join(t.value for t in MemoryType)
+        raise fail(
+            f"unknown memory type {m['memory']!r}; one of {names}",
+            head.number,
+            m.start("memory") + 1,
+        ) from None
+    lines = list(block.lines[1:])
+    axes = _TensorAxes(taken, int(m["number"]), fail)
+    found = _domain_line(lines, 0, "logical")
+    if found is None:
+        where = lines[0] if lines else head
+        raise fail("expected ` logical domain : (...)`", where.number, 1)
+    line, text, column = found
+    logical = [axes.new(ax, line, column) for ax in _axes(text, line, column, fail)]
+    k = 1
+    allocation = _domain_line(lines, k, "allocation")
+    k += allocation is not None
+    contiguity = _contiguity(lines, k, len(logical), fail, head)
+    k += 1
+    tv = TensorView(fusion, logical, dtype, contiguity, memory, number=int(m["number"]))
+    while k < len(lines) and lines[k].text.startswith("  "):
+        _transform(tv, lines[k], axes, fail)
+        k += 1
+    loop = _domain_line(lines, k, "loop")
+    if loop is None:
+        where = lines[k] if k < len(lines) else lines[-1]
+        raise fail("expected a transform or ` loop domain : (...)`", where.number, 1)
+    if k + 1 < len(lines):
+        raise fail("unexpected line after the loop domain", lines[k + 1].number, 1)
+    tv.domain.loop = axes.listed(*loop)
+    if loop[1] != m["loop"].strip():
+        raise fail(
+            f"the loop domain ({loop[1]}) is not the one the tensor's text shows [{m['loop']}]",
+            loop[0].number,
+            loop[2],
+        )
+    if allocation is not None:
+        tv.domain.allocation = axes.listed(*allocation)
+    tv.compute_at_pos = int(m["ca_pos"] or 0)
+    tv.produce_pos = int(m["produce_pos"] or 0)
+    if m["mesh"] is not None:
+        try:
+            tv.set_device_mesh(DeviceMesh.from_text(m["mesh"]))
+        except FuserliteError as exc:
+            raise fail(str(exc), head.number, m.start("mesh") + 1) from None
+    for ax in tv.domain.ids_between_logical_and_loop():
+        ax.owner = tv
+    return tv
+
+
+def _contiguity(
+    lines: list[Line], k: int, n_logical: int, fail: Fail, head: Line
+) -> list[bool | None]:
+    if k >= len(lines) or not lines[k].text.startswith(" contiguity:"):
+        where = lines[k] if k < len(lines) else head
+        raise fail("expected ` contiguity: ...` (t, f or n per axis)", where.number, 1)
+    flags = lines[k].text[len(" contiguity:") :].split()
+    bad = [f for f in flags if f not in _CONTIGUITY]
+    if bad:
+        raise fail(f"contiguity flag {bad[0]!r} is not t, f or n", lines[k].number, 14)
+    return [_CONTIGUITY[f] for f in flags]
+
+
+def _transform(tv: TensorView, line: Line, axes: _TensorAxes, fail: Fail) -> None:
+    """Replay one printed transform on tv's domain (Split / Outer split / Merge)."""
+    m = _SPLIT.fullmatch(line.text)
+    if m is not None:
+        col = {g: m.start(g) + 1 for g in ("input", "factor", "outer", "inner")}
+        factor = int(m["factor"])
+        if factor < 1:
+            raise fail("a split factor is at least 1", line.number, col["factor"])
+        source = axes.existing(m["input"], line, col["input"], consume=True)
+        t = Split(source, factor, inner_split=m["kind"] == "Split")
+        axes.made(t.outer, m["outer"], line, col["outer"])
+        axes.made(t.inner, m["inner"], line, col["inner"])
+        tv.domain.transforms.append(t)
+        return
+    m = _MERGE.fullmatch(line.text)
+    if m is not None:
+        outer = axes.existing(m["outer"], line, m.start("outer") + 1, consume=True)
+        inner = axes.existing(m["inner"], line, m.start("inner") + 1, consume=True)
+        t = Merge(outer, inner)
+        axes.made(t.output, m["output"], line, m.start("output") + 1)
+        tv.domain.transforms.append(t)
+        return
+    raise fail(
+        "expected `  Split: A by factor N -> B, C`, `  Outer split: ...` or "
+        "`  Merge: A and B -> C`",
+        line.number,
+        1,
+    )

@@ -1,0 +1,79 @@
+"""Everything `fuserlite print` prints, at every pass boundary, parses back to a program
+that prints the same text, runs the next pass the same way and computes the same values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.ir.fusion import Fusion
+from fuserlite.pipeline import DEFAULT_PASSES, Pipeline
+from fuserlite.program.parser import parse_printed
+from fuserlite.program.program import Kernel, Program
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def example_fusions() -> dict[str, Fusion]:
+    """Every example: the .fus files and the fusions the Python scripts build."""
+    cases = {p.stem: fl.load(str(p)) for p in sorted((REPO / "examples").glob("*.fus"))}
+    cases["seed_000.py"] = models.all_gather_all_reduce_reduce_scatter(8, 16)
+    cases["tp_mlp.py"] = models.tensor_parallel_mlp(2)
+    cases["sp_mlp.py"] = models.tensor_parallel_mlp(2, sequence_parallel=True)
+    return cases
+
+
+def stages(fusion: Fusion) -> list[Fusion | Program]:
+    """The fusion, then the IR after each pass of the default pipeline."""
+    out: list[Fusion | Program] = [fusion]
+    for name in DEFAULT_PASSES:
+        out.append(run_pass(name, out[-1]))
+    return out
+
+
+def run_pass(name: str, ir: Fusion | Program) -> Fusion | Program:
+    """One pass, with its contracts and the validator, on a copy of `ir`."""
+    level = "program" if isinstance(ir, Program) else "fusion"
+    return Pipeline([name], input_level=level).run(ir)
+
+
+CASES = example_fusions()
+STAGES = {name: stages(fusion) for name, fusion in CASES.items()}
+BOUNDARIES = [
+    pytest.param(name, k, id=f"{name}-{'input' if k == 0 else DEFAULT_PASSES[k - 1]}")
+    for name in CASES
+    for k in range(len(DEFAULT_PASSES) + 1)
+]
+
+
+def kernel_io(ir: Fusion | Program) -> list:
+    """What a program keeps beside its print: each kernel's inputs and outputs."""
+    if not isinstance(ir, Program):
+        return []
+    return [
+        ([t.number for t in s.inputs], [t.number for t in s.outputs])
+        for s in ir.steps
+        if isinstance(s, Kernel)
+    ]
+
+
+@pytest.mark.parametrize(("name", "k"), BOUNDARIES)
+def test_print_parse_print_is_identity(name: str, k: int) -> None:
+    ir = STAGES[name][k]
+    text = str(ir)
+    back = parse_printed(text)
+    assert type(back) is type(ir)
+    assert str(back) == text
+    assert kernel_io(back) == kernel_io(ir)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_parsed_lowered_program_computes_the_reference(name: str) -> None:
+    fusion = CASES[name]
+    program = parse_printed(str(STAGES[name][-1]))
+    inputs = fl.random_inputs(fusion, seed=3)
+    outputs = fl.FusionExecutor(program, backend="sim").run(inputs)
+    fl.validate(fusion, inputs, outputs)
