@@ -3,6 +3,7 @@
     fuserlite print PATH [--math | --transforms | --format {kernel,math,transforms,fus}]
                          [--lowered | --scheduled | --passes a,b,c]
                          [--print-after-all | --print-after NAME]
+    fuserlite opt FILE [-p a,b,c]      (FILE: .fus or printed IR; - for stdin)
     fuserlite codegen PATH [--target cuda|cpu]
     fuserlite run PATH [--devices N | --mesh AxB] [--seed N] [--compute compiled|interpret|numpy]
                        [--cache-dir DIR]
@@ -28,7 +29,15 @@ import traceback
 from collections.abc import Sequence
 
 import fuserlite
-from fuserlite.cli import cmd_codegen, cmd_explain, cmd_passes, cmd_print, cmd_run, cmd_show
+from fuserlite.cli import (
+    cmd_codegen,
+    cmd_explain,
+    cmd_opt,
+    cmd_passes,
+    cmd_print,
+    cmd_run,
+    cmd_show,
+)
 from fuserlite.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -42,7 +51,7 @@ from fuserlite.ir.errors import FuserliteError
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_OK", "build_parser", "main"]
 
 # In the order `fuserlite --help` lists them.
-COMMANDS = (cmd_print, cmd_codegen, cmd_passes, cmd_run, cmd_show, cmd_explain)
+COMMANDS = (cmd_print, cmd_opt, cmd_codegen, cmd_passes, cmd_run, cmd_show, cmd_explain)
 
 
 def build_parser() -> argparse.ArgumentParser:

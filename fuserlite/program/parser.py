@@ -1,6 +1,7 @@
 """Parser of the printed dialect: what `fuserlite print` prints, read back.
 
     parse_printed(text) -> Fusion | Program
+    parse_any(text) / load_any(path)   # printed text or .fus, told apart by is_printed
 
 A fusion prints as `%kernel { ... } // %kernel`; a lowered program as its steps in
 order: `%kernel<k> (mesh) { ... } // %kernel<k>` blocks, resharding Sets and
@@ -20,7 +21,10 @@ before it is returned.
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import BinaryIO
 
+from fuserlite.ir import args
 from fuserlite.ir.errors import FuserliteError, ParseError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -41,6 +45,8 @@ from fuserlite.program.sections import (
     split_text,
 )
 from fuserlite.program.verify import verify_program
+from fuserlite.text.parser import MAX_SOURCE_BYTES, read_source
+from fuserlite.text.parser import parse as parse_fus
 from fuserlite.text.source import Source
 from fuserlite.verify import verify
 
@@ -48,18 +54,42 @@ from fuserlite.verify import verify
 def parse_printed(text: str, filename: str = "<string>") -> Fusion | Program:
     """Read printed text back into the Fusion or Program it shows, verified; any mistake
     is a ParseError with file:line:col (an invalid result is a VerifyError)."""
+    args.instance(text, str, "parse_printed", "text", "a str (decode bytes first)", ParseError)
+    args.instance(filename, str, "parse_printed", "filename", "a str", ParseError)
+    if len(text) > MAX_SOURCE_BYTES:
+        raise ParseError(
+            f"{filename}: {len(text)} characters; printed text is limited to "
+            f"{MAX_SOURCE_BYTES} (16 MiB)"
+        )
     source = Source(text, filename)
     return _Builder(source, split_text(source)).build()
 
 
+def parse_any(text: str, filename: str = "<string>") -> Fusion | Program:
+    """A printed fusion or program (`is_printed`), or else `.fus` text, verified."""
+    if is_printed(text):
+        return parse_printed(text, filename)
+    fusion = parse_fus(text, filename)
+    verify(fusion)
+    return fusion
+
+
+def load_any(path: str | Path | BinaryIO, name: str | None = None) -> Fusion | Program:
+    """`parse_any` of a file's text (a path, or a binary stream called `name`)."""
+    name = str(path) if name is None else name
+    return parse_any(read_source(path, name), name)
+
+
 def is_printed(text: str) -> bool:
-    """True for text in the printed dialect, False for anything else (`.fus` text)."""
+    """True for text in the printed dialect, False for anything else (`.fus` text): its
+    first line past blank lines and `//` comments opens a kernel, the header, a
+    communication, a TransformPrinter section or a Set's tensor (`#` starts a .fus
+    comment; no .fus statement starts like these)."""
     for line in text.split("\n"):
         line = line.strip()
         if line and not line.startswith("//"):
-            return line.startswith(("%kernel", "Inputs:", "Communication ", TRANSFORM_PRINTER)) or (
-                TENSOR_NUMBER.match(line) is not None
-            )
+            starts = ("%kernel", "Inputs:", "Communication ", TRANSFORM_PRINTER)
+            return line.startswith(starts) or TENSOR.match(line) is not None
     return False
 
 

@@ -27,8 +27,10 @@ from __future__ import annotations
 import functools
 import os
 import re
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput
@@ -110,22 +112,32 @@ def parse(text: str, filename: str = "<string>") -> Fusion:
 
 def load(path: str | Path) -> Fusion:
     """Read and parse a .fus file of at most MAX_SOURCE_BYTES."""
-    accepted = "a file path (str or os.PathLike)"
-    args.instance(path, (str, os.PathLike), "load", "path", accepted, ParseError)
-    too_big = f"{path}: the file is larger than {MAX_SOURCE_BYTES} bytes (16 MiB), the limit of a .fus file"
+    return parse(read_source(path), str(path))
+
+
+def read_source(path: str | Path | BinaryIO, name: str | None = None) -> str:
+    """The text of a file (a path, or an open binary stream such as stdin, called
+    `name` in messages) of at most MAX_SOURCE_BYTES; ParseError if it cannot be read."""
+    if not hasattr(path, "read"):
+        accepted = "a file path (str or os.PathLike)"
+        args.instance(path, (str, os.PathLike), "load", "path", accepted, ParseError)
+    name = str(path) if name is None else name
+    too_big = f"{name}: the file is larger than {MAX_SOURCE_BYTES} bytes (16 MiB), the limit of a .fus file"
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with open(path, "rb") if not hasattr(path, "read") else nullcontext(path) as f:
+            try:
+                size = os.fstat(f.fileno()).st_size
+            except (AttributeError, OSError, ValueError):  # a stream without a descriptor
+                size = 0
             if size > MAX_SOURCE_BYTES:  # a regular file: refuse before reading
                 raise ParseError(too_big)
             # Devices and pipes report no size: read one byte past the limit at most.
             data = f.read(MAX_SOURCE_BYTES + 1)
         if len(data) > MAX_SOURCE_BYTES:
             raise ParseError(too_big)
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ParseError(f"{path}: cannot read the file: {exc}") from None
-    return parse(text, str(path))
+        raise ParseError(f"{name}: cannot read the file: {exc}") from None
 
 
 MAX_LIST_DEPTH = 2  # every argument of the format is a number, a list, or a list of lists
