@@ -249,14 +249,23 @@ class Template:
         return self.kinds[p.kind].show(values[p.name], expr, tensor)
 
     def match(self, text: str) -> dict[str, object] | None:
-        """The field values of a printed body, or None if it is not of this form."""
+        """The field values of a printed body, or None if it is not of this form; a
+        ParseError with the column (1-based, in `text`) of a value its kind rejects."""
         if not text.startswith(self.lead):
             return None
         m = self.regex.fullmatch(text)
         if m is None:
             return None
         kinds = {f.name: f.kind for f in self._flat(self.pieces) if isinstance(f, _Field)}
-        return {n: self.kinds[kinds[n]].read(v) for n, v in m.groupdict().items() if v is not None}
+        values = {}
+        for n, v in m.groupdict().items():
+            if v is None:
+                continue
+            try:
+                values[n] = self.kinds[kinds[n]].read(v)
+            except ParseError as exc:  # a value of the right shape but unknown (a typo)
+                raise ParseError(str(exc), column=m.start(n) + 1) from None
+        return values
 
     def __repr__(self) -> str:
         return f"Template({self.text!r})"

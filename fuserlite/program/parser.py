@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from fuserlite.ir import args
-from fuserlite.ir.errors import FuserliteError, ParseError
+from fuserlite.ir.errors import FuserliteError, ParseError, VerifyError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
@@ -128,7 +128,10 @@ class _Builder:
                 finish_kernel(s, outputs, users)
         program = Program(self.fusion, steps)
         self.check_shown(printed_tensors(program))
-        verify_program(program)
+        try:
+            verify_program(program)
+        except VerifyError as exc:  # its problems name tensors and steps: add the file
+            raise VerifyError(f"{self.source.filename}: {exc}") from None
         return program
 
     def make_tensors(self) -> None:
@@ -232,7 +235,8 @@ class _Builder:
         except ParseError as exc:
             if exc.line is not None:  # located already
                 raise
-            raise self.fail(str(exc), first.number, len(BODY) + 1) from None
+            line, column = where(exc.column - 1) if exc.column else (first, len(BODY) + 1)
+            raise self.fail(str(exc), line.number, column) from None
 
     def communication(self, line: Line) -> Communication:
         def tensor(text: str) -> TensorView:
@@ -243,7 +247,7 @@ class _Builder:
         except ParseError as exc:
             if exc.line is not None:
                 raise
-            raise self.fail(str(exc), line.number, 1) from None
+            raise self.fail(str(exc), line.number, exc.column or 1) from None
         if comm is None:
             raise self.fail(
                 "expected Communication <kind> (team=(0 1)[, root=N][, op=add], input=<tensor>, "
