@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from random_sharded import build_case
 
 import fuserlite as fl
 from fuserlite import models
@@ -95,3 +96,17 @@ def test_parsed_lowered_program_computes_the_reference(name: str) -> None:
     inputs = fl.random_inputs(fusion, seed=3)
     outputs = fl.FusionExecutor(program, backend="sim").run(inputs)
     fl.validate(fusion, inputs, outputs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_sharded_fusions_round_trip_at_every_stage(seed: int) -> None:
+    """tests/random_sharded.py's fusions (every op it draws, 1-4 devices, two meshes)."""
+    ir: Fusion | Program = build_case(seed).fusion
+    for name in ("input", *DEFAULT_PASSES):
+        if name != "input":
+            try:
+                ir = run_pass(name, ir)
+            except fl.FuserliteError:  # a case the compiler rejects (test_differential's)
+                return
+        text = str(ir)
+        assert str(parse_printed(text)) == text, name
