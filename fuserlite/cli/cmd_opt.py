@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from fuserlite.cli.output import EXIT_OK, Output, UsageError, split_passes
+from fuserlite.cli.output import EXIT_OK, Output, pass_list
 from fuserlite.pipeline import Pipeline
 from fuserlite.program.parser import load_any
 from fuserlite.program.program import Program
@@ -25,12 +25,7 @@ def cmd_opt(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite opt`: read a .fus file or printed IR, run the passes, print the result."""
     names = []
     if args.passes is not None:
-        names = split_passes(args.passes)
-        if not names:
-            raise UsageError(
-                f"fuserlite opt: error: -p {args.passes!r} names no pass; give at least one "
-                "(`fuserlite passes` lists them), or leave -p out to print what was read"
-            )
+        names = pass_list(args.passes, "opt: error: -p", "print what was read")
     ir = load_any(sys.stdin.buffer, "<stdin>") if args.path == "-" else load_any(args.path)
     if names:
         level = "program" if isinstance(ir, Program) else "fusion"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import fuserlite
-from fuserlite.cli.output import EXIT_OK, Output, UsageError, load_fusion, split_passes
+from fuserlite.cli.output import EXIT_OK, Output, UsageError, load_fusion, pass_list
 from fuserlite.ir.fusion import Fusion
 from fuserlite.pipeline import Pipeline, default_pass_names
 from fuserlite.program.printer import print_scheduled
@@ -26,13 +26,7 @@ def _pass_names(args: argparse.Namespace) -> list[str] | None:
     if args.lowered or args.scheduled:
         return default_pass_names()
     if args.passes is not None:
-        names = split_passes(args.passes)
-        if not names:
-            raise UsageError(
-                f"fuserlite print: error: --passes {args.passes!r} names no pass; give at least "
-                "one (`fuserlite passes` lists them), or leave --passes out to print the fusion"
-            )
-        return names
+        return pass_list(args.passes, "print: error: --passes", "print the fusion")
     return None
 
 

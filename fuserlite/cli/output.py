@@ -102,3 +102,15 @@ def split_passes(text: str) -> list[str]:
         else:
             current += ch
     return [n.strip() for n in [*names, current] if n.strip()]
+
+
+def pass_list(text: str, usage: str, otherwise: str) -> list[str]:
+    """The pass specs of a `--passes`/`-p` value (`usage`: the command and flag, for the
+    message); a UsageError if it names none (`otherwise`: what leaving it out does)."""
+    names = split_passes(text)
+    if not names:
+        raise UsageError(
+            f"fuserlite {usage} {text!r} names no pass; give at least one (`fuserlite "
+            f"passes` lists them), or leave it out to {otherwise}"
+        )
+    return names

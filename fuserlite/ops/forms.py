@@ -32,11 +32,15 @@ from fuserlite.ops.registry import OpDef, Operand, all_ops, definition_of
 TensorText = Callable[[TensorView], str]  # how the printer shows a tensor (Namer.tensor)
 
 # A tensor as the printer shows it: T3_l_float[ iS0{2} ] ca_pos( 2 ) produce_pos( 3 )
-# (DeviceMesh{0 1}); N-D meshes nest braces but never parentheses.
-TENSOR = (
-    r"T\d+_[a-z]_\w+\[[^\]]*\](?: ca_pos\( \d+ \))?(?: produce_pos\( \d+ \))?"
-    r"(?: \(DeviceMesh\{[^()]*\}\))?"
+# (DeviceMesh{0 1}); N-D meshes nest braces but never parentheses. The groups name
+# its parts (fuserlite.program.reader reads them); TENSOR is the same without groups,
+# for a field's pattern (a form may have several tensor fields).
+TENSOR_PARTS = (
+    r"T(?P<number>\d+)_(?P<memory>[a-z])_(?P<dtype>\w+)\[(?P<loop>[^\]]*)\]"
+    r"(?: ca_pos\( (?P<ca_pos>\d+) \))?(?: produce_pos\( (?P<produce_pos>\d+) \))?"
+    r"(?: \((?P<mesh>DeviceMesh\{[^()]*\})\))?"
 )
+TENSOR = re.sub(r"\(\?P<\w+>", "(?:", TENSOR_PARTS)
 _SCALAR = re.compile(r"(double|int64_t)\(([^()]*)\)")
 _TENSOR_NAME = re.compile(r"T\d+")
 

@@ -24,7 +24,6 @@ import re
 from pathlib import Path
 from typing import BinaryIO
 
-from fuserlite.ir import args
 from fuserlite.ir.errors import FuserliteError, ParseError, VerifyError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -45,7 +44,7 @@ from fuserlite.program.sections import (
     split_text,
 )
 from fuserlite.program.verify import verify_program
-from fuserlite.text.parser import MAX_SOURCE_BYTES, read_source
+from fuserlite.text.parser import check_source, read_source
 from fuserlite.text.parser import parse as parse_fus
 from fuserlite.text.source import Source
 from fuserlite.verify import verify
@@ -54,13 +53,7 @@ from fuserlite.verify import verify
 def parse_printed(text: str, filename: str = "<string>") -> Fusion | Program:
     """Read printed text back into the Fusion or Program it shows, verified; any mistake
     is a ParseError with file:line:col (an invalid result is a VerifyError)."""
-    args.instance(text, str, "parse_printed", "text", "a str (decode bytes first)", ParseError)
-    args.instance(filename, str, "parse_printed", "filename", "a str", ParseError)
-    if len(text) > MAX_SOURCE_BYTES:
-        raise ParseError(
-            f"{filename}: {len(text)} characters; printed text is limited to "
-            f"{MAX_SOURCE_BYTES} (16 MiB)"
-        )
+    check_source(text, filename, "parse_printed", "printed text")
     source = Source(text, filename)
     return _Builder(source, split_text(source)).build()
 

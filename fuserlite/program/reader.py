@@ -26,6 +26,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType, MemoryType, ParallelType
+from fuserlite.ops.forms import TENSOR_PARTS
 
 # A located error: message, line, column (the parser turns it into a ParseError).
 Fail = Callable[[str, int, int], ParseError]
@@ -34,11 +35,7 @@ _PARALLEL = "|".join(
     re.escape(pt.value) for pt in sorted(ParallelType, key=lambda p: -len(p.value))
 )
 AXIS = re.compile(rf"(?P<iter>[ibr])(?P<parallel>{_PARALLEL})(?P<number>\d+)\{{(?P<extent>\d+)\}}")
-TENSOR = re.compile(
-    r"T(?P<number>\d+)_(?P<memory>[a-z])_(?P<dtype>\w+)\[(?P<loop>[^\]]*)\]"
-    r"(?: ca_pos\( (?P<ca_pos>\d+) \))?(?: produce_pos\( (?P<produce_pos>\d+) \))?"
-    r"(?: \((?P<mesh>DeviceMesh\{[^()]*\})\))?"
-)
+TENSOR = re.compile(TENSOR_PARTS)
 TENSOR_NUMBER = re.compile(r"T(\d+)_")
 _DOMAIN = re.compile(r" (?P<which>logical|allocation|loop) domain : \((?P<axes>.*)\)")
 _SPLIT = re.compile(

@@ -95,19 +95,24 @@ MAX_SOURCE_BYTES = 16 * 2**20
 
 def parse(text: str, filename: str = "<string>") -> Fusion:
     """Parse .fus text into a new Fusion; raises ParseError on any mistake."""
-    args.instance(text, str, "parse", "text", "a str (decode bytes first)", ParseError)
-    args.instance(filename, str, "parse", "filename", "a str", ParseError)
-    if len(text) > MAX_SOURCE_BYTES:
-        raise ParseError(
-            f"{filename}: {len(text)} characters; .fus text is limited to {MAX_SOURCE_BYTES} "
-            f"(16 MiB)"
-        )
+    check_source(text, filename, "parse", ".fus text")
     source = Source(text, filename)
     try:
         tree = GRAMMAR.lark.parse(text)
     except UnexpectedInput as exc:
         raise syntax_error(source, GRAMMAR.lark, exc) from None
     return _Builder(source).run(tree)
+
+
+def check_source(text: object, filename: object, who: str, what: str) -> None:
+    """ParseError unless `text` and `filename` are strs and `text` (`what`, in the
+    message) has at most MAX_SOURCE_BYTES characters."""
+    args.instance(text, str, who, "text", "a str (decode bytes first)", ParseError)
+    args.instance(filename, str, who, "filename", "a str", ParseError)
+    if len(text) > MAX_SOURCE_BYTES:
+        raise ParseError(
+            f"{filename}: {len(text)} characters; {what} is limited to {MAX_SOURCE_BYTES} (16 MiB)"
+        )
 
 
 def load(path: str | Path) -> Fusion:
