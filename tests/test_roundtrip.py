@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from op_examples import OP_CALLS, op_example
 from random_sharded import build_case
 
 import fuserlite as fl
@@ -98,15 +99,35 @@ def test_parsed_lowered_program_computes_the_reference(name: str) -> None:
     fl.validate(fusion, inputs, outputs)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_random_sharded_fusions_round_trip_at_every_stage(seed: int) -> None:
-    """tests/random_sharded.py's fusions (every op it draws, 1-4 devices, two meshes)."""
-    ir: Fusion | Program = build_case(seed).fusion
+def assert_round_trips_at_every_stage(ir: Fusion | Program) -> None:
+    """print -> parse -> print at the input and after each default pass the compiler
+    accepts (a case it rejects stops there: test_differential's business)."""
     for name in ("input", *DEFAULT_PASSES):
         if name != "input":
             try:
                 ir = run_pass(name, ir)
-            except fl.FuserliteError:  # a case the compiler rejects (test_differential's)
+            except fl.FuserliteError:
                 return
         text = str(ir)
         assert str(parse_printed(text)) == text, name
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_sharded_fusions_round_trip_at_every_stage(seed: int) -> None:
+    """tests/random_sharded.py's fusions (every op it draws, 1-4 devices, two meshes)."""
+    assert_round_trips_at_every_stage(build_case(seed).fusion)
+
+
+@pytest.mark.parametrize("op", OP_CALLS)
+def test_every_op_round_trips_at_every_stage(op: str) -> None:
+    assert_round_trips_at_every_stage(op_example(op))
+
+
+def test_a_2d_mesh_round_trips_at_every_stage() -> None:
+    fusion = fl.parse(
+        "mesh m = [[0, 1], [2, 3]]\ninput x: float32[4, 8] on m\ny = neg(x)\noutput y\n"
+        "outer_split x axis 0 by 2\nparallelize x axis 0 DIDy\n"
+        "outer_split x axis 2 by 2\nparallelize x axis 2 DIDx\n"
+    )
+    assert "DeviceMesh{{0 1}{2 3}}" in str(fusion)
+    assert_round_trips_at_every_stage(fusion)
