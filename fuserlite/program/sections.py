@@ -30,12 +30,17 @@ def split_text(source: Source) -> Text:
 
 @dataclass
 class ExprText:
+    """An expression's lines: its output tensor(s), then its body."""
+
     outputs: list[Line]
     body: list[Line]  # the first starts with `   = `
 
 
 @dataclass
 class KernelText:
+    """A kernel's lines: its label, its schedule and note lines, its expressions (its
+    TransformPrinter blocks go to the text's `blocks`)."""
+
     label: Line
     mesh: str | None  # `DeviceMesh{0 1}` of a program's kernel
     annotations: list[Line] = field(default_factory=list)
@@ -44,6 +49,9 @@ class KernelText:
 
 @dataclass
 class Text:
+    """A whole print in parts: a fusion's kernel or a program's steps (a kernel, a
+    resharding Set's expression, a communication's line), and every tensor's block."""
+
     header: tuple[list[Line], list[Line]] | None = None
     fusion: KernelText | None = None  # `%kernel { ... }`: the text is a fusion
     steps: list[KernelText | ExprText | Line] = field(default_factory=list)
@@ -72,9 +80,11 @@ class _Reader:
         self.k += 1
         return line
 
-    def skip_blank(self, comments: bool = True) -> None:
+    def skip_blank(self) -> None:
+        """Past blank lines and `//` comments (outside kernels only: inside, a blank
+        line separates the math from the TransformPrinter section)."""
         while (line := self.peek()) is not None and (
-            not line.text.strip() or (comments and line.text.startswith("//"))
+            not line.text.strip() or line.text.startswith("//")
         ):
             self.k += 1
 
@@ -131,7 +141,11 @@ class _Reader:
         """The end of the text, after blank lines and comments."""
         self.skip_blank()
         if (rest := self.peek()) is not None:
-            raise self.fail(f"unexpected text {where}", rest)
+            raise self.fail(
+                f"unexpected text {where}: a text holds one fusion or program (split "
+                "--print-after-all's output at its `// ----- after` lines)",
+                rest,
+            )
 
     def header(self) -> tuple[list[Line], list[Line]]:
         self.take()  # Inputs:
