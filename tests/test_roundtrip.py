@@ -13,6 +13,7 @@ import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.fusion import Fusion
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline
+from fuserlite.program.communication import Communication
 from fuserlite.program.parser import parse_printed
 from fuserlite.program.program import Kernel, Program
 
@@ -61,15 +62,23 @@ BOUNDARIES = [
 ]
 
 
-def kernel_io(ir: Fusion | Program) -> list:
-    """What a program keeps beside its print: each kernel's inputs and outputs."""
-    if not isinstance(ir, Program):
-        return []
-    return [
-        ([t.number for t in s.inputs], [t.number for t in s.outputs])
-        for s in ir.steps
-        if isinstance(s, Kernel)
-    ]
+def state(ir: Fusion | Program) -> list:
+    """What an IR holds beside the text of its expressions and tensors: the fusion's
+    inputs and outputs in order, and each step's fields (a kernel's inputs, outputs,
+    mesh, schedule and notes; a communication's kind, team, axes, layout, bytes)."""
+    fusion = ir.fusion if isinstance(ir, Program) else ir
+    out: list = [[t.number for t in fusion.inputs], [t.number for t in fusion.outputs]]
+    for s in ir.steps if isinstance(ir, Program) else []:
+        if isinstance(s, Kernel):
+            ref = None if s.reference is None else s.reference.number
+            io = [[t.number for t in s.inputs], [t.number for t in s.outputs]]
+            out.append(("kernel", *io, s.mesh, s.scheduled, ref, s.notes))
+        elif isinstance(s, Communication):
+            fields = (s.kind, s.team, s.root, s.op, s.in_axis, s.out_axis, s.layout)
+            out.append((*fields, s.bytes_per_device, s.input.number, s.output.number))
+        else:
+            out.append((s.op_name, s.input.number, s.output.number))
+    return out
 
 
 @pytest.mark.parametrize(("name", "k"), BOUNDARIES)
@@ -79,7 +88,7 @@ def test_print_parse_print_is_identity(name: str, k: int) -> None:
     back = parse_printed(text)
     assert type(back) is type(ir)
     assert str(back) == text
-    assert kernel_io(back) == kernel_io(ir)
+    assert state(back) == state(ir)
 
 
 @pytest.mark.parametrize(
