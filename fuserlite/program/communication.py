@@ -115,7 +115,7 @@ COMM_KINDS = {
     "layout": Kind(r"free|pinned\{(?:\d+(?:, \d+)*)?\}", lambda v, e, t: str(v), _read_layout),
     # Shown on an N-D mesh and for box transfers only (as `describe` always did).
     "nd": Kind(
-        r"DeviceMesh\{[^()]*\}, teams=\([^()]*\), placements=\S+->[^,]+",
+        r"DeviceMesh\{[^()]*\}, teams=\([^()]*\), placements=\([^()]*\)->\([^()]*\)",
         lambda v, e, t: v,
         _unreadable("the mesh, teams and placements"),
     ),
