@@ -8,7 +8,16 @@ validate it against the reference, then sum `bytes_per_device` over the
 program's communications. The lower bound of a §5 row is its formula; for the
 tensor-parallel MLP it is one Allreduce of the output, 2(D-1)/D * B_out, and
 for the sequence-parallel MLP an Allgather of x plus a ReduceScatter of the
-output, (D-1)/D * (B_x + B_out). Prints a table, writes results/comm_volume.json.
+output, (D-1)/D * (B_x + B_out).
+
+Uneven rows: the §5 rows whose collectives chunk an axis (Allgather, AllToAll,
+ReduceScatter, Scatter, Gather) on x[509, 509] float32 (509 is prime: no D
+divides it) on D = 3, 4, 8, lowered with padded and with variable-size chunks
+(`lower-communications[chunks=...]`) and with the default choice, each run and
+validated; against the even bound (the §5 formula on the real extents) and the
+padded bound (the formula on extents padded to D * ceil(n/D)).
+
+Prints the tables, writes results/comm_volume.json.
 """
 
 from __future__ import annotations
@@ -20,10 +29,14 @@ from _report import Table, write_json
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.fusion import Fusion
+from fuserlite.pipeline import default_pass_names
 
 DEVICES = (2, 4, 8)
 ROWS = COLS = 512
 MLP = {"batch": 4, "seq": 128, "hidden": 256}  # float32; B_x = B_out = 512 KiB
+UNEVEN = 509  # x[509, 509]: prime, so every D leaves short chunks
+UNEVEN_DEVICES = (3, 4, 8)
+CHUNKED = ("allgather", "alltoall", "reduce-scatter", "scatter", "gather")
 
 
 Case = tuple[str, Callable[[], Fusion], int]  # name, builder, lower bound in bytes
@@ -44,13 +57,58 @@ def cases(d: int) -> list[Case]:
     ]
 
 
-def measure(fusion: Fusion) -> tuple[list[str], int]:
+def measure(fusion: Fusion, chunks: str = "cheaper") -> tuple[list[str], int]:
     """Run and validate `fusion`; its communications' kinds and summed bytes per device."""
-    executor = fl.FusionExecutor(fusion)
+    pipeline = fl.Pipeline(default_pass_names(**{"lower-communications": f"chunks={chunks}"}))
+    executor = fl.FusionExecutor(fusion, pipeline=pipeline)
     inputs = fl.random_inputs(fusion, seed=0)
     fl.validate(fusion, inputs, executor.run(inputs))
     comms = executor.communications
-    return [c.kind.value for c in comms], sum(c.bytes_per_device for c in comms)
+    kinds = [
+        c.kind.value + ("" if c.sizing.value == "even" else f" {c.sizing.value}") for c in comms
+    ]
+    return kinds, sum(c.bytes_per_device for c in comms)
+
+
+def uneven_rows() -> list[dict]:
+    """The chunking §5 rows on x[509, 509], padded, variable-size and the default choice."""
+    rows = []
+    title = f"uneven: x[{UNEVEN}, {UNEVEN}] float32, bytes sent per device"
+    columns = ["case", "D", "even bound", "padded bound", "padded", "variable", "chosen"]
+    with Table(title, columns, widths=[14, 2, 10, 12, 10, 10, 18]) as table:
+        for d in UNEVEN_DEVICES:
+            padded_extent = d * -(-UNEVEN // d)
+            even = {c.name: c for c in models.resharding_cases(d, UNEVEN, UNEVEN)}
+            pad = {c.name: c for c in models.resharding_cases(d, padded_extent, padded_extent)}
+            for name in CHUNKED:
+                build = even[name].build
+                sent = {chunks: measure(build(), chunks) for chunks in ("padded", "variable")}
+                chosen, chosen_bytes = measure(build())
+                r = {
+                    "case": name,
+                    "devices": d,
+                    "even_bound": even[name].bytes_per_device,
+                    "padded_bound": pad[name].bytes_per_device,
+                    "padded": sent["padded"][1],
+                    "variable": sent["variable"][1],
+                    "chosen": chosen,
+                    "chosen_bytes": chosen_bytes,
+                }
+                rows.append(r)
+                table.row(
+                    name,
+                    d,
+                    r["even_bound"],
+                    r["padded_bound"],
+                    r["padded"],
+                    r["variable"],
+                    " + ".join(chosen),
+                )
+        over = [
+            r for r in rows if r["variable"] > r["even_bound"] or r["padded"] > r["padded_bound"]
+        ]
+        table.note(f"{len(over)} of {len(rows)} plans move more than their bound")
+    return rows
 
 
 def main() -> None:
@@ -81,9 +139,16 @@ def main() -> None:
                 )
         over = [r for r in rows if r["bytes_per_device"] > r["lower_bound"]]
         table.note(f"{len(over)} of {len(rows)} programs move more than the lower bound")
+    uneven = uneven_rows()
     write_json(
         "comm_volume",
-        {"shape": [ROWS, COLS], "mlp": MLP, "devices": list(DEVICES), "rows": rows},
+        {
+            "shape": [ROWS, COLS],
+            "mlp": MLP,
+            "devices": list(DEVICES),
+            "rows": rows,
+            "uneven": {"shape": [UNEVEN, UNEVEN], "devices": list(UNEVEN_DEVICES), "rows": uneven},
+        },
     )
 
 

@@ -21,6 +21,16 @@ from fuserlite.ir.types import MemoryType
 from fuserlite.ops.registry import definition
 
 
+def extent_text(ax: IterDomain) -> str:
+    """An axis's printed extent: `4`, or for the inner part of an outer split its factor
+    does not divide, `( ceilDiv(13, 4) )`, as nvFuser prints it (the trailing devices of
+    a sharding split hold fewer rows, and every loop over it is predicated)."""
+    d = ax.definition
+    if isinstance(d, Split) and not d.inner_split and ax is d.inner and not d.divisible:
+        return f"( ceilDiv({extent_text(d.input)}, {d.factor}) )"
+    return str(ax.extent)
+
+
 class Namer:
     """Assigns printer numbers to the IterDomains of the tensors one print shows.
 
@@ -54,7 +64,7 @@ class Namer:
         if n is None:  # an axis built outside this fusion's tensors
             n = len(self.numbers)
             self.numbers[id(ax)] = n
-        return f"{ax.iter_type.value}{ax.parallel_type.value}{n}{{{ax.extent}}}"
+        return f"{ax.iter_type.value}{ax.parallel_type.value}{n}{{{extent_text(ax)}}}"
 
     def ids(self, axes: list[IterDomain]) -> str:
         return ", ".join(self.id(ax) for ax in axes)
@@ -125,7 +135,7 @@ def tensor_text(tv: TensorView) -> str:
 def axis_text(ax: IterDomain) -> str:
     """One IterDomain as printed in the fusion of its tensor."""
     if ax.owner is None:
-        return f"{ax.iter_type.value}{ax.parallel_type.value}?{{{ax.extent}}}"
+        return f"{ax.iter_type.value}{ax.parallel_type.value}?{{{extent_text(ax)}}}"
     return Namer(ax.owner.fusion).id(ax)
 
 

@@ -18,7 +18,10 @@ in `program.reshardings` (with the plan and its cheapest rejected alternative).
   saying why.
 
 A reduction of partial sums whose only use is to be sliced again is one
-ReduceScatter, not an Allreduce and a slice.
+ReduceScatter, not an Allreduce and a slice. On an axis its mesh does not divide,
+each collective moves its chunks padded or variable-size (`chunks=`, by default
+the one that sends fewer bytes: passes/chunking.py); the choice is printed
+(`chunks=padded`) with its bytes.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
 from fuserlite.ops.sharding import partial_op
 from fuserlite.passes.base import Level, Pass, register
+from fuserlite.passes.chunking import Chunks, sized
 from fuserlite.passes.reorder_sharded_axis import device_axis_outermost
 from fuserlite.plan import Planner, StepKind, holdings, needs, plan_move
 from fuserlite.plan.search import PlannedStep
@@ -92,8 +96,9 @@ def table_move(inp: TensorView, out: TensorView) -> TableMove | None:
 class _Lowering:
     """Lowers the resharding Sets of one program; plans one tensor shape on one mesh once."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, chunks: Chunks = "cheaper") -> None:
         self.program = program
+        self.chunks = chunks
         self._planners: dict[tuple, Planner] = {}
 
     def planner(self, tv: TensorView) -> Planner:
@@ -131,7 +136,7 @@ class _Lowering:
         for k, planned in enumerate(plan.steps):
             last = k == len(plan.steps) - 1
             nxt = out if last else _intermediate(inp, planned.after)
-            comms.append(_step_communication(planned, nxt, current, op))
+            comms.append(_step_communication(planned, nxt, current, op, self.chunks))
             current = nxt
         return Resharding(inp, out, "", comms, plan=plan)
 
@@ -148,6 +153,7 @@ class _Lowering:
         reducing = is_partial(inp)
         expr.detach()
         if table is not None:
+            sizing, nbytes = sized(table.kind, inp, out, table.bytes_per_device, self.chunks)
             comm = Communication(
                 table.kind,
                 out,
@@ -157,9 +163,10 @@ class _Lowering:
                 op=partial_op(inp) if table.kind.is_allreduce_class else None,
                 in_axis=sharded_data_axis(inp),
                 out_axis=sharded_data_axis(out),
-                bytes_per_device=table.bytes_per_device,
+                bytes_per_device=nbytes,
                 before=placement(inp),
                 after=placement(out),
+                sizing=sizing,
             )
         else:
             kind = CommKind.SendRecv if move.kind is None else CommKind(move.kind.value)
@@ -218,12 +225,14 @@ _AXES = {
 
 
 def _step_communication(
-    planned: PlannedStep, out: TensorView, inp: TensorView, op
+    planned: PlannedStep, out: TensorView, inp: TensorView, op, chunks: Chunks = "cheaper"
 ) -> Communication:
-    """One step of a plan as a Communication from `inp` to `out`."""
+    """One step of a plan as a Communication from `inp` to `out` (over uneven chunks,
+    padded or variable-size as `chunks` says)."""
     step = planned.step
     in_axis, out_axis = _AXES[step.kind](step)
     kind = CommKind(step.kind.value)
+    sizing, nbytes = sized(kind, inp, out, planned.bytes, chunks)
     return Communication(
         kind,
         out,
@@ -232,12 +241,13 @@ def _step_communication(
         op=op if kind.is_allreduce_class else None,
         in_axis=in_axis,
         out_axis=out_axis,
-        bytes_per_device=planned.bytes,
+        bytes_per_device=nbytes,
         mesh=inp.mesh,
         group=step.group,
         before=planned.before,
         after=planned.after,
         axes=tuple(a for a in (step.axis, step.to_axis) if a is not None),
+        sizing=sizing,
     )
 
 
@@ -248,13 +258,16 @@ class LowerCommunications(Pass):
 
     name: ClassVar[str] = "lower-communications"
     level: ClassVar[Level] = Level.program
+    # On an axis its mesh does not divide: pad every chunk to ceil(n/d) rows, send each
+    # as it is (Allgatherv, ...), or the cheaper of the two (passes/chunking.py).
+    chunks: Chunks = "cheaper"
 
     def ensures(self, program: Program) -> list[str]:
         return unlowered_steps(program)
 
     def run(self, program: Program) -> None:
         steps = fuse_reduce_then_slice(program)
-        lowering = _Lowering(program)
+        lowering = _Lowering(program, self.chunks)
         program.reshardings = []
         lowered: list[Step] = []
         for s in steps:

@@ -25,7 +25,7 @@ from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import logical_placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.registry import producer_to_consumer
-from fuserlite.ops.sharding import propagation_sources
+from fuserlite.ops.sharding import chunks_correspond, propagation_sources
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_as
 
@@ -110,8 +110,9 @@ def _inherit_sharding(expr, out: TensorView) -> None:
                 continue
             if ax.is_broadcast or ax.is_reduction or used & set(axes):
                 continue
-            if ax.extent % math.prod(mesh.shape[a] for a in axes):
-                continue
+            devices = math.prod(mesh.shape[a] for a in axes)
+            if not chunks_correspond(producer.domain.logical[li].extent, ax.extent, devices):
+                continue  # a reshape's axes of other extents: their chunks differ
             shards[target] = axes
             used |= set(axes)
     if used:

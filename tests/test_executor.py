@@ -9,8 +9,8 @@ import fuserlite as fl
 from fuserlite import models
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.backends.sim import SimCommunicator
-from fuserlite.runtime.communicator import chunk
 from fuserlite.runtime.dispatch import run_communication
+from fuserlite.runtime.executor import shard
 from fuserlite.schedule.shard import shard_axis
 
 
@@ -78,16 +78,31 @@ def test_communication_checks_buffer_shapes_first():
     assert isinstance(comm, Communication)
 
 
-def test_non_divisible_extent_is_rejected_with_a_clear_error():
+def six_rows_on_four_devices(factor: int) -> fl.Fusion:
+    """neg(x), x[6] outer-split by `factor` and sharded over 4 devices."""
     with fl.Fusion() as f:
         x = fl.tensor([6])
         f.add_input(x)
         x.set_device_mesh(fl.DeviceMesh.for_num_devices(4))
-        x.outer_split(0, 4)
+        x.outer_split(0, factor)
         x.axis(0).parallelize(fl.ParallelType.DIDx)
         f.add_output(fl.neg(x))
-    with pytest.raises(fl.VerifyError, match="extent 6, not divisible by the 4 devices"):
-        fl.FusionExecutor(f)
+    return f
+
+
+def test_non_divisible_extent_runs_in_torch_chunk_chunks():
+    f = six_rows_on_four_devices(4)
+    inputs = fl.random_inputs(f)
+    ex = fl.FusionExecutor(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert [o[0].shape for o in ex.run_per_device(inputs).values()] == [(2,), (2,), (2,), (0,)]
+
+
+def test_outer_split_factor_other_than_the_mesh_size_is_rejected():
+    with pytest.raises(
+        fl.VerifyError, match=r"axis has extent 3 but DIDx .* has 4 devices; outer_split by 4"
+    ):
+        fl.FusionExecutor(six_rows_on_four_devices(3))
 
 
 def test_operands_on_different_meshes_and_shardings_meet_by_box_transfers():
@@ -149,8 +164,14 @@ def test_alltoall_and_reduce_scatter_on_non_leading_axes():
 
 
 def test_shards_are_views_and_inputs_are_never_written():
-    a = np.arange(24).reshape(2, 12)
-    parts = [chunk(a, 1, i, 4) for i in range(4)]
+    with fl.Fusion() as g:
+        x = fl.tensor([2, 13])
+        g.add_input(x)
+        g.add_output(fl.neg(x))
+        shard_axis(x, 1, fl.DeviceMesh.for_num_devices(4))
+    a = np.arange(26).reshape(2, 13)
+    parts = [shard(x, a, d) for d in range(4)]  # torch.chunk's 4, 4, 4, 1 columns
+    assert [p.shape[1] for p in parts] == [4, 4, 4, 1]
     assert all(np.shares_memory(p, a) for p in parts)
     np.testing.assert_array_equal(np.concatenate(parts, axis=1), a)
     f = models.tensor_parallel_mlp(4, sequence_parallel=True)

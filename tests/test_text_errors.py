@@ -78,7 +78,7 @@ BAD = [
         + "z = exp(x)\nsplit z axis 1 by 4\nparallelize z axis 1 DIDx\nset_mesh z [0, 1, 2]\n",
         7,
         1,
-        "not divisible by the 3 devices",
+        "has extent 2 but DIDx (mesh axis 0 of DeviceMesh{0 1 2}, 3 devices) has 3 devices",
     ),
     ("output undefined", HEADER + "output q\n", 4, 8, "undefined tensor 'q'"),
     ("output twice", HEADER + "output x\noutput x\n", 5, 1, "already an output"),

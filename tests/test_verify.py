@@ -78,15 +78,26 @@ def test_accepts_did_without_mesh_when_a_neighbour_has_one() -> None:
         fl.verify(fusion, require_mesh=True)
 
 
-def test_rejects_sharded_extent_not_divisible_by_mesh() -> None:
+def sharded_neg(n: int, devices: int, split) -> fl.Fusion:
+    """neg(x), x[n] on `devices` devices, split by `split(x)` and parallelized on axis 0."""
     with fl.Fusion() as fusion:
-        x = fl.tensor([5])
-        x.set_device_mesh(fl.DeviceMesh.for_num_devices(2))
+        x = fl.tensor([n])
+        x.set_device_mesh(fl.DeviceMesh.for_num_devices(devices))
         fusion.add_input(x)
         fusion.add_output(fl.neg(x))
-        x.outer_split(0, 2)
+        split(x)
         x.axis(0).parallelize(P.DIDx)
-    with pytest.raises(fl.VerifyError, match=r"T0 axis 0 .*extent 5, not divisible by the 2 dev"):
+    return fusion
+
+
+def test_accepts_sharded_extent_the_mesh_does_not_divide() -> None:
+    fl.verify(sharded_neg(5, 2, lambda x: x.outer_split(0, 2)))  # torch.chunk: 3 rows and 2
+
+
+def test_rejects_an_inner_split_whose_chunks_are_not_torch_chunks() -> None:
+    # 2 devices of 6 rows and 4; torch.chunk gives 5 and 5
+    fusion = sharded_neg(10, 2, lambda x: x.split(0, 6))
+    with pytest.raises(fl.VerifyError, match=r"T0 axis 0 .*chunks of 6 .*ceil\(10/2\) = 5"):
         fl.verify(fusion)
 
 

@@ -18,7 +18,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.pipeline import Pipeline, default_pass_names
-from fuserlite.program.communication import Communication
+from fuserlite.program.communication import Communication, Sizing
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.compute import COMPUTE
@@ -116,13 +116,14 @@ def team_text(comm: Communication) -> str:
 
 
 def communications_table(executor: FusionExecutor) -> Table:
-    """Kind, team, root, layout and bytes per device of each communication."""
+    """Kind (with `(padded)` or `(variable)` where chunks are uneven), team, root, layout
+    and bytes per device of each communication."""
     table = Table(title="communications", box=box.SIMPLE_HEAD)
     for column in ("kind", "input", "output", "team", "root", "layout", "bytes/device"):
         table.add_column(column, justify="right" if column == "bytes/device" else "left")
     for c in executor.communications:
         table.add_row(
-            c.kind.value,
+            c.kind.value if c.sizing is Sizing.even else f"{c.kind.value} ({c.sizing.value})",
             c.input.name,
             c.output.name,
             team_text(c),

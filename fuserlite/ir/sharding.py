@@ -6,7 +6,8 @@ loop axis: a logical axis whose extent is that mesh axis's size, the outer part
 of an outer split of a logical axis by that size, or the outer part of a split
 of the inner part of such a split (nested: one tensor axis split over several
 mesh axes, the outermost split first; the nesting order is part of the
-sharding). A device-parallel broadcast axis holds no data, so `b` and `bDIDx`
+sharding). An extent n that d devices do not divide gives torch.chunk's chunks,
+ceil(n/d) rows, the trailing devices short or empty (fuserlite.plan.blocks). A device-parallel broadcast axis holds no data, so `b` and `bDIDx`
 are the same sharding: it is ignored here. A device-parallel reduction axis
 (rDIDy) marks partial results over that mesh axis.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.domain import IterDomain, Split, ceil_div
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
@@ -106,12 +107,6 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
         )
     origin, _, split = chain
     where = mesh_axis_text(tv.mesh, pt)
-    if split.extent % d:
-        whole = "the sharded axis" if split is origin else "the part of the axis it splits"
-        return (
-            f"{whole} has extent {split.extent}, not divisible by the {d} devices of {where}; "
-            f"pad the tensor or use a mesh axis whose size divides {split.extent}"
-        )
     if ax.extent != d:
         fix = (
             f"outer_split the axis by {d} and parallelize the outer part"
@@ -119,6 +114,16 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
             else f"outer_split by {d}, the size of that mesh axis"
         )
         return f"{pt.value} axis has extent {ax.extent} but {where} has {d} devices; {fix}"
+    inner = ax.definition.inner if ax is not split else None
+    if inner is not None and inner.extent != ceil_div(split.extent, d):
+        # Device i holds torch.chunk's rows [i*c, min((i+1)*c, n)), c = ceil(n/d): an
+        # inner split by another factor would give the devices chunks of another size.
+        whole = "the sharded axis" if split is origin else "the part of the axis it splits"
+        return (
+            f"{whole} has extent {split.extent}, split into chunks of {inner.extent} for the "
+            f"{d} devices of {where}; chunks are ceil({split.extent}/{d}) = "
+            f"{ceil_div(split.extent, d)} rows (torch.chunk): use an outer split by {d}"
+        )
     return None
 
 
@@ -158,20 +163,34 @@ def is_partial(tv: TensorView) -> bool:
 
 
 def local_shape(tv: TensorView) -> tuple[int, ...]:
-    """Shape of one device's shard of the data."""
+    """Shape of the buffer one device allocates for its shard: a sharded extent n over d
+    devices is ceil(n/d), the inner extent of its split (as nvFuser allocates it); a
+    device's own rows, fewer on trailing devices where d does not divide n, are
+    fuserlite.runtime.shards.device_shape's."""
     return remembered("local_shape", tv, lambda: _local_shape(tv))
 
 
 def _local_shape(tv: TensorView) -> tuple[int, ...]:
     shape = list(tv.shape)
     for s in shardings(tv).values():
-        if s.data_index is not None:
-            shape[s.data_index] //= s.num_devices
+        if s.data_index is not None:  # nested: ceil(ceil(n/a)/b) = ceil(n/(a*b))
+            shape[s.data_index] = ceil_div(shape[s.data_index], s.num_devices)
     return tuple(shape)
 
 
+def is_uneven(tv: TensorView) -> bool:
+    """True when a mesh axis does not divide the extent it splits (the logical axis, or
+    the chunk of an outer sharding): trailing devices hold fewer rows than the
+    ceil(n/d) every device allocates."""
+    return any(
+        sharding_chain(tv, ax)[2].extent % tv.mesh.axis_size(ax.parallel_type)
+        for ax in tv.domain.loop
+        if ax.parallel_type in shardings(tv) and not ax.is_reduction
+    )
+
+
 def local_nbytes(tv: TensorView) -> int:
-    """Bytes of one device's shard of the data."""
+    """Bytes of the buffer one device allocates for its shard (see local_shape)."""
     return math.prod(local_shape(tv)) * tv.dtype.itemsize
 
 

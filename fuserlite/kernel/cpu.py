@@ -145,7 +145,7 @@ def cpu_function(kernel: Kernel) -> tuple[str, str]:
     # most 1024 arguments; a kernel of many outputs has more) and passes them on as the
     # typed, __restrict__ parameters the body is written for.
     lines.append(f"static void {_NAME}_grid({', '.join(params)});")
-    casts = [f"({p.rsplit(' __restrict__ ', 1)[0]})fl_args[{i}]" for i, p in enumerate(params)]
+    casts = [_from_address(p, f"fl_args[{i}]") for i, p in enumerate(params)]
     lines.append(f'extern "C" void {_NAME}(void* const* fl_args) {{')
     lines.append(f"  {_NAME}_grid({', '.join(casts)});")
     lines.append("}")
@@ -162,6 +162,14 @@ def cpu_function(kernel: Kernel) -> tuple[str, str]:
     text = "\n".join(lines) + "\n"
     symbol = "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
     return symbol, text.replace(_NAME, symbol)
+
+
+def _from_address(param: str, slot: str) -> str:
+    """The argument for `param` read from an entry of the address array: a buffer's
+    address cast to its pointer type, or a device index (`didx`) carried as an integer."""
+    if " __restrict__ " in param:
+        return f"({param.rsplit(' __restrict__ ', 1)[0]}){slot}"
+    return f"(long long)(unsigned long long){slot}"
 
 
 def cpu_source(kernels: list[Kernel]) -> str:

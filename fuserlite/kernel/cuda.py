@@ -26,6 +26,7 @@ from fuserlite.ir.types import DType, ParallelType
 from fuserlite.kernel.indexing import (
     Ix,
     c_expr,
+    device_indices,
     flat_offset,
     loop_var,
     lower_tensor,
@@ -238,9 +239,11 @@ def _op_text(expr: Expr, args: list[str]) -> str:
 
 
 def kernel_params(kernel: Kernel) -> list[str]:
-    """The kernel's parameters: its inputs (const), then its outputs, as C pointers."""
+    """The kernel's parameters: its inputs (const), then its outputs, as C pointers, then
+    the device indices its uneven shardings' predicates read (`didx`)."""
     params = [f"const {C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.inputs]
-    return params + [f"{C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.outputs]
+    params += [f"{C_TYPES[t.dtype]}* __restrict__ {t.ir_name}" for t in kernel.outputs]
+    return params + [f"const long long {name}" for name in device_indices(kernel.tensors)]
 
 
 def kernel_header(kernel: Kernel, name: str, grid: list[GridAxis]) -> list[str]:

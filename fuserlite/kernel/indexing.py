@@ -9,7 +9,11 @@ A split whose input extent is not a multiple of the factor has a tail: its
 predicate `in < extent(in)` guards the points past the end. Broadcast logical
 axes always index 0 and are never predicated. Device-parallel loop axes index 0
 (a kernel runs on one device's local shard), so an outer split by D of a
-sharded axis yields the local coordinate.
+sharded axis yields the local coordinate; where D does not divide the extent n,
+a chunk holds ceil(n/D) rows and the device's own rows are predicated as nvFuser
+does, `didx * ceil(n/D) + inner < n`, with `didx` the device's index (a kernel
+parameter, `device_index`), so the trailing devices' short or empty chunks
+compute only their rows.
 
 Indices are small symbolic expressions (`Ix`) so that one lowering serves both
 the numpy kernel runner (`evaluate`) and the CUDA printer (`c_expr`). Every
@@ -26,10 +30,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserlite.ir.domain import Split
+from fuserlite.ir.domain import Split, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
 from fuserlite.schedule.grid import GridAxis, grid_axes, unbound_loop_axis
 
@@ -173,6 +178,7 @@ class TensorIndex:
 
     logical: list[Ix]  # one per logical axis; broadcast axes are const(0)
     predicates: list[tuple[Ix, int]] = field(default_factory=list)  # each: index < bound
+    devices: tuple[str, ...] = ()  # the device indices the predicates read (device_index)
 
 
 def flat_offset(shape: tuple[int, ...], coords: list) -> Ix:
@@ -189,6 +195,24 @@ def flat_offset(shape: tuple[int, ...], coords: list) -> Ix:
 def loop_var(position: int) -> str:
     """Name of the loop index variable of grid position `position`."""
     return f"l{position}"
+
+
+def device_index(parallel_type: ParallelType) -> str:
+    """The kernel parameter holding this device's index along a device parallel type:
+    `didx` for deviceIdx.x (its position in a 1-D mesh)."""
+    return "did" + parallel_type.name[-1].lower()
+
+
+def device_indices(tensors: list[TensorView]) -> list[str]:
+    """The device index parameters the tensors' predicates read: one per device parallel
+    type that shards an axis its mesh does not divide (chunks of ceil(n/d) rows)."""
+    used = {
+        device_index(t.outer.parallel_type)
+        for tv in tensors
+        for t in tv.domain.transforms
+        if is_sharding_split(t) and not t.divisible and not t.input.is_broadcast
+    }
+    return sorted(used)
 
 
 def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
@@ -229,6 +253,10 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
             env[id(tr.input)] = idx
             if not tr.input.is_broadcast and idx.ub > tr.input.extent:
                 preds.append((idx, tr.input.extent))
+            if is_sharding_split(tr) and not tr.divisible and not tr.input.is_broadcast:
+                # This device's rows of an uneven sharding: its global row is below n.
+                here = var(device_index(tr.outer.parallel_type), tr.outer.extent)
+                preds.append((add(mul(here, tr.inner.extent), env[id(tr.inner)]), tr.input.extent))
         else:
             out = env[id(tr.output)]
             env[id(tr.outer)] = div(out, tr.inner.extent)
@@ -243,7 +271,7 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
             raise ScheduleError(
                 f"{tv.name}: logical axis {axis_text(ax)} is not reachable from its loop domain"
             )
-    return TensorIndex(logical, preds)
+    return TensorIndex(logical, preds, tuple(device_indices([tv])))
 
 
 def schedule_signature(tv: TensorView) -> tuple:

@@ -35,7 +35,7 @@ def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Me
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
     """True if a sharded axis of `target` comes from no input axis that could be
-    sharded the same way (e.g. a reshape whose source axis the mesh does not divide)."""
+    sharded the same way (e.g. a reshape whose axes the mesh does not divide)."""
     if target.mesh is None:
         return False
     for c, axes in enumerate(logical_placement(target).shards):
@@ -48,9 +48,19 @@ def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
             for pi, ci in producer_to_consumer(expr, p).items()
             if ci == c
         ]
-        if not any(ax.is_broadcast or ax.extent % devices == 0 for ax in sources):
+        extent = target.domain.logical[c].extent
+        if not any(
+            ax.is_broadcast or chunks_correspond(ax.extent, extent, devices) for ax in sources
+        ):
             return True
     return False
+
+
+def chunks_correspond(source: int, target: int, d: int) -> bool:
+    """True when chunk i of a source axis over d devices holds the elements of chunk i of
+    the target axis it maps to: the same extent (any d, torch.chunk's rows alike), or a
+    reshape's outer axes that d divides both (an uneven chunk of one is not of the other)."""
+    return source == target or (source % d == 0 and target % d == 0)
 
 
 def non_local_inputs(expr: Expr) -> list[TensorView]:

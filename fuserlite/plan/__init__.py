@@ -7,7 +7,7 @@ plans, the executor and the printers use the block model.
 """
 
 from fuserlite.ir.errors import RedistributionError
-from fuserlite.plan.blocks import Box, blocks, chunk_bounds, device_box
+from fuserlite.plan.blocks import Box, axis_rows, blocks, chunk_bounds, device_box
 from fuserlite.plan.brute_force import BruteForce, Optimum, brute_force
 from fuserlite.plan.classic import classic_steps
 from fuserlite.plan.cross_mesh import Holding, Move, Transfer, holdings, needs, plan_move
@@ -43,6 +43,7 @@ __all__ = [
     "StepKind",
     "Transfer",
     "all_placements",
+    "axis_rows",
     "axis_name",
     "blocks",
     "brute_force",

@@ -25,6 +25,11 @@ def chunk_bounds(n: int, d: int, i: int) -> Interval:
     return min(i * size, n), min((i + 1) * size, n)
 
 
+def axis_rows(n: int, parts: int) -> list[int]:
+    """Rows of each of `parts` chunks of an axis of extent n (13, 4 -> 4 4 4 1)."""
+    return [hi - lo for lo, hi in (chunk_bounds(n, parts, i) for i in range(parts))]
+
+
 def device_box(shape: Sequence[int], mesh: MeshShape, p: Placement, coord: Sequence[int]) -> Box:
     """The box the device at mesh coordinates `coord` holds under placement `p`."""
     box = []

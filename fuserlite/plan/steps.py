@@ -18,8 +18,10 @@ mesh B_local is B/D for a sharded tensor and B for a partial one, which gives
 docs/design.md §5: Allgather (D-1)/D * B, AllToAll (D-1)/D^2 * B, Allreduce
 2(D-1)/D * B_out, ReduceScatter (D-1)/D * B_in_local. An Allreduce whose
 elements D does not divide sends the ring's padded chunks, 2(D-1) * ceil(n/D)
-elements. Shardings must divide their extents for now (uneven extents are a
-later issue: `local_shape` is the one place that will take per-device sizes).
+elements. An extent its mesh axes do not divide is chunked as torch.chunk does
+(plan.blocks); B_local is then the largest chunk's, ceil(n/D) rows (`local_shape`):
+a plan's bytes are those of padded collectives, at most the padding over the even
+bound (lower-communications may run a step variable-size instead).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from fuserlite.ir.errors import RedistributionError
-from fuserlite.plan.mesh_axes import Group, MeshShape, axis_name, groups, team_name, team_size
+from fuserlite.plan.mesh_axes import Group, MeshShape, groups, team_name, team_size
 from fuserlite.plan.placement import Placement
 
 
@@ -152,26 +154,26 @@ def catalog(ndim: int, mesh_rank: int) -> list[Step]:
 _ONE_AXIS = (StepKind.LocalSlice, StepKind.Allgather, StepKind.ReduceScatter)
 
 
-def local_shape(shape: Sequence[int], mesh: MeshShape, p: Placement) -> tuple[int, ...] | None:
-    """Each device's local extents under `p`, or None where a sharding does not divide."""
-    out = []
-    for n, axes in zip(shape, p.shards):
-        d = math.prod(mesh[a] for a in axes)
-        if n % d:
-            return None
-        out.append(n // d)
-    return tuple(out)
+def local_shape(shape: Sequence[int], mesh: MeshShape, p: Placement) -> tuple[int, ...]:
+    """The local extents every device allocates under `p`: ceil(n/d) of an axis split d
+    ways (torch.chunk's chunk size, plan.blocks; trailing devices hold fewer rows)."""
+    return tuple(-(-n // math.prod(mesh[a] for a in axes)) for n, axes in zip(shape, p.shards))
 
 
-def step_bytes(step: Step, local_elements: int, itemsize: int, mesh: MeshShape) -> int:
-    """Bytes each device sends in `step`, holding `local_elements` before it (ring counts)."""
+def step_bytes(
+    step: Step, local_elements: int, itemsize: int, mesh: MeshShape, part: int | None = None
+) -> int:
+    """Bytes each device sends in `step`, holding `local_elements` before it (ring counts);
+    `part`: the elements of the part each member receives in an AllToAll or ReduceScatter
+    (n/D where D divides; the largest, padded part where it does not)."""
     d, n = team_size(mesh, step.group), local_elements
+    part = n // d if part is None else part
     sent = {
         StepKind.LocalSlice: 0,
         StepKind.Allgather: (d - 1) * n,
-        StepKind.AllToAll: (d - 1) * n // d,
+        StepKind.AllToAll: (d - 1) * part,
         StepKind.Allreduce: 2 * (d - 1) * -(-n // d),
-        StepKind.ReduceScatter: (d - 1) * n // d,
+        StepKind.ReduceScatter: (d - 1) * part,
     }[step.kind]
     return sent * itemsize
 
@@ -184,19 +186,25 @@ class Geometry:
     itemsize: int
     mesh: MeshShape
 
-    def local_elements(self, p: Placement) -> int | None:
-        """Elements each device holds under `p`, or None where a sharding does not divide."""
-        local = local_shape(self.shape, self.mesh, p)
-        return None if local is None else math.prod(local)
+    def local_elements(self, p: Placement) -> int:
+        """Elements the largest chunk under `p` holds (what every device allocates)."""
+        return math.prod(local_shape(self.shape, self.mesh, p))
 
     def cost(self, step: Step, before: Placement) -> int:
         """Bytes each device sends in `step` from `before`."""
-        return step_bytes(step, self.local_elements(before), self.itemsize, self.mesh)
+        part = None
+        if step.kind in (StepKind.AllToAll, StepKind.ReduceScatter):
+            after = local_shape(self.shape, self.mesh, step.apply(before))
+            local = list(local_shape(self.shape, self.mesh, before))
+            cut = step.to_axis if step.kind is StepKind.AllToAll else step.axis
+            local[cut] = after[cut]  # one member's part: the largest chunk of the cut axis
+            part = math.prod(local)
+        return step_bytes(step, self.local_elements(before), self.itemsize, self.mesh, part)
 
     def transition(self, step: Step, before: Placement) -> tuple[Placement, int] | None:
         """The placement after `step` and its bytes, or None where it does not apply here."""
         after = step.apply(before)
-        if after is None or self.local_elements(after) is None:
+        if after is None:
             return None
         return after, self.cost(step, before)
 
@@ -212,13 +220,3 @@ class Geometry:
                 f"cannot redistribute {self.what()} {pair}: the {role} {p} is for a rank-"
                 f"{p.ndim} tensor on a rank-{p.mesh_rank} mesh"
             )
-        for t, (n, axes) in enumerate(zip(self.shape, p.shards)):
-            d = math.prod(self.mesh[a] for a in axes)
-            if n % d:
-                names = " x ".join(axis_name(p.mesh_rank, a) for a in axes)
-                raise RedistributionError(
-                    f"cannot redistribute {self.what()} {pair}: in the {role} {p}, tensor axis "
-                    f"{t} (extent {n}) is split over {names} = {d} devices, which does not "
-                    f"divide it; uneven sharding is not supported yet: use an extent that "
-                    f"{d} divides"
-                )

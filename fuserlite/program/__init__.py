@@ -1,6 +1,6 @@
 """The lowered program: compute kernels and communications in execution order."""
 
-from fuserlite.program.communication import CommKind, Communication, Layout
+from fuserlite.program.communication import CommKind, Communication, Layout, Sizing
 from fuserlite.program.printer import print_program, print_scheduled
 from fuserlite.program.program import Kernel, Program, Resharding, Step
 
@@ -11,6 +11,7 @@ __all__ = [
     "Layout",
     "Program",
     "Resharding",
+    "Sizing",
     "Step",
     "print_program",
     "print_scheduled",

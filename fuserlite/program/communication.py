@@ -19,6 +19,7 @@ from fuserlite.ir.errors import ParseError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
+from fuserlite.ir.sharding import is_uneven
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.forms import KINDS, Kind, Template
@@ -51,6 +52,23 @@ class CommKind(str, Enum):
     @property
     def has_root(self) -> bool:
         return self in (CommKind.Broadcast, CommKind.Scatter, CommKind.Gather, CommKind.Reduce)
+
+
+class Sizing(str, Enum):
+    """How a collective moves the chunks of an axis its mesh does not divide."""
+
+    even = "even"  # every chunk the same size (the mesh divides the axis): the plain collective
+    padded = "padded"  # every chunk padded to ceil(n/d) rows, then the plain collective
+    variable = "variable"  # each chunk its own size: Allgatherv, Alltoallv, Scatterv, ...
+
+
+def chunks_unevenly(kind: CommKind, inp: TensorView, out: TensorView) -> bool:
+    """True when the collective cuts an axis its mesh does not divide into chunks, one
+    per device: what it gathers (Allgather, Gather, AllToAll's source) or scatters
+    (ReduceScatter, Scatter, AllToAll's target). Such a one is padded or variable."""
+    gathers = kind in (CommKind.Allgather, CommKind.Gather, CommKind.AllToAll)
+    scatters = kind in (CommKind.ReduceScatter, CommKind.Scatter, CommKind.AllToAll)
+    return (gathers and is_uneven(inp)) or (scatters and is_uneven(out))
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,7 @@ COMM_KINDS = {
     "int": Kind(r"-?\d+", lambda v, e, t: str(v), int),
     "reduction": Kind(r"\w+", lambda v, e, t: v.value, _choice(ReductionOpType, "reduction op")),
     "layout": Kind(r"free|pinned\{(?:\d+(?:, \d+)*)?\}", lambda v, e, t: str(v), _read_layout),
+    "sizing": Kind(r"\w+", lambda v, e, t: v.value, _choice(Sizing, "chunk sizing")),
     # Shown on an N-D mesh and for box transfers only (as `describe` always did).
     "nd": Kind(
         r"DeviceMesh\{[^()]*\}, teams=\([^()]*\), placements=\([^()]*\)->\([^()]*\)",
@@ -127,8 +146,8 @@ COMM_KINDS = {
 FORM = Template(
     "Communication {kind:comm} (team={team:team}[, mesh={nd:nd}][, root={root:int}]"
     "[, op={op:reduction}], input={input}, output={output}[, in_axis={in_axis:int}]"
-    "[, out_axis={out_axis:int}][, transfers={transfers:transfers}][, layout={layout:layout}], "
-    "bytes_per_device={bytes_per_device:int})",
+    "[, out_axis={out_axis:int}][, transfers={transfers:transfers}][, layout={layout:layout}]"
+    "[, chunks={sizing:sizing}], bytes_per_device={bytes_per_device:int})",
     COMM_KINDS,
 )
 
@@ -169,6 +188,7 @@ class Communication(Expr):
         axes: tuple[int, ...] = (),
         transfers: tuple | None = None,
         layout: Layout | None = None,
+        sizing: Sizing = Sizing.even,
     ) -> None:
         super().__init__([input], [output])
         self.kind = kind
@@ -185,6 +205,7 @@ class Communication(Expr):
         self.axes = tuple(axes)
         self.transfers = None if transfers is None else tuple(transfers)
         self.layout = layout
+        self.sizing = Sizing(sizing)
         self.op_name = kind.value
 
     @property
@@ -212,6 +233,8 @@ class Communication(Expr):
             )
         if self.transfers is not None:
             values["transfers"] = f"[{transfers_text(self.transfers)}]"
+        if self.sizing is Sizing.even:  # the plain collective: no chunks= (as before)
+            values["sizing"] = None
         return FORM.print(values, self, namer.tensor)
 
     @classmethod

@@ -2,8 +2,8 @@
 
 `verify_program(program)` raises VerifyError listing every broken invariant: the
 fusion's (fuserlite.verify, every tensor with a mesh), every kernel computing from
-local shards, collectives that agree on their layouts (seed 000), and outputs that
-are complete values. The pipeline runs it after every program pass.
+local shards, collectives that agree on their layouts (seed 000) and say how they
+move uneven chunks, and outputs that are complete values. The pipeline runs it after every program pass.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding, is_resharding
-from fuserlite.program.communication import Communication
+from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.program import Kernel, Program
 from fuserlite.verify import (
     LazyNamer,
@@ -30,11 +30,24 @@ def verify_program(program: Program) -> None:
         namer = LazyNamer(program.fusion)
         problems = fusion_problems(program.fusion, namer, require_mesh=True)
         problems.extend(layout_problems(program.communications))
+        problems.extend(sizing_problems(program.communications))
         problems.extend(step_problems(program))
         problems.extend(locality_problems(program))
         problems.extend(partial_output_problems(program.outputs, namer))
     if problems:
         raise VerifyError(problems_text("invalid program", problems))
+
+
+def sizing_problems(comms: list[Communication]) -> list[str]:
+    """A collective over uneven chunks must say how it moves them: a backend running the
+    plain collective would read every chunk as ceil(n/d) rows."""
+    return [
+        f"{c.kind.value} {c.input.name} -> {c.output.name} moves chunks of an axis its mesh "
+        "does not divide but its sizing is even; give it padded or variable chunks "
+        "(lower-communications chooses one)"
+        for c in comms
+        if c.sizing is Sizing.even and chunks_unevenly(c.kind, c.input, c.output)
+    ]
 
 
 def layout_problems(comms: list[Communication]) -> list[str]:

@@ -113,20 +113,28 @@ class Communicator:
         """The devices among `devices` that this process holds data for."""
         raise NotImplementedError
 
-    # Each collective: every member of each team passes its buffer in `bufs`.
-    def allgather(self, teams: Sequence[Team], bufs: Buffers) -> Buffers:
+    # Each collective: every member of each team passes its buffer in `bufs`. `rows`:
+    # None for equal parts (the plain collective); else {device: rows of its own part on
+    # axis 0}, every member's, for the variable-size one over uneven chunks.
+    def allgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Buffers:
         """Each member gets its team's buffers concatenated on axis 0, in member order."""
         raise NotImplementedError
 
-    def alltoall(self, teams: Sequence[Team], bufs: Buffers) -> dict[int, list[np.ndarray]]:
-        """Member j gets part j (of len(team) on axis 0) of every member's buffer, in order."""
+    def alltoall(
+        self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None
+    ) -> dict[int, list[np.ndarray]]:
+        """Member j gets part j (of len(team) on axis 0) of every member's buffer, in order;
+        with `rows`, part j has member j's rows, and `shapes` gives every member's buffer
+        shape (what each receives from it)."""
         raise NotImplementedError
 
     def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
         """Each member gets the fold of its team's buffers."""
         raise NotImplementedError
 
-    def reduce_scatter(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def reduce_scatter(
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, rows=None
+    ) -> Buffers:
         """Member j gets part j (on axis 0) of the fold of its team's buffers."""
         raise NotImplementedError
 
@@ -134,12 +142,13 @@ class Communicator:
         """Each member gets its team root's buffer."""
         raise NotImplementedError
 
-    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
         """Member j gets part j (of len(members) on axis 0) of its root's buffer."""
         raise NotImplementedError
 
-    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
-        """Each root gets its members' buffers (of `spec`) concatenated on axis 0."""
+    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+        """Each root gets its members' buffers (of `spec`, or of `rows` rows on axis 0)
+        concatenated on axis 0."""
         raise NotImplementedError
 
     def reduce(
@@ -200,12 +209,41 @@ def identity(dtype: np.dtype, op: ReductionOpType) -> np.generic:
     return dtype.type(op.identity(DType.from_numpy(dtype)))
 
 
-def chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:
-    """Part `index` of `parts` equal parts of `a` along `axis`: a view, never a copy."""
-    size = a.shape[axis] // parts
-    where = [slice(None)] * a.ndim
-    where[axis] = slice(index * size, (index + 1) * size)
-    return a[tuple(where)]
+def split_rows(a: np.ndarray, rows: Sequence[int]) -> list[np.ndarray]:
+    """`a` cut on axis 0 into consecutive chunks of `rows` rows (views)."""
+    return np.split(a, np.cumsum(rows)[:-1], axis=0)
+
+
+def pad_rows(a: np.ndarray, rows: int, fill=0) -> np.ndarray:
+    """`a` with axis 0 padded to `rows` rows of `fill` (a itself when it has them)."""
+    if a.shape[0] == rows:
+        return a
+    out = np.full((rows, *a.shape[1:]), fill, a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+def pad_to(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`a` in the leading corner of a zero array of `shape` (a itself when it has that
+    shape): padding that is never read, dropped or excluded by predicates."""
+    if a.shape == tuple(shape):
+        return contiguous(a)
+    out = np.zeros(shape, a.dtype)
+    out[tuple(slice(0, n) for n in a.shape)] = a
+    return out
+
+
+def unpad(whole: np.ndarray, size: int, rows: Sequence[int]) -> np.ndarray:
+    """The rows of each chunk of a buffer made of len(rows) chunks of `size` padded rows."""
+    return np.concatenate([whole[j * size : j * size + r] for j, r in enumerate(rows)])
+
+
+def parts(a: np.ndarray, team: Team, rows: dict[int, int] | None, what: str) -> list[np.ndarray]:
+    """`a` on axis 0 in one part per member of `team`: equal parts, or each member's
+    `rows` (a variable-size collective over uneven chunks)."""
+    if rows is None:
+        return split_even(a, len(team.members), what)
+    return split_rows(a, [rows[d] for d in team.members])
 
 
 def split_even(a: np.ndarray, parts: int, what: str) -> list[np.ndarray]:

@@ -31,6 +31,7 @@ from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler
 from fuserlite.kernel.cpu import PRELUDE, cpu_function
+from fuserlite.kernel.indexing import device_indices
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.kernel_grid import GridCache
 from fuserlite.runtime.kernel_runner import KernelPlan, plan_kernel, poison, run_kernel
@@ -92,19 +93,20 @@ class InterpretedKernels:
         self._plans: dict[int, KernelPlan] = {}
 
     def run(
-        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
+        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device_index: int = 0
     ) -> dict[TensorView, np.ndarray]:
-        """The kernel's local outputs on one device."""
+        """The kernel's local outputs on the device at `device_index` of its mesh."""
         plan = self._plans.get(id(kernel))
         if plan is None:  # the lowered program never changes: each kernel is planned once
             plan = self._plans[id(kernel)] = plan_kernel(kernel, self.grids)
-        return run_kernel(kernel, local_inputs, plan, self.grids)
+        return run_kernel(kernel, local_inputs, plan, self.grids, device_index)
 
 
 class _Entry:
     """A compiled kernel and what calling it takes."""
 
     def __init__(self, kernel: Kernel, function: Callable) -> None:
+        self.devices = device_indices(kernel.tensors)  # carried after the buffers' addresses
         function.argtypes = [ctypes.c_void_p]  # the array of its buffers' addresses
         function.restype = None
         self.function = function
@@ -133,9 +135,9 @@ class CompiledKernels:
         self._entries = {id(k): _Entry(k, loaded[s]) for k, (s, _) in zip(self.kernels, functions)}
 
     def run(
-        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
+        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device_index: int = 0
     ) -> dict[TensorView, np.ndarray]:
-        """The kernel's local outputs on one device."""
+        """The kernel's local outputs on the device at `device_index` of its mesh."""
         if self._entries is None:
             self.prepare()
         entry = self._entries[id(kernel)]
@@ -149,7 +151,8 @@ class CompiledKernels:
                 )
             arrays.append(array)
         outs = [np.full(shape, p, dtype) for (shape, dtype), p in zip(entry.outputs, entry.poison)]
-        addresses = np.array([a.ctypes.data for a in (*arrays, *outs)], np.uintp)
+        indices = [device_index] * len(entry.devices)  # a 1-D mesh: didx
+        addresses = np.array([a.ctypes.data for a in (*arrays, *outs)] + indices, np.uintp)
         entry.function(addresses.ctypes.data)
         return dict(zip(kernel.outputs, outs))
 

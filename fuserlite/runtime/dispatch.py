@@ -21,7 +21,7 @@ from fuserlite.ir.sharding import local_shape, placement
 from fuserlite.plan.blocks import Box
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 from fuserlite.plan.steps import Step, StepKind, moves
-from fuserlite.program.communication import CommKind, Communication
+from fuserlite.program.communication import CommKind, Communication, Sizing
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
@@ -29,9 +29,12 @@ from fuserlite.runtime.communicator import (
     Team,
     back,
     front,
+    pad_rows,
+    unpad,
 )
 from fuserlite.runtime.moves import run_move
-from fuserlite.runtime.plan_steps import mesh_teams, run_step
+from fuserlite.runtime.plan_steps import Chunks, mesh_teams, run_step
+from fuserlite.runtime.shards import device_shape
 
 # Kinds that run on one mesh: the planner's steps (fuserlite.runtime.plan_steps)
 ONE_MESH = (
@@ -130,7 +133,8 @@ def teams_of(comm: Communication) -> tuple[Team, ...]:
 
 
 def _spec(comm: Communication, axis: int | None) -> BufferSpec:
-    """A sender's buffer as the backend sees it (sharded axis `axis` moved to the front)."""
+    """A sender's buffer as the backend sees it (sharded axis `axis` moved to the front),
+    as every device allocates it: ceil(n/d) rows of an uneven axis."""
     shape = local_shape(comm.input)
     if axis is not None:
         shape = (shape[axis], *shape[:axis], *shape[axis + 1 :])
@@ -138,12 +142,12 @@ def _spec(comm: Communication, axis: int | None) -> BufferSpec:
 
 
 def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
-    want = local_shape(comm.input)
     for d in devices:
         if d not in bufs:
             raise ExecutionError(
                 f"{comm.kind.value} of {comm.input.name}: device {d} has no buffer"
             )
+        want = device_shape(comm.input, d)
         if bufs[d].shape != want:
             raise ExecutionError(
                 f"{comm.kind.value} {comm.input.name} -> {comm.output.name}: device {d} holds a "
@@ -151,13 +155,29 @@ def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
             )
 
 
+def chunks_of(comm: Communication) -> Chunks | None:
+    """A same-mesh Communication's uneven chunks (None where it moves equal ones)."""
+    if comm.sizing is Sizing.even:
+        return None
+    devices = comm.input.mesh.devices
+    return Chunks(
+        {d: device_shape(comm.input, d) for d in devices},
+        {d: device_shape(comm.output, d) for d in devices},
+        comm.sizing is Sizing.padded,
+    )
+
+
 def run_communication(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
-    """Execute one Communication; returns the output shards of hosted output devices."""
+    """Execute one Communication; returns the output shards of hosted output devices.
+
+    On an axis its mesh does not divide, a `padded` one pads every chunk to ceil(n/d)
+    rows and trims what it receives; a `variable` one hands the backend each chunk's
+    rows (docs/design.md §5); a move between meshes sends each device's own box."""
     k = comm.kind
     senders = backend.hosted(comm.input.mesh.devices)
     _check_buffers(comm, bufs, senders)
     if k in ONE_MESH:
-        return run_step(step_of(comm), comm.input.mesh, backend, bufs, comm.op)
+        return run_step(step_of(comm), comm.input.mesh, backend, bufs, comm.op, chunks_of(comm))
     if not _rooted_collective(comm):
         move, sources, destinations = move_of(comm)
         return run_move(move, sources, destinations, backend, bufs, comm.input.dtype.numpy, comm.op)
@@ -166,13 +186,41 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
         return backend.broadcast(teams, {d: bufs[d] for d in senders}, _spec(comm, None))
     if k is CommKind.Scatter:
         moved = {d: front(bufs[d], a_out) for d in senders}
-        got = backend.scatter(teams, moved, _spec(comm, a_out))
-        return {d: back(v, a_out) for d, v in got.items()}
+        return _scatter(comm, backend, teams, moved)
     if k is CommKind.Gather:
         moved = {d: front(bufs[d], a_in) for d in senders}
-        got = backend.gather(teams, moved, _spec(comm, a_in))
-        return {d: back(v, a_in) for d, v in got.items()}
+        return _gather(comm, backend, teams, moved)
     if k is CommKind.Reduce:
         held = {d: bufs[d] for d in senders}
         return backend.reduce(teams, held, comm.op, _spec(comm, None))
     raise ExecutionError(f"no implementation for communication kind {k.value}")
+
+
+def _scatter(comm: Communication, backend: Communicator, teams, moved: Buffers) -> Buffers:
+    """The root's buffer (sharded axis in front) in one chunk per receiver."""
+    a_out, out_mesh = comm.out_axis, comm.output.mesh.devices
+    spec = _spec(comm, a_out)
+    rows = {d: device_shape(comm.output, d)[a_out] for d in out_mesh}
+    if comm.sizing is Sizing.padded:  # chunks of the largest size, the padding dropped
+        size = max(rows.values())
+        moved = {d: pad_rows(v, size * len(out_mesh)) for d, v in moved.items()}
+        spec = BufferSpec((size * len(out_mesh), *spec.shape[1:]), spec.dtype)
+        got = backend.scatter(teams, moved, spec)
+        got = {d: v[: rows[d]] for d, v in got.items()}
+    else:
+        got = backend.scatter(teams, moved, spec, rows if comm.sizing is Sizing.variable else None)
+    return {d: back(v, a_out) for d, v in got.items()}
+
+
+def _gather(comm: Communication, backend: Communicator, teams, moved: Buffers) -> Buffers:
+    """Every sender's chunk (sharded axis in front), joined at the root."""
+    a_in, in_mesh = comm.in_axis, comm.input.mesh.devices
+    spec = _spec(comm, a_in)  # ceil(n/d) rows: what the largest chunk holds
+    rows = {d: device_shape(comm.input, d)[a_in] for d in in_mesh}
+    if comm.sizing is Sizing.padded:
+        moved = {d: pad_rows(v, spec.shape[0]) for d, v in moved.items()}
+        got = backend.gather(teams, moved, spec)
+        got = {d: unpad(v, spec.shape[0], [rows[m] for m in in_mesh]) for d, v in got.items()}
+    else:
+        got = backend.gather(teams, moved, spec, rows if comm.sizing is Sizing.variable else None)
+    return {d: back(v, a_in) for d, v in got.items()}

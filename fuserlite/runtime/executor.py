@@ -14,6 +14,7 @@ communications go through the backend.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -29,7 +30,6 @@ from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
     describe_sharding,
     is_partial,
-    local_nbytes,
     local_shape,
     sharded_data_axis,
     shardings,
@@ -41,13 +41,14 @@ from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program
 from fuserlite.program.verify import verify_program
 from fuserlite.runtime.backends import BACKENDS, make_backend
-from fuserlite.runtime.communicator import Communicator, chunk
+from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.kernel_grid import GridCache
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.runtime.reference import check_inputs
+from fuserlite.runtime.shards import device_shape, device_slices
 
 SINGLE_DEVICE = DeviceMesh([0])
 
@@ -69,29 +70,29 @@ def _one_dimensional(tv: TensorView) -> None:
 
 
 def shard(tv: TensorView, array: np.ndarray, device: int) -> np.ndarray:
-    """The part of a global array that `device` holds."""
+    """The part of a global array that `device` holds (plan.blocks' box: a view)."""
     _one_dimensional(tv)
-    axis = sharded_data_axis(tv)
-    if axis is None:
-        return array
-    mesh = mesh_of(tv)
-    return chunk(array, axis, mesh.index(device), mesh.size)
+    return array[device_slices(tv, device)] if shardings(tv) else array
 
 
 def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
-    """Assemble a global array from every device's shard."""
+    """Assemble a global array from every device's shard (each its plan.blocks box)."""
     _one_dimensional(tv)
     mesh = mesh_of(tv)
-    axis = sharded_data_axis(tv)
-    if axis is None:
-        return shards[mesh.devices[0]]
-    return np.concatenate([shards[d] for d in mesh.devices], axis=axis)
+    first = shards[mesh.devices[0]]
+    if sharded_data_axis(tv) is None:
+        return first
+    whole = np.empty(tv.shape, first.dtype)
+    for d in mesh.devices:
+        whole[device_slices(tv, d)] = shards[d]
+    return whole
 
 
 def device_bytes(tv: TensorView) -> int:
     """Bytes of `tv` summed over the devices of its mesh (a replicated tensor on D
-    devices counts D times, as D devices would hold it)."""
-    return local_nbytes(tv) * mesh_of(tv).size
+    devices counts D times, as D devices would hold it; a short chunk its own rows)."""
+    rows = sum(math.prod(device_shape(tv, d)) for d in mesh_of(tv).devices)
+    return rows * tv.dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -282,13 +283,26 @@ class FusionExecutor:
                     f"device {d}: a kernel reads {', '.join(missing)}, which this device does not hold"
                 )
             if kernel.scheduled and self._kernels is not None:
-                local.update(self._kernels.run(kernel, {t: local[t] for t in kernel.inputs}))
+                local.update(self._run_scheduled(kernel, local, mesh.index(d), d))
                 continue
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
-                local[e.output] = eval_expr(e, [local[t] for t in e.inputs], local_shape(e.output))
+                shape = device_shape(e.output, d)
+                local[e.output] = eval_expr(e, [local[t] for t in e.inputs], shape)
                 _forget(local, dead)
             for t in kernel.outputs:  # computed in the compute dtype, stored in their own
                 local[t] = store(t, local[t])
+
+    def _run_scheduled(self, kernel: Kernel, local, index: int, device: int) -> dict:
+        """A scheduled kernel on one device. Its buffers are allocated as the IR says,
+        ceil(n/d) rows of an uneven axis: a short chunk is padded in and its rows taken
+        out, the kernel's predicates (`index`, the device's mesh index) guarding the rest;
+        a device whose chunks are empty runs nothing."""
+        shapes = {t: device_shape(t, device) for t in kernel.outputs}
+        if all(0 in s for s in shapes.values()):
+            return {t: np.empty(s, t.dtype.numpy) for t, s in shapes.items()}
+        inputs = {t: pad_to(local[t], local_shape(t)) for t in kernel.inputs}
+        out = self._kernels.run(kernel, inputs, index)
+        return {t: a[tuple(slice(0, n) for n in shapes[t])] for t, a in out.items()}
 
     def _run_communication(self, comm: Communication, values) -> None:
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}

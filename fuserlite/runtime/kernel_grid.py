@@ -100,15 +100,20 @@ class GridChunk:
         """One entry per point of the chunk, in grid order."""
         return np.broadcast_to(value, self.extents).reshape(-1)
 
-    def pred(self, key: tuple, ti: TensorIndex) -> np.ndarray:
-        """Where the tensor lowered to `ti` (structure `key`) is in bounds."""
+    def pred(self, key: tuple, ti: TensorIndex, device: dict[str, int]) -> np.ndarray:
+        """Where the tensor lowered to `ti` (structure `key`) is in bounds on the device
+        whose indices `device` gives ({"didx": 2}; read by uneven shardings' predicates)."""
+        env = self.env
         if not ti.predicates:
             key = ()  # always in bounds: one array of True serves every such tensor
+        elif ti.devices:
+            key = (key, *(device[name] for name in ti.devices))
+            env = {**env, **{name: np.int64(device[name]) for name in ti.devices}}
         hit = self._preds.get(key)
         if hit is None:
             pred = np.ones(self.extents, dtype=bool)
             for ix, bound in ti.predicates:
-                pred = pred & (evaluate(ix, self.env, self._memo) < bound)
+                pred = pred & (evaluate(ix, env, self._memo) < bound)
             hit = self._preds[key] = self.flat(pred)
         return hit
 

@@ -36,13 +36,16 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
-from fuserlite.ir.sharding import local_shape, shardings
+from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.indexing import TensorIndex
+from fuserlite.kernel.indexing import device_index as device_index_name
 from fuserlite.program.program import Kernel, Program
 from fuserlite.runtime.kernel_grid import Grid, GridCache, GridChunk, Offset
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_at_points, store
+from fuserlite.runtime.shards import device_slices
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
@@ -126,8 +129,12 @@ def run_kernel(
     local_inputs: dict[TensorView, np.ndarray],
     plan: KernelPlan | None = None,
     grids: GridCache | None = None,
+    device_index: int = 0,
 ) -> dict[TensorView, np.ndarray]:
     """Execute a scheduled kernel on one device's local input shards; returns local outputs.
+
+    Shards are the buffers every device allocates (local_shape); `device_index`, the
+    device's position in its mesh, is what the predicates of an uneven sharding read.
 
     `plan` is plan_kernel(kernel), for a caller that runs an unchanging kernel often;
     without it the plan is worked out once per device, or once while the IR is only
@@ -149,8 +156,9 @@ def run_kernel(
             )
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
+    device = {device_index_name(ParallelType.DIDx): device_index}
     for steps, dead in plan.passes:
-        _run_pass(grid, steps, dead, arrays, written)
+        _run_pass(grid, steps, dead, arrays, written, device)
     grids.trim()
     result = {}
     for tv in kernel.outputs:
@@ -221,7 +229,12 @@ def _lower(grid: Grid, step: _Step, registers: set[int]) -> _Lowered:
 
 
 def _run_pass(
-    grid: Grid, steps: list[_Lowered], dead: list[list[TensorView]], arrays: dict, written: dict
+    grid: Grid,
+    steps: list[_Lowered],
+    dead: list[list[TensorView]],
+    arrays: dict,
+    written: dict,
+    device: dict[str, int],
 ) -> None:
     """Evaluate `steps` chunk by chunk; the tensors they store join `arrays`."""
     stores = [None if p.store is None else _Store(p.expr.output, *p.store) for p in steps]
@@ -229,7 +242,7 @@ def _run_pass(
         regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for p, drop, to in zip(steps, dead, stores):
             expr = p.expr
-            pred = chunk.pred(p.key, p.index)
+            pred = chunk.pred(p.key, p.index, device)
             args, valid = [], pred
             for inp, access in p.reads:
                 if access is None:
@@ -364,9 +377,4 @@ def run_scheduled(
 
 def shard_slices(tv: TensorView, device_index: int) -> tuple[slice, ...]:
     """The slice of `tv`'s global data held by the device at `device_index` of its mesh."""
-    slices = [slice(None)] * len(tv.shape)
-    for s in shardings(tv).values():
-        if s.data_index is not None:
-            n = tv.shape[s.data_index] // s.num_devices
-            slices[s.data_index] = slice(device_index * n, (device_index + 1) * n)
-    return tuple(slices)
+    return device_slices(tv, tv.mesh.devices[device_index]) if tv.mesh else ()

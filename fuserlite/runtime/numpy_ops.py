@@ -17,6 +17,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ReductionOpType
 from fuserlite.numerics import casts, nn
 from fuserlite.ops.reductions import reduced_axes
 from fuserlite.ops.registry import (
@@ -25,6 +26,7 @@ from fuserlite.ops.registry import (
     positional,
     producer_to_consumer,
 )
+from fuserlite.runtime.communicator import identity
 
 BLOCK = 1 << 18  # elements a pass over a whole array takes at a time
 
@@ -48,14 +50,16 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if a.ndim <= 2 or b.ndim != 2:
         return np.matmul(a, b)
-    return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+    rows = math.prod(a.shape[:-1])  # not -1: a device's empty chunk of k has no rows to infer
+    return np.matmul(a.reshape(rows, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
 
 
 def _linear(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
     """x[..., k] @ w[wbatch..., n, k]^T (+ bias[wbatch..., n]) -> [wbatch..., ..., n]:
     one GEMM against all the weight's rows, its batch axes then moved to the front."""
     wbatch, n = w.shape[:-2], w.shape[-2]
-    out = _matmul(x, w.reshape(-1, w.shape[-1]).T).reshape(*x.shape[:-1], *wbatch, n)
+    rows = math.prod(w.shape[:-1])  # not -1: an empty chunk of k has no rows to infer
+    out = _matmul(x, w.reshape(rows, w.shape[-1]).T).reshape(*x.shape[:-1], *wbatch, n)
     xb = x.ndim - 1
     out = np.moveaxis(out, range(xb, xb + len(wbatch)), range(len(wbatch)))
     return out + bias[0].reshape(*wbatch, *[1] * xb, n) if bias else out
@@ -100,7 +104,10 @@ NUMPY: dict[str, Row] = {
     "minimum": np.minimum,
     # Reductions accumulate in the compute dtype: half sums in float, bool counts in int64.
     "sum": lambda e, a, shape: np.sum(a[0], axis=reduced_axes(e)),
-    "max": lambda e, a, shape: np.max(a[0], axis=reduced_axes(e)),
+    # A device's empty chunk of a sharded axis has the identity as its partial maximum.
+    "max": lambda e, a, shape: np.max(
+        a[0], axis=reduced_axes(e), initial=identity(a[0].dtype, ReductionOpType.max)
+    ),
     "expand": lambda e, a, shape: np.broadcast_to(a[0], shape),
     "reshape": lambda e, a, shape: a[0].reshape(shape),
     "take": lambda e, a, shape: np.take(a[0], e.attrs["indices"], axis=0),

@@ -19,6 +19,8 @@ here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
@@ -27,7 +29,19 @@ from fuserlite.ir.types import ReductionOpType
 from fuserlite.plan.blocks import chunk_bounds
 from fuserlite.plan.mesh_axes import Group, teams
 from fuserlite.plan.steps import Step, StepKind
-from fuserlite.runtime.communicator import Buffers, Communicator, Team, back, contiguous, front
+from fuserlite.runtime.communicator import (
+    Buffers,
+    Communicator,
+    Team,
+    back,
+    contiguous,
+    front,
+    identity,
+    pad_rows,
+    pad_to,
+    split_rows,
+    unpad,
+)
 
 
 def mesh_teams(mesh: DeviceMesh, group: Group) -> tuple[Team, ...]:
@@ -43,14 +57,27 @@ def local_chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:
     return a[tuple(where)]
 
 
+@dataclass(frozen=True)
+class Chunks:
+    """A step over uneven chunks: every device's local shape before and after it, and
+    whether each chunk is padded to the largest (the plain collective) or moves as it is
+    (the variable-size one)."""
+
+    before: dict[int, tuple[int, ...]]
+    after: dict[int, tuple[int, ...]]
+    padded: bool
+
+
 def run_step(
     step: Step,
     mesh: DeviceMesh,
     backend: Communicator,
     bufs: Buffers,
     op: ReductionOpType | None = None,
+    chunks: Chunks | None = None,
 ) -> Buffers:
-    """Each hosted device's local array after `step` (bufs: every hosted device's before)."""
+    """Each hosted device's local array after `step` (bufs: every hosted device's before);
+    `chunks` where the step's chunks are uneven (None: equal)."""
     ts = mesh_teams(mesh, step.group)
     k, t, u = step.kind, step.axis, step.to_axis
     hosted = backend.hosted(mesh.devices)
@@ -63,15 +90,68 @@ def run_step(
         where = {d: (r, len(team.members)) for team in ts for r, d in enumerate(team.members)}
         return {d: local_chunk(bufs[d], t, *where[d]) for d in hosted}
     if k is StepKind.Allgather:
-        got = backend.allgather(ts, {d: front(bufs[d], t) for d in hosted})
+        moved = {d: front(bufs[d], t) for d in hosted}
+        if chunks is None:
+            got = backend.allgather(ts, moved)
+        elif chunks.padded:  # every chunk padded to the largest, the padding dropped
+            rows = {d: shape[t] for d, shape in chunks.before.items()}
+            size = max(rows.values())
+            got = backend.allgather(ts, {d: pad_rows(v, size) for d, v in moved.items()})
+            members = {d: team.members for team in ts for d in team.members}
+            got = {d: unpad(v, size, [rows[m] for m in members[d]]) for d, v in got.items()}
+        else:
+            got = backend.allgather(ts, moved, {d: s[t] for d, s in chunks.before.items()})
         return {d: back(v, t) for d, v in got.items()}
     if k is StepKind.AllToAll:
-        got = backend.alltoall(ts, {d: front(bufs[d], u) for d in hosted})
+        got = _alltoall(ts, backend, {d: front(bufs[d], u) for d in hosted}, t, u, chunks)
         concat_at = t + 1 if t < u else t  # where t is once u is in front
         return {d: back(np.concatenate(parts, axis=concat_at), u) for d, parts in got.items()}
     if k is StepKind.Allreduce:
         return backend.allreduce(ts, {d: contiguous(bufs[d]) for d in hosted}, op)
     if k is StepKind.ReduceScatter:
-        got = backend.reduce_scatter(ts, {d: front(bufs[d], t) for d in hosted}, op)
+        moved = {d: front(bufs[d], t) for d in hosted}
+        if chunks is None:
+            got = backend.reduce_scatter(ts, moved, op)
+        elif chunks.padded:  # rows of the identity: folded among themselves, then dropped
+            rows = {d: shape[t] for d, shape in chunks.after.items()}
+            size, d0 = max(rows.values()), len(ts[0].members)
+            fill = identity(next(iter(moved.values())).dtype, op) if moved else 0
+            got = backend.reduce_scatter(
+                ts, {d: pad_rows(v, size * d0, fill) for d, v in moved.items()}, op
+            )
+            got = {d: v[: rows[d]] for d, v in got.items()}
+        else:
+            got = backend.reduce_scatter(ts, moved, op, {d: s[t] for d, s in chunks.after.items()})
         return {d: back(v, t) for d, v in got.items()}
     raise ExecutionError(f"{k.value} is not a step on one mesh; a move between meshes is")
+
+
+def _alltoall(ts, backend: Communicator, moved: Buffers, t: int, u: int, chunks: Chunks | None):
+    """Member j gets part j along u (in front) of every member's array: equal parts, each
+    padded to the largest chunks of u and t, or each its own rows (Alltoallv)."""
+    if chunks is None:
+        return backend.alltoall(ts, moved)
+    at = t + 1 if t < u else t  # where t is once u is in front
+    rows = {d: shape[u] for d, shape in chunks.after.items()}  # u rows device d receives
+    fronts = {d: _front_shape(shape, u) for d, shape in chunks.before.items()}
+    if not chunks.padded:
+        return backend.alltoall(ts, moved, rows, fronts)
+    members = {d: team.members for team in ts for d in team.members}
+    size_u, size_t = max(rows.values()), max(s[at] for s in fronts.values())
+    padded = {}
+    for d, v in moved.items():
+        pieces = split_rows(v, [rows[m] for m in members[d]])
+        full = [(size_u, *p.shape[1:at], size_t, *p.shape[at + 1 :]) for p in pieces]
+        padded[d] = np.concatenate([pad_to(p, f) for p, f in zip(pieces, full)])
+    got = backend.alltoall(ts, padded)
+    return {
+        d: [
+            p[tuple(slice(0, n) for n in (rows[d], *fronts[s][1:]))] for s, p in zip(members[d], ps)
+        ]
+        for d, ps in got.items()
+    }
+
+
+def _front_shape(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    """`shape` with `axis` first, as `front` lays an array out."""
+    return (shape[axis], *shape[:axis], *shape[axis + 1 :])

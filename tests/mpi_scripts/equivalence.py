@@ -21,6 +21,7 @@ from mpi4py import MPI
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.models import resharding as build
+from fuserlite.pipeline import default_pass_names
 from fuserlite.runtime.validate import TOLERANCES, mismatch
 from fuserlite.schedule.shard import shard_axis
 
@@ -176,6 +177,30 @@ def _partial_output(size: int) -> fl.Fusion:
     return f
 
 
+def uneven_cases(size: int) -> dict[str, object]:
+    """Every §5 row on x[n, n + 2] with n the mesh does not divide (on 4 ranks also an
+    empty device, n = 5, and more devices than rows, n = 3), each collective's chunks
+    padded and variable-size: `Allgather-uneven13-padded`."""
+    extents = (13, 5, 3) if size == 4 else (13,)
+    cases = {}
+    for n in extents:
+        # SendRecv needs two disjoint meshes: 2 + 2 of 4 ranks
+        rows = [
+            c for c in models.resharding_cases(size, n, n + 2) if c.kind not in (None, "SendRecv")
+        ]
+        if size == 4:
+            rows += [c for c in models.resharding_cases(2, n, n + 2) if c.kind == "SendRecv"]
+        for case in rows:
+            for chunks in ("padded", "variable"):
+                spec = default_pass_names(**{"lower-communications": f"chunks={chunks}"})
+                cases[f"{case.kind}-uneven{n}-{chunks}"] = lambda c=case, s=spec: (
+                    c.build(),
+                    None,
+                    fl.Pipeline(s),
+                )
+    return cases
+
+
 def all_cases(size: int) -> dict[str, object]:
     cases = {}
     root = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
@@ -195,6 +220,7 @@ def all_cases(size: int) -> dict[str, object]:
     cases["tp-mlp"] = lambda: models.tensor_parallel_mlp(size)
     cases["sp-mlp"] = lambda: models.tensor_parallel_mlp(size, sequence_parallel=True)
     cases["partial-output-completed"] = lambda: _partial_output(size)
+    cases |= uneven_cases(size)
     return cases
 
 
@@ -223,13 +249,17 @@ def main() -> None:
     results = {}
     for name, make in all_cases(size).items():
         made = make()
-        fusion, inputs = made if isinstance(made, tuple) else (made, None)
+        fusion, inputs, pipeline = (
+            (*made, None)[:3] if isinstance(made, tuple) else (made, None, None)
+        )
         inputs = inputs or fl.random_inputs(fusion, 5)
+        chunks, mine = [], None
         try:
-            mpi = fl.FusionExecutor(fusion, backend="mpi")
+            mpi = fl.FusionExecutor(fusion, backend="mpi", pipeline=pipeline)
             mine = mpi.run_per_device(inputs)[rank]
             kinds = [c.kind.value for c in mpi.communications]
-            sim = fl.FusionExecutor(fusion).run_per_device(inputs)[rank]
+            chunks = [c.sizing.value for c in mpi.communications]
+            sim = fl.FusionExecutor(fusion, pipeline=pipeline).run_per_device(inputs)[rank]
             verdict = compare(mine, sim)
             outs = mpi.run(inputs)
             if rank == 0:
@@ -244,7 +274,7 @@ def main() -> None:
         if rank == 0:
             worst = next((v for v in verdicts if v not in ("identical", "close")), None)
             summary = worst or ("close" if "close" in verdicts else "identical")
-            results[name] = {"verdict": summary, "kinds": kinds, "first": first}
+            results[name] = {"verdict": summary, "kinds": kinds, "first": first, "chunks": chunks}
     if rank == 0:
         print(json.dumps(results))
 

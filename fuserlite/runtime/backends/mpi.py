@@ -19,6 +19,10 @@ Allreduce is an AllToAll of flat chunks, a fold per chunk and an Allgather (the
 bytes of a ring), ReduceScatter an AllToAll and a fold, Reduce a Gather and a
 fold at the root. MPI's own ops would pick their own order (and MAX drops NaN).
 
+Uneven chunks (docs/design.md §5) move padded through the same calls, or each
+member's own rows through MPI's vector calls (`backends.mpi_vector`: Allgatherv,
+Alltoallv, Scatterv, Gatherv).
+
 Faults: `guard()` wraps one execution. An exception on one rank would leave
 the others blocked in their next collective, so the failing rank prints its
 message once (prefixed with its rank) and calls `MPI.COMM_WORLD.Abort(1)`,
@@ -48,6 +52,14 @@ from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.plan.blocks import chunk_bounds
 from fuserlite.program.communication import Communication
+from fuserlite.runtime.backends.mpi_vector import (
+    allgatherv,
+    alltoallv,
+    layout,
+    row_counts,
+    vector,
+    wire,
+)
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
@@ -58,6 +70,7 @@ from fuserlite.runtime.communicator import (
     contiguous,
     fold,
     split_even,
+    split_rows,
 )
 from fuserlite.runtime.dispatch import teams_of
 
@@ -73,14 +86,6 @@ def _mpi():
             "(mpi4py and mpich), then launch with mpiexec -n D"
         ) from exc
     return MPI
-
-
-def _wire(a: np.ndarray | None) -> np.ndarray | None:
-    """`a` as MPI can describe it: a numpy extension dtype (ml_dtypes' bfloat16, which
-    mpi4py has no datatype for) as a view of its bits, unsigned integers of its size."""
-    if a is None or a.dtype.kind != "V":
-        return a
-    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
 
 
 class MpiCommunicator(Communicator):
@@ -197,33 +202,53 @@ class MpiCommunicator(Communicator):
         return [self.rank] if self.rank in devices else []
 
     # -- collectives ------------------------------------------------------------------
-    def allgather(self, teams: Sequence[Team], bufs: Buffers) -> Buffers:
+    def allgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Buffers:
+        """Every member's buffer joined along axis 0 (with `rows`, each member's own rows:
+        an Allgatherv)."""
         mine = self._mine(teams)
         if mine is None:
             return {}
         team, comm = mine
         send = contiguous(bufs[self.rank])
-        recv = np.empty((len(team.members) * send.shape[0], *send.shape[1:]), send.dtype)
         self.bytes_sent += send.nbytes
-        comm.Allgather(_wire(send), _wire(recv))
+        if rows is not None:
+            return {self.rank: allgatherv(self.MPI, comm, send, [rows[d] for d in team.members])}
+        recv = np.empty((len(team.members) * send.shape[0], *send.shape[1:]), send.dtype)
+        comm.Allgather(wire(send), wire(recv))
         return {self.rank: recv}
 
-    def alltoall(self, teams: Sequence[Team], bufs: Buffers) -> dict[int, list[np.ndarray]]:
-        return self._parts(teams, bufs, "AllToAll")
+    def alltoall(
+        self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None
+    ) -> dict[int, list[np.ndarray]]:
+        return self._parts(teams, bufs, "AllToAll", rows, shapes)
 
     def _parts(
-        self, teams: Sequence[Team], bufs: Buffers, what: str
+        self, teams: Sequence[Team], bufs: Buffers, what: str, rows=None, shapes=None
     ) -> dict[int, list[np.ndarray]]:
-        """The AllToAll of axis-0 parts: {this rank: part j of every member, in order}."""
+        """The AllToAll of axis-0 parts: {this rank: part j of every member, in order};
+        with `rows`, an Alltoallv of each member's own rows, from buffers of `shapes`
+        (None: every member's shaped like this rank's, as a ReduceScatter's are)."""
         mine = self._mine(teams)
         if mine is None:
             return {}
         team, comm = mine
         d, send = len(team.members), contiguous(bufs[self.rank])
+        if rows is not None:
+            shapes_of = [send.shape if shapes is None else shapes[s] for s in team.members]
+            parts, sent = alltoallv(
+                self.MPI,
+                comm,
+                send,
+                [rows[m] for m in team.members],
+                shapes_of,
+                team.members.index(self.rank),
+            )
+            self.bytes_sent += sent * send.itemsize
+            return {self.rank: parts}
         split_even(send, d, f"rank {self.rank}: {what} over team {list(team.members)}")
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes * (d - 1) // d
-        comm.Alltoall(_wire(send), _wire(recv))
+        comm.Alltoall(wire(send), wire(recv))
         return {self.rank: np.split(recv, d, axis=0)}
 
     def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
@@ -240,19 +265,22 @@ class MpiCommunicator(Communicator):
         m = counts[team.members.index(self.rank)]
         got = np.empty(d * m, send.dtype)
         comm.Alltoallv(
-            self._v(flat, counts, displs), self._v(got, [m] * d, [i * m for i in range(d)])
+            vector(self.MPI, flat, counts, displs),
+            vector(self.MPI, got, [m] * d, [i * m for i in range(d)]),
         )
         part = fold([got[i * m : (i + 1) * m] for i in range(d)], op)
         whole = np.empty(flat.size, send.dtype)
-        comm.Allgatherv(_wire(part), self._v(whole, counts, displs))
+        comm.Allgatherv(wire(part), vector(self.MPI, whole, counts, displs))
         self.bytes_sent += (flat.size - m + (d - 1) * m) * send.itemsize
         return {self.rank: whole.reshape(send.shape)}
 
-    def reduce_scatter(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
-        """Member j folds part j of every member's buffer, in member order (an AllToAll)."""
-        return {
-            d: fold(parts, op) for d, parts in self._parts(teams, bufs, "ReduceScatter").items()
-        }
+    def reduce_scatter(
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, rows=None
+    ) -> Buffers:
+        """Member j folds part j of every member's buffer, in member order (an AllToAll;
+        with `rows`, an Alltoallv of each member's own rows)."""
+        parts = self._parts(teams, bufs, "ReduceScatter", rows)
+        return {d: fold(p, op) for d, p in parts.items()}
 
     def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
         mine = self._mine(teams)
@@ -264,67 +292,64 @@ class MpiCommunicator(Communicator):
             self.bytes_sent += buf.nbytes
         else:
             buf = np.empty(spec.shape, spec.dtype)
-        comm.Bcast(_wire(buf), root=team.devices.index(team.root))
+        comm.Bcast(wire(buf), root=team.devices.index(team.root))
         return {self.rank: buf} if self.rank in team.members else {}
 
-    def _v(self, array: np.ndarray, counts: list[int], displs: list[int]) -> list:
-        """A vector buffer for MPI's *v calls: the array's wire form, counts, displacements."""
-        wire = _wire(array)
-        return [wire, (counts, displs), self.MPI.Datatype.fromcode(wire.dtype.char)]
-
-    @staticmethod
-    def _layout(team: Team, per: int) -> tuple[list[int], list[int]]:
-        """Counts and displacements (elements) of one part of `per` per member, in member
-        order, for each device of the team's communicator (a root outside gets none)."""
-        where = {d: j for j, d in enumerate(team.members)}
-        counts = [per if d in where else 0 for d in team.devices]
-        return counts, [where.get(d, 0) * per for d in team.devices]
-
-    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
         mine = self._mine(teams)
         if mine is None:
             return {}
         team, comm = mine
         d = len(team.members)
         what = f"rank {self.rank}: Scatter over team {list(team.devices)}"
-        part = split_even(np.empty(spec.shape, spec.dtype), d, what)[0].shape
-        counts, displs = self._layout(team, int(np.prod(part, dtype=np.int64)))
+        if rows is None:
+            part = split_even(np.empty(spec.shape, spec.dtype), d, what)[0].shape
+            counts, displs = layout(team, int(np.prod(part, dtype=np.int64)))
+        else:  # Scatterv of each member's own rows
+            part = (rows.get(self.rank, 0), *spec.shape[1:])
+            counts, displs = layout(
+                team, row_counts([rows[m] for m in team.members], spec.shape[1:])
+            )
         send = None
         if self.rank == team.root:
             whole = contiguous(bufs[team.root], dtype=spec.dtype)
-            send = self._v(whole, counts, displs)
+            send = vector(self.MPI, whole, counts, displs)
             kept = counts[team.devices.index(team.root)] * whole.itemsize
             self.bytes_sent += whole.nbytes - kept
         mine_shape = part if self.rank in team.members else (0, *part[1:])
         recv = np.empty(mine_shape, spec.dtype)
-        comm.Scatterv(send, _wire(recv), root=team.devices.index(team.root))
+        comm.Scatterv(send, wire(recv), root=team.devices.index(team.root))
         return {self.rank: recv} if self.rank in team.members else {}
 
-    def _to_root(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec):
-        """(team, the members' buffers of `spec` in member order) at each root; None elsewhere."""
+    def _to_root(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None):
+        """(team, the members' buffers of `spec` (or of their `rows`) in member order) at
+        each root; None elsewhere."""
         mine = self._mine(teams)
         if mine is None:
             return None
         team, comm = mine
-        per = int(np.prod(spec.shape, dtype=np.int64))
-        counts, displs = self._layout(team, per)
+        shape = spec.shape or (1,)  # a 0-d buffer travels as one row
+        rest = shape[1:]
+        sizes = [shape[0]] * len(team.members) if rows is None else [rows[m] for m in team.members]
+        counts, displs = layout(team, row_counts(sizes, rest))
         if self.rank in team.members:
             send = contiguous(bufs[self.rank], dtype=spec.dtype)
         else:
             send = np.empty((0,), spec.dtype)
         whole = recv = None
         if self.rank == team.root:
-            whole = np.empty((len(team.members), *spec.shape), spec.dtype)
-            recv = self._v(whole, counts, displs)
+            whole = np.empty((sum(sizes), *rest), spec.dtype)
+            recv = vector(self.MPI, whole, counts, displs)
         else:
             self.bytes_sent += send.nbytes
-        comm.Gatherv(_wire(send), recv, root=team.devices.index(team.root))
+        comm.Gatherv(wire(send), recv, root=team.devices.index(team.root))
         if whole is None:
             return None
-        return team, [whole[j : j + 1].reshape(spec.shape) for j in range(len(team.members))]
+        got = split_rows(whole, sizes)
+        return team, got if spec.shape else [g.reshape(()) for g in got]
 
-    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
-        got = self._to_root(teams, bufs, spec)
+    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+        got = self._to_root(teams, bufs, spec, rows)
         if got is None:
             return {}
         team, parts = got
@@ -358,10 +383,10 @@ class MpiCommunicator(Communicator):
                         f"{list(sent[-1].shape)}, expected {list(m.spec.shape)}"
                     )
                 self.bytes_sent += sent[-1].nbytes
-                requests.append(self.world.Isend(_wire(sent[-1]), dest=m.dst, tag=_SENDRECV_TAG))
+                requests.append(self.world.Isend(wire(sent[-1]), dest=m.dst, tag=_SENDRECV_TAG))
             elif m.dst == self.rank:
                 out[i] = np.empty(m.spec.shape, m.spec.dtype)
-                requests.append(self.world.Irecv(_wire(out[i]), source=m.src, tag=_SENDRECV_TAG))
+                requests.append(self.world.Irecv(wire(out[i]), source=m.src, tag=_SENDRECV_TAG))
         self.MPI.Request.Waitall(requests)
         return out
 

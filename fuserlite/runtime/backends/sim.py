@@ -15,7 +15,7 @@ from fuserlite.runtime.communicator import (
     Team,
     check_teams,
     fold,
-    split_even,
+    parts,
 )
 
 
@@ -27,17 +27,19 @@ class SimCommunicator(Communicator):
     def hosted(self, devices) -> list[int]:
         return list(devices)
 
-    def allgather(self, teams: Sequence[Team], bufs: Buffers) -> Buffers:
+    def allgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Buffers:
         out = {}
         for t in check_teams(teams, "Allgather"):
-            whole = np.concatenate([bufs[d] for d in t.members], axis=0)
+            whole = np.concatenate([bufs[d] for d in t.members], axis=0)  # equal or not
             out |= {d: whole for d in t.members}
         return out
 
-    def alltoall(self, teams: Sequence[Team], bufs: Buffers) -> dict[int, list[np.ndarray]]:
+    def alltoall(
+        self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None
+    ) -> dict[int, list[np.ndarray]]:
         out = {}
         for t in check_teams(teams, "AllToAll"):
-            chunks = {d: split_even(bufs[d], len(t.members), "AllToAll") for d in t.members}
+            chunks = {d: parts(bufs[d], t, rows, "AllToAll") for d in t.members}
             out |= {dst: [chunks[src][j] for src in t.members] for j, dst in enumerate(t.members)}
         return out
 
@@ -48,23 +50,25 @@ class SimCommunicator(Communicator):
             out |= {d: total for d in t.members}
         return out
 
-    def reduce_scatter(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def reduce_scatter(
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, rows=None
+    ) -> Buffers:
         out = {}
         for t in check_teams(teams, "ReduceScatter"):
             total = fold([bufs[d] for d in t.members], op)
-            out |= dict(zip(t.members, split_even(total, len(t.members), "ReduceScatter")))
+            out |= dict(zip(t.members, parts(total, t, rows, "ReduceScatter")))
         return out
 
     def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
         return {d: bufs[t.root] for t in check_teams(teams, "Broadcast") for d in t.members}
 
-    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
         out = {}
         for t in check_teams(teams, "Scatter"):
-            out |= dict(zip(t.members, split_even(bufs[t.root], len(t.members), "Scatter")))
+            out |= dict(zip(t.members, parts(bufs[t.root], t, rows, "Scatter")))
         return out
 
-    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
         return {
             t.root: np.concatenate([bufs[d] for d in t.members], axis=0)
             for t in check_teams(teams, "Gather")
