@@ -18,7 +18,8 @@ from fuserlite import cli, models
 from fuserlite.kernel.cuda import cuda_source
 from fuserlite.passes.chunking import uneven_bytes
 from fuserlite.pipeline import default_pass_names
-from fuserlite.plan.blocks import axis_rows
+from fuserlite.plan.blocks import axis_rows, blocks
+from fuserlite.plan.placement import Placement
 from fuserlite.program.communication import Sizing
 from fuserlite.runtime.kernel_runner import run_kernel
 from fuserlite.schedule.shard import shard_axis
@@ -81,10 +82,10 @@ def test_a_short_chunk_writes_only_its_rows() -> None:
     program = fl.lower(f)
     (kernel,) = program.kernels
     x, y = (np.ones((4, 3), np.float32) for _ in range(2))
-    (out,) = run_kernel(kernel, dict(zip(kernel.inputs, (x, y))), device_index=3).values()
+    (out,) = run_kernel(kernel, dict(zip(kernel.inputs, (x, y))), device={"didx": 3}).values()
     np.testing.assert_allclose(out[:1], np.e + 1, rtol=1e-6)
     assert np.isnan(out[1:]).all()  # past the chunk: never written (poison)
-    (full,) = run_kernel(kernel, dict(zip(kernel.inputs, (x, y))), device_index=2).values()
+    (full,) = run_kernel(kernel, dict(zip(kernel.inputs, (x, y))), device={"didx": 2}).values()
     np.testing.assert_allclose(full, np.e + 1, rtol=1e-6)
     source = cuda_source(program)
     assert "const long long didx)" in source and "((didx * 4) + " in source
@@ -219,3 +220,12 @@ def test_a_collective_over_uneven_chunks_without_a_sizing_is_an_invalid_program(
 def test_the_working_set_counts_each_device_s_own_rows() -> None:
     f = pointwise(13)  # x and y [13, 3]: 4 4 4 1 rows, not 4 rows on each of 4 devices
     assert fl.FusionExecutor(f).working_set().inputs == 2 * 13 * 3 * 4
+
+
+def test_nested_chunks_follow_the_ir_splits() -> None:
+    """9 rows over mesh axes 0 (2) then 1 (4): the split of the split's 5 rows by 4 gives
+    every outer chunk inner chunks of 2 rows, the short one's cut off at its end."""
+    p = Placement(2, ((0, 1),))
+    rows = [hi - lo for ((lo, hi),) in blocks((9,), (2, 4), p)]
+    assert rows == [2, 2, 1, 0, 2, 2, 0, 0]
+    assert [hi - lo for ((lo, hi),) in blocks((16,), (2, 4), p)] == [2] * 8  # even: equal

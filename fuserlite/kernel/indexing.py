@@ -239,6 +239,9 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
         env[id(ax)] = var(loop_var(j), grid[j].extent)
         if ax.extent < grid[j].extent:
             preds.append((env[id(ax)], ax.extent))
+    # Global coordinates of the axes sharding splits cut (device axes at the device's
+    # index, not 0): a nested chunk's rows are checked against its enclosing chunk's.
+    glob: dict[int, Ix] = {}
     for tr in reversed(tv.domain.transforms):
         if isinstance(tr, Split):
             if tr.input.extent == 1:
@@ -253,10 +256,13 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
             env[id(tr.input)] = idx
             if not tr.input.is_broadcast and idx.ub > tr.input.extent:
                 preds.append((idx, tr.input.extent))
-            if is_sharding_split(tr) and not tr.divisible and not tr.input.is_broadcast:
-                # This device's rows of an uneven sharding: its global row is below n.
+            if is_sharding_split(tr):
                 here = var(device_index(tr.outer.parallel_type), tr.outer.extent)
-                preds.append((add(mul(here, tr.inner.extent), env[id(tr.inner)]), tr.input.extent))
+                inner = glob.get(id(tr.inner), env[id(tr.inner)])
+                glob[id(tr.input)] = add(mul(here, tr.inner.extent), inner)
+                if not tr.divisible and not tr.input.is_broadcast:
+                    # This device's rows of an uneven sharding: didx * c + row < n.
+                    preds.append((glob[id(tr.input)], tr.input.extent))
         else:
             out = env[id(tr.output)]
             env[id(tr.outer)] = div(out, tr.inner.extent)

@@ -4,7 +4,11 @@ This is the one definition of "which device holds which block". Chunking
 follows torch.chunk: a tensor axis of extent n split over d devices gives
 chunks of ceil(n/d), the trailing devices short or empty. A tensor axis
 sharded by several mesh axes is chunked by the outermost first, then each
-chunk again by the next. A partial placement holds addends of the same boxes.
+chunk again by the next, as the IR's nested splits cut it (nvFuser's): the
+inner chunks of every outer chunk have ceil(c/d) rows of its c = ceil(n/d)
+allocated rows, cut off at the outer chunk's end (9 over 2 then 4: 2 2 1 0 and
+2 2 0 0; DTensor would chunk the short outer chunk's own 4 rows, 1 1 1 1). A
+partial placement holds addends of the same boxes.
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ def device_box(shape: Sequence[int], mesh: MeshShape, p: Placement, coord: Seque
     """The box the device at mesh coordinates `coord` holds under placement `p`."""
     box = []
     for n, axes in zip(shape, p.shards):
-        start, stop = 0, n
+        start, stop, size = 0, n, n  # size: the rows the enclosing chunk is allocated
         for a in axes:
-            lo, hi = chunk_bounds(stop - start, mesh[a], coord[a])
-            start, stop = start + lo, start + hi
+            size = -(-size // mesh[a])
+            lo = min(start + coord[a] * size, stop)
+            start, stop = lo, min(lo + size, stop)
         box.append((start, stop))
     return tuple(box)
 

@@ -93,13 +93,13 @@ class InterpretedKernels:
         self._plans: dict[int, KernelPlan] = {}
 
     def run(
-        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device_index: int = 0
+        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device=None
     ) -> dict[TensorView, np.ndarray]:
-        """The kernel's local outputs on the device at `device_index` of its mesh."""
+        """The kernel's local outputs on one device (`device`: its indices, as run_kernel's)."""
         plan = self._plans.get(id(kernel))
         if plan is None:  # the lowered program never changes: each kernel is planned once
             plan = self._plans[id(kernel)] = plan_kernel(kernel, self.grids)
-        return run_kernel(kernel, local_inputs, plan, self.grids, device_index)
+        return run_kernel(kernel, local_inputs, plan, self.grids, device)
 
 
 class _Entry:
@@ -135,9 +135,9 @@ class CompiledKernels:
         self._entries = {id(k): _Entry(k, loaded[s]) for k, (s, _) in zip(self.kernels, functions)}
 
     def run(
-        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device_index: int = 0
+        self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device=None
     ) -> dict[TensorView, np.ndarray]:
-        """The kernel's local outputs on the device at `device_index` of its mesh."""
+        """The kernel's local outputs on one device (`device`: its indices, as run_kernel's)."""
         if self._entries is None:
             self.prepare()
         entry = self._entries[id(kernel)]
@@ -151,7 +151,7 @@ class CompiledKernels:
                 )
             arrays.append(array)
         outs = [np.full(shape, p, dtype) for (shape, dtype), p in zip(entry.outputs, entry.poison)]
-        indices = [device_index] * len(entry.devices)  # a 1-D mesh: didx
+        indices = [(device or {}).get(name, 0) for name in entry.devices]
         addresses = np.array([a.ctypes.data for a in (*arrays, *outs)] + indices, np.uintp)
         entry.function(addresses.ctypes.data)
         return dict(zip(kernel.outputs, outs))

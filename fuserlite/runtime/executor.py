@@ -45,6 +45,7 @@ from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.kernel_grid import GridCache
+from fuserlite.runtime.kernel_runner import device_coordinates
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_expr, store
 from fuserlite.runtime.reference import check_inputs
@@ -283,7 +284,7 @@ class FusionExecutor:
                     f"device {d}: a kernel reads {', '.join(missing)}, which this device does not hold"
                 )
             if kernel.scheduled and self._kernels is not None:
-                local.update(self._run_scheduled(kernel, local, mesh.index(d), d))
+                local.update(self._run_scheduled(kernel, local, mesh, d))
                 continue
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
                 shape = device_shape(e.output, d)
@@ -292,16 +293,16 @@ class FusionExecutor:
             for t in kernel.outputs:  # computed in the compute dtype, stored in their own
                 local[t] = store(t, local[t])
 
-    def _run_scheduled(self, kernel: Kernel, local, index: int, device: int) -> dict:
+    def _run_scheduled(self, kernel: Kernel, local, mesh: DeviceMesh, device: int) -> dict:
         """A scheduled kernel on one device. Its buffers are allocated as the IR says,
         ceil(n/d) rows of an uneven axis: a short chunk is padded in and its rows taken
-        out, the kernel's predicates (`index`, the device's mesh index) guarding the rest;
+        out, the kernel's predicates (the device's mesh coordinates) guarding the rest;
         a device whose chunks are empty runs nothing."""
         shapes = {t: device_shape(t, device) for t in kernel.outputs}
         if all(0 in s for s in shapes.values()):
             return {t: np.empty(s, t.dtype.numpy) for t, s in shapes.items()}
         inputs = {t: pad_to(local[t], local_shape(t)) for t in kernel.inputs}
-        out = self._kernels.run(kernel, inputs, index)
+        out = self._kernels.run(kernel, inputs, device_coordinates(mesh, device))
         return {t: a[tuple(slice(0, n) for n in shapes[t])] for t, a in out.items()}
 
     def _run_communication(self, comm: Communication, values) -> None:

@@ -35,12 +35,11 @@ import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType
-from fuserlite.kernel.indexing import TensorIndex
-from fuserlite.kernel.indexing import device_index as device_index_name
+from fuserlite.kernel.indexing import TensorIndex, device_index, device_indices
 from fuserlite.program.program import Kernel, Program
 from fuserlite.runtime.kernel_grid import Grid, GridCache, GridChunk, Offset
 from fuserlite.runtime.liveness import dead_after
@@ -129,12 +128,13 @@ def run_kernel(
     local_inputs: dict[TensorView, np.ndarray],
     plan: KernelPlan | None = None,
     grids: GridCache | None = None,
-    device_index: int = 0,
+    device: dict[str, int] | None = None,
 ) -> dict[TensorView, np.ndarray]:
     """Execute a scheduled kernel on one device's local input shards; returns local outputs.
 
-    Shards are the buffers every device allocates (local_shape); `device_index`, the
-    device's position in its mesh, is what the predicates of an uneven sharding read.
+    Shards are the buffers every device allocates (local_shape); `device`, the device's
+    index along each device parallel type ({"didx": 3}, `device_indices`), is what the
+    predicates of an uneven sharding read (index 0 when not given).
 
     `plan` is plan_kernel(kernel), for a caller that runs an unchanging kernel often;
     without it the plan is worked out once per device, or once while the IR is only
@@ -156,7 +156,8 @@ def run_kernel(
             )
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
-    device = {device_index_name(ParallelType.DIDx): device_index}
+    device = device or {}
+    device = {name: device.get(name, 0) for name in device_indices(kernel.tensors)}
     for steps, dead in plan.passes:
         _run_pass(grid, steps, dead, arrays, written, device)
     grids.trim()
@@ -375,6 +376,13 @@ def run_scheduled(
     return [out[t] for t in program.outputs]
 
 
-def shard_slices(tv: TensorView, device_index: int) -> tuple[slice, ...]:
-    """The slice of `tv`'s global data held by the device at `device_index` of its mesh."""
-    return device_slices(tv, tv.mesh.devices[device_index]) if tv.mesh else ()
+def shard_slices(tv: TensorView, position: int) -> tuple[slice, ...]:
+    """The slice of `tv`'s global data held by the device at `position` of its mesh."""
+    return device_slices(tv, tv.mesh.devices[position]) if tv.mesh else ()
+
+
+def device_coordinates(mesh: DeviceMesh, device: int) -> dict[str, int]:
+    """A device's index along each device parallel type of its mesh: {"didx": 2, ...},
+    what a kernel's uneven-sharding predicates read."""
+    coords = mesh.coordinates(device)
+    return {device_index(pt): coords[mesh.axis_of(pt)] for pt in mesh.parallel_types}
