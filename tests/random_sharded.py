@@ -23,15 +23,7 @@ from fuserlite.ir.types import ParallelType
 from fuserlite.schedule.shard import shard_axis
 
 # Known compiler bugs the generator steers around (flag -> what triggers it).
-KNOWN_BUGS: dict[str, str] = {
-    # An extent-D axis outer-split by D (the inner part, an iteration axis of extent 1)
-    # on a tensor with a broadcast axis, inlined into a consumer whose axes there are
-    # broadcast: the scheduled kernel reads the producer's register where only its
-    # first thread is valid (interpret: NaN, compiled: a 0 added); on main before
-    # uneven sharding too (tests/random_sharded.py seed 263 once extents were drawn).
-    "sharding-remainder-merged-with-broadcast": "outer_split(D) of an extent-D axis "
-    "on a tensor with broadcast axes",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 MAX_RANK = 4
 MAX_BOUND = 100.0  # keep |values| small so float32 reordering stays within tolerance
@@ -110,14 +102,7 @@ class Generator(TransformerOps, RandomFusion):
         if shardable and self.chance(p_shard):
             i = int(self.pick(shardable))
             pos = tv.domain.loop.index(tv.domain.logical[i])
-            remainder_bug = "sharding-remainder-merged-with-broadcast" in KNOWN_BUGS and any(
-                ax.is_broadcast for ax in tv.domain.logical
-            )
-            if (
-                tv.domain.logical[i].extent == mesh.size > 1
-                and self.chance(0.5)
-                and not remainder_bug
-            ):
+            if tv.domain.logical[i].extent == mesh.size > 1 and self.chance(0.5):
                 # the same sharding as shard_axis gives, written as an outer split by D
                 # whose inner part has extent 1
                 tv.outer_split(pos, mesh.size).axis(pos).parallelize(ParallelType.DIDx)

@@ -46,7 +46,10 @@ def sizing_problems(comms: list[Communication]) -> list[str]:
         "does not divide but its sizing is even; give it padded or variable chunks "
         "(lower-communications chooses one)"
         for c in comms
-        if c.sizing is Sizing.even and chunks_unevenly(c.kind, c.input, c.output)
+        # a move of box transfers (plan.cross_mesh) sends every box as it is
+        if c.sizing is Sizing.even
+        and c.transfers is None
+        and chunks_unevenly(c.kind, c.input, c.output)
     ]
 
 
