@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from fuserlite import ops
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
-from fuserlite.ops.registry import Category, OpDef, definition
+from fuserlite.ops.registry import Category, OpDef, all_ops, definition
 
 _state = threading.local()  # the stack of traces being built (at most one: no nesting)
 
@@ -140,134 +142,194 @@ class Trace:
         varying = in_order(self.mesh, (*v.varying, pt))
         j = varying.index(pt)
         rank = len(v.tensor.shape)
-        b = declare(ops.broadcast(v.tensor, [k == j for k in range(rank + 1)]), self.mesh, {})
+        kept = {i: p for i, p in enumerate(varying) if p is not pt}
+        b = declare(ops.broadcast(v.tensor, [k == j for k in range(rank + 1)]), self.mesh, kept)
         shape = list(b.shape)
         shape[j] = axis_size(self.mesh, pt)
         e = declare(ops.expand(b, shape), self.mesh, leading(varying))
         return Local(e, varying)
 
-    def _aligned(self, v: Local, varying: tuple[ParallelType, ...]) -> TensorView:
-        """v.tensor with a broadcast axis for each mesh axis of `varying` it lacks."""
-        if v.varying == varying:
-            return v.tensor
-        flags = [pt not in v.varying for pt in varying] + [False] * (
-            len(v.tensor.shape) - len(v.varying)
-        )
-        return declare(ops.broadcast(v.tensor, flags), self.mesh, {})
-
-    def _replay(self, expr) -> Local:
+    def _replay(self, expr: Expr) -> Local:
         d = definition(expr)
-        if d is None:
-            raise FusionError(f"shard_map: {expr!r} is not an op a local program can hold")
-        values = d.values(expr)
-        operands = [x for x in expr.operands() if isinstance(x, TensorView)]
-        locals_ = [self.values[id(x)] for x in operands]
-        if LOCAL_RULES.get(d.name) is _first_operand_varies:
-            locals_ = locals_[:1]
-        varying = in_order(self.mesh, {pt for v in locals_ for pt in v.varying})
-        rule = LOCAL_RULES.get(d.name, _pointwise if d.category is Category.POINTWISE else None)
+        rule = LOCAL_RULES.get(d.name) if d is not None else None
         if rule is None:
-            raise FusionError(f"shard_map: {d.name} has no local rule")
-        first_only = rule is _first_operand_varies
-        call = {}
+            raise FusionError(f"shard_map: {expr!r} has no local rule; write it in the global view")
+        values = d.values(expr)
+        r = Replay(self, d, expr, {}, {})
         for p in d.params:
             value = p.read(expr) if p.read is not None else values.get(p.name)
-            if value is None:
-                continue
-            if isinstance(value, tuple) and all(isinstance(t, TensorView) for t in value):
-                value = [self._aligned(self.values[id(t)], varying) for t in value]  # cat
-            elif isinstance(value, TensorView):
-                v = self.values[id(value)]
-                if first_only and p is not d.params[0]:
-                    if v.varying:
-                        raise FusionError(
-                            f"shard_map: {d.name}'s {p.name} {value.name} differs between the "
-                            f"devices of {', '.join(pt.name for pt in v.varying)}; inside "
-                            f"shard_map only its first operand may (give {p.name} the spec "
-                            "None, or write this op in the global view)"
-                        )
-                    value = v.tensor
-                else:
-                    value = self._aligned(v, varying)
-            call[p.name] = value
-        sizes = [axis_size(self.mesh, pt) for pt in varying]
-        call = rule(d, call, sizes, expr)
-        out = d.build(**call)
-        return Local(declare(out, self.mesh, leading(varying)), varying)
+            if isinstance(value, TensorView):
+                r.operands[p.name] = self.values[id(value)]
+            elif (
+                isinstance(value, tuple) and value and all(isinstance(t, TensorView) for t in value)
+            ):
+                r.operands[p.name] = [self.values[id(t)] for t in value]  # cat's tensors
+            elif value is not None:
+                r.attrs[p.name] = value
+        out = rule(r)
+        return Local(declare(out, self.mesh, leading(r.varying)), r.varying)
 
 
-# -- local rules: a local op's arguments on the global tensors -----------------------
-# (op, arguments, sizes of the leading axes, the local expression) -> arguments.
-LocalRule = Callable[[OpDef, dict, list[int], object], dict]
+@dataclass
+class Replay:
+    """One local op being replayed: its operands' Locals and its other arguments."""
+
+    trace: Trace
+    op: OpDef
+    expr: Expr
+    operands: dict[str, Local | list[Local]]
+    attrs: dict[str, object]
+
+    @property
+    def varying(self) -> tuple[ParallelType, ...]:
+        """The mesh axes the result varies over: those of any operand."""
+        values = [v for x in self.operands.values() for v in (x if isinstance(x, list) else [x])]
+        pts = {pt for v in values for pt in v.varying}
+        return in_order(self.trace.mesh, pts)
+
+    @property
+    def sizes(self) -> list[int]:
+        """Extents of the result's leading axes."""
+        return [axis_size(self.trace.mesh, pt) for pt in self.varying]
+
+    def aligned(self, name: str) -> TensorView | list[TensorView]:
+        """Operand `name` with a broadcast leading axis for each mesh axis it lacks."""
+        x = self.operands[name]
+        return [self._aligned(v) for v in x] if isinstance(x, list) else self._aligned(x)
+
+    def _aligned(self, v: Local) -> TensorView:
+        varying = self.varying
+        if v.varying == varying:
+            return v.tensor
+        flags = [pt not in v.varying for pt in varying]
+        flags += [False] * (len(v.tensor.shape) - len(v.varying))
+        kept = {i: pt for i, pt in enumerate(varying) if pt in v.varying}
+        return declare(ops.broadcast(v.tensor, flags), self.trace.mesh, kept)
+
+    def build(self, **changed: object) -> TensorView:
+        """The op on the aligned operands, with some arguments changed."""
+        call = {name: self.aligned(name) for name in self.operands} | self.attrs | changed
+        return self.op.build(**call)
 
 
-def _pointwise(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    return call
+# -- local rules: how each op acts on the global tensors of local values ------------
+LocalRule = Callable[[Replay], TensorView]
 
 
-def _first_operand_varies(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    # matmul and linear batch their first operand's leading axes; the rest is checked above.
-    return call
+def _same(r: Replay) -> TensorView:
+    """Pointwise: the leading axes are more batch axes."""
+    return r.build()
 
 
-def _shifted_axes(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    axes = call.get("axes")
-    if axes is not None:
-        k = len(sizes)
-        call["axes"] = [a + k for a in ([axes] if isinstance(axes, int) else axes)]
-    return call
+def _shifted_axes(r: Replay) -> TensorView:
+    axes = r.attrs.get("axes")
+    k = len(r.varying)
+    return r.build(axes=[a + k for a in ([axes] if isinstance(axes, int) else axes)])
 
 
-def _flags(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    call["flags"] = [False] * len(sizes) + list(call["flags"])
-    return call
+def _flags(r: Replay) -> TensorView:
+    return r.build(flags=[False] * len(r.varying) + list(r.attrs["flags"]))
 
 
-def _shape(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    call["shape"] = [*sizes, *call["shape"]]
-    return call
+def _shape(r: Replay) -> TensorView:
+    return r.build(shape=[*r.sizes, *r.attrs["shape"]])
 
 
-def _dims(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    k = len(sizes)
-    call["dims"] = [*range(k), *(a + k for a in call["dims"])]
-    return call
+def _dims(r: Replay) -> TensorView:
+    k = len(r.varying)
+    return r.build(dims=[*range(k), *(a + k for a in r.attrs["dims"])])
 
 
-def _rows(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    if sizes:
+def _rows(r: Replay) -> TensorView:
+    if r.varying:
         raise FusionError(
-            f"shard_map: take of {expr.inputs[0].name}, which differs between devices, is "
+            f"shard_map: take of {r.expr.inputs[0].name}, which differs between devices, is "
             "not supported inside shard_map; take the rows in the global view"
         )
-    return call
+    return r.build()
 
 
-def _axis(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    k, axis = len(sizes), call["axis"]
-    call["axis"] = axis + k if axis >= 0 else axis  # select and cat
-    return call
+def placed_leading(t: TensorView, k: int) -> dict[int, ParallelType]:
+    """The shardings of t's first k axes (a broadcast leading axis has none)."""
+    found = {}
+    for pt, s in shardings(t).items():
+        if s.data_index is not None and s.data_index < k:
+            found[s.data_index] = pt
+    return found
 
 
-def _squeezed(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
-    call["dims"] = [a + len(sizes) for a in call["dims"]]
-    return call
+def _padded(trace: Trace, t: TensorView, k: int, n: int) -> TensorView:
+    """t with n broadcast axes after its k leading ones."""
+    if n <= 0:
+        return t
+    flags = [False] * k + [True] * n + [False] * (len(t.shape) - k)
+    return declare(ops.broadcast(t, flags), trace.mesh, placed_leading(t, k))
 
 
-def _ranges(d: OpDef, call: dict, sizes: list[int], expr) -> dict:
+def _batched_matmul(r: Replay, a: TensorView, b: TensorView) -> TensorView:
+    """a @ b, each with the result's leading axes: numpy aligns batch axes on the right,
+    so the one with fewer local batch axes gets broadcast axes after its leading ones."""
+    k = len(r.varying)
+    ra, rb = len(a.shape) - k, len(b.shape) - k
+    if k and (ra < 2 or rb < 2):
+        raise FusionError(
+            f"shard_map: {r.op.name} of a 1-D local value that differs between devices; "
+            "reshape it to 2-D first"
+        )
+    return ops.matmul(_padded(r.trace, a, k, rb - ra), _padded(r.trace, b, k, ra - rb))
+
+
+def _matmul(r: Replay) -> TensorView:
+    return _batched_matmul(r, r.aligned("a"), r.aligned("b"))
+
+
+def _linear(r: Replay) -> TensorView:
+    """A weight the same on every device is the usual linear (x's leading axes are batch
+    axes); a weight that differs is each device's own: x @ weight^T + bias, batched."""
+    weight, bias = r.operands["weight"], r.operands.get("bias")
+    if not weight.varying and (bias is None or not bias.varying):
+        return ops.linear(r.aligned("x"), weight.tensor, None if bias is None else bias.tensor)
+    w = r.aligned("weight")
+    k = len(w.shape)
+    wt = declare(
+        ops.permute(w, [*range(k - 2), k - 1, k - 2]),
+        r.trace.mesh,
+        placed_leading(w, len(r.varying)),
+    )
+    out = _batched_matmul(r, r.aligned("x"), wt)
+    if bias is None:
+        return out
+    b = _padded(r.trace, r.aligned("bias"), len(r.varying), len(out.shape) - len(w.shape) + 1)
+    return ops.add(declare(out, r.trace.mesh, leading(r.varying)), b)
+
+
+def _axis(r: Replay) -> TensorView:
+    axis = r.attrs["axis"]  # select and cat
+    return r.build(axis=axis + len(r.varying) if axis >= 0 else axis)
+
+
+def _squeezed(r: Replay) -> TensorView:
+    return r.build(dims=[a + len(r.varying) for a in r.attrs["dims"]])
+
+
+def _ranges(r: Replay) -> TensorView:
     """slice: the leading (device) axes whole."""
-    call["starts"] = [0] * len(sizes) + list(call["starts"])
-    call["stops"] = [*sizes, *call["stops"]]
-    call["steps"] = [1] * len(sizes) + list(call["steps"])
-    return call
+    k = len(r.varying)
+    return r.build(
+        starts=[0] * k + list(r.attrs["starts"]),
+        stops=[*r.sizes, *r.attrs["stops"]],
+        steps=[1] * k + list(r.attrs["steps"]),
+    )
 
 
 LOCAL_RULES: dict[str, LocalRule] = {
+    **{d.name: _same for d in all_ops() if d.category is Category.POINTWISE and not d.attrs},
+    "set": _same,  # its cache hint is not about axes
+    "cast": _same,  # its attribute is a dtype, not an axis
     "broadcast": _flags,
-    "cast": _pointwise,  # its attribute is a dtype, not an axis
+    "permute": _dims,
     "expand": _shape,
     "reshape": _shape,
-    "permute": _dims,
     "take": _rows,
     "squeeze": _squeezed,
     "select": _axis,
@@ -275,8 +337,8 @@ LOCAL_RULES: dict[str, LocalRule] = {
     "cat": _axis,
     "sum": _shifted_axes,
     "max": _shifted_axes,
-    "matmul": _first_operand_varies,
-    "linear": _first_operand_varies,
+    "matmul": _matmul,
+    "linear": _linear,
 }
 
 

@@ -214,15 +214,13 @@ def test_specs_are_checked():
 
 
 def test_every_op_has_a_local_rule():
-    from fuserlite.ops.registry import Category, all_ops
+    from fuserlite.ops.registry import Category, all_ops, lookup
     from fuserlite.shard_map_trace import LOCAL_RULES
 
-    missing = [
-        d.name
-        for d in all_ops()
-        if d.name not in LOCAL_RULES and (d.category is not Category.POINTWISE or d.attrs != ())
-    ]
-    assert missing == [] or missing == ["set"]  # set's cache hint needs no rule
+    assert sorted(LOCAL_RULES) == sorted(d.name for d in all_ops())
+    # The generic rule (the leading axes are batch axes) only for pointwise ops.
+    generic = {name for name, rule in LOCAL_RULES.items() if rule is LOCAL_RULES["add"]}
+    assert all(lookup(name).category is Category.POINTWISE for name in generic)
 
 
 def test_shard_maps_do_not_nest():
@@ -233,11 +231,32 @@ def test_shard_maps_do_not_nest():
         _traced(inner)
 
 
-def test_a_weight_that_differs_between_devices_is_refused():
-    with fl.Fusion():
-        x, w = fl.tensor([4, 2]), fl.tensor([8, 2])
-        with pytest.raises(fl.FusionError, match="linear's weight .* differs between the devices"):
-            fl.shard_map(fl.linear, fl.DeviceMesh.for_num_devices(4), [None, (DIDx,)], [None])(x, w)
+def test_megatron_mlp_in_shard_map_form():
+    """Column- then row-parallel linear, each device with its own weight blocks; one psum."""
+    d, hidden = 4, 8
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, hidden)).astype(np.float32)
+    w1 = rng.standard_normal((4 * hidden, hidden)).astype(np.float32)
+    b1 = rng.standard_normal(4 * hidden).astype(np.float32)
+    w2 = rng.standard_normal((hidden, 4 * hidden)).astype(np.float32)
+
+    def mlp(x, w1, b1, w2):  # local: w1 [8, 8], b1 [8], w2 [8, 8]
+        return fl.psum(fl.linear(fl.gelu(fl.linear(x, w1, b1)), w2))
+
+    (out,), kinds = run(mlp, [x, w1, b1, w2], [None, (DIDx,), (DIDx,), (None, DIDx)], [None], d)
+    assert kinds == ["Allreduce"]
+    assert out.shape == (2, 3, hidden)
+    # the same MLP, one device: validated against fl.evaluate inside run(); here by hand
+    h = x @ w1.T + b1
+    gelu = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+    np.testing.assert_allclose(out, gelu @ w2.T, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_local_matmul_with_each_devices_own_matrix():
+    a = np.arange(32, dtype=np.float32).reshape(4, 2, 4)  # device i: a[i] [2, 4] -> [1, 2, 4]
+    b = np.arange(48, dtype=np.float32).reshape(16, 3)  # device i: b[4i:4i+4] [4, 3]
+    (out,), _ = run(lambda p, q: fl.matmul(p, q), [a, b], [(DIDx,), (DIDx,)], [(DIDx,)])
+    np.testing.assert_allclose(out, np.stack([a[i] @ b[4 * i : 4 * i + 4] for i in range(4)]))
 
 
 def test_a_2x4_mesh_gathers_over_one_axis_and_reduces_over_the_other():
