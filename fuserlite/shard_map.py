@@ -28,7 +28,9 @@ from fuserlite.ir.types import ParallelType
 from fuserlite.ops.common import fusion_of
 from fuserlite.shard_map_trace import (
     Local,
+    Region,
     Trace,
+    add_region,
     axis_size,
     declare,
     in_order,
@@ -167,11 +169,13 @@ def shard_map(
         for k, x in enumerate(xs):
             args.instance(x, TensorView, "shard_map", f"argument {k}", "a TensorView")
         trace = Trace(mesh, fusion_of(*xs))
+        made = len(trace.fusion.tensors_created)
         specs = _specs(in_specs, len(xs), "in_specs")
-        local_args = []
+        local_args, ins = [], []
         for k, (x, s) in enumerate(zip(xs, specs)):
             what = f"shard_map: in_specs[{k}] of {x.name}"
-            v = _entering(trace, x, _spec(s, mesh, len(x.shape), what), what)
+            ins.append(_spec(s, mesh, len(x.shape), what))
+            v = _entering(trace, x, ins[-1], what)
             local_args.append(trace.bind(None, v, name=x.user_name))
         with tracing(trace):
             with trace.local:
@@ -186,11 +190,25 @@ def shard_map(
                     f"got {result!r}"
                 )
             out_list = _specs(out_specs, len(results), "out_specs")
-            outs = []
+            outs, out_dicts = [], []
             for k, (r, s) in enumerate(zip(results, out_list)):
                 what = f"shard_map: out_specs[{k}] of {r.name}"
                 v = trace.value(r, what)
-                outs.append(_leaving(trace, v, _spec(s, mesh, len(r.shape), what), what))
+                out_dicts.append(_spec(s, mesh, len(r.shape), what))
+                outs.append(_leaving(trace, v, out_dicts[-1], what))
+        created = frozenset(id(t) for t in trace.fusion.tensors_created[made:])
+        add_region(
+            Region(
+                trace,
+                xs,
+                tuple(local_args),
+                tuple(ins),
+                tuple(results),
+                tuple(out_dicts),
+                tuple(outs),
+                created,
+            )
+        )
         return outs[0] if single else tuple(outs)
 
     return mapped

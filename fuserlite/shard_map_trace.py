@@ -9,6 +9,7 @@ tensors, its axes shifted past the leading ones (the op's local rule, LOCAL_RULE
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -103,6 +104,8 @@ class Trace:
         self.fusion = fusion  # the global fusion
         self.local = Fusion()  # the program fn writes, on local shapes
         self.values: dict[int, Local] = {}  # id(local tensor) -> its Local
+        # id(local tensor) -> (collective, its arguments as called), for the .fus writer
+        self.calls: dict[int, tuple[str, dict[str, object]]] = {}
 
     def bind(self, local: TensorView | None, value: Local, name: str | None = None) -> TensorView:
         """A local tensor standing for `value` (a new leaf of the local program if None)."""
@@ -352,6 +355,34 @@ def active_trace(what: str) -> Trace:
             "let the passes place the communications"
         )
     return stack[-1]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A traced shard_map call, kept so the .fus writer can write it as written."""
+
+    trace: Trace
+    arguments: tuple[TensorView, ...]  # global
+    local_arguments: tuple[TensorView, ...]
+    in_specs: tuple[dict[int, ParallelType], ...]
+    results: tuple[TensorView, ...]  # local
+    out_specs: tuple[dict[int, ParallelType], ...]
+    outputs: tuple[TensorView, ...]  # global
+    made: frozenset[int]  # ids of the global tensors the call made, outputs included
+
+
+_REGIONS: weakref.WeakKeyDictionary[Fusion, list[Region]] = weakref.WeakKeyDictionary()
+
+
+def regions(fusion: Fusion) -> list[Region]:
+    """The shard_map calls traced into `fusion`, in order (a clone has none: it is written
+    in the global view)."""
+    return _REGIONS.get(fusion, [])
+
+
+def add_region(region: Region) -> None:
+    """Remember a traced call."""
+    _REGIONS.setdefault(region.trace.fusion, []).append(region)
 
 
 @contextmanager

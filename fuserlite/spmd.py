@@ -11,7 +11,9 @@ path. Outside a shard_map function every collective is a FusionError.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 
 from fuserlite import ops
 from fuserlite.ir import args
@@ -29,6 +31,22 @@ from fuserlite.shard_map_trace import (
 )
 
 _OPS = {"sum": ops.sum, "max": ops.max}
+COLLECTIVES: dict[str, Callable[..., TensorView]] = {}  # name -> the public function
+
+
+def collective(fn: Callable[..., TensorView]) -> Callable[..., TensorView]:
+    """Register a collective; each call is recorded in its trace as it was written."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def recorded(*a, **kw) -> TensorView:
+        out = fn(*a, **kw)
+        given = signature.bind(*a, **kw).arguments
+        active_trace(fn.__name__).calls[id(out)] = (fn.__name__, dict(given))
+        return out
+
+    COLLECTIVES[fn.__name__] = recorded
+    return recorded
 
 
 def _local(t: TensorView, what: str) -> TensorView:
@@ -86,6 +104,7 @@ def _merged(trace: Trace, t: TensorView, at: int, sharded: dict[int, ParallelTyp
     return declare(ops.reshape(t, shape), trace.mesh, sharded)
 
 
+@collective
 def all_gather(t: TensorView, dim: int = 0, axis: object = None, tiled: bool = True) -> TensorView:
     """Every device of the axis gets all their local values, concatenated along `dim`
     (torch_xla's all_gather, JAX's with tiled=True) or stacked in a new axis `dim`
@@ -115,6 +134,7 @@ def _reduced(trace: Trace, v: Local, pt: ParallelType, op: str, what: str) -> Te
     return _reduce_fn(op, what)(v.tensor, [v.varying.index(pt)])
 
 
+@collective
 def all_reduce(t: TensorView, op: str = "sum", axis: object = None) -> TensorView:
     """Every device of the axis gets the sum (or max) of their local values."""
     return _all_reduce(t, op, axis, "all_reduce")
@@ -128,16 +148,19 @@ def _all_reduce(t: TensorView, op: str, axis: object, what: str) -> TensorView:
     return trace.bind(None, Local(out, rest))
 
 
+@collective
 def psum(t: TensorView, axis: object = None) -> TensorView:
     """JAX's psum: all_reduce with op="sum"."""
     return _all_reduce(t, "sum", axis, "psum")
 
 
+@collective
 def pmax(t: TensorView, axis: object = None) -> TensorView:
     """JAX's pmax: all_reduce with op="max"."""
     return _all_reduce(t, "max", axis, "pmax")
 
 
+@collective
 def reduce_scatter(
     t: TensorView,
     op: str = "sum",
@@ -187,6 +210,7 @@ def _reduce_scatter(t, op, scatter_dim, shard_count, axis, tiled, what: str) -> 
     return trace.bind(None, Local(r, varying))
 
 
+@collective
 def psum_scatter(
     t: TensorView, axis: object = None, scatter_dimension: int = 0, tiled: bool = False
 ) -> TensorView:
@@ -194,6 +218,7 @@ def psum_scatter(
     return _reduce_scatter(t, "sum", scatter_dimension, None, axis, tiled, "psum_scatter")
 
 
+@collective
 def all_to_all(t: TensorView, split_dim: int, concat_dim: int, axis: object = None) -> TensorView:
     """Split each local value along `split_dim` into one block per device of the axis,
     send block i to device i, concatenate the received blocks along `concat_dim`."""
@@ -233,6 +258,7 @@ def all_to_all(t: TensorView, split_dim: int, concat_dim: int, axis: object = No
     return trace.bind(None, Local(r, v.varying))
 
 
+@collective
 def ppermute(t: TensorView, axis: object, perm: Sequence[tuple[int, int]]) -> TensorView:
     """Device dst of the axis gets the local value of device src, for each (src, dst)
     pair of `perm` (JAX's ppermute(x, axis_name, perm); every device must receive one

@@ -45,7 +45,9 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import sharding_problem
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ParallelType
+from fuserlite.spmd import COLLECTIVES
 from fuserlite.text.calls import Arg, call_op
+from fuserlite.text.regions import Block, call_collective, run_block
 from fuserlite.text.source import Source, syntax_error
 
 _PUNCTUATION = ("LSQB", "RSQB", "COMMA")
@@ -187,12 +189,16 @@ class _Builder:
         self.fusion = Fusion()
         self.tensors: dict[str, TensorView] = {}
         self.meshes: dict[str, DeviceMesh] = {}
+        self.block: Block | None = None  # the shard_map block being read
 
     def run(self, tree: Tree) -> Fusion:
         for stmt in tree.children:
+            if self.block is not None and stmt.data in ("assign", "return_stmt"):
+                self.block.statements.append(stmt)
+                continue
             made = len(self.fusion.tensors_created)
             try:
-                getattr(self, "_" + stmt.data)(*stmt.children)
+                self._statement(stmt)
             except ParseError:
                 raise
             except _TooDeep as exc:  # before scanning the (deep) statement for names
@@ -205,7 +211,27 @@ class _Builder:
             # Every tensor the statement made (implicit broadcasts too) points back at it.
             for tv in self.fusion.tensors_created[made:]:
                 tv.origin = f"{self.source.filename}:{stmt.meta.line}"
+        if self.block is not None:
+            raise self._at_stmt(self.block.header, "this shard_map block has no `end`")
         return self.fusion
+
+    def _statement(self, stmt: Tree) -> None:
+        if self.block is not None and stmt.data != "end_stmt":
+            raise self._at_stmt(
+                stmt,
+                "inside a shard_map block only op calls and `return` may appear; close it with `end`",
+            )
+        if stmt.data == "shard_map":
+            self.block = Block(stmt, self._mesh(stmt.children[0]))
+        elif stmt.data == "end_stmt":
+            if self.block is None:
+                raise self._at_stmt(stmt, "`end` without a shard_map block")
+            block, self.block = self.block, None
+            run_block(self, block, stmt, _arg)
+        elif stmt.data == "return_stmt":
+            raise self._at_stmt(stmt, "`return` outside a shard_map block")
+        else:
+            getattr(self, "_" + stmt.data)(*stmt.children)
 
     def _at_stmt(self, stmt: Tree, message: str) -> ParseError:
         # Tensors carry their written names, so the message already says `x (T0)`.
@@ -312,16 +338,7 @@ class _Builder:
         if len(set(keys)) != len(keys):
             twice = next(t for k, t in enumerate(names) if t in names[:k])
             raise self._fail(f"{twice!s} is assigned twice in one statement", twice)
-        written = []
-        for a in args:
-            if a.data == "keyword":  # located at the keyword, not at its value
-                kw, value = a.children
-                written.append(
-                    replace(_arg(value), keyword=str(kw), line=kw.line, column=kw.column)
-                )
-            else:
-                written.append(_arg(a.children[0]))
-        out = call_op(self.source, _arg(op), written, self._tensor)
+        out = self._call(op, args, self._tensor)
         results = list(out) if isinstance(out, tuple) else [out]
         if len(results) != len(keys):
             what = "tensor" if len(results) == 1 else "tensors"
@@ -334,6 +351,24 @@ class _Builder:
         for key, tv in zip(keys, results):
             tv.user_name = key
             self.tensors[key] = tv
+
+    def _call(self, op: Token, args: tuple[Tree, ...], tensor) -> TensorView | tuple:
+        """What an op call or a collective makes (names read through `tensor`)."""
+        written = []
+        for a in args:
+            if a.data == "keyword":  # located at the keyword, not at its value
+                kw, value = a.children
+                written.append(
+                    replace(_arg(value), keyword=str(kw), line=kw.line, column=kw.column)
+                )
+            else:
+                written.append(_arg(a.children[0]))
+        if str(op) in COLLECTIVES:
+            try:
+                return call_collective(str(op), written, tensor)
+            except ParseError as exc:
+                raise self._fail(str(exc), op) from None
+        return call_op(self.source, _arg(op), written, tensor)
 
     # -- directives ---------------------------------------------------------------
     def _set_mesh(self, name: Token, ref: Token | Tree) -> None:

@@ -9,6 +9,8 @@ types are given last (or just before a transform consumes the axis).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain, Split
 from fuserlite.ir.errors import FusionError
@@ -18,6 +20,8 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, MemoryType, ParallelType
 from fuserlite.ops.registry import Param, definition
+from fuserlite.shard_map_trace import regions
+from fuserlite.text.regions import write_region
 
 
 def _cannot(tv: TensorView, why: str) -> FusionError:
@@ -41,12 +45,16 @@ def _nested(values: list) -> str:
     return _list(values)
 
 
-def _value(kind: str, value: object) -> str:
-    """One argument as .fus text."""
+def _ir_name(tv: TensorView) -> str:
+    return tv.ir_name
+
+
+def _value(kind: str, value: object, name: Callable[[TensorView], str] = _ir_name) -> str:
+    """One argument as .fus text (a tensor by `name`)."""
     if isinstance(value, TensorView):
-        return value.ir_name
+        return name(value)
     if kind == "tensors":
-        return "[" + ", ".join(t.ir_name for t in value) + "]"
+        return "[" + ", ".join(name(t) for t in value) + "]"
     if kind in ("ints", "bools", "axes"):
         return _list(value)
     if kind == "dtype":
@@ -58,7 +66,7 @@ def _read(param: Param, expr: Expr, values: dict[str, object]) -> object:
     return param.read(expr) if param.read is not None else values.get(param.name)
 
 
-def _args(expr: Expr) -> tuple[str, list[str]]:
+def _args(expr: Expr, name: Callable[[TensorView], str] = _ir_name) -> tuple[str, list[str]]:
     """The builder name and written arguments of one expression: its op's parameters
     in order, each read back from the expression; after a parameter left out, the
     rest are written as keywords."""
@@ -73,7 +81,7 @@ def _args(expr: Expr) -> tuple[str, list[str]]:
         if value is None:
             skipped = True
             continue
-        text = _value(param.kind, value)
+        text = _value(param.kind, value, name)
         written.append(f"{param.name}={text}" if param.keyword or skipped else text)
     return d.name, written
 
@@ -185,7 +193,17 @@ def to_fus(fusion: Fusion) -> str:
     written: set[int] = set()
     body: list[str] = []
     directives: list[str] = []
+    owner = {i: r for r in regions(fusion) for i in r.made}
     for tv in fusion.tensors_created:
+        region = owner.pop(id(tv), None)
+        if region is not None:  # the shard_map call writes all it made, once
+            body += write_region(region, meshes[region.trace.mesh], _args)
+            written |= region.made
+            for i in region.made:
+                owner.pop(i, None)
+            continue
+        if id(tv) in written:
+            continue
         _check(tv)
         if tv.definition is None:
             keyword = "input" if inline and tv in fusion.inputs else "tensor"

@@ -1,0 +1,184 @@
+"""shard_map blocks of the .fus format: a per-device program, read and written as written.
+
+    shard_map m0 (T0 [DIDx], T1 []) -> (T9 [DIDx])
+        l2 = all_gather(T0)
+        l3 = mul(l2, T1)
+        return l3
+    end
+
+Inside a block an argument's name means its local value (each device's block, as
+its spec says); the statements are op calls and collectives (fuserlite.spmd) on
+local values; `return` names the results, which the header's outputs receive as
+global tensors. A spec lists one mesh axis or `none` per tensor axis (`[]`:
+replicated). The writer writes each traced shard_map call (shard_map_trace.regions)
+this way, in place of the global ops it built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lark import Token, Tree
+
+from fuserlite.ir.errors import FuserliteError, ParseError
+from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
+from fuserlite.shard_map import shard_map
+from fuserlite.shard_map_trace import Region
+from fuserlite.spmd import COLLECTIVES
+from fuserlite.text.calls import Arg
+
+# -- reading ------------------------------------------------------------------------
+
+
+@dataclass
+class Block:
+    """A shard_map block being read: its header and the statements up to `end`."""
+
+    header: Tree
+    mesh: DeviceMesh
+    statements: list[Tree] = field(default_factory=list)
+
+
+def spec_of(arg: Arg) -> tuple:
+    """A written spec `[DIDx, none]` as a shard_map spec."""
+    bad = [a for a in arg.value if a.kind != "name"]
+    if arg.kind != "list" or bad:
+        where = bad[0] if bad else arg
+        raise ParseError(
+            f"a spec lists a mesh axis (DIDx, DIDy, DIDz) or none per axis, got {where.text}"
+        )
+    return tuple(None if a.value == "none" else a.value for a in arg.value)
+
+
+def python_value(arg: Arg) -> object:
+    """A written collective argument: names as strings, lists as lists."""
+    return [python_value(a) for a in arg.value] if arg.kind == "list" else arg.value
+
+
+def call_collective(op: str, written: list[Arg], tensor: Callable[[Arg], TensorView]) -> TensorView:
+    """A collective call: its first argument a local tensor, the others values."""
+    positional = [a for a in written if a.keyword is None]
+    if not positional or positional[0].kind != "name":
+        raise ParseError(f"{op}: its first argument is a local tensor")
+    values = [tensor(positional[0]), *(python_value(a) for a in positional[1:])]
+    keywords = {a.keyword: python_value(a) for a in written if a.keyword is not None}
+    try:
+        return COLLECTIVES[op](*values, **keywords)
+    except TypeError as exc:  # arity and keyword names, as Python says them
+        raise ParseError(f"{op}: {exc}") from None
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+def _spec_text(spec: dict[int, ParallelType]) -> str:
+    n = max(spec, default=-1) + 1
+    return "[" + ", ".join(spec[d].name if d in spec else "none" for d in range(n)) + "]"
+
+
+def _argument_text(value: object) -> str:
+    if isinstance(value, ParallelType):
+        return value.name
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(_argument_text, value)) + "]"
+    return str(value)
+
+
+def write_region(region: Region, mesh_name: str, body_of: Callable) -> list[str]:
+    """The block of one traced shard_map call; body_of(expr, name) writes an op call."""
+    trace = region.trace
+    names = {id(t): g.ir_name for t, g in zip(region.local_arguments, region.arguments)}
+    for t in trace.local.tensors_created:
+        names.setdefault(id(t), f"l{len(names)}")
+
+    def name(t: TensorView) -> str:
+        return names[id(t)]
+
+    ins = ", ".join(
+        f"{g.ir_name} {_spec_text(s)}" for g, s in zip(region.arguments, region.in_specs)
+    )
+    outs = ", ".join(
+        f"{g.ir_name} {_spec_text(s)}" for g, s in zip(region.outputs, region.out_specs)
+    )
+    lines = [f"shard_map {mesh_name} ({ins}) -> ({outs})"]
+    for t in trace.local.tensors_created:
+        if any(t is a for a in region.local_arguments):
+            continue
+        if id(t) in trace.calls:
+            op, given = trace.calls[id(t)]
+            x, *rest = given.items()
+            written = [name(x[1])] + [f"{k}={_argument_text(v)}" for k, v in rest if v is not None]
+            lines.append(f"    {name(t)} = {op}({', '.join(written)})")
+        elif t is t.definition.outputs[0]:  # an op with several results: one statement
+            op, written = body_of(t.definition, name)
+            targets = ", ".join(name(o) for o in t.definition.outputs)
+            lines.append(f"    {targets} = {op}({', '.join(written)})")
+    lines.append("    return " + ", ".join(name(r) for r in region.results))
+    lines.append("end")
+    return lines
+
+
+def run_block(builder, block: Block, end: Tree, to_arg: Callable[[Tree], Arg]) -> None:
+    """Trace a read block with fl.shard_map and name its outputs (to_arg: the parser's
+    tree -> Arg)."""
+    ins, outs = (node.children for node in block.header.children[-2:])
+    arguments = [builder._tensor(a.children[0]) for a in ins]
+
+    def spec_at(node: Tree) -> tuple:
+        arg = to_arg(node.children[1])
+        try:
+            return spec_of(arg)
+        except ParseError as exc:
+            raise builder._fail(str(exc), arg) from None
+
+    in_specs = [spec_at(a) for a in ins]
+    out_specs = [spec_at(a) for a in outs]
+
+    def fn(*local_args: TensorView):
+        scope = {str(a.children[0]): t for a, t in zip(ins, local_args)}
+
+        def tensor(ref: Token | Arg) -> TensorView:
+            key = ref.value if isinstance(ref, Arg) else str(ref)
+            if key not in scope:
+                raise builder._fail(
+                    f"{key!r} is not a local value of this shard_map block: use its arguments "
+                    "and what the block computes",
+                    ref,
+                )
+            return scope[key]
+
+        for stmt in block.statements:
+            try:
+                if stmt.data == "return_stmt":
+                    return tuple(tensor(n) for n in stmt.children)
+                targets, op, *written = stmt.children
+                out = builder._call(op, written, tensor)
+                results = out if isinstance(out, tuple) else (out,)
+                names = [str(t) for t in targets.children if isinstance(t, Token)]
+                if len(names) != len(results):
+                    raise builder._at_stmt(
+                        stmt,
+                        f"{op!s} returns {len(results)} tensor(s), the statement names {len(names)}",
+                    )
+                scope.update(zip(names, results))
+            except ParseError:
+                raise
+            except FuserliteError as exc:
+                raise builder._at_stmt(stmt, str(exc)) from None
+        raise builder._at_stmt(end, "a shard_map block needs `return` before `end`")
+
+    try:
+        results = shard_map(fn, block.mesh, in_specs, out_specs)(*arguments)
+    except ParseError:
+        raise
+    except FuserliteError as exc:
+        raise builder._at_stmt(block.header, str(exc)) from None
+    for a, t in zip(outs, results if isinstance(results, tuple) else (results,)):
+        key = builder._define(a.children[0])
+        t.user_name = key
+        builder.tensors[key] = t
