@@ -27,6 +27,12 @@ from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
 MAX_DEVICES = 4096
 # One mesh axis per device parallel type: DIDx, DIDy, DIDz.
 MAX_MESH_RANK = len(DEVICE_PARALLEL_TYPES)
+# Per mesh rank, the device parallel types of its axes, axis 0 first: asked for every
+# sharded axis of every tensor between passes, so looked up, not rebuilt (a tuple: an enum
+# in a dict hashes in Python, `in` and index on a tuple compare identities in C).
+_TYPES_OF_RANK = {
+    r: tuple(reversed(DEVICE_PARALLEL_TYPES[:r])) for r in range(1, MAX_MESH_RANK + 1)
+}
 
 
 def check_device_count(n: object, who: str) -> int:
@@ -196,21 +202,22 @@ class DeviceMesh:
     @property
     def parallel_types(self) -> tuple[ParallelType, ...]:
         """The device parallel types of the mesh axes, axis 0 first: (DIDy, DIDx) on 2-D."""
-        return tuple(reversed(DEVICE_PARALLEL_TYPES[: self.rank]))
+        return _TYPES_OF_RANK[len(self.shape)]
 
     def has(self, pt: ParallelType) -> bool:
         """True when the mesh has an axis for device parallel type `pt`."""
-        return pt in self.parallel_types
+        return pt in _TYPES_OF_RANK[len(self.shape)]
 
     def axis_of(self, pt: ParallelType) -> int:
         """The mesh axis of a device parallel type: DIDx is the last axis."""
-        if not self.has(pt):
+        types = _TYPES_OF_RANK[len(self.shape)]
+        if pt not in types:
             names = ", ".join(p.name for p in self.parallel_types)
             raise FusionError(
                 f"{pt.name} needs a mesh of rank {DEVICE_PARALLEL_TYPES.index(pt) + 1} or more; "
                 f"{self} has {self.rank} axis{'es' if self.rank > 1 else ''} ({names})"
             )
-        return self.parallel_types.index(pt)
+        return types.index(pt)
 
     def axis_size(self, pt: ParallelType) -> int:
         """Devices along the mesh axis of `pt` (a FusionError when the mesh lacks it)."""
