@@ -23,12 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     MeshPlacement,
     completed_placement,
+    describe_sharding,
     is_partial,
     logical_placement,
     mesh_placement,
@@ -45,12 +47,13 @@ from fuserlite.schedule.shard import shard_as
 from fuserlite.verify import LazyNamer, non_local_problems, partial_output_problems
 
 
-def _device_reduction(expr: Expr) -> MeshPlacement | None:
+def _device_reduction(expr: Expr, out: TensorView | None = None) -> MeshPlacement | None:
     """The mesh and placement (on its logical axes) of the partial tensor `expr` must write
-    because it reduces axes its inputs shard: the reduced axes carry those mesh axes
-    (rDIDx ...), and on the same mesh the output's own data shardings on the other mesh
-    axes are kept; None if it reduces no sharded axis."""
-    out = expr.output
+    into `out` (one of its outputs; None: the first) because it reduces axes its inputs
+    shard: the reduced axes carry those mesh axes (rDIDx ...), and on the same mesh the
+    output's own data shardings on the other mesh axes are kept; None if it reduces no
+    sharded axis."""
+    out = expr.output if out is None else out
     if out.mesh is None:
         return None
     partial: dict[int, tuple[int, ...]] = {}  # output reduction axis: mesh axes
@@ -60,7 +63,7 @@ def _device_reduction(expr: Expr) -> MeshPlacement | None:
             continue
         if producer.mesh != out.mesh and out.mesh.size != 1:
             continue  # partial sums only ever meet on the same mesh or at one root
-        amap = producer_to_consumer(expr, producer)
+        amap = producer_to_consumer(expr, producer, out)
         for li, axes in enumerate(logical_placement(producer).shards):
             target = amap.get(li)
             if axes and target is not None and out.domain.logical[target].is_reduction:
@@ -83,32 +86,33 @@ def _device_reduction(expr: Expr) -> MeshPlacement | None:
     return mesh, Placement(mesh.rank, tuple(shards))
 
 
-def _split_device_reduction(expr: Expr) -> TensorView:
-    """If `expr` reduces a sharded axis, make it write a partial tensor; return the
-    tensor whose sharding the expression computes in."""
-    out = expr.output
-    wanted = _device_reduction(expr)
+def _write_instead(expr: Expr, k: int, written: TensorView) -> TensorView:
+    """Make output k of `expr` the tensor `written`; a Set copies it to the old output."""
+    out = expr.outputs[k]
+    expr.outputs[k] = written
+    written.definition = expr
+    out.definition = None
+    LoadStoreOp(out, written)
+    return written
+
+
+def _split_device_reduction(expr: Expr, k: int) -> TensorView:
+    """If `expr` reduces a sharded axis into output k, make it write a partial tensor
+    there; return the tensor whose sharding the expression computes in."""
+    out = expr.outputs[k]
+    wanted = _device_reduction(expr, out)
     if wanted is None:
         return out
     partial = like(out, keep_reductions=True)
     shard_as(partial, *wanted)
-    expr.outputs = [partial]
-    partial.definition = expr
-    out.definition = None
-    LoadStoreOp(out, partial)
-    return partial
+    return _write_instead(expr, k, partial)
 
 
-def _compute_replicated_then_slice(expr: Expr) -> TensorView:
-    """For outputs whose sharded axis maps to no input axis: compute replicated, then slice."""
-    out = expr.output
-    replicated = like(out, keep_reductions=True)
-    replicated.set_device_mesh(out.mesh)
-    expr.outputs = [replicated]
-    replicated.definition = expr
-    out.definition = None
-    LoadStoreOp(out, replicated)
-    return replicated
+def _compute_replicated_then_slice(expr: Expr, k: int) -> TensorView:
+    """For an output whose sharded axis maps to no input axis: compute replicated, then slice."""
+    replicated = like(expr.outputs[k], keep_reductions=True)
+    replicated.set_device_mesh(expr.outputs[k].mesh)
+    return _write_instead(expr, k, replicated)
 
 
 def _resharded(producer: TensorView, wanted: MeshPlacement) -> TensorView:
@@ -179,13 +183,24 @@ def _rewrite_if_partial(expr: Expr, new_of: dict[TensorView, TensorView]) -> lis
 
 
 def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
-    """Make `expr` compute from local shards: a partial output, or (requested from
-    `reshardings`) its inputs resharded."""
-    target = _split_device_reduction(expr)
-    if has_unmapped_sharding(expr, target):
-        target = _compute_replicated_then_slice(expr)
+    """Make `expr` compute from local shards: partial outputs, or (requested from
+    `reshardings`) its inputs resharded. An op with several outputs must need each
+    input placed one way for all of them."""
+    targets = []
+    for k in range(len(expr.outputs)):
+        target = _split_device_reduction(expr, k)
+        if has_unmapped_sharding(expr, target):
+            target = _compute_replicated_then_slice(expr, k)
+        targets.append(target)
     for producer in expr.inputs:
-        wanted = needed_placement(expr, target, producer)
+        wanted = needed_placement(expr, targets[0], producer)
+        for other in targets[1:]:
+            if needed_placement(expr, other, producer) != wanted:
+                raise LoweringError(
+                    f"{expr!r}: its outputs {targets[0].name} ({describe_sharding(targets[0])}) "
+                    f"and {other.name} ({describe_sharding(other)}) need {producer.name} "
+                    "sharded differently; shard them alike"
+                )
         if mesh_placement(producer) != wanted:
             reshardings.request(expr, producer, wanted)
 

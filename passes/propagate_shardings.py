@@ -99,7 +99,7 @@ def _inherit_sharding(expr, out: TensorView) -> None:
     for producer in propagation_sources(expr):
         if producer.mesh != mesh:
             continue
-        axis_map = producer_to_consumer(expr, producer)
+        axis_map = producer_to_consumer(expr, producer, out)
         data = producer.data_positions()
         for li, axes in enumerate(logical_placement(producer).shards):
             target = axis_map.get(li)

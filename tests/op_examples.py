@@ -45,16 +45,31 @@ OP_CALLS = {
     "cat": "cat([x, w, x], 0)",
     "matmul": "matmul(x, k)",
     "linear": "linear(x, k2, bias)",
+    "lt": "lt(x, w)",
+    "rand_like": "rand_like(x, seed=3, offset=1)",
+    "sdpa": "y, lse = sdpa(x, x, x, dropout_p=0.25, is_causal=true, seed=5, offset=1)",
+    "sdpa_bwd": (
+        "o, lse = sdpa(x, x, x, dropout_p=0.25, is_causal=true, seed=5)\n"
+        "y, dk, dv = sdpa_bwd(x, x, x, x, o, lse, dropout_p=0.25, is_causal=true, seed=5)"
+    ),
 }
 
-
-# composite name -> one call of it, reading INPUTS (it adds the expressions of its parts)
+# composite name -> one call of it (a composite writes its primitives back, not itself)
 COMPOSITE_CALLS = {
+    "softmax": "softmax(x, 1)",
+    "log_softmax": "log_softmax(x, -1)",
+    "layer_norm": "layer_norm(x, [4, 8], eps=0.001)",
+    "rms_norm": "rms_norm(x, [8])",
+    "gelu_backward": "gelu_backward(x, w)",
+    "tanh_backward": "tanh_backward(w, x)",
+    "uniform": "uniform(x, -1, 1, seed=2)",
+    "dropout": "dropout(x, 0.25, seed=1, offset=4)",
     "transpose": "transpose(x, 0, -1)",
     "unsqueeze": "unsqueeze(bias, -1)",
     "flatten": "flatten(x)",
     "split": "y, y2 = split(x, [1, 3], dim=0)",  # one name per result; y is the output
     "chunk": "y0, y, y2 = chunk(x, 3, 1)",
+    "var_mean": "y, mean = var_mean(x, [1], correction=0)",
 }
 
 

@@ -68,16 +68,16 @@ def test_reference_frees_intermediates_after_their_last_use(monkeypatch):
     f = chain_with_communication(n_ops=10)
     produced: list[weakref.ref] = []
     most_alive = 0
-    original = reference.eval_expr
+    original = reference.eval_outputs
 
-    def counting_eval(expr, args, shape):
+    def counting_eval(expr, args, shapes):
         nonlocal most_alive
         most_alive = max(most_alive, sum(r() is not None for r in produced))
-        out = original(expr, args, shape)
-        produced.append(weakref.ref(out))
-        return out
+        outs = original(expr, args, shapes)
+        produced.extend(weakref.ref(out) for out in outs)
+        return outs
 
-    monkeypatch.setattr(reference, "eval_expr", counting_eval)
+    monkeypatch.setattr(reference, "eval_outputs", counting_eval)
     inputs = fl.random_inputs(f)
     (out,) = fl.evaluate(f, inputs)
     assert len(produced) == 21

@@ -91,7 +91,7 @@ def test_comments_blank_lines_and_no_final_newline() -> None:
     assert fusion.outputs == fusion.inputs
 
 
-@pytest.mark.parametrize("op", sorted(OP_CALLS))
+@pytest.mark.parametrize("op", sorted({**OP_CALLS, **COMPOSITE_CALLS}))
 def test_every_op(op: str) -> None:
     fusion = op_example(op)
     assert fusion.outputs[0].definition is not None

@@ -13,6 +13,7 @@ ranges and 1-D integer arrays where a list of integers is expected.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import reprlib
@@ -170,6 +171,15 @@ def scalar(
         if isinstance(value, kind):
             return kind(value)
     raise fail(who, arg, "a tensor or a number (bool, int, float)", value, error)
+
+
+def real(value: object, who: str, arg: str, error: type[FuserliteError] = FusionError) -> float:
+    """A finite Python or numpy int or float (not a bool), as a Python float."""
+    if not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)):
+        f = float(value)
+        if math.isfinite(f):
+            return f
+    raise fail(who, arg, "a finite number", value, error)
 
 
 def instance(

@@ -31,7 +31,7 @@ from fuserlite.kernel.indexing import (
     loop_var,
     lower_tensor,
 )
-from fuserlite.ops.registry import is_scalar
+from fuserlite.ops.registry import compute_dtype, is_scalar
 from fuserlite.program.program import Kernel, Program
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 from fuserlite.schedule.propagate import producer_coords
@@ -119,6 +119,7 @@ CUDA: dict[str, str | Callable[[Expr], str]] = {
     "div": "({0} / {1})",
     "maximum": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
     "minimum": "(({0} < {1} || {0} != {0}) ? {0} : {1})",
+    "lt": "({0} < {1})",
 }
 _HW_INDEX = {
     ParallelType.BIDx: "blockIdx.x",
@@ -223,7 +224,7 @@ def _scalar(value: bool | int | float, ctype: str) -> str:
 
 def _op_text(expr: Expr, args: list[str]) -> str:
     """The C expression of one pointwise expression."""
-    ctype = COMPUTE_TYPES[expr.output.dtype]
+    ctype = COMPUTE_TYPES[compute_dtype(expr)]
     row = CUDA.get(expr.op_name)
     if row is None:
         raise ExecutionError(f"codegen: no CUDA for {expr!r}; only pointwise kernels are emitted")

@@ -106,6 +106,26 @@ class _Probabilities:
         return np.where(self.keep, p * self.dropout_scale, np.zeros((), p.dtype))
 
 
+def probabilities(
+    q: np.ndarray,
+    k: np.ndarray,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    *,
+    seed: int = 0,
+    offset: int = 0,
+    block: Block | None = None,
+) -> tuple[np.ndarray, np.ndarray | float, float]:
+    """(p, factor, scale): the softmax probabilities [..., L, S], what dropout multiplies
+    them by (mask / (1 - dropout_p), or 1) and the score scale; for error bounds."""
+    shape = (*np.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+    probs = _Probabilities(q, k, shape, dropout_p, is_causal, scale, seed, offset, block, "sdpa")
+    e = np.exp(probs.scores - np.max(probs.scores, axis=-1, keepdims=True))
+    p = e / np.sum(e, axis=-1, keepdims=True)
+    return p, probs.dropped(np.ones_like(p)), float(probs.scale)
+
+
 def sdpa_fwd(
     q: np.ndarray,
     k: np.ndarray,

@@ -1,13 +1,17 @@
 """The ops: user-facing builders, each op defined once (fuserlite.ops.registry).
 
     pointwise.py     neg, exp, tanh, relu, abs, gelu, sqrt, log, sigmoid, silu; add, sub,
-                     mul, div, maximum, minimum; where
+                     mul, div, maximum, minimum, lt, where
     views.py         set, broadcast, expand, reshape, take
     reductions.py    sum, max
     contraction.py   matmul, linear
     casts.py         cast
     movement.py      permute, squeeze, select, slice, cat; composites transpose,
                      unsqueeze, flatten, split, chunk
+    attention.py     sdpa, sdpa_bwd (evaluated, several outputs)
+    normalization.py softmax, log_softmax, var_mean, layer_norm, rms_norm and backward
+                     helpers: composites of the ops above (registry.composite)
+    random.py        rand_like (Philox at global indices); uniform, dropout (composites)
     registry.py      OpDef and the registry; forms.py: printed forms, both ways
     common.py        what builders share; sharding.py: sharding queries on expressions
 
@@ -17,12 +21,25 @@ TensorView (`x + y`, pointwise.install_operators). Each op module lists its buil
 exports it: a new op is exported where it is defined.
 """
 
-from fuserlite.ops import casts, contraction, movement, pointwise, reductions, views
+from fuserlite.ops import (
+    attention,
+    casts,
+    contraction,
+    movement,
+    normalization,
+    pointwise,
+    random,
+    reductions,
+    views,
+)
+from fuserlite.ops.attention import *  # noqa: F403
 from fuserlite.ops.casts import *  # noqa: F403
 from fuserlite.ops.common import tensor
 from fuserlite.ops.contraction import *  # noqa: F403 - the builders its __all__ lists
 from fuserlite.ops.movement import *  # noqa: F403
+from fuserlite.ops.normalization import *  # noqa: F403
 from fuserlite.ops.pointwise import *  # noqa: F403
+from fuserlite.ops.random import *  # noqa: F403
 from fuserlite.ops.reductions import *  # noqa: F403
 from fuserlite.ops.views import *  # noqa: F403
 
@@ -33,3 +50,6 @@ __all__ += reductions.__all__
 __all__ += contraction.__all__
 __all__ += casts.__all__
 __all__ += movement.__all__
+__all__ += attention.__all__
+__all__ += normalization.__all__
+__all__ += random.__all__

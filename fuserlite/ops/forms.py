@@ -136,6 +136,11 @@ KINDS: dict[str, Kind] = {
     ),
     "int": Kind(r"-?\d+", lambda v, e, t: str(v), int),
     "dtype": Kind(r"\w+", lambda v, e, t: v.value, DType.parse),  # nvFuser's name: float
+    "bool": Kind(r"true|false", lambda v, e, t: "true" if v else "false", lambda s: s == "true"),
+    # An attribute number as nvFuser prints a double: `double(0.1)`.
+    "float": Kind(
+        r"double\([^()]*\)", lambda v, e, t: f"double({float(v)!r})", lambda s: float(s[7:-1])
+    ),
     # A number printed with the output's dtype: `float(0)`, `int64_t(-9223372036854775808)`.
     "typed": Kind(
         r"\w+\([^()]*\)",

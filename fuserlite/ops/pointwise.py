@@ -32,7 +32,7 @@ from fuserlite.ops.views import broadcast
 
 # The builders of its ops.
 __all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log", "sigmoid", "silu"]
-__all__ += ["add", "sub", "mul", "div", "maximum", "minimum", "where"]
+__all__ += ["add", "sub", "mul", "div", "maximum", "minimum", "lt", "where"]
 
 POINTWISE = Category.POINTWISE
 
@@ -272,6 +272,20 @@ def where(cond: TensorView, a: TensorView | Scalar, b: TensorView | Scalar) -> T
             raise FusionError(f"where: the scalar {x!r} does not fit the {dtype.name} result")
     out, operands = _broadcast_output("where", [cond, a, b], dtype)
     Op("where", [out], operands)
+    return out
+
+
+def _compared(expr) -> DType:
+    """A comparison computes in its operands' promoted dtype."""
+    a, b = expr.operands()
+    return promote(a, b, "lt")
+
+
+@define(infix("<"), BINARY, POINTWISE, compute=_compared)
+def lt(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
+    """a < b, a bool tensor."""
+    out = binary("lt", a, b, numbers_only=True)
+    out.dtype = DType.bool
     return out
 
 

@@ -30,7 +30,7 @@ from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ReductionOpType
+from fuserlite.ir.types import DType, ReductionOpType
 
 if TYPE_CHECKING:
     from fuserlite.ops.forms import Form
@@ -61,7 +61,7 @@ class Param:
 
     name: str  # the builder keyword
     # "tensor", "operand", "tensors" (a list: the operands left), "ints", "bools",
-    # "axes", "bool", "int", "ident" or "dtype"
+    # "axes", "bool", "int", "float", "ident" or "dtype"
     kind: str
     required: bool = True
     choices: tuple[str, ...] = ()  # the names an "ident" may be (none: any)
@@ -78,6 +78,8 @@ class Param:
 
 
 AxisMap = Callable[[Expr, TensorView], dict[int, int]]
+# An op with several outputs maps a producer onto each: (expr, producer, consumer).
+OutputsAxisMap = Callable[[Expr, TensorView, TensorView], dict[int, int]]
 
 
 def positional(expr: Expr, producer: TensorView) -> dict[int, int]:
@@ -130,6 +132,11 @@ class OpDef:
     # own compute type and the expression (to know the target), instead of operands
     # already converted to the output's compute type (which would round twice).
     converts: bool = False
+    # An op with several outputs: its axis map onto each of them (replaces axis_map).
+    outputs_axis_map: OutputsAxisMap | None = None
+    # The dtype its operands are computed in; None: the output's compute dtype (a
+    # comparison computes in its operands' promoted dtype and makes a bool).
+    compute: Callable[[Expr], DType] | None = None
 
     @property
     def doc(self) -> str:
@@ -284,14 +291,36 @@ def is_pointwise(expr: Expr) -> bool:
     return d is not None and d.category is Category.POINTWISE
 
 
-def producer_to_consumer(expr: Expr, producer: TensorView) -> dict[int, int]:
-    """{producer logical index: consumer logical index} for the axes the op maps.
+def compute_dtype(expr: Expr) -> DType:
+    """The dtype an expression's operands are computed in (numpy, the kernel runner and
+    the CUDA alike): the output's compute dtype unless its op says otherwise."""
+    d = definition(expr)
+    if d is not None and d.compute is not None:
+        return d.compute(expr).compute
+    return expr.output.dtype.compute
+
+
+def producer_to_consumer(
+    expr: Expr, producer: TensorView, consumer: TensorView | None = None
+) -> dict[int, int]:
+    """{producer logical index: consumer logical index} for the axes the op maps;
+    `consumer` is one of the expression's outputs (None: the first).
 
     The one axis map of fuserlite: sharding propagation, insert-reshardings'
     locality test, the pointwise scheduler's transform replay, the kernel runner
     and the CUDA emitter all read an op through it. Pointwise ops, sets,
     reductions and expands map data axes position by position; each op with
     another map names it in its definition."""
+    consumer = expr.output if consumer is None else consumer
     return remembered(
-        ("axis map", id(producer)), expr, lambda: definition_of(expr).axis_map(expr, producer)
+        ("axis map", id(producer), id(consumer)), expr, lambda: _axis_map(expr, producer, consumer)
     )
+
+
+def _axis_map(expr: Expr, producer: TensorView, consumer: TensorView) -> dict[int, int]:
+    d = definition_of(expr)
+    if d.outputs_axis_map is not None:
+        return d.outputs_axis_map(expr, producer, consumer)
+    if consumer is not expr.output:
+        raise FusionError(f"{consumer.name} is not the output of {expr!r}")
+    return d.axis_map(expr, producer)

@@ -25,7 +25,7 @@ def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Me
     wanted = logical_placement(target)
     shards: list[tuple[int, ...]] = [()] * len(producer.domain.logical)
     if any(wanted.shards):
-        back = {c: p for p, c in producer_to_consumer(expr, producer).items()}
+        back = {c: p for p, c in producer_to_consumer(expr, producer, target).items()}
         for c, axes in enumerate(wanted.shards):
             p = back.get(c)
             if axes and p is not None and not producer.domain.logical[p].is_broadcast:
@@ -45,7 +45,7 @@ def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
         sources = [
             p.domain.logical[pi]
             for p in expr.inputs
-            for pi, ci in producer_to_consumer(expr, p).items()
+            for pi, ci in producer_to_consumer(expr, p, target).items()
             if ci == c
         ]
         extent = target.domain.logical[c].extent
@@ -67,9 +67,13 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
     """The inputs a non-Set expression cannot compute its output from locally."""
     if isinstance(expr, LoadStoreOp):
         return []
-    if has_unmapped_sharding(expr, expr.output):
+    if any(has_unmapped_sharding(expr, out) for out in expr.outputs):
         return list(expr.inputs)
-    return [p for p in expr.inputs if mesh_placement(p) != needed_placement(expr, expr.output, p)]
+    return [
+        p
+        for p in expr.inputs
+        if any(mesh_placement(p) != needed_placement(expr, out, p) for out in expr.outputs)
+    ]
 
 
 def propagation_sources(expr: Expr) -> list[TensorView]:

@@ -47,9 +47,9 @@ from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.kernel_grid import GridCache
 from fuserlite.runtime.kernel_runner import device_coordinates
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
-from fuserlite.runtime.numpy_ops import eval_expr, store
+from fuserlite.runtime.numpy_ops import eval_outputs, store
 from fuserlite.runtime.reference import check_inputs
-from fuserlite.runtime.shards import device_shape, device_slices
+from fuserlite.runtime.shards import device_box, device_shape, device_slices
 
 SINGLE_DEVICE = DeviceMesh([0])
 
@@ -74,6 +74,13 @@ def shard(tv: TensorView, array: np.ndarray, device: int) -> np.ndarray:
     """The part of a global array that `device` holds (plan.blocks' box: a view)."""
     _one_dimensional(tv)
     return array[device_slices(tv, device)] if shardings(tv) else array
+
+
+def shard_start(tv: TensorView, device: int) -> tuple[int, ...]:
+    """The global coordinates of the first element of `device`'s part of `tv` (where
+    `shard` cuts it), for the ops whose values depend on their position."""
+    _one_dimensional(tv)
+    return tuple(start for start, _ in device_box(tv, device))
 
 
 def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
@@ -287,8 +294,10 @@ class FusionExecutor:
                 local.update(self._run_scheduled(kernel, local, mesh, d))
                 continue
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
-                shape = device_shape(e.output, d)
-                local[e.output] = eval_expr(e, [local[t] for t in e.inputs], shape)
+                operands = [local[t] for t in e.inputs]
+                shapes = [device_shape(t, d) for t in e.outputs]
+                made = eval_outputs(e, operands, shapes, start=shard_start(e.output, d))
+                local.update(zip(e.outputs, made))
                 _forget(local, dead)
             for t in kernel.outputs:  # computed in the compute dtype, stored in their own
                 local[t] = store(t, local[t])

@@ -26,6 +26,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.numerics import attention
 from fuserlite.ops.registry import is_scalar
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_expr
@@ -44,6 +45,53 @@ def _abs(v: np.ndarray) -> np.ndarray:
 def _divided(m: np.ndarray, d: np.ndarray) -> np.ndarray:
     """m / d, with 0 where m is 0 (an exact operand adds no error, even where d is 0)."""
     return np.divide(m, d, out=np.zeros(np.broadcast_shapes(m.shape, d.shape)), where=m != 0)
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, -1, -2)
+
+
+def _weights(expr: Expr, q: np.ndarray, k: np.ndarray) -> tuple:
+    """(p, dropout factor, scale) of an attention over the whole tensors, and the
+    magnitude function of its scores: m(s) = scale (m(q) |k|^T + |q| m(k)^T)."""
+    a = expr.attrs
+    p, factor, scale = attention.probabilities(
+        q, k, a["dropout_p"], a["is_causal"], a["scale"], seed=a["seed"], offset=a["offset"]
+    )
+    return p.astype(F64), np.asarray(factor, F64), scale
+
+
+def _sdpa(expr: Expr, a: list, m: list, outs: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """out = sum_s D_s p_s v_s and lse = log sum exp(s): first order in m(v) and in the
+    scores' m through the probabilities (dp_s = p_s (ds_s - sum_t p_t ds_t))."""
+    (q, k, v), (mq, mk, mv) = a, m
+    p, factor, scale = _weights(expr, q, k)
+    aq, ak, av = (_abs(x) for x in (q, k, v))
+    ms = scale * (mq @ _t(ak) + aq @ _t(mk))
+    pd = p * factor
+    spread = np.sum(p * ms, axis=-1, keepdims=True)
+    m_out = _abs(outs[0]) + pd @ mv + (pd * ms) @ av + (pd @ av) * spread
+    return m_out, _abs(outs[1]) + spread[..., 0]
+
+
+def _sdpa_bwd(expr: Expr, a: list, m: list, outs: tuple) -> tuple[np.ndarray, ...]:
+    """The gradients' terms in magnitude (sdpa_bwd's formulas on |x| and m(x)), with the
+    probabilities' first-order change through the scores."""
+    (dout, q, k, v, out, _), (mdo, mq, mk, mv, mo, _) = a, m
+    p, factor, scale = _weights(expr, q, k)
+    ado, aq, ak, av, ao = (_abs(x) for x in (dout, q, k, v, out))
+    ms = scale * (mq @ _t(ak) + aq @ _t(mk))
+    grad_p = factor * (ado @ _t(av))
+    row = np.sum(ado * ao, axis=-1, keepdims=True)
+    m_grad_p = factor * (mdo @ _t(av) + ado @ _t(mv))
+    m_row = np.sum(mdo * ao + ado * mo, axis=-1, keepdims=True)
+    grad_s = p * (grad_p + row)
+    m_grad_s = p * (m_grad_p + m_row) + grad_s * (ms + np.sum(p * ms, axis=-1, keepdims=True))
+    pd = p * factor
+    m_dq = _abs(outs[0]) + scale * (m_grad_s @ ak + grad_s @ mk)
+    m_dk = _abs(outs[1]) + scale * (_t(m_grad_s) @ aq + _t(grad_s) @ mq)
+    m_dv = _abs(outs[2]) + _t(pd) @ mdo + _t(pd * ms) @ ado
+    return m_dq, m_dk, m_dv
 
 
 SAME = None  # the op itself, applied to the magnitudes (copies, sums, max, matmul, ...)
@@ -83,13 +131,19 @@ MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
     "div": lambda a, m, y: _divided(m[0] + _abs(y) * m[1], _abs(a[1])),
     "maximum": lambda a, m, y: np.maximum(m[0], m[1]),
     "minimum": lambda a, m, y: np.maximum(m[0], m[1]),
+    "lt": lambda a, m, y: np.zeros(np.shape(y)),  # a bool is exact
+    "rand_like": lambda a, m, y: _abs(y),  # drawn exactly, as an input is given
+    # several outputs: (expr, values, magnitudes, the outputs' values) -> their m
+    "sdpa": _sdpa,
+    "sdpa_bwd": _sdpa_bwd,
 }
 
 
 def magnitude(
-    expr: Expr, args: list[np.ndarray], mags: list[np.ndarray], value: np.ndarray
-) -> np.ndarray:
-    """m of `expr`'s output, from its arguments' values and magnitudes and its value.
+    expr: Expr, args: list[np.ndarray], mags: list[np.ndarray], value: np.ndarray, *more
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    """m of `expr`'s output, from its arguments' values and magnitudes and its value
+    (an op of several outputs: their values, and a tuple of their m).
 
     Values stay in their dtype (no float64 copy of a GiB tensor): each formula takes
     |v| first (`_abs`, exact), which numpy widens against the float64 m."""
@@ -107,6 +161,8 @@ def magnitude(
         for x in expr.operands()
     ]
     with np.errstate(all="ignore"):
+        if len(expr.outputs) > 1:
+            return rule(expr, [v for v, _ in operands], [m for _, m in operands], (value, *more))
         return rule([v for v, _ in operands], [m for _, m in operands], value)
 
 
@@ -126,8 +182,9 @@ def magnitudes(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]
             mags[t] = np.abs(np.asarray(given[t], F64))
         return mags[t]
 
-    def visit(expr: Expr, args: list[np.ndarray], value: np.ndarray) -> None:
-        mags[expr.output] = magnitude(expr, args, [mag(t) for t in expr.inputs], value)
+    def visit(expr: Expr, args: list[np.ndarray], values: list[np.ndarray]) -> None:
+        made = magnitude(expr, args, [mag(t) for t in expr.inputs], *values)
+        mags.update(zip(expr.outputs, made if isinstance(made, tuple) else (made,)))
         for t in dead_of[id(expr)]:
             mags.pop(t, None)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,10 +19,12 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
-from fuserlite.numerics import casts, nn
+from fuserlite.numerics import attention, casts, nn, philox
+from fuserlite.numerics.philox import Block
 from fuserlite.ops.reductions import reduced_axes
 from fuserlite.ops.registry import (
     Category,
+    compute_dtype,
     definition_of,
     positional,
     producer_to_consumer,
@@ -74,6 +77,57 @@ def _cast(expr: Expr, x: np.ndarray) -> np.ndarray:
     return casts.cast(x, expr.attrs["dtype"].numpy)
 
 
+@dataclass(frozen=True)
+class Positioned:
+    """The row of an op whose values depend on where the local array lies in the
+    global tensor (random numbers drawn at global indices): `evaluate(expr, operands,
+    local shape, start)`, start the global coordinates of the local array's origin."""
+
+    evaluate: Callable[[Expr, list[np.ndarray], tuple[int, ...], tuple[int, ...]], np.ndarray]
+
+
+def _rand_like(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
+    """rand_like's Philox numbers at the global linear indices of the local block."""
+    out = expr.output
+    block = Block(tuple(out.shape), start)
+    return philox.uniform(
+        expr.attrs["seed"], expr.attrs["offset"], block.index(shape), out.dtype.numpy
+    )
+
+
+def _flags(expr: Expr) -> dict:
+    a = expr.attrs
+    return {"dropout_p": a["dropout_p"], "is_causal": a["is_causal"], "scale": a["scale"]}
+
+
+def _rows_block(expr: Expr, start: tuple[int, ...]) -> Block:
+    """The block of the [..., L, S] probabilities a device computes: its batch and query
+    rows (from its first output's start), every key."""
+    q, k = expr.inputs[1:3] if expr.op_name == "sdpa_bwd" else expr.inputs[:2]
+    return Block((*q.shape[:-1], k.shape[-2]), (*start[:-1], 0))
+
+
+def _sdpa(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
+    """(output, logsumexp) of this device's query rows."""
+    a = expr.attrs
+    out, lse, _, _ = attention.sdpa_fwd(
+        *operands,
+        **_flags(expr),
+        seed=a["seed"],
+        offset=a["offset"],
+        block=_rows_block(expr, start),
+    )
+    return out, lse
+
+
+def _sdpa_bwd(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
+    """The gradients of this device's query rows (grad_key, grad_value: their partial sums)."""
+    rng = np.array([expr.attrs["seed"], expr.attrs["offset"]], np.uint64)
+    return attention.sdpa_bwd(
+        *operands, **_flags(expr), philox_seed=rng, block=_rows_block(expr, start)
+    )
+
+
 # One row per op. A pointwise op's row computes elementwise from operands that are
 # already laid out on its output's points (operands() order, scalars as 0-d arrays),
 # in the output's compute dtype; a conversion's row (OpDef.converts) takes
@@ -102,6 +156,10 @@ NUMPY: dict[str, Row] = {
     "div": np.true_divide,
     "maximum": np.maximum,
     "minimum": np.minimum,
+    "lt": np.less,
+    "rand_like": Positioned(_rand_like),
+    "sdpa": Positioned(_sdpa),
+    "sdpa_bwd": Positioned(_sdpa_bwd),
     # Reductions accumulate in the compute dtype: half sums in float, bool counts in int64.
     "sum": lambda e, a, shape: np.sum(a[0], axis=reduced_axes(e)),
     # A device's empty chunk of a sharded axis has the identity as its partial maximum.
@@ -160,28 +218,68 @@ def _operands(expr: Expr, args: list[np.ndarray], dtype: np.dtype) -> list[np.nd
 
 
 def eval_expr(
-    expr: Expr, args: list[np.ndarray], out_shape: tuple[int, ...], dtype: np.dtype | None = None
+    expr: Expr,
+    args: list[np.ndarray],
+    out_shape: tuple[int, ...],
+    dtype: np.dtype | None = None,
+    start: tuple[int, ...] | None = None,
 ) -> np.ndarray:
     """Evaluate one single-output expression on arrays (global or local shards); the
-    result is in the output's compute dtype (see `store`), or in `dtype` if given."""
-    dtype = expr.output.dtype.compute.numpy if dtype is None else dtype
+    result is in the output's compute dtype (see `store`), or in `dtype` if given.
+
+    `start` is where the local array lies in the global tensor (its first element's
+    global coordinates; None: at the origin), for the ops whose values depend on it."""
+    return eval_outputs(expr, args, [out_shape], dtype, start)[0]
+
+
+def eval_outputs(
+    expr: Expr,
+    args: list[np.ndarray],
+    shapes: list[tuple[int, ...]],
+    dtype: np.dtype | None = None,
+    start: tuple[int, ...] | None = None,
+) -> list[np.ndarray]:
+    """eval_expr for an expression of one or more outputs: one array per output, of
+    the shape `shapes` gives it (a row of several outputs returns a tuple); `start`
+    places the first output."""
     d = definition_of(expr)
     row = _row(expr)
+    first = tuple(shapes[0])
     if d.category is Category.POINTWISE and d.axis_map is not positional:
         args = [_laid_out(expr, t, a) for t, a in zip(expr.inputs, args)]
     with np.errstate(all="ignore"):
-        if d.converts:
+        if d.converts:  # its operands in their own dtypes
             out = row(expr, *args)
+        elif isinstance(row, Positioned):
+            operands = _operands(expr, args, _operand_dtype(expr, dtype))
+            out = row.evaluate(expr, operands, first, _start(start, first))
         elif d.category is Category.POINTWISE:
-            out = row(*_operands(expr, args, dtype))
+            out = row(*_operands(expr, args, _operand_dtype(expr, dtype)))
         else:
-            out = row(expr, _operands(expr, args, dtype), tuple(out_shape))
-    out = np.asarray(out).astype(dtype, copy=False)
-    if out.shape != tuple(out_shape):
-        raise ExecutionError(
-            f"{expr!r} produced shape {out.shape}, expected {tuple(out_shape)} for {expr.output.name}"
-        )
-    return out
+            out = row(expr, _operands(expr, args, _operand_dtype(expr, dtype)), first)
+    values = out if isinstance(out, tuple) else (out,)
+    if len(values) != len(expr.outputs) or len(shapes) != len(expr.outputs):
+        raise ExecutionError(f"{expr!r} produced {len(values)} values for its outputs")
+    results = []
+    for tv, value, shape in zip(expr.outputs, values, shapes):
+        want = tv.dtype.compute.numpy if dtype is None else dtype
+        value = np.asarray(value).astype(want, copy=False)
+        if value.shape != tuple(shape):
+            raise ExecutionError(
+                f"{expr!r} produced shape {value.shape}, expected {tuple(shape)} for {tv.name}"
+            )
+        results.append(value)
+    return results
+
+
+def _operand_dtype(expr: Expr, dtype: np.dtype | None) -> np.dtype:
+    """What an expression's operands are computed in: `dtype` if given, else its op's
+    compute dtype (a comparison's operands in their own, not in bool)."""
+    return compute_dtype(expr).numpy if dtype is None else dtype
+
+
+def _start(start: tuple[int, ...] | None, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (0,) * len(shape) if start is None else tuple(start)
 
 
 def eval_at_points(expr: Expr, args: list[np.ndarray]) -> np.ndarray:
@@ -193,5 +291,5 @@ def eval_at_points(expr: Expr, args: list[np.ndarray]) -> np.ndarray:
         if definition_of(expr).converts:
             out = _row(expr)(expr, *args)
         else:
-            out = _row(expr)(*_operands(expr, args, dtype))
+            out = _row(expr)(*_operands(expr, args, _operand_dtype(expr, None)))
         return np.asarray(out).astype(dtype, copy=False)

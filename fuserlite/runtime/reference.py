@@ -13,7 +13,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.runtime.liveness import dead_after
-from fuserlite.runtime.numpy_ops import blocks, eval_expr, store
+from fuserlite.runtime.numpy_ops import blocks, eval_outputs, store
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -46,7 +46,7 @@ def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarra
     return arrays
 
 
-Visit = Callable[[Expr, list[np.ndarray], np.ndarray], None]
+Visit = Callable[[Expr, list[np.ndarray], list[np.ndarray]], None]
 
 
 def evaluate(
@@ -56,7 +56,8 @@ def evaluate(
 
     Intermediates stay in their compute dtype (half as float) and only the outputs
     are rounded to their dtype: the whole fusion as one kernel would compute it.
-    `visit(expr, args, value)`, if given, sees every expression as it is evaluated.
+    `visit(expr, args, values)`, if given, sees every expression as it is evaluated
+    (values: one per output).
     """
     args.instance(fusion, Fusion, "evaluate", "fusion", "a Fusion", ExecutionError)
     values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
@@ -71,9 +72,11 @@ def evaluate(
                 "neither a fusion input nor computed; add it with fusion.add_input"
             )
         operands = [values[t] for t in expr.inputs]
-        values[expr.output] = eval_expr(expr, operands, expr.output.shape)
+        made = eval_outputs(expr, operands, [t.shape for t in expr.outputs])
+        values.update(zip(expr.outputs, made))
         if visit is not None:
-            visit(expr, operands, values[expr.output])
+            visit(expr, operands, made)
+        del made
         del operands
         for t in drop:
             del values[t]

@@ -42,6 +42,7 @@ _KIND_WORDS = {
     "int": "an integer",
     "ident": "a name",
     "dtype": "a dtype name (float32, bfloat16, int64, ...)",
+    "float": "a number",
 }
 
 TensorLookup = Callable[[Arg], TensorView]
@@ -133,6 +134,8 @@ def convert(source: Source, op: str, param: Param, arg: Arg, tensor: TensorLooku
         return arg.value
     if kind == "dtype" and arg.kind == "name":
         return _dtype(source, op, param, arg)
+    if kind == "float" and arg.kind in ("int", "float"):
+        return float(arg.value)
     if kind == "ident" and arg.kind == "name" and arg.value in (param.choices or (arg.value,)):
         return arg.value
     if kind == "ident" and arg.kind == "name":

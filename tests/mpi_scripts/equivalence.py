@@ -201,6 +201,34 @@ def uneven_cases(size: int) -> dict[str, object]:
     return cases
 
 
+def _dropout(size: int, axis: int, dtype: str) -> fl.Fusion:
+    """dropout(gelu(x)) with x sharded on `axis`: each rank draws its shard's numbers."""
+    with fl.Fusion() as f:
+        x = fl.tensor([4 * size, 6 * size], dtype)
+        f.add_input(x)
+        shard_axis(x, axis, M(range(size)))
+        f.add_output(fl.dropout(fl.gelu(x), 0.25, seed=11, offset=3))
+    return f
+
+
+def _attention(size: int, axis: int) -> fl.Fusion:
+    """Causal sdpa with dropout and its backward, q (and dout) sharded on `axis`: the
+    batch (nothing moves) or the query rows (grad_key, grad_value: Allreduces)."""
+    flags = {"dropout_p": 0.2, "is_causal": True, "seed": 9, "offset": 1}
+    with fl.Fusion() as f:
+        mesh = M(range(size))
+        dout, q, k, v = (fl.tensor([size, 2, 4 * size, 8]) for _ in range(4))
+        for t in (dout, q, k, v):
+            f.add_input(t)
+            t.set_device_mesh(mesh)
+        for t in (dout, q) if axis == 2 else (dout, q, k, v):
+            shard_axis(t, axis, mesh)
+        out, lse = fl.sdpa(q, k, v, **flags)
+        for t in (out, lse, *fl.sdpa_bwd(dout, q, k, v, out, lse, **flags)):
+            f.add_output(t)
+    return f
+
+
 def all_cases(size: int) -> dict[str, object]:
     cases = {}
     root = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
@@ -221,6 +249,11 @@ def all_cases(size: int) -> dict[str, object]:
     cases["sp-mlp"] = lambda: models.tensor_parallel_mlp(size, sequence_parallel=True)
     cases["partial-output-completed"] = lambda: _partial_output(size)
     cases |= uneven_cases(size)
+    cases["sdpa-batch"] = lambda: _attention(size, 0)
+    cases["sdpa-rows"] = lambda: _attention(size, 2)
+    for axis in (0, 1):
+        for dtype in ("float32", "bfloat16"):
+            cases[f"dropout-axis{axis}-{dtype}"] = lambda a=axis, d=dtype: _dropout(size, a, d)
     return cases
 
 

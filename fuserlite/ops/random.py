@@ -1,0 +1,89 @@
+"""Random numbers: rand_like (counter-based, Philox as nvFuser draws it), and the
+composites uniform and dropout built on it.
+
+rand_like's number at an element is Philox's at the element's linear index in the
+*global* tensor (fuserlite.numerics.philox): each device draws its own shard's
+numbers, so a sharded program draws exactly the unsharded program's numbers and a
+sharded dropout keeps exactly the unsharded mask, with no communication. It is an
+evaluated op (a kernel of its own, drawn with numpy where its shard lies), so the
+mask is the same on every compute path and backend.
+"""
+
+from __future__ import annotations
+
+from fuserlite.ir import args
+from fuserlite.ir.errors import FusionError
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.common import X, check_tensor, like, shape_text
+from fuserlite.ops.forms import Template
+from fuserlite.ops.pointwise import add, lt, mul
+from fuserlite.ops.registry import Op, Param, composite, define
+
+__all__ = ["rand_like", "uniform", "dropout"]
+
+_U64 = 2**64 - 1
+_SEED = Param("seed", "int", required=False, keyword=True)
+_OFFSET = Param("offset", "int", required=False, keyword=True)
+
+
+def _counter(value: object, op: str, arg: str) -> int:
+    return args.integer(value, op, arg, minimum=0, maximum=_U64)
+
+
+def _float_like(x: object, op: str) -> TensorView:
+    x = check_tensor(x, op)
+    if not x.dtype.is_float:
+        raise FusionError(
+            f"{op}: {shape_text(x)} is {x.dtype.name}; random numbers are floats (float16, "
+            "bfloat16, float32 or float64): pass a float tensor"
+        )
+    return x
+
+
+@define(
+    Template("rng_uniform({x}, seed = {seed:int}, offset = {offset:int});"),
+    (X, _SEED, _OFFSET),
+    attrs=("seed", "offset"),
+)
+def rand_like(x: TensorView, seed: int = 0, offset: int = 0) -> TensorView:
+    """Uniform numbers in [0, 1) of x's shape and dtype (Philox: seed, offset)."""
+    x = _float_like(x, "rand_like")
+    out = like(x)
+    Op(
+        "rand_like",
+        [out],
+        [x],
+        seed=_counter(seed, "rand_like", "seed"),
+        offset=_counter(offset, "rand_like", "offset"),
+    )
+    return out
+
+
+@composite(
+    (
+        X,
+        Param("low", "float", required=False),
+        Param("high", "float", required=False),
+        _SEED,
+        _OFFSET,
+    )
+)
+def uniform(
+    x: TensorView, low: float = 0.0, high: float = 1.0, seed: int = 0, offset: int = 0
+) -> TensorView:
+    """Uniform numbers in [low, high) of x's shape and dtype: low + (high - low) * rand_like."""
+    low, high = args.real(low, "uniform", "low"), args.real(high, "uniform", "high")
+    if not low <= high:
+        raise FusionError(f"uniform: low {low} must not exceed high {high}")
+    return add(mul(rand_like(x, seed, offset), high - low), low)
+
+
+@composite((X, Param("p", "float"), _SEED, _OFFSET))
+def dropout(x: TensorView, p: float, seed: int = 0, offset: int = 0) -> TensorView:
+    """x * mask / (1 - p), mask = rand_like(x) < 1 - p: nvFuser's dropout."""
+    x = _float_like(x, "dropout")
+    p = args.real(p, "dropout", "p")
+    if not 0.0 <= p <= 1.0:
+        raise FusionError(f"dropout: the probability p must be in [0, 1], got {p}")
+    keep = lt(rand_like(x, seed, offset), 1.0 - p)
+    return mul(mul(x, keep), 1.0 / (1.0 - p) if p < 1 else 1.0)
