@@ -95,6 +95,74 @@ def tensor_parallel_mlp(
     return fusion
 
 
+@dataclass(frozen=True)
+class BlockShape:
+    """The sizes of a transformer block: batch, sequence, hidden, heads (head dim = hidden / heads)."""
+
+    batch: int = 2
+    seq: int = 16
+    hidden: int = 64
+    heads: int = 8
+
+
+def transformer_block(
+    num_devices: int = 8,
+    dtype: str = "bfloat16",
+    shape: BlockShape = BlockShape(),  # noqa: B008 - a frozen dataclass
+    dropout_p: float = 0.1,
+    seed: int = 0,
+) -> Fusion:
+    """A GPT block, tensor-parallel with sequence parallelism (Megatron-SP).
+
+    x [B, S, H] is sharded on the sequence: layer_norm, attention over heads sharded
+    across devices (q, k, v column-parallel, the output projection row-parallel),
+    dropout and the residual; layer_norm, the MLP (column-parallel, gelu, row-parallel),
+    dropout and the residual. Weights stay in place; what moves is exactly Megatron-SP's:
+    an Allgather of the normalized activations before the QKV projections and before
+    the MLP, a ReduceScatter of the partial sums after the output projection and after
+    the MLP. Dropout (attention probabilities and both residual branches) draws Philox
+    at global indices, so every device keeps the unsharded mask.
+    """
+    b, s, h, heads = shape.batch, shape.seq, shape.hidden, shape.heads
+    head_dim = h // heads
+    with Fusion() as fusion:
+        mesh = DeviceMesh.for_num_devices(num_devices)
+        names = ["x", "ln1_w", "ln1_b", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo"]
+        names += ["ln2_w", "ln2_b", "w1", "b1", "w2", "b2"]
+        shapes = {"x": [b, s, h], "wq": [h, h], "wk": [h, h], "wv": [h, h], "wo": [h, h]}
+        shapes |= {"bq": [h], "bk": [h], "bv": [h], "w1": [4 * h, h], "b1": [4 * h]}
+        shapes |= {"w2": [h, 4 * h]}
+        t = {n: fl.tensor(shapes.get(n, [h]), dtype, name=n) for n in names}
+        for tv in t.values():
+            tv.set_device_mesh(mesh)
+            fusion.add_input(tv)
+        shard_axis(t["x"], 1, mesh)  # sequence parallel
+        for n in ("wq", "bq", "wk", "bk", "wv", "bv", "w1", "b1"):  # column-parallel
+            shard_axis(t[n], 0, mesh)
+        for n in ("wo", "w2"):  # row-parallel
+            shard_axis(t[n], 1, mesh)
+
+        def heads_first(y):  # [B, S, H] -> [B, heads, S, head_dim]
+            return fl.permute(fl.reshape(y, [b, s, heads, head_dim]), [0, 2, 1, 3])
+
+        def row_parallel(y, w, bias):  # partial sums reduce-scattered over the sequence
+            out = fl.linear(y, w)
+            shard_axis(out, 1, mesh)
+            return fl.add(out, bias)
+
+        x = t["x"]
+        ln1 = fl.layer_norm(x, [h], t["ln1_w"], t["ln1_b"])
+        q, k, v = (heads_first(fl.linear(ln1, t[f"w{n}"], t[f"b{n}"])) for n in "qkv")
+        o, _ = fl.sdpa(q, k, v, dropout_p=dropout_p, is_causal=True, seed=seed, offset=0)
+        o = fl.reshape(fl.permute(o, [0, 2, 1, 3]), [b, s, h])
+        attn = row_parallel(o, t["wo"], t["bo"])
+        r1 = fl.add(x, fl.dropout(attn, dropout_p, seed=seed, offset=1))
+        ln2 = fl.layer_norm(r1, [h], t["ln2_w"], t["ln2_b"])
+        mlp = row_parallel(fl.gelu(fl.linear(ln2, t["w1"], t["b1"])), t["w2"], t["b2"])
+        fusion.add_output(fl.add(r1, fl.dropout(mlp, dropout_p, seed=seed, offset=2)))
+    return fusion
+
+
 def resharding(
     in_mesh: DeviceMesh,
     in_axis: int | None,

@@ -25,6 +25,9 @@ KEY_LINES = {
         "communications: Allgather, Allgather, ReduceScatter",
         "validation ok",
     ],
+    "transformer_block.py": [
+        "communications: Allgather, ReduceScatter, Allgather, ReduceScatter; validation ok",
+    ],
     "tp_mlp.py": [
         "communications: Allreduce; validation ok",
         "communications: Allgather, ReduceScatter; validation ok",

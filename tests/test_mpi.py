@@ -151,6 +151,19 @@ def test_uneven_chunks_move_padded_and_variable_as_on_sim(n_ranks: int):
         assert (chunks in r["chunks"]) == chunked, (name, r)
 
 
+def test_transformer_block_on_eight_ranks_equals_sim(capsys):
+    """examples/transformer_block.py: Megatron-SP's four collectives, validated, and the
+    same report as on 8 sim devices."""
+    proc = mpiexec(8, sys.executable, "examples/transformer_block.py", "--backend", "mpi")
+    assert proc.returncode == 0, proc.stderr
+    sim = subprocess.run(
+        [sys.executable, "examples/transformer_block.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.stdout == sim.stdout.replace("8 sim devices", "8 mpi devices")
+    last = "communications: Allgather, ReduceScatter, Allgather, ReduceScatter; validation ok"
+    assert proc.stdout.splitlines()[-1].startswith(last)
+
+
 def test_cli_report_on_rank_zero_equals_sim(capsys):
     assert cli.main(["run", EXAMPLE]) == 0
     sim = capsys.readouterr().out

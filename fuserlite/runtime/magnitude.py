@@ -131,7 +131,7 @@ MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
     "div": lambda a, m, y: _divided(m[0] + _abs(y) * m[1], _abs(a[1])),
     "maximum": lambda a, m, y: np.maximum(m[0], m[1]),
     "minimum": lambda a, m, y: np.maximum(m[0], m[1]),
-    "lt": lambda a, m, y: np.zeros(np.shape(y)),  # a bool is exact
+    "lt": lambda a, m, y: _abs(y),  # exact: a bool is its own magnitude, as an input is
     "rand_like": lambda a, m, y: _abs(y),  # drawn exactly, as an input is given
     # several outputs: (expr, values, magnitudes, the outputs' values) -> their m
     "sdpa": _sdpa,

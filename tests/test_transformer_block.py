@@ -1,0 +1,47 @@
+"""The transformer block (fuserlite.models.transformer_block): tensor + sequence
+parallel on 8 devices moves exactly Megatron-SP's four collectives and validates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.runtime.magnitude import magnitudes
+
+MEGATRON_SP = ["Allgather", "ReduceScatter", "Allgather", "ReduceScatter"]
+
+
+@pytest.mark.parametrize("compute", ["numpy", "interpret", "compiled"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_block_moves_exactly_megatron_sp_and_validates(dtype: str, compute: str) -> None:
+    fusion = models.transformer_block(8, dtype)
+    executor = fl.FusionExecutor(fusion, compute=compute)
+    inputs = fl.random_inputs(fusion, seed=1)
+    fl.validate(fusion, inputs, executor.run(inputs))
+    comms = executor.communications
+    assert [c.kind.value for c in comms] == MEGATRON_SP
+    # each of the activation size [B, S, H]: the lower bound of sequence parallelism
+    assert all(c.input.shape == (2, 16, 64) for c in comms)
+
+
+def test_sharded_dropout_masks_are_the_unsharded_ones() -> None:
+    """1 device and 8 devices drop the same elements (validate would not notice a
+    mask that drops other elements of similar size as often)."""
+    outs = []
+    for devices in (1, 8):
+        fusion = models.transformer_block(devices, "float32", dropout_p=0.5)
+        inputs = fl.random_inputs(fusion, seed=2)
+        outs.append(fl.FusionExecutor(fusion, compute="numpy").run(inputs)[0])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-3, atol=1e-2)  # another mask: O(10)
+
+
+def test_magnitudes_bound_the_outputs() -> None:
+    """The tolerance's scale is at least |value| everywhere (a dropout mask's bools
+    once had magnitude 0, which made every dropped-out product exact)."""
+    fusion = models.transformer_block(8, "float32")
+    inputs = fl.random_inputs(fusion, seed=0)
+    (value,) = fl.evaluate(fusion, inputs)
+    (m,) = magnitudes(fusion, inputs)
+    assert np.all(m >= np.abs(value.astype(np.float64)) * (1 - 1e-6))
