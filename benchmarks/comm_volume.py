@@ -8,7 +8,8 @@ validate it against the reference, then sum `bytes_per_device` over the
 program's communications. The lower bound of a §5 row is its formula; for the
 tensor-parallel MLP it is one Allreduce of the output, 2(D-1)/D * B_out, and
 for the sequence-parallel MLP an Allgather of x plus a ReduceScatter of the
-output, (D-1)/D * (B_x + B_out).
+output, (D-1)/D * (B_x + B_out), and for the transformer block (bfloat16,
+Megatron-SP) four collectives of the activation, 4 (D-1)/D * B_act.
 
 Uneven rows: the §5 rows whose collectives chunk an axis (Allgather, AllToAll,
 ReduceScatter, Scatter, Gather) on x[509, 509] float32 (509 is prime: no D
@@ -37,6 +38,7 @@ MLP = {"batch": 4, "seq": 128, "hidden": 256}  # float32; B_x = B_out = 512 KiB
 UNEVEN = 509  # x[509, 509]: prime, so every D leaves short chunks
 UNEVEN_DEVICES = (3, 4, 8)
 CHUNKED = ("allgather", "alltoall", "reduce-scatter", "scatter", "gather")
+BLOCK = models.BlockShape(batch=4, seq=128, hidden=256, heads=8)  # bfloat16: 256 KiB
 
 
 Case = tuple[str, Callable[[], Fusion], int]  # name, builder, lower bound in bytes
@@ -53,6 +55,11 @@ def cases(d: int) -> list[Case]:
             "sp-mlp",
             lambda: models.tensor_parallel_mlp(d, **MLP, sequence_parallel=True),
             2 * ((d - 1) * activation // d),
+        ),
+        (
+            "transformer-block",
+            lambda: models.transformer_block(d, "bfloat16", BLOCK),
+            4 * ((d - 1) * (activation // 2) // d),  # Megatron-SP: 4 collectives, bfloat16
         ),
     ]
 
@@ -114,7 +121,10 @@ def uneven_rows() -> list[dict]:
 def main() -> None:
     """Measure every case on every mesh size; print each row as it is measured, save them."""
     rows = []
-    title = f"bytes sent per device: §5 cases x[{ROWS}, {COLS}] float32, MLPs {MLP}"
+    title = (
+        f"bytes sent per device: §5 cases x[{ROWS}, {COLS}] float32, MLPs {MLP}, "
+        f"transformer block {BLOCK} bfloat16"
+    )
     columns = ["case", "D", "communications", "bytes/device", "lower bound", "ratio"]
     with Table(title, columns, widths=[22, 2, 26, 12, 12, 5]) as table:
         for d in DEVICES:
@@ -145,6 +155,7 @@ def main() -> None:
         {
             "shape": [ROWS, COLS],
             "mlp": MLP,
+            "block": vars(BLOCK),
             "devices": list(DEVICES),
             "rows": rows,
             "uneven": {"shape": [UNEVEN, UNEVEN], "devices": list(UNEVEN_DEVICES), "rows": uneven},

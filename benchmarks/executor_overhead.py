@@ -13,6 +13,13 @@ process, so numpy's BLAS uses the same threads for both. Reports the median
 and the minimum of `--runs` runs (the minimum is the steadier number on a
 shared machine) and the ratio executor / numpy (target: <= 1.5; with compiled
 kernels <= 1.3). Prints a table and writes results/executor_overhead.json.
+
+Then the same for the transformer block (fuserlite.models.transformer_block,
+BLOCK sizes, bfloat16 and float32, tensor + sequence parallel on 8 devices)
+against its math in plain numpy on whole arrays (fuserlite.numerics' layer_norm,
+attention and dropout, with the same Philox masks), computed in float32 and
+rounded once at the end; results/executor_overhead_block.json. `--only mlp` or
+`--only block` runs one of them.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from _report import Table, write_json
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.kernel.compile import find_compiler
+from fuserlite.numerics import attention, nn
 
 DEVICES = 8
 SIZES = {"batch": 8, "seq": 512, "hidden": 1024}
@@ -74,12 +82,98 @@ def wall_times(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, lis
     return times
 
 
+BLOCK = models.BlockShape(batch=4, seq=256, hidden=512, heads=8)
+BLOCK_DROPOUT = 0.1
+
+
+def plain_block(inputs: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """The transformer block on whole arrays, as a numpy user writes it (float32)."""
+    x, ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2 = (
+        a.astype(np.float32) for a in inputs
+    )
+    b, s, h, heads = BLOCK.batch, BLOCK.seq, BLOCK.hidden, BLOCK.heads
+    p = BLOCK_DROPOUT
+
+    def heads_first(y):
+        return y.reshape(b, s, heads, h // heads).transpose(0, 2, 1, 3)
+
+    ln1 = nn.layer_norm(x, [h], ln1_w, ln1_b)[0]
+    q, k, v = (heads_first(ln1 @ w.T + bias) for w, bias in ((wq, bq), (wk, bk), (wv, bv)))
+    o = attention.sdpa_fwd(q, k, v, p, True, seed=0, offset=0)[0]
+    attn = o.transpose(0, 2, 1, 3).reshape(b, s, h) @ wo.T + bo
+    r1 = x + nn.dropout(attn, p, 0, 1)[0]
+    ln2 = nn.layer_norm(r1, [h], ln2_w, ln2_b)[0]
+    mlp = gelu(ln2 @ w1.T + b1) @ w2.T + b2
+    return (r1 + nn.dropout(mlp, p, 0, 2)[0]).astype(dtype)
+
+
+def block_rows(runs: int) -> list[dict]:
+    """The block in bfloat16 and float32: plain numpy and each compute path; one row each."""
+    rows = []
+    computes = ["numpy", "interpret"] + (["compiled"] if find_compiler() else [])
+    for dtype in ("bfloat16", "float32"):
+        fusion = models.transformer_block(DEVICES, dtype, BLOCK, BLOCK_DROPOUT)
+        inputs = fl.random_inputs(fusion, seed=0)
+        executors = {c: fl.FusionExecutor(fusion, compute=c) for c in computes}
+        for executor in executors.values():
+            fl.validate(fusion, inputs, executor.run(inputs))
+        target = inputs[0].dtype
+        # the baseline computes what the fusion computes (float32 throughout, one rounding)
+        fl.validate(fusion, inputs, [plain_block(inputs, target)])
+        variants: dict[str, Callable[[], object]] = {
+            "plain numpy": lambda a=inputs, t=target: plain_block(a, t)
+        }
+        for c, executor in executors.items():
+            variants[f"executor, compute={c}"] = lambda e=executor, a=inputs: e.run(a)
+        times = wall_times(variants, runs)
+        base = min(times["plain numpy"])
+        for name, t in times.items():
+            rows.append(
+                {
+                    "dtype": dtype,
+                    "variant": name,
+                    "median_s": statistics.median(t),
+                    "min_s": min(t),
+                    "ratio_min": min(t) / base,
+                    "ratio_median": statistics.median(t) / statistics.median(times["plain numpy"]),
+                }
+            )
+    with Table(
+        f"transformer block {vars(BLOCK)}, {DEVICES} sim devices, {runs} runs; ratio to numpy",
+        ["dtype", "variant", "median s", "min s", "ratio (median)", "ratio (min)"],
+        widths=[8, 26],
+    ) as table:
+        for r in rows:
+            table.row(
+                r["dtype"],
+                r["variant"],
+                f"{r['median_s']:.3f}",
+                f"{r['min_s']:.3f}",
+                f"{r['ratio_median']:.2f}",
+                f"{r['ratio_min']:.2f}",
+            )
+        table.note(f"target ratio <= {TARGET}")
+    return rows
+
+
 def main() -> None:
     """Time numpy and both executor modes; print and save the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="timed runs per variant (median)")
+    parser.add_argument("--only", choices=["mlp", "block"], help="run one of the two")
     args = parser.parse_args()
+    if args.only != "mlp":
+        rows = block_rows(args.runs)
+        write_json(
+            "executor_overhead_block",
+            {"block": vars(BLOCK), "devices": DEVICES, "runs": args.runs, "rows": rows},
+        )
+    if args.only != "block":
+        mlp(args)
 
+
+def mlp(args: argparse.Namespace) -> None:
+    """The tensor-parallel MLP: numpy and each executor mode; print and save the table."""
     fusion = models.tensor_parallel_mlp(DEVICES, **SIZES)
     inputs = fl.random_inputs(fusion, seed=0)
     start = time.perf_counter()

@@ -136,7 +136,8 @@ class Trace:
                     f"shard_map: the function made a new tensor {t.name} with fl.tensor; a "
                     "shard_map function takes its inputs as arguments (give it an in_spec)"
                 )
-            self.values[id(t)] = self._replay(t.definition)
+            expr = t.definition  # an op of several outputs gives each its Local
+            self.values.update(zip(map(id, expr.outputs), self._replay(expr)))
 
     def vary(self, v: Local, pt: ParallelType) -> Local:
         """v with a leading axis for `pt` (copies of an invariant value, one per device)."""
@@ -152,7 +153,7 @@ class Trace:
         e = declare(ops.expand(b, shape), self.mesh, leading(varying))
         return Local(e, varying)
 
-    def _replay(self, expr: Expr) -> Local:
+    def _replay(self, expr: Expr) -> list[Local]:
         d = definition(expr)
         rule = LOCAL_RULES.get(d.name) if d is not None else None
         if rule is None:
@@ -170,7 +171,8 @@ class Trace:
             elif value is not None:
                 r.attrs[p.name] = value
         out = rule(r)
-        return Local(declare(out, self.mesh, leading(r.varying)), r.varying)
+        made = out if isinstance(out, tuple) else (out,)
+        return [Local(declare(o, self.mesh, leading(r.varying)), r.varying) for o in made]
 
 
 @dataclass
@@ -221,6 +223,12 @@ LocalRule = Callable[[Replay], TensorView]
 
 def _same(r: Replay) -> TensorView:
     """Pointwise: the leading axes are more batch axes."""
+    return r.build()
+
+
+def _leading_batch(r: Replay) -> TensorView | tuple[TensorView, ...]:
+    """An evaluated op whose leading axes are batch axes: attention's N, H, ...; rand_like
+    draws at the stacked tensor's global indices (its attributes are no axes)."""
     return r.build()
 
 
@@ -342,6 +350,9 @@ LOCAL_RULES: dict[str, LocalRule] = {
     "max": _shifted_axes,
     "matmul": _matmul,
     "linear": _linear,
+    "sdpa": _leading_batch,
+    "sdpa_bwd": _leading_batch,
+    "rand_like": _leading_batch,
 }
 
 

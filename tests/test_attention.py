@@ -175,3 +175,20 @@ def test_sdpa_from_fus_text_round_trips() -> None:
     inputs = fl.random_inputs(f)
     for a, b in zip(fl.evaluate(f, inputs), fl.evaluate(again, inputs)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_inside_shard_map_each_device_attends_over_its_batch() -> None:
+    """A local sdpa (two outputs) and dropout in fl.shard_map, batch sharded: the global
+    program validates and moves nothing."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    spec = [("DIDx", None, None)]
+    with fl.Fusion() as f:
+        q = fl.tensor([4, 8, 16], name="q")
+        f.add_input(q)
+
+        def local(t):
+            out, _ = fl.sdpa(t, t, t, is_causal=True)
+            return fl.dropout(out, 0.5, seed=1)
+
+        f.add_output(fl.shard_map(local, mesh, spec, spec)(q))
+    assert _collectives(f) == []
