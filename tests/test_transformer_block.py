@@ -45,3 +45,17 @@ def test_magnitudes_bound_the_outputs() -> None:
     (value,) = fl.evaluate(fusion, inputs)
     (m,) = magnitudes(fusion, inputs)
     assert np.all(m >= np.abs(value.astype(np.float64)) * (1 - 1e-6))
+
+
+def test_the_fus_example_is_the_model() -> None:
+    """examples/transformer_block.fus builds the fusion models.transformer_block builds:
+    the same values on the same inputs, the same four collectives."""
+    from pathlib import Path
+
+    text = fl.load(Path(__file__).resolve().parents[1] / "examples" / "transformer_block.fus")
+    model = models.transformer_block(8, "bfloat16")
+    inputs = fl.random_inputs(model, seed=3)
+    np.testing.assert_array_equal(fl.evaluate(text, inputs)[0], fl.evaluate(model, inputs)[0])
+    executor = fl.FusionExecutor(text, compute="numpy")
+    fl.validate(text, inputs, executor.run(inputs))
+    assert [c.kind.value for c in executor.communications] == MEGATRON_SP
