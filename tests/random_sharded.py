@@ -266,10 +266,13 @@ class Generator(TransformerOps, RandomFusion):
         a = self.operand()
         if len(a.shape) < 1 or len(self.inputs) >= 5 or self.bound[id(a)] > 10:
             return None
-        k, n = a.shape[-1], self.extent()
-        b = self._weight([k, n], a, 0.5)
+        k = a.shape[-1]
+        square = len(a.shape) >= 2 and a.shape[-2] == k
+        if square and self.bound[id(a)] ** 2 * k <= MAX_BOUND and self.chance(0.5):
+            b, nb = a, self.bound[id(a)] ** 2 * k  # matmul(x, x): one tensor read two ways
+        else:
+            b, nb = self._weight([k, self.extent()], a, 0.5), self.bound[id(a)] * 4.0 * k
         out = fl.matmul(a, b)
-        nb = self.bound[id(a)] * 4.0 * k
         expr = f"fl.matmul({self.name(a)}, {self.name(b)})"
         return self.register(out, expr, nb, self.producer_mesh(a, b))
 

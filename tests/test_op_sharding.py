@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from three_way import run_three_ways
 
 import fuserlite as fl
 from fuserlite.ir.sharding import shardings
@@ -156,3 +157,26 @@ def test_the_views_inside_shard_map() -> None:
     ex = fl.FusionExecutor(fusion)
     arrays = fl.random_inputs(fusion, seed=4)
     fl.validate(fusion, arrays, ex.run(arrays))
+
+
+@pytest.mark.parametrize(
+    ("body", "axis"),
+    [
+        (lambda x: fl.matmul(x, x), 1),  # x's axis 1 is a's contraction and b's columns
+        (lambda x: fl.matmul(x, x), 0),
+        (lambda x: fl.linear(x, x, fl.sum(x, 1)), 0),
+        (lambda x: fl.linear(x, x), 1),
+    ],
+)
+def test_a_contraction_reading_one_tensor_twice(body: Callable, axis: int) -> None:
+    """matmul(x, x) on a sharded x: the two operands need x's axes in two ways; each
+    is resharded as its own position needs (was: one placement for both, and a raw
+    numpy ValueError on the local shards)."""
+    mesh = fl.DeviceMesh.for_num_devices(D)
+    with fl.Fusion() as fusion:
+        x = fl.tensor([8, 8], name="x")
+        fusion.add_input(x)
+        x.set_device_mesh(mesh)
+        shard_axis(x, axis, mesh)
+        fusion.add_output(body(x))
+    run_three_ways(fusion, fl.random_inputs(fusion, seed=2))

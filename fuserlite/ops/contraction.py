@@ -20,6 +20,7 @@ from fuserlite.ops.forms import Template
 from fuserlite.ops.pointwise import add, promote
 from fuserlite.ops.registry import Op, Param, Rewrite, Sharding, define
 from fuserlite.ops.views import broadcast
+from fuserlite.ops.views import set as copy_of
 
 __all__ = ["matmul", "linear"]  # the builders of its ops
 
@@ -50,6 +51,16 @@ def _copy(axes) -> list:
 
 def _contraction_axes(k: int) -> IterDomain:
     return new_axis(k, IterType.REDUCTION)
+
+
+def _distinct(*operands: TensorView) -> list[TensorView]:
+    """The operands, each one met before replaced by a copy (`set`): the axis map is
+    keyed by the producer tensor, and matmul(x, x) reads x's axes in two ways (rows and
+    contraction), which one map per producer cannot say."""
+    seen: list[TensorView] = []
+    for t in operands:
+        seen.append(copy_of(t) if any(t is s for s in seen) else t)
+    return seen
 
 
 def _operand_index(expr: Expr, producer: TensorView) -> int | None:
@@ -112,7 +123,7 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
     rows = _copy(a_axes[-2:-1])  # m, absent for a 1-D a
     axes = batch + rows + _copy(b_axes[-1:]) + [_contraction_axes(a.shape[-1])]
     out = TensorView(a.fusion, axes, promote(a, b, "mul"))
-    Op("matmul", [out], [a, b])
+    Op("matmul", [out], _distinct(a, b))
     return out
 
 
@@ -186,5 +197,5 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
     # One op with the bias, so that sharding sees one linear; where the contraction
     # axis is sharded, insert-reshardings adds the bias once, after the reduction
     # (bias_after_partial_sums, the op's sharding rule).
-    Op("linear", [out], [x, weight] + ([bias] if bias is not None else []))
+    Op("linear", [out], _distinct(x, weight, *([bias] if bias is not None else [])))
     return out
