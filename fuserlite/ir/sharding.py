@@ -106,7 +106,8 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
             "parallelize before further splits"
         )
     origin, _, split = chain
-    if split.extent % d == 0 and ax.extent == d:
+    inner = ax.definition.inner if ax is not split else None
+    if ax.extent == d and (inner is None or inner.extent == ceil_div(split.extent, d)):
         return None  # valid: asked of every sharded axis between passes, so no message built
     where = mesh_axis_text(tv.mesh, pt)
     if ax.extent != d:
@@ -116,7 +117,6 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
             else f"outer_split by {d}, the size of that mesh axis"
         )
         return f"{pt.value} axis has extent {ax.extent} but {where} has {d} devices; {fix}"
-    inner = ax.definition.inner if ax is not split else None
     if inner is not None and inner.extent != ceil_div(split.extent, d):
         # Device i holds torch.chunk's rows [i*c, min((i+1)*c, n)), c = ceil(n/d): an
         # inner split by another factor would give the devices chunks of another size.
