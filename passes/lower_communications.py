@@ -46,10 +46,12 @@ from fuserlite.ops.sharding import partial_op
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.chunking import Chunks, sized
 from fuserlite.passes.reorder_sharded_axis import device_axis_outermost
-from fuserlite.plan import Planner, StepKind, holdings, needs, plan_move
+from fuserlite.plan import StepKind
 from fuserlite.plan.search import PlannedStep
-from fuserlite.program.communication import CommKind, Communication
+from fuserlite.program.communication import CommKind, Communication, planned_move
 from fuserlite.program.program import Kernel, Program, Resharding, Step
+from fuserlite.program.reshardings import Planners
+from fuserlite.program.reshardings import needed_by as needed_by_of
 from fuserlite.schedule.shard import shard_as
 
 
@@ -99,13 +101,7 @@ class _Lowering:
     def __init__(self, program: Program, chunks: Chunks = "cheaper") -> None:
         self.program = program
         self.chunks = chunks
-        self._planners: dict[tuple, Planner] = {}
-
-    def planner(self, tv: TensorView) -> Planner:
-        key = (tv.shape, tv.dtype.itemsize, tv.mesh.shape)
-        if key not in self._planners:
-            self._planners[key] = Planner(*key)
-        return self._planners[key]
+        self.planners = Planners()
 
     def lower(self, expr: LoadStoreOp) -> list[Communication]:
         """Replace one resharding Set by its Communications in the graph."""
@@ -114,7 +110,7 @@ class _Lowering:
             raise LoweringError(
                 f"cannot lower a Set between {inp.name} and {out.name}: both need a mesh"
             )
-        needed_by = _needed_by(out, self.program)
+        needed_by = needed_by_of(out, self.program)
         try:
             same = inp.mesh == out.mesh
             record = self._same_mesh(expr) if same else self._between_meshes(expr)
@@ -129,7 +125,7 @@ class _Lowering:
 
     def _same_mesh(self, expr: LoadStoreOp) -> Resharding:
         inp, out = expr.input, expr.output
-        plan = self.planner(inp).plan(placement(inp), placement(out))
+        plan = self.planners.plan(inp, out)
         op = partial_op(inp) if is_partial(inp) else None
         expr.detach()
         comms, current = [], inp
@@ -143,12 +139,7 @@ class _Lowering:
     def _between_meshes(self, expr: LoadStoreOp) -> Resharding:
         inp, out = expr.input, expr.output
         mi, mo = inp.mesh, out.mesh
-        shape, itemsize = inp.shape, inp.dtype.itemsize
-        move = plan_move(
-            holdings(shape, mi.shape, mi.devices, placement(inp)),
-            needs(shape, mo.shape, mo.devices, placement(out)),
-            itemsize,
-        )
+        move = planned_move(inp, out)
         table = table_move(inp, out)
         reducing = is_partial(inp)
         expr.detach()
@@ -184,17 +175,6 @@ class _Lowering:
                 transfers=move.transfers,
             )
         return Resharding(inp, out, "", [comm], move=move)
-
-
-def _needed_by(tv: TensorView, program: Program) -> str:
-    """The expression that reads `tv` (its first reader), or 'the fusion output'."""
-    readers = [e for e in tv.uses if not isinstance(e, Communication)]
-    if readers:
-        e = readers[0]
-        return f"{e.output.name} = {e.op_name}({', '.join(t.name for t in e.inputs)})"
-    if tv in program.outputs:
-        return f"the fusion output {tv.name}"
-    return "a later resharding"
 
 
 def _intermediate(inp: TensorView, after: Placement) -> TensorView:

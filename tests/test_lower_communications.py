@@ -147,7 +147,7 @@ def test_lowering_errors_name_the_pass_and_keep_their_class(monkeypatch):
     def refuse(*args, **kwargs):
         raise RedistributionError("no source device holds [0:4, 0:2]")
 
-    monkeypatch.setattr(lower, "plan_move", refuse)
+    monkeypatch.setattr(lower, "planned_move", refuse)
     with pytest.raises(fl.LoweringError) as err:
         fl.lower(across_meshes())
     msg = str(err.value)

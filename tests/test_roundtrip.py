@@ -3,16 +3,15 @@ that prints the same text, runs the next pass the same way and computes the same
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 from op_examples import OP_CALLS, op_example
 from random_sharded import build_case
+from test_nd_examples import _blocks_shard, fsdp_tp_mlp
 
 import fuserlite as fl
 from fuserlite import models
-from fuserlite.ir.errors import ParseError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline
 from fuserlite.program.communication import Communication
@@ -21,21 +20,6 @@ from fuserlite.program.program import Kernel, Program
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The known gap: a communication on an N-D mesh (mesh=, teams=, placements=) or a move
-# between meshes by box transfers (transfers=) does not parse back yet; the parser
-# says so (a ParseError) instead of building a communication without them.
-UNREADABLE = re.compile(r"^Communication .*(?:, mesh=DeviceMesh|, transfers=\[)", re.M)
-
-
-def parse_or_known_gap(text: str) -> Fusion | Program | None:
-    """parse_printed(text), or None where the text has a communication of the known gap
-    (checking that the parser refuses it with its message)."""
-    if UNREADABLE.search(text) is None:
-        return parse_printed(text)
-    with pytest.raises(ParseError, match="cannot be read back yet"):
-        parse_printed(text)
-    return None
-
 
 def example_fusions() -> dict[str, Fusion]:
     """Every example: the .fus files and the fusions the Python scripts build."""
@@ -43,6 +27,7 @@ def example_fusions() -> dict[str, Fusion]:
     cases["seed_000.py"] = models.all_gather_all_reduce_reduce_scatter(8, 16)
     cases["tp_mlp.py"] = models.tensor_parallel_mlp(2)
     cases["sp_mlp.py"] = models.tensor_parallel_mlp(2, sequence_parallel=True)
+    cases["fsdp_tp.py"] = fsdp_tp_mlp()
     return cases
 
 
@@ -82,7 +67,7 @@ BOUNDARIES = [
 def state(ir: Fusion | Program) -> list:
     """What an IR holds beside the text of its expressions and tensors: the fusion's
     inputs and outputs in order, and each step's fields (a kernel's inputs, outputs,
-    mesh, schedule and notes; a communication's kind, team, axes, layout, bytes)."""
+    mesh, schedule and notes; every field of a communication)."""
     fusion = ir.fusion if isinstance(ir, Program) else ir
     out: list = [[t.number for t in fusion.inputs], [t.number for t in fusion.outputs]]
     for s in ir.steps if isinstance(ir, Program) else []:
@@ -91,8 +76,9 @@ def state(ir: Fusion | Program) -> list:
             io = [[t.number for t in s.inputs], [t.number for t in s.outputs]]
             out.append(("kernel", *io, s.mesh, s.scheduled, ref, s.notes))
         elif isinstance(s, Communication):
-            fields = (s.kind, s.team, s.root, s.op, s.in_axis, s.out_axis, s.layout)
-            out.append((*fields, s.bytes_per_device, s.input.number, s.output.number))
+            fields = (s.kind, s.team, s.root, s.op, s.in_axis, s.out_axis, s.layout, s.mesh)
+            planned = (s.group, s.before, s.after, s.axes, s.transfers, s.bytes_per_device)
+            out.append((*fields, *planned, s.input.number, s.output.number))
         else:
             out.append((s.op_name, s.input.number, s.output.number))
     return out
@@ -102,9 +88,7 @@ def state(ir: Fusion | Program) -> list:
 def test_print_parse_print_is_identity(name: str, k: int) -> None:
     ir = STAGES[name][k]
     text = str(ir)
-    back = parse_or_known_gap(text)
-    if back is None:
-        return
+    back = parse_printed(text)
     assert type(back) is type(ir)
     assert str(back) == text
     assert state(back) == state(ir)
@@ -114,18 +98,24 @@ def test_print_parse_print_is_identity(name: str, k: int) -> None:
     ("name", "k"), [b for b in BOUNDARIES if b.values[1] < len(DEFAULT_PASSES)]
 )
 def test_next_pass_on_the_parsed_text_is_the_next_stage(name: str, k: int) -> None:
-    back = parse_or_known_gap(str(NAMELESS_STAGES[name][k]))
-    if back is None:
-        return
+    back = parse_printed(str(NAMELESS_STAGES[name][k]))
     assert str(run_pass(DEFAULT_PASSES[k], back)) == str(NAMELESS_STAGES[name][k + 1])
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_parsed_lowered_program_computes_the_reference(name: str) -> None:
+def test_explain_of_a_parsed_program_is_that_of_the_original(name: str) -> None:
+    """The reshardings fl.explain reads come back from the communications: after
+    lower-communications and after assign-layouts."""
+    for ir in NAMELESS_STAGES[name][DEFAULT_PASSES.index("lower-communications") + 1 :]:
+        assert fl.explain(parse_printed(str(ir))) == fl.explain(ir)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_parsed_lowered_program_computes_the_reference(monkeypatch, name: str) -> None:
     fusion = CASES[name]
-    program = parse_or_known_gap(str(STAGES[name][-1]))
-    if program is None:
-        return
+    if any(t.mesh is not None and t.mesh.rank > 1 for t in fusion.tensors_created):
+        _blocks_shard(monkeypatch)  # the executor's N-D sharding, as test_nd_examples does
+    program = parse_printed(str(STAGES[name][-1]))
     inputs = fl.random_inputs(fusion, seed=3)
     outputs = fl.FusionExecutor(program, backend="sim").run(inputs)
     fl.validate(fusion, inputs, outputs)
@@ -141,10 +131,9 @@ def assert_round_trips_at_every_stage(ir: Fusion | Program) -> None:
             except fl.FuserliteError:
                 return
         text = str(ir)
-        back = parse_or_known_gap(text)
-        if back is None:
-            return
+        back = parse_printed(text)
         assert str(back) == text, name
+        assert state(back) == state(ir), name
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from enum import Enum
 
 from fuserlite.ir.args import LIST_LIMIT
-from fuserlite.ir.errors import ParseError
+from fuserlite.ir.errors import FuserliteError, ParseError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import is_uneven
+from fuserlite.ir.sharding import is_uneven, placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.forms import KINDS, Kind, Template
+from fuserlite.plan.cross_mesh import Move, holdings, needs, plan_move
 
 
 class CommKind(str, Enum):
@@ -104,19 +105,6 @@ def _read_layout(text: str) -> Layout:
     return Layout(pinned=True, order=tuple(int(i) for i in inner.split(", ")) if inner else ())
 
 
-def _unreadable(what: str) -> Callable[[str], object]:
-    """A field printed for the reader that the parser cannot rebuild yet: a ParseError
-    rather than a communication without it."""
-
-    def read(text: str) -> object:
-        raise ParseError(
-            f"{what} of a communication cannot be read back yet (N-D meshes and moves "
-            "between meshes by box transfers print them); print and run it from the .fus file"
-        )
-
-    return read
-
-
 # How each field of a printed communication is shown and read back (forms.KINDS adds
 # `tensor`). A new field of Communication is one part of FORM, a new kind of value
 # one entry here.
@@ -132,19 +120,25 @@ COMM_KINDS = {
     "reduction": Kind(r"\w+", lambda v, e, t: v.value, _choice(ReductionOpType, "reduction op")),
     "layout": Kind(r"free|pinned\{(?:\d+(?:, \d+)*)?\}", lambda v, e, t: str(v), _read_layout),
     "sizing": Kind(r"\w+", lambda v, e, t: v.value, _choice(Sizing, "chunk sizing")),
-    # Shown on an N-D mesh and for box transfers only (as `describe` always did).
-    "nd": Kind(
-        r"DeviceMesh\{[^()]*\}, teams=\([^()]*\), placements=\([^()]*\)->\([^()]*\)",
-        lambda v, e, t: v,
-        _unreadable("the mesh, teams and placements"),
+    # Shown on an N-D mesh only: its mesh, the parallel types of its teams, and the
+    # placements around it (read back as text: they must be those of its tensors).
+    "mesh": Kind(r"DeviceMesh\{[^()]*\}", lambda v, e, t: v.text(), str),
+    "group": Kind(
+        r"\((?:\w+(?: \w+)*)?\)",
+        lambda v, e, t: "(" + " ".join(e.group_names) + ")",
+        lambda s: tuple(s[1:-1].split()),
     ),
-    "transfers": Kind(r"\[[^\]]*(?:\][^\]]*)*\]", lambda v, e, t: v, _unreadable("the transfers")),
+    "placement": Kind(r"\([^()]*\)", lambda v, e, t: str(v), str),
+    # A move by box transfers: the first LIST_LIMIT of them (read back as text: they
+    # must be the move planned between the tensors' placements, `planned_move`).
+    "transfers": Kind(r"\[[^\]]*(?:\][^\]]*)*\]", lambda v, e, t: f"[{transfers_text(v)}]", str),
 }
 
 # The one printed form of a communication, both ways: every field a constructor
 # argument of the same name, shown where it is not None.
 FORM = Template(
-    "Communication {kind:comm} (team={team:team}[, mesh={nd:nd}][, root={root:int}]"
+    "Communication {kind:comm} (team={team:team}[, mesh={mesh:mesh}, teams={group:group}, "
+    "placements={before:placement}->{after:placement}][, root={root:int}]"
     "[, op={op:reduction}], input={input}, output={output}[, in_axis={in_axis:int}]"
     "[, out_axis={out_axis:int}][, transfers={transfers:transfers}][, layout={layout:layout}]"
     "[, chunks={sizing:sizing}], bytes_per_device={bytes_per_device:int})",
@@ -226,13 +220,8 @@ class Communication(Expr):
         """`Communication Allgather (team=(0 1), input=..., output=..., ...)`; on an N-D
         mesh also its mesh, the parallel types of its teams and the placements."""
         values = {name: getattr(self, name, None) for name in FORM.fields}
-        if self.mesh is not None and self.mesh.rank > 1:
-            values["nd"] = (
-                f"{self.mesh.text()}, teams=({' '.join(self.group_names)}), "
-                f"placements={self.before}->{self.after}"
-            )
-        if self.transfers is not None:
-            values["transfers"] = f"[{transfers_text(self.transfers)}]"
+        if self.mesh is None or self.mesh.rank == 1:
+            values["mesh"] = None  # on a 1-D mesh they follow from the tensors alone
         if self.sizing is Sizing.even:  # the plain collective: no chunks= (as before)
             values["sizing"] = None
         return FORM.print(values, self, namer.tensor)
@@ -240,12 +229,106 @@ class Communication(Expr):
     @classmethod
     def from_printed(cls, text: str, tensor: Callable[[str], TensorView]) -> Communication | None:
         """The communication a printed line describes, between the tensors `tensor(printed
-        text)` resolves; None if the line is not a communication's."""
+        text)` resolves; None if the line is not a communication's. What the line does
+        not show follows from the tensors: the mesh, the placements around it, the axes
+        it moves (its in_axis and out_axis), a 1-D mesh's group and a move's transfers;
+        a ParseError where the line shows them otherwise."""
         values = FORM.match(text)
         if values is None:
             return None
-        values["input"], values["output"] = tensor(values["input"]), tensor(values["output"])
-        return cls(**values)
+        inp = values["input"] = tensor(values["input"])
+        out = values["output"] = tensor(values["output"])
+        shown = {k: values.pop(k, None) for k in ("mesh", "group", "before", "after", "transfers")}
+        return cls(**values, **_from_tensors(inp, out, values, shown, text))
+
+
+def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, text: str) -> dict:
+    """The fields a printed communication leaves to its tensors, checked against what
+    the line shows (`shown`: its mesh=, teams= and placements= on an N-D mesh, a
+    move's transfers=)."""
+
+    def fail(message: str, field: str) -> ParseError:
+        return ParseError(message, column=max(text.find(f"{field}="), 0) + 1)
+
+    if inp.mesh is None or out.mesh is None:
+        raise fail(f"a communication's tensors have a mesh; {inp.name} -> {out.name}", "input")
+    before, after = placement(inp), placement(out)
+    derived = {"before": before, "after": after}
+    if inp.mesh != out.mesh:  # a move between meshes
+        if shown["mesh"] is not None:
+            raise fail(
+                f"a move between meshes ({inp.mesh} -> {out.mesh}) shows no mesh= or teams=",
+                "mesh",
+            )
+        if shown["transfers"] is not None:
+            derived["transfers"] = _transfers(inp, out, shown["transfers"], fail)
+        return derived
+    mesh = inp.mesh
+    derived["mesh"] = mesh
+    derived["axes"] = tuple(
+        a for a in (values.get("in_axis"), values.get("out_axis")) if a is not None
+    )
+    if shown["transfers"] is not None:
+        raise fail(
+            "a communication on one mesh has no transfers (a move between meshes does)", "transfers"
+        )
+    if mesh.rank == 1:
+        if shown["mesh"] is not None:
+            raise fail(
+                "on a 1-D mesh a communication shows no mesh=, teams= or placements=", "mesh"
+            )
+        derived["group"] = (0,)
+        return derived
+    if shown["mesh"] is None:
+        raise fail(
+            f"a communication on the N-D mesh {mesh} shows `mesh=..., teams=(...), "
+            "placements=(...)->(...)` after its team",
+            "input",
+        )
+    if shown["mesh"] != mesh.text():
+        raise fail(f"mesh={shown['mesh']}, but its tensors are on {mesh.text()}", "mesh")
+    names = [pt.name for pt in mesh.parallel_types]
+    unknown = [n for n in shown["group"] if n not in names]
+    if unknown or len(set(shown["group"])) != len(shown["group"]):
+        raise fail(
+            f"teams=({' '.join(shown['group'])}): each a parallel type of {mesh} "
+            f"({', '.join(names)}) at most once",
+            "teams",
+        )
+    derived["group"] = tuple(names.index(n) for n in shown["group"])
+    if (shown["before"], shown["after"]) != (str(before), str(after)):
+        raise fail(
+            f"placements={shown['before']}->{shown['after']}, but {inp.name} is {before} and "
+            f"{out.name} is {after}: the placements are those of its tensors",
+            "placements",
+        )
+    return derived
+
+
+def _transfers(inp: TensorView, out: TensorView, shown: str, fail) -> tuple:
+    """The transfers of the move between inp and out whose text a line shows."""
+    try:
+        transfers = planned_move(inp, out).transfers
+    except FuserliteError as exc:
+        raise fail(f"no move from {inp.name} to {out.name}: {exc}", "input") from None
+    if shown != f"[{transfers_text(transfers)}]":
+        raise fail(
+            f"transfers={shown} are not the move planned between {inp.name} and {out.name}: "
+            f"[{transfers_text(transfers)}]",
+            "transfers",
+        )
+    return transfers
+
+
+def planned_move(inp: TensorView, out: TensorView) -> Move:
+    """plan.cross_mesh's move from inp's placement on its mesh to out's (the one
+    lower-communications lowers a move between meshes by)."""
+    mi, mo, shape = inp.mesh, out.mesh, inp.shape
+    return plan_move(
+        holdings(shape, mi.shape, mi.devices, placement(inp)),
+        needs(shape, mo.shape, mo.devices, placement(out)),
+        inp.dtype.itemsize,
+    )
 
 
 def transfers_text(transfers: tuple) -> str:

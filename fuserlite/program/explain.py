@@ -50,6 +50,9 @@ def explain_resharding(r: Resharding) -> str:
         alt = r.plan.alternative
         lines.append(f"  rejected: {alt.describe()}" if alt else "  rejected: nothing cheaper")
         return "\n".join(lines)
+    if r.move is None:  # read from text: no plan of the planner (program.reshardings)
+        kinds = " + ".join(c.kind.value for c in r.communications)
+        return f"{head}, on {src.mesh}\n  {kinds}: as written, not a plan of the planner"
     move = r.move
     (comm,) = r.communications
     return "\n".join(

@@ -35,6 +35,7 @@ from fuserlite.program.communication import Communication
 from fuserlite.program.printer import NOTE, SCHEDULED, printed_tensors, unescape_note
 from fuserlite.program.program import Kernel, Program, Step, finish_kernel
 from fuserlite.program.reader import TENSOR, TENSOR_NUMBER, Block, Line, build_tensor
+from fuserlite.program.reshardings import derive_reshardings
 from fuserlite.program.sections import (
     BODY,
     TRANSFORM_PRINTER,
@@ -125,6 +126,7 @@ class _Builder:
             verify_program(program)
         except VerifyError as exc:  # its problems name tensors and steps: add the file
             raise VerifyError(f"{self.source.filename}: {exc}") from None
+        program.reshardings = derive_reshardings(program)  # what fl.explain reads
         return program
 
     def make_tensors(self) -> None:
@@ -243,8 +245,9 @@ class _Builder:
             raise self.fail(str(exc), line.number, exc.column or 1) from None
         if comm is None:
             raise self.fail(
-                "expected Communication <kind> (team=(0 1)[, root=N][, op=add], input=<tensor>, "
-                "output=<tensor>[, in_axis=N][, out_axis=N][, layout=...], bytes_per_device=N)",
+                "expected Communication <kind> (team=(0 1)[, mesh=..., teams=(...), placements="
+                "...][, root=N][, op=add], input=<tensor>, output=<tensor>[, in_axis=N][, "
+                "out_axis=N][, transfers=[...]][, layout=...], bytes_per_device=N)",
                 line.number,
                 1,
             )

@@ -72,7 +72,8 @@ class Resharding:
     `needed_by` is the expression that reads the resharded tensor (or `output`);
     `plan` is the planner's plan on one mesh (its steps are the communications, and
     it knows its cheapest rejected alternative), `move` the transfers of a move
-    between two meshes; exactly one of them is set.
+    between two meshes; one of them is set, except for communications read from text
+    that are no plan of the planner (fuserlite.program.reshardings).
     """
 
     source: TensorView
