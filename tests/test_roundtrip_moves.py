@@ -16,7 +16,7 @@ from fuserlite.plan import Placement, all_placements
 from fuserlite.program.parser import parse_printed
 from fuserlite.schedule.shard import shard_as
 
-SHAPES = ([8], [4, 8], [8, 4, 4])
+SHAPES = ([8], [8, 16], [16, 8, 8])  # every axis divides evenly on every mesh drawn
 
 
 def _mesh(rng: np.random.Generator) -> fl.DeviceMesh:
@@ -113,3 +113,12 @@ def test_transfers_other_than_the_planned_move_are_a_parse_error() -> None:
     assert bad != text
     with pytest.raises(ParseError, match="are not the move planned between"):
         parse_printed(bad)
+
+
+def test_a_communication_that_is_no_plan_is_explained_as_written() -> None:
+    """Teams edited by hand: read back as written, and fl.explain says it is no plan."""
+    text, line = _nd_line()
+    program = parse_printed(text.replace(line, line.replace("teams=(DIDx)", "teams=(DIDy DIDx)")))
+    (comm,) = program.communications
+    assert comm.group == (0, 1) and comm.group_names == ("DIDy", "DIDx")
+    assert "Allreduce: as written, not a plan of the planner" in fl.explain(program)
