@@ -11,6 +11,7 @@ the differential test from the commit that adds it.
 from __future__ import annotations
 
 import numpy as np
+from random_nn_ops import NN_DRAWN
 
 import fuserlite as fl
 
@@ -44,6 +45,7 @@ DRAWN = {
     "cat": "cat",
     "flatten": "flatten",
     "take": "take",
+    **NN_DRAWN,
 }
 
 

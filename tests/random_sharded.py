@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from random_fusion import BINARY, RandomFusion, fusion_script, repro_script
+from random_nn_ops import NNOps
 from random_ops import TransformerOps, bfloat16_share
 
 import fuserlite as fl
@@ -48,7 +49,7 @@ class Case:
         return repro_script(self.lines, self.seed)
 
 
-class Generator(TransformerOps, RandomFusion):
+class Generator(NNOps, TransformerOps, RandomFusion):
     """Builds one random fusion inside an active `fl.Fusion()`."""
 
     def __init__(self, seed: int, fusion: fl.Fusion) -> None:
@@ -166,6 +167,7 @@ class Generator(TransformerOps, RandomFusion):
             + ["reshape"] * 2
             + ["positive", "cast", "cast", "permute", "permute", "where", "squeeze", "unsqueeze"]
             + ["select", "slice", "slice", "cat", "flatten", "batched", "take"]
+            + ["compare", "random", "norm", "softmax", "var_mean", "backward", "attention"]
         )
         return getattr(self, f"op_{kind}")()
 
