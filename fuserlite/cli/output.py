@@ -17,6 +17,7 @@ from fuserlite.ir.fusion import Fusion
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13): what a shell reports for `cat big | head -1`
+PIPED_WIDTH = 160  # columns of a table written to a file or a pipe
 
 
 class UsageError(Exception):
@@ -63,6 +64,10 @@ class Output:
         self.console = Console(
             file=self.stream, theme=THEME, highlighter=IRHighlighter(), soft_wrap=True
         )
+        if not self.console.is_terminal:
+            # rich assumes 80 columns without a terminal, and wraps or cuts table cells
+            # ("ReduceScatt…"); a file or a pipe has no width, so give tables room.
+            self.console.width = PIPED_WIDTH
 
     @property
     def is_terminal(self) -> bool:
