@@ -34,15 +34,23 @@ Fail = Callable[[str, int, int], ParseError]
 _PARALLEL = "|".join(
     re.escape(pt.value) for pt in sorted(ParallelType, key=lambda p: -len(p.value))
 )
-AXIS = re.compile(rf"(?P<iter>[ibr])(?P<parallel>{_PARALLEL})(?P<number>\d+)\{{(?P<extent>\d+)\}}")
+# An extent as printer.extent_text prints it: `4`, or the inner part of an outer split
+# its factor does not divide, `( ceilDiv(13, 4) )` (of a nested one's extent too).
+_EXTENT = r"\d+|\( ceilDiv\([^{}]*\) \)"
+_CEIL_DIV = re.compile(r"\( ceilDiv\((?P<of>.*), (?P<by>\d+)\) \)")
+AXIS = re.compile(
+    rf"(?P<iter>[ibr])(?P<parallel>{_PARALLEL})(?P<number>\d+)\{{(?P<extent>{_EXTENT})\}}"
+)
+# One axis of a transform line: a name and its braces (spaces allowed inside them).
+_ONE = r"[^\s{},]*\{[^{}]*\}|\S+"
 TENSOR = re.compile(TENSOR_PARTS)
 TENSOR_NUMBER = re.compile(r"T(\d+)_")
 _DOMAIN = re.compile(r" (?P<which>logical|allocation|loop) domain : \((?P<axes>.*)\)")
 _SPLIT = re.compile(
-    r"  (?P<kind>Split|Outer split): (?P<input>\S+) by factor (?P<factor>\d+) -> "
-    r"(?P<outer>\S+), (?P<inner>\S+)"
+    rf"  (?P<kind>Split|Outer split): (?P<input>{_ONE}) by factor (?P<factor>\d+) -> "
+    rf"(?P<outer>{_ONE}), (?P<inner>{_ONE})"
 )
-_MERGE = re.compile(r"  Merge: (?P<outer>\S+) and (?P<inner>\S+) -> (?P<output>\S+)")
+_MERGE = re.compile(rf"  Merge: (?P<outer>{_ONE}) and (?P<inner>{_ONE}) -> (?P<output>{_ONE})")
 _CONTIGUITY = {"t": True, "f": False, "n": None}
 
 
@@ -77,11 +85,33 @@ class _Axis:
     extent: int
 
 
+def extent_value(text: str) -> int:
+    """The extent a printed one stands for: `4` is 4, `( ceilDiv(13, 4) )` is 4."""
+    m = _CEIL_DIV.fullmatch(text)
+    if m is None:
+        return int(text)
+    return -(-extent_value(m["of"]) // int(m["by"]))
+
+
+def axis_texts(text: str) -> list[str]:
+    """`iS0{2}, iS1{( ceilDiv(13, 4) )}` -> each axis's text (split at the commas
+    outside braces; an empty text has none)."""
+    if not text.strip():
+        return []
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0 and text.startswith(", ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    return [*parts, text[start:]]
+
+
 def _axes(text: str, line: Line, column: int, fail: Fail) -> list[_Axis]:
     """`iS0{2}, ideviceIdx.x1{2}` -> its axes (an empty text has none)."""
     out = []
     at = column
-    for part in text.split(", ") if text.strip() else []:
+    for part in axis_texts(text):
         m = AXIS.fullmatch(part)
         if m is None:
             raise fail(
@@ -94,7 +124,7 @@ def _axes(text: str, line: Line, column: int, fail: Fail) -> list[_Axis]:
                 IterType(m["iter"]),
                 ParallelType(m["parallel"]),
                 int(m["number"]),
-                int(m["extent"]),
+                extent_value(m["extent"]),
             )
         )
         at += len(part) + 2
@@ -133,7 +163,7 @@ class _TensorAxes:
     def listed(self, line: Line, text: str, column: int) -> list[IterDomain]:
         """The existing axes a domain line lists."""
         out = []
-        for part in text.split(", ") if text else []:
+        for part in axis_texts(text):
             out.append(self.existing(part, line, column))
             column += len(part) + 2
         return out
