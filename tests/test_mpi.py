@@ -129,6 +129,8 @@ def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
     if n == 8:  # the N-D examples on a 2x4 mesh, validated on rank 0
         for example in ("dp_tp_mlp.fus", "fsdp_tp.py", "tp_mlp.fus on 2x4"):
             assert results[f"example {example}"] == "identical", example
+        # mpiexec -n 8 fuserlite run examples/dp_tp_mlp.fus --backend mpi: sim's report
+        assert results["cli run dp_tp_mlp.fus"] == "identical"
     assert ("program on {0 2}" if n == 4 else "program on {1 3 5 7}") in results
 
 
@@ -171,14 +173,6 @@ def test_cli_report_on_rank_zero_equals_sim(capsys):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == sim.replace("2 sim device(s)", "2 mpi device(s)")
     assert "validation: ok" in proc.stdout and "Allreduce" in proc.stdout
-
-
-@pytest.mark.xfail(strict=True, reason="the executor shards over N-D meshes with issue 12")
-def test_dp_tp_mlp_on_eight_ranks_validates():
-    cmd = [sys.executable, "-m", "fuserlite.cli", "run", "examples/dp_tp_mlp.fus"]
-    proc = mpiexec(8, *cmd, "--backend", "mpi", "--compute", "interpret")
-    assert proc.returncode == 0, proc.stderr
-    assert "8 mpi device(s)" in proc.stdout and "validation: ok" in proc.stdout
 
 
 def reports(text: str) -> dict[str, tuple[int, str]]:

@@ -28,11 +28,8 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
-    describe_sharding,
     is_partial,
     local_shape,
-    sharded_data_axis,
-    shardings,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.compile import KernelCompiler
@@ -49,7 +46,7 @@ from fuserlite.runtime.kernel_runner import device_coordinates
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_outputs, store
 from fuserlite.runtime.reference import check_inputs
-from fuserlite.runtime.shards import device_box, device_shape, device_slices
+from fuserlite.runtime.shards import device_box, device_shape, device_slices, is_sharded
 
 SINGLE_DEVICE = DeviceMesh([0])
 
@@ -59,36 +56,24 @@ def mesh_of(tv: TensorView) -> DeviceMesh:
     return tv.mesh if tv.mesh is not None else SINGLE_DEVICE
 
 
-def _one_dimensional(tv: TensorView) -> None:
-    """Shards are cut along one mesh axis here; a sharding over an N-D mesh is refused
-    rather than cut wrongly (the block model, fuserlite.plan.blocks, will cut those)."""
-    mesh = mesh_of(tv)
-    if mesh.rank > 1 and shardings(tv):
-        raise ExecutionError(
-            f"cannot execute {describe_sharding(tv)}: the executor shards tensors over 1-D "
-            "meshes only so far; run it on a 1-D mesh (fuserlite run --devices N)"
-        )
-
-
 def shard(tv: TensorView, array: np.ndarray, device: int) -> np.ndarray:
-    """The part of a global array that `device` holds (plan.blocks' box: a view)."""
-    _one_dimensional(tv)
-    return array[device_slices(tv, device)] if shardings(tv) else array
+    """The part of a global array that `device` holds (plan.blocks' box, on a mesh of
+    any rank: a view)."""
+    return array[device_slices(tv, device)] if is_sharded(tv) else array
 
 
 def shard_start(tv: TensorView, device: int) -> tuple[int, ...]:
     """The global coordinates of the first element of `device`'s part of `tv` (where
     `shard` cuts it), for the ops whose values depend on their position."""
-    _one_dimensional(tv)
     return tuple(start for start, _ in device_box(tv, device))
 
 
 def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
-    """Assemble a global array from every device's shard (each its plan.blocks box)."""
-    _one_dimensional(tv)
+    """Assemble a global array from every device's shard (each its plan.blocks box; the
+    devices of a team along an unsharded mesh axis hold the same box)."""
     mesh = mesh_of(tv)
     first = shards[mesh.devices[0]]
-    if sharded_data_axis(tv) is None:
+    if not is_sharded(tv):
         return first
     whole = np.empty(tv.shape, first.dtype)
     for d in mesh.devices:

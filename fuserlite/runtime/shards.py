@@ -1,9 +1,9 @@
 """Shards: the box of a TensorView's global data each device of its mesh holds.
 
-A tensor's sharding (fuserlite.ir.sharding) as a Placement on its mesh shape, so
-that plan.blocks, torch.chunk's rule, is the one definition of a device's box:
-the executor's scatter of inputs and gather of outputs, its local buffers and the
-communications' counts all read it here (lower-communications' bytes read
+A tensor's sharding as a Placement on its mesh shape (`ir.sharding.placement`, on
+meshes of any rank, nested shardings outer first), so that plan.blocks, torch.chunk's
+rule, is the one definition of a device's box: the executor's scatter of inputs and
+gather of outputs, its local buffers and the communications' counts all read it here (lower-communications' bytes read
 plan.blocks' chunks directly). The buffer a device allocates is `local_shape`
 (ceil(n/d) rows, the split's inner extent); a device's own rows are
 `device_shape`, fewer on trailing devices.
@@ -12,11 +12,10 @@ plan.blocks' chunks directly). The buffer a device allocates is `local_shape`
 from __future__ import annotations
 
 from fuserlite.ir.readonly import remembered
-from fuserlite.ir.sharding import shardings
+from fuserlite.ir.sharding import placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.blocks import Box, blocks
 from fuserlite.plan.mesh_axes import MeshShape
-from fuserlite.plan.placement import Placement
 
 
 def mesh_shape(tv: TensorView) -> MeshShape:
@@ -24,25 +23,14 @@ def mesh_shape(tv: TensorView) -> MeshShape:
     return tuple(tv.mesh.shape) if tv.mesh is not None else (1,)
 
 
-def placement_of(tv: TensorView) -> Placement:
-    """tv's sharding as a Placement of its data axes on its mesh shape: each device
-    parallel type shards on its mesh axis (DIDx the last)."""
-    shards: list[list[int]] = [[] for _ in tv.shape]
-    partial = []
-    for pt, s in shardings(tv).items():
-        axis = tv.mesh.axis_of(pt)
-        if s.is_partial:
-            partial.append(axis)
-        else:
-            shards[s.data_index].append(axis)
-    return Placement(len(mesh_shape(tv)), tuple(map(tuple, shards)), tuple(sorted(partial)))
-
-
 def device_boxes(tv: TensorView) -> list[Box]:
     """Every device's box of tv's data, in mesh (row-major device) order."""
-    return remembered(
-        "device boxes", tv, lambda: blocks(tv.shape, mesh_shape(tv), placement_of(tv))
-    )
+    return remembered("device boxes", tv, lambda: blocks(tv.shape, mesh_shape(tv), placement(tv)))
+
+
+def is_sharded(tv: TensorView) -> bool:
+    """True when some data axis of tv is cut between devices (not replicated or partial)."""
+    return any(placement(tv).shards)
 
 
 def device_box(tv: TensorView, device: int) -> Box:

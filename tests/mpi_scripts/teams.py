@@ -1,6 +1,7 @@
 """Run under `mpiexec -n 4` or `-n 8`: collectives over N-D mesh teams, moves and the
-planner's plans step by step, mpi against sim bit for bit (tests/team_cases.py), and programs on meshes that leave ranks
-idle, validated against the reference.
+planner's plans step by step, mpi against sim bit for bit (tests/team_cases.py), and programs
+on meshes that leave ranks idle, validated against the reference; on 8 ranks the N-D
+examples, and `fuserlite run examples/dp_tp_mlp.fus --backend mpi`.
 
 Each rank compares its own device's outputs with the sim backend's for that device
 (an idle rank must get none). Rank 0 prints one JSON object: case name -> verdict
@@ -9,6 +10,8 @@ Each rank compares its own device's outputs with the sim backend's for that devi
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
@@ -102,6 +105,30 @@ def run_programs(world, rank: int, runs: dict) -> dict[str, str]:
     return results
 
 
+def cli_run(rank: int, example: str) -> dict[str, str]:
+    """`fuserlite run EXAMPLE --backend mpi` on every rank of this launch: on rank 0 the
+    verdict of its report against `--backend sim`'s (the same but for the backend's
+    name, and validated)."""
+    from test_nd_examples import REPO
+
+    from fuserlite import cli
+
+    def report(*backend: str) -> tuple[int, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(
+                ["run", str(REPO / "examples" / example), "--compute", "interpret", *backend]
+            )
+        return code, out.getvalue()
+
+    code, got = report("--backend", "mpi")
+    if rank != 0:
+        return {}
+    want = report()[1].replace(" sim device(s)", " mpi device(s)")
+    ok = code == 0 and "validation: ok" in got and got == want
+    return {f"cli run {example}": "identical" if ok else f"exit {code}: {got}"}
+
+
 def main() -> None:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
@@ -124,14 +151,9 @@ def main() -> None:
             results[case.name] = "; ".join(bad) or "identical"
     mpi.release()
     results |= run_programs(world, rank, {n: (on_mesh(d), None) for n, d in programs(size).items()})
-    if size == 8:  # shards through plan.blocks as test_nd_examples does, until issue 12
-        import pytest
-        from test_nd_examples import _blocks_shard
-
-        patch = pytest.MonkeyPatch()
-        _blocks_shard(patch)
+    if size == 8:
         results |= run_programs(world, rank, nd_examples())
-        patch.undo()
+        results |= cli_run(rank, "dp_tp_mlp.fus")
     if rank == 0:
         print(json.dumps(results))
 
