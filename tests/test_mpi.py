@@ -195,7 +195,8 @@ def test_every_example_on_a_device_count_that_does_not_divide_it(capsys, n: int)
     proc = mpiexec(n, sys.executable, str(SCRIPTS / "examples_on_devices.py"))
     assert proc.returncode == 0, proc.stderr
     got = reports(proc.stdout)
-    assert {"tp_mlp.fus", "sp_mlp.fus", "softmax.fus"} <= set(got)
+    assert {"tp_mlp.fus", "sp_mlp.fus", "softmax.fus", "transformer_block.fus"} <= set(got)
+    assert got["transformer_block.fus"][0] == 0, got["transformer_block.fus"][1]
     for name, (status, report) in got.items():
         assert cli.main(["run", str(ROOT / "examples" / name), "--devices", str(n)]) == status
         sim = capsys.readouterr().out
