@@ -160,7 +160,7 @@ class _Lowering:
                 sizing=sizing,
             )
         else:
-            kind = CommKind.SendRecv if move.kind is None else CommKind(move.kind.value)
+            kind = CommKind.SendRecv if move.kind is None else move.kind
             sent = move.sent()
             comm = Communication(
                 kind,
@@ -211,7 +211,7 @@ def _step_communication(
     padded or variable-size as `chunks` says)."""
     step = planned.step
     in_axis, out_axis = _AXES[step.kind](step)
-    kind = CommKind(step.kind.value)
+    kind = step.kind
     sizing, nbytes = sized(kind, inp, out, planned.bytes, chunks)
     return Communication(
         kind,

@@ -406,7 +406,7 @@ def dispatch_cases(world: int | None = None) -> list[Case]:
         if world in (None, size):
             mesh = fl.DeviceMesh(np.arange(math.prod(shape))[::-1].reshape(shape).tolist())
             for sp, tp, step in one_step_pairs(shape, on_sim if world is None else on_mpi):
-                out.append(dispatch_case(mesh, CommKind(step.kind.value), sp, tp))
+                out.append(dispatch_case(mesh, step.kind, sp, tp))
     for src, sp, dst, dp, size in DISPATCH_MOVES:
         if world in (None, size):
             a, b = fl.DeviceMesh(src), fl.DeviceMesh(dst)

@@ -38,9 +38,9 @@ from fuserlite.plan.placement import Placement
 
 
 class StepKind(str, Enum):
-    """What a step (or a move between meshes) does; values are CommKind's printed names."""
+    """What a step (or a move between meshes) does; the value is the printed name. The
+    program level's CommKind is this enum: a Communication is one planner step."""
 
-    LocalSlice = "LocalSlice"
     Allgather = "Allgather"
     AllToAll = "AllToAll"
     Allreduce = "Allreduce"
@@ -50,14 +50,25 @@ class StepKind(str, Enum):
     Gather = "Gather"
     Reduce = "Reduce"
     SendRecv = "SendRecv"
+    LocalSlice = "LocalSlice"
 
     @property
     def is_collective(self) -> bool:
         """False for LocalSlice, which moves no data."""
         return self is not StepKind.LocalSlice
 
+    @property
+    def is_allreduce_class(self) -> bool:
+        """Collectives a backend implements with an all-reduce (their layouts must agree)."""
+        return self in (StepKind.Allreduce, StepKind.ReduceScatter, StepKind.Reduce)
 
-_ORDER = {k: i for i, k in enumerate(StepKind)}
+    @property
+    def has_root(self) -> bool:
+        return self in (StepKind.Broadcast, StepKind.Scatter, StepKind.Gather, StepKind.Reduce)
+
+
+# The order plans are compared in on ties: a local slice first, then the collectives.
+_ORDER = {k: i for i, k in enumerate([StepKind.LocalSlice, *list(StepKind)[:-1]])}
 
 
 @dataclass(frozen=True)

@@ -24,35 +24,10 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.forms import KINDS, Kind, Template
 from fuserlite.plan.cross_mesh import Move, holdings, needs, plan_move
+from fuserlite.plan.steps import StepKind
 
-
-class CommKind(str, Enum):
-    """Kinds of communication; the value is the printed name."""
-
-    Allgather = "Allgather"
-    AllToAll = "AllToAll"
-    Allreduce = "Allreduce"
-    ReduceScatter = "ReduceScatter"
-    Broadcast = "Broadcast"
-    Scatter = "Scatter"
-    Gather = "Gather"
-    Reduce = "Reduce"
-    SendRecv = "SendRecv"
-    LocalSlice = "LocalSlice"
-
-    @property
-    def is_collective(self) -> bool:
-        """False for LocalSlice, which moves no data between devices."""
-        return self is not CommKind.LocalSlice
-
-    @property
-    def is_allreduce_class(self) -> bool:
-        """Collectives a backend implements with an all-reduce (their layouts must agree)."""
-        return self in (CommKind.Allreduce, CommKind.ReduceScatter, CommKind.Reduce)
-
-    @property
-    def has_root(self) -> bool:
-        return self in (CommKind.Broadcast, CommKind.Scatter, CommKind.Gather, CommKind.Reduce)
+# A Communication's kind is its planner step's kind: one enum for both levels.
+CommKind = StepKind
 
 
 class Sizing(str, Enum):

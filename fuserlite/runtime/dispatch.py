@@ -56,7 +56,7 @@ def step_of(comm: Communication) -> Step:
             f"{comm.kind.value} {inp.name} -> {out.name} runs on one mesh, but {inp.name} is "
             f"on {inp.mesh} and {out.name} on {out.mesh}"
         )
-    kind, before, after = StepKind(comm.kind.value), placement(inp), placement(out)
+    kind, before, after = comm.kind, placement(inp), placement(out)
     if not comm.group:
         return _step(before, after, kind, inp, out)
     step = Step(kind, comm.group, *comm.axes)
