@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pending import runnable
 from three_way import HAVE_COMPILER
 
 import fuserlite as fl
@@ -130,7 +129,7 @@ def test_print_every_example(capsys, example: Path, flags: list[str]) -> None:
     assert out.strip()
 
 
-@pytest.mark.parametrize("example", runnable(EXAMPLES), ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_run_every_example(capsys, golden, example: Path, monkeypatch) -> None:
     """The golden text comes from the interpreted kernels: the compiled ones call the C
     library's tanh and exp, whose last bits (and so the maximum error) vary by machine."""
