@@ -58,6 +58,28 @@ def all_gather_all_reduce_reduce_scatter(num_devices: int = 8, local: int = 1024
     return fusion
 
 
+def gather_then_reduce_on_a_2d_mesh(rows: int = 2, cols: int = 4, local: int = 4) -> Fusion:
+    """Seed 000's shape on a rows x cols mesh: device (y, i) holds x[y, local*i:local*(i+1)],
+    all_gathers it over DIDx, all_reduces over DIDy and sums each row of its own copy."""
+    x_axis, y_axis = ParallelType.DIDx, ParallelType.DIDy
+    with Fusion() as fusion:
+        x = fl.tensor([rows, cols * local], name="x")
+        fusion.add_input(x)
+
+        @shard_map(
+            mesh=DeviceMesh.for_shape([rows, cols]),
+            in_specs=[(y_axis, x_axis)],
+            out_specs=[(y_axis,)],
+        )
+        def step(block):  # [1, local]
+            gathered = all_gather(block, axis=x_axis)  # [cols, local]: row i is device i's
+            total = all_reduce(gathered, axis=y_axis)  # summed over the rows of the mesh
+            return fl.sum(total, [1], keepdim=True)  # [cols, 1]
+
+        fusion.add_output(step(x))  # [rows * cols, 1]: once per mesh row
+    return fusion
+
+
 def tensor_parallel_mlp(
     num_devices: int,
     batch: int = 2,

@@ -102,6 +102,34 @@ def test_sharded_reshape_output_is_computed_replicated_then_sliced():
     assert [c.kind.value for c in ex.communications] == ["LocalSlice"]
 
 
+@pytest.mark.parametrize(
+    "src, sharded, dst, out_axis, mesh_shape",
+    [
+        ([16], 0, [1, 1, 4, 4], 2, [4]),  # unit axes before the sharded rows
+        ([1, 1, 4, 4], 2, [16], 0, [4]),  # and back
+        ([8, 6], 0, [1, 8, 6], 1, [2]),  # an unsqueeze written as a reshape
+    ],
+)
+def test_a_reshape_adding_unit_axes_before_a_sharded_axis_stays_local(
+    src, sharded, dst, out_axis, mesh_shape
+):
+    """A unit axis holds none of its group's rows: the group's outer sharding is that of its
+    first longer axis (the reshape shard_map builds for a local block of one row)."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_shape(mesh_shape)
+        x = fl.tensor(src)
+        f.add_input(x)
+        shard_axis(x, sharded, mesh)
+        r = fl.reshape(x, dst)
+        shard_axis(r, out_axis, mesh)
+        f.add_output(fl.mul(r, 2.0))
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert ex.communications == []
+    assert resharding_sets(run_passes(f)) == []
+
+
 def test_validator_rejects_a_program_segmented_without_insert_reshardings():
     pipeline = fl.Pipeline(["propagate-shardings", "segment"])
     with pytest.raises(fl.pipeline.PassFailed) as err:

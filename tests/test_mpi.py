@@ -129,6 +129,8 @@ def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
     if n == 8:  # the N-D examples on a 2x4 mesh, validated on rank 0
         for example in ("dp_tp_mlp.fus", "fsdp_tp.py", "tp_mlp.fus on 2x4"):
             assert results[f"example {example}"] == "identical", example
+        # seed 000's shape in a 2-D shard_map: its Allgather on DIDx, Allreduce on DIDy
+        assert results["shard_map 2x4 gather then reduce"] == "identical"
         # mpiexec -n 8 fuserlite run examples/dp_tp_mlp.fus --backend mpi: sim's report
         assert results["cli run dp_tp_mlp.fus"] == "identical"
     assert ("program on {0 2}" if n == 4 else "program on {1 3 5 7}") in results

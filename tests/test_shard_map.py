@@ -10,10 +10,16 @@ import fuserlite as fl
 from fuserlite import models
 
 DIDx = fl.ParallelType.DIDx
+X = ("DIDx",)  # the teams of a collective over the only mesh axis
+
+
+def lowered(ex: fl.FusionExecutor) -> list[tuple[str, tuple[str, ...], int]]:
+    """Each communication's kind, the mesh axes of its teams and the bytes each device sends."""
+    return [(c.kind.value, c.group_names, c.bytes_per_device) for c in ex.communications]
 
 
 def run(fn, inputs, in_specs, out_specs, devices=4):
-    """shard_map(fn) on `devices` sim devices: (global outputs, communication kinds)."""
+    """shard_map(fn) on `devices` sim devices: (global outputs, `lowered` communications)."""
     with fl.Fusion() as fusion:
         mesh = fl.DeviceMesh.for_num_devices(devices)
         xs = [fl.tensor(list(a.shape), str(a.dtype)) for a in inputs]
@@ -25,31 +31,31 @@ def run(fn, inputs, in_specs, out_specs, devices=4):
     ex = fl.FusionExecutor(fusion)
     outputs = ex.run(inputs)
     fl.validate(fusion, inputs, outputs)
-    return outputs, [c.kind.value for c in ex.communications]
+    return outputs, lowered(ex)
 
 
 # -- torch_xla's collective tests (test/test_mp_all_reduce etc.), in shard_map form --------
 @pytest.mark.parametrize("d", [2, 4, 8])
 def test_xla_all_reduce_of_ordinals(d):
     ordinals = np.arange(d, dtype=np.float32)  # device i holds [i]
-    (out,), kinds = run(fl.all_reduce, [ordinals], [(DIDx,)], [(DIDx,)], d)
+    (out,), comms = run(fl.all_reduce, [ordinals], [(DIDx,)], [(DIDx,)], d)
     np.testing.assert_array_equal(out, np.full(d, d * (d - 1) / 2))
-    assert kinds == ["Allreduce"]
+    assert comms == [("Allreduce", X, 2 * (d - 1) * 4)]  # the ring's one-element chunks
 
 
 @pytest.mark.parametrize("d", [2, 4, 8])
 def test_xla_all_gather_of_ordinals(d):
     ordinals = np.arange(d, dtype=np.float32)
-    (out,), kinds = run(fl.all_gather, [ordinals], [(DIDx,)], [None], d)
+    (out,), comms = run(fl.all_gather, [ordinals], [(DIDx,)], [None], d)
     np.testing.assert_array_equal(out, ordinals)  # every device: [0, 1, ..., d-1]
-    assert kinds == ["Allgather"]
+    assert comms == [("Allgather", X, (d - 1) * 4)]
 
 
 @pytest.mark.parametrize("d", [2, 4, 8])
 def test_xla_reduce_scatter_of_minus_arange(d):
     # Every device holds -arange(2d); each keeps its two elements of the sum over devices.
     x = np.tile(-np.arange(2 * d, dtype=np.float32), d)
-    (out,), kinds = run(
+    (out,), comms = run(
         lambda t: fl.reduce_scatter(t, "sum", scatter_dim=0, shard_count=d),
         [x],
         [(DIDx,)],
@@ -57,7 +63,7 @@ def test_xla_reduce_scatter_of_minus_arange(d):
         d,
     )
     np.testing.assert_array_equal(out, -d * np.arange(2 * d))
-    assert kinds == ["ReduceScatter"]
+    assert comms == [("ReduceScatter", X, (d - 1) * 2 * 4)]  # each keeps 2 of 2d elements
 
 
 @pytest.mark.parametrize("d", [2, 4, 8])
@@ -69,81 +75,96 @@ def test_seed_000_gives_65536_on_every_device(d):
     assert {dev: out[0].tolist() for dev, out in per_device.items()} == {
         dev: [1024.0 * d * d] for dev in range(d)
     }
-    assert [c.kind.value for c in ex.communications] == ["Allgather", "Allreduce", "ReduceScatter"]
+    b = d * 1024 * 4  # the gathered [1024 d] float32, in bytes
+    assert lowered(ex) == [  # exactly the three collectives torch_xla runs, ring counts
+        ("Allgather", X, (d - 1) * b // d),
+        ("Allreduce", X, 2 * (d - 1) * b // d),
+        ("ReduceScatter", X, (d - 1) * b // d),
+    ]
     assert d != 8 or per_device[0][0][0] == 65536
 
 
 # -- JAX's shard_map documentation (the collectives tutorial), on a 4-device axis ---------
 def test_jax_psum():
     x = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.float32)
-    (out,), kinds = run(lambda b: fl.psum(b, DIDx), [x], [(DIDx,)], [None])
+    (out,), comms = run(lambda b: fl.psum(b, DIDx), [x], [(DIDx,)], [None])
     np.testing.assert_array_equal(out, [14, 17])
-    assert kinds == ["Allreduce"]
+    assert comms == [("Allreduce", X, 2 * 3 * 4)]  # 2 elements in chunks of 1, padded
 
 
 def test_jax_all_gather_tiled():
     x = np.array([3, 9, 5, 2], np.float32)
-    (out,), _ = run(lambda b: fl.all_gather(b, axis="DIDx", tiled=True), [x], [(DIDx,)], [(DIDx,)])
+    (out,), comms = run(
+        lambda b: fl.all_gather(b, axis="DIDx", tiled=True), [x], [(DIDx,)], [(DIDx,)]
+    )
     np.testing.assert_array_equal(out, [3, 9, 5, 2] * 4)
+    assert comms == [("Allgather", X, 3 * 4)]
 
 
 def test_jax_all_gather_untiled_stacks():
     x = np.array([3, 9, 5, 2], np.float32)
-    (out,), _ = run(lambda b: fl.all_gather(b, tiled=False), [x], [(DIDx,)], [None])
+    (out,), comms = run(lambda b: fl.all_gather(b, tiled=False), [x], [(DIDx,)], [None])
     np.testing.assert_array_equal(out, [[3], [9], [5], [2]])
+    assert comms == [("Allgather", X, 3 * 4)]
 
 
 def test_jax_psum_scatter():
     x = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2], np.float32)
-    (out,), kinds = run(lambda b: fl.psum_scatter(b, DIDx, tiled=True), [x], [(DIDx,)], [(DIDx,)])
+    (out,), comms = run(lambda b: fl.psum_scatter(b, DIDx, tiled=True), [x], [(DIDx,)], [(DIDx,)])
     np.testing.assert_array_equal(out, [22, 20, 12, 17])
-    assert kinds == ["ReduceScatter"]
+    assert comms == [("ReduceScatter", X, 3 * 4)]
     # Untiled, the scattered axis (extent 4, the device count) goes away: [4, 1] -> [1].
-    (untiled,), _ = run(
+    (untiled,), comms = run(
         lambda b: fl.psum_scatter(b, DIDx), [x.reshape(16, 1)], [(DIDx,)], [(DIDx,)]
     )
     np.testing.assert_array_equal(untiled, [22, 20, 12, 17])
+    assert comms == [("ReduceScatter", X, 3 * 4)]
 
 
 def test_jax_ppermute_ring_shift():
     x = np.arange(8, dtype=np.float32)
     shift = [(i, (i + 1) % 4) for i in range(4)]
-    (out,), kinds = run(lambda b: fl.ppermute(b, DIDx, shift), [x], [(DIDx,)], [(DIDx,)])
+    (out,), comms = run(lambda b: fl.ppermute(b, DIDx, shift), [x], [(DIDx,)], [(DIDx,)])
     np.testing.assert_array_equal(out, [6, 7, 0, 1, 2, 3, 4, 5])
-    assert kinds == ["Allgather", "LocalSlice"]  # no point-to-point collective yet
+    # no point-to-point collective yet: every device gathers all, then keeps its shifted block
+    assert comms == [("Allgather", X, 3 * 2 * 4), ("LocalSlice", X, 0)]
 
 
 def test_pmax_and_local_ops_act_on_each_devices_value():
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
-    (out,), _ = run(lambda b: fl.pmax(fl.exp(b) * 2, DIDx), [x], [(DIDx,)], [None])
+    (out,), comms = run(lambda b: fl.pmax(fl.exp(b) * 2, DIDx), [x], [(DIDx,)], [None])
     np.testing.assert_allclose(out, [2 * np.exp(x[3])], rtol=1e-6)
-    (sums,), _ = run(lambda b: fl.sum(b, [1], keepdim=True), [x], [(DIDx,)], [(DIDx,)])
+    assert comms == [("Allreduce", X, 2 * 3 * 4)]  # a [1, 4] row in chunks of one
+    (sums,), comms = run(lambda b: fl.sum(b, [1], keepdim=True), [x], [(DIDx,)], [(DIDx,)])
     np.testing.assert_array_equal(sums, x.sum(1, keepdims=True))
+    assert comms == []
 
 
 def test_a_cast_inside_shard_map_acts_locally():
     x = np.linspace(-3, 3, 16, dtype=np.float32).reshape(4, 4)
-    (out,), _ = run(lambda b: fl.all_reduce(fl.cast(b, "float64")), [x], [(DIDx,)], [None])
+    (out,), comms = run(lambda b: fl.all_reduce(fl.cast(b, "float64")), [x], [(DIDx,)], [None])
+    assert comms == [("Allreduce", X, 2 * 3 * 8)]  # of float64: 8-byte elements
     assert out.dtype == np.float64
     np.testing.assert_allclose(out, x.astype(np.float64).sum(0, keepdims=True), rtol=1e-12)
 
 
 def test_all_to_all_and_specs_on_other_axes():
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
-    (out,), kinds = run(lambda b: fl.all_to_all(b, 1, 0), [x], [(DIDx,)], [(None, DIDx)])
+    (out,), comms = run(lambda b: fl.all_to_all(b, 1, 0), [x], [(DIDx,)], [(None, DIDx)])
     np.testing.assert_array_equal(out, x)
-    assert kinds == ["AllToAll"]
+    assert comms == [("AllToAll", X, 3 * 2 * 4)]  # a [1, 8] row: 2 elements to each of 3
     # Columns sharded: each device's [4, 2] block; a local sum over rows stays local.
-    (cols,), kinds = run(lambda b: fl.sum(b, [0]), [x], [(None, DIDx)], [(DIDx,)])
+    (cols,), comms = run(lambda b: fl.sum(b, [0]), [x], [(None, DIDx)], [(DIDx,)])
     np.testing.assert_array_equal(cols, x.sum(0))
-    assert kinds == []
+    assert comms == []
 
 
 def test_replicated_input_and_local_matmul():
     a = np.arange(8, dtype=np.float32).reshape(4, 2)
     w = np.arange(6, dtype=np.float32).reshape(2, 3)
-    (out,), _ = run(lambda x, k: fl.matmul(x, k), [a, w], [(DIDx,), None], [(DIDx,)])
+    (out,), comms = run(lambda x, k: fl.matmul(x, k), [a, w], [(DIDx,), None], [(DIDx,)])
     np.testing.assert_allclose(out, a @ w)
+    assert comms == []
 
 
 def test_the_trap_of_the_old_api_is_gone():
@@ -243,8 +264,8 @@ def test_megatron_mlp_in_shard_map_form():
     def mlp(x, w1, b1, w2):  # local: w1 [8, 8], b1 [8], w2 [8, 8]
         return fl.psum(fl.linear(fl.gelu(fl.linear(x, w1, b1)), w2))
 
-    (out,), kinds = run(mlp, [x, w1, b1, w2], [None, (DIDx,), (DIDx,), (None, DIDx)], [None], d)
-    assert kinds == ["Allreduce"]
+    (out,), comms = run(mlp, [x, w1, b1, w2], [None, (DIDx,), (DIDx,), (None, DIDx)], [None], d)
+    assert comms == [("Allreduce", X, 2 * 3 * (2 * 3 * 8 // 4) * 4)]  # [2, 3, 8] partial sums
     assert out.shape == (2, 3, hidden)
     # the same MLP, one device: validated against fl.evaluate inside run(); here by hand
     h = x @ w1.T + b1
@@ -255,27 +276,15 @@ def test_megatron_mlp_in_shard_map_form():
 def test_batched_local_matmul_with_each_devices_own_matrix():
     a = np.arange(32, dtype=np.float32).reshape(4, 2, 4)  # device i: a[i] [2, 4] -> [1, 2, 4]
     b = np.arange(48, dtype=np.float32).reshape(16, 3)  # device i: b[4i:4i+4] [4, 3]
-    (out,), _ = run(lambda p, q: fl.matmul(p, q), [a, b], [(DIDx,), (DIDx,)], [(DIDx,)])
+    (out,), comms = run(lambda p, q: fl.matmul(p, q), [a, b], [(DIDx,), (DIDx,)], [(DIDx,)])
     np.testing.assert_allclose(out, np.stack([a[i] @ b[4 * i : 4 * i + 4] for i in range(4)]))
+    assert comms == []
 
 
 def test_a_2x4_mesh_gathers_over_one_axis_and_reduces_over_the_other():
-    """The global program of a 2-D shard_map, by the reference evaluator and run on the
-    2x4 mesh (its lowering has more steps than the two collectives: see the issue note)."""
-    x_axis, y_axis = fl.ParallelType.DIDx, fl.ParallelType.DIDy
-    with fl.Fusion() as fusion:
-        x = fl.tensor([2, 16])
-        fusion.add_input(x)
-
-        @fl.shard_map(
-            mesh=fl.DeviceMesh.for_shape([2, 4]), in_specs=[(y_axis, x_axis)], out_specs=[(y_axis,)]
-        )
-        def step(block):  # device (y, i) holds x[y, 4i:4i+4] as a [1, 4]
-            rows = fl.all_gather(block, axis=x_axis)  # [4, 4]: row i is x[y, 4i:4i+4]
-            total = fl.all_reduce(rows, axis="DIDy")  # x[0] + x[1], blocked as rows
-            return fl.sum(total, [1], keepdim=True)
-
-        fusion.add_output(step(x))
+    """The global program of a 2-D shard_map lowers to exactly the two collectives it names:
+    no gather of the input around the reshape that stacks each device's one-row block."""
+    fusion = models.gather_then_reduce_on_a_2d_mesh(2, 4, local=4)
     x = np.arange(32, dtype=np.float32).reshape(2, 16)
     (out,) = fl.evaluate(fusion, [x])
     expected = (x[0] + x[1]).reshape(4, 4).sum(1, keepdims=True)
@@ -283,5 +292,5 @@ def test_a_2x4_mesh_gathers_over_one_axis_and_reduces_over_the_other():
     ex = fl.FusionExecutor(fusion)  # and lowered and run on the 8 devices of the mesh
     (got,) = ex.run([x])
     np.testing.assert_array_equal(got, out)
-    kinds = [c.kind.value for c in ex.communications]
-    assert "Allreduce" in kinds and "Allgather" in kinds, kinds
+    # Allgather of a [1, 4] block over 4 devices: 3 * 16 B; Allreduce of [4, 4] over 2: 64 B
+    assert lowered(ex) == [("Allgather", ("DIDx",), 48), ("Allreduce", ("DIDy",), 64)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,32 @@ def test_a_block_reads_and_runs_per_device():
     out = fl.FusionExecutor(fusion).run_per_device([np.ones(4096, np.float32)])
     assert {d: o[0].tolist() for d, o in out.items()} == {d: [16384.0] for d in range(4)}
     assert "shard_map m0 (T0 [DIDx]) -> (T13 [DIDx])" in round_trips(fusion)
+
+
+def comms(ex: fl.FusionExecutor) -> list[tuple[str, tuple[str, ...], int]]:
+    return [(c.kind.value, c.group_names, c.bytes_per_device) for c in ex.communications]
+
+
+def test_seed_000_lowers_to_exactly_its_collectives():
+    """The replicated input of SEED is sliced into its blocks first (0 B); the example's
+    input arrives sharded, so its program is exactly torch_xla's three collectives."""
+    b = 4096 * 4  # the gathered tensor's bytes on 4 devices
+    x = ("DIDx",)
+    ex = fl.FusionExecutor(fl.parse(SEED))
+    ex.run([np.ones(4096, np.float32)])
+    assert comms(ex) == [
+        ("LocalSlice", x, 0),
+        ("Allgather", x, 3 * b // 4),
+        ("Allreduce", x, 2 * 3 * b // 4),
+        ("ReduceScatter", x, 3 * b // 4),
+    ]
+    example = fl.load(Path(__file__).resolve().parents[1] / "examples" / "seed_000.fus")
+    b = 8192 * 4
+    assert comms(fl.FusionExecutor(example)) == [
+        ("Allgather", x, 7 * b // 8),
+        ("Allreduce", x, 2 * 7 * b // 8),
+        ("ReduceScatter", x, 7 * b // 8),
+    ]
 
 
 def test_the_python_programs_round_trip():

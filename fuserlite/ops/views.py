@@ -127,8 +127,15 @@ def _reshape_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
     """The outermost axis of each group of axes a reshape splits or merges (so an outer
     sharding of a group stays local)."""
     p_data = producer.data_positions()
-    groups = reshape_groups(producer.shape, expr.output.shape)
-    return {p_data[i[0]]: o[0] for i, o in groups if i and o}
+    src, dst = producer.shape, expr.output.shape
+    groups = reshape_groups(src, dst)
+    return {p_data[_outermost(i, src)]: _outermost(o, dst) for i, o in groups if i and o}
+
+
+def _outermost(group: list[int], shape: tuple[int, ...]) -> int:
+    """The group's first axis of extent above 1: axes of extent 1 before it hold no part of
+    the group's rows, so an outer sharding of the group is an outer sharding of it."""
+    return next((k for k in group if shape[k] != 1), group[0])
 
 
 @define(

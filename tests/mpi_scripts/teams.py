@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from team_cases import PLAN_MESHES, all_cases, dispatch_cases, plan_cases, same_bits  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
+from fuserlite import models  # noqa: E402
 from fuserlite.runtime.backends.mpi import MpiCommunicator  # noqa: E402
 from fuserlite.runtime.backends.sim import SimCommunicator  # noqa: E402
 from fuserlite.schedule.shard import shard_axis  # noqa: E402
@@ -57,7 +58,8 @@ def programs(size: int) -> dict[str, tuple[int, ...]]:
 
 
 def nd_examples() -> dict[str, tuple[fl.Fusion, fl.Program | None]]:
-    """The N-D examples on a 2x4 mesh (8 ranks), as tests/test_nd_examples.py runs them."""
+    """The N-D examples on a 2x4 mesh (8 ranks), as tests/test_nd_examples.py runs them,
+    and the 2-D shard_map program of tests/test_shard_map.py."""
     from test_nd_examples import REPO, fsdp_tp_mlp
 
     from fuserlite.pipeline import default_pass_names
@@ -66,6 +68,7 @@ def nd_examples() -> dict[str, tuple[fl.Fusion, fl.Program | None]]:
     return {
         "example dp_tp_mlp.fus": (fl.load(REPO / "examples/dp_tp_mlp.fus"), None),
         "example fsdp_tp.py": (fsdp_tp_mlp(), None),
+        "shard_map 2x4 gather then reduce": (models.gather_then_reduce_on_a_2d_mesh(), None),
         "example tp_mlp.fus on 2x4": (
             tp,
             fl.Pipeline(["resize-mesh[mesh=2x4]", *default_pass_names()]).run(tp),
