@@ -34,7 +34,7 @@ from fuserlite.runtime.communicator import (
 )
 from fuserlite.runtime.moves import run_move
 from fuserlite.runtime.plan_steps import Chunks, mesh_teams, run_step
-from fuserlite.runtime.shards import device_shape
+from fuserlite.runtime.shards import device_box, device_shape
 
 # Kinds that run on one mesh: the planner's steps (fuserlite.runtime.plan_steps)
 ONE_MESH = (
@@ -155,15 +155,14 @@ def _check_buffers(comm: Communication, bufs: Buffers, devices) -> None:
             )
 
 
-def chunks_of(comm: Communication) -> Chunks | None:
-    """A same-mesh Communication's uneven chunks (None where it moves equal ones)."""
-    if comm.sizing is Sizing.even:
-        return None
+def chunks_of(comm: Communication) -> Chunks:
+    """A same-mesh Communication's chunks: every device's box before and after it, and
+    whether uneven ones move padded or variable-size (None: they are equal)."""
     devices = comm.input.mesh.devices
     return Chunks(
-        {d: device_shape(comm.input, d) for d in devices},
-        {d: device_shape(comm.output, d) for d in devices},
-        comm.sizing is Sizing.padded,
+        {d: device_box(comm.input, d) for d in devices},
+        {d: device_box(comm.output, d) for d in devices},
+        None if comm.sizing is Sizing.even else comm.sizing is Sizing.padded,
     )
 
 

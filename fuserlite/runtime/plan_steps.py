@@ -7,14 +7,17 @@ block model, `plan.blocks`), so a step's tensor axes index them directly:
 
 | step | each member r of a team of D devices |
 |---|---|
-| LocalSlice(G, t) | keeps chunk r of D along t (torch.chunk bounds) |
+| LocalSlice(G, t) | keeps its own box along t (chunk r of D where the chunks are equal) |
 | Allgather(G, t) | gets the members' arrays concatenated along t, in team order |
 | AllToAll(G, t -> u) | gets chunk r along u of every member's array, concatenated along t |
 | Allreduce(G) | gets the fold of the members' arrays (`communicator.fold`, team order) |
 | ReduceScatter(G, t) | gets chunk r along t of that fold |
 
 A 1-D Communication is a step on the group (0,), so the executor runs both through
-here.
+here. Where an axis is chunked unevenly, the members' boxes come from the block model
+(`Chunks`): a tensor axis cut by several mesh axes is chunked outer first, so member r
+of a team over two of them does not hold torch.chunk's chunk r of D (8 rows over 3 x 2
+devices: 2 1 2 1 2 0, not 2 2 2 2 0 0).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.types import ReductionOpType
-from fuserlite.plan.blocks import chunk_bounds
+from fuserlite.plan.blocks import Box, chunk_bounds
 from fuserlite.plan.mesh_axes import Group, teams
 from fuserlite.plan.steps import Step, StepKind
 from fuserlite.runtime.communicator import (
@@ -51,21 +54,33 @@ def mesh_teams(mesh: DeviceMesh, group: Group) -> tuple[Team, ...]:
 
 def local_chunk(a: np.ndarray, axis: int, index: int, parts: int) -> np.ndarray:
     """Chunk `index` of `parts` of `a` along `axis` with torch.chunk's bounds (a view)."""
-    lo, hi = chunk_bounds(a.shape[axis], parts, index)
-    where = [slice(None)] * a.ndim
-    where[axis] = slice(lo, hi)
-    return a[tuple(where)]
+    return _take(a, axis, slice(*chunk_bounds(a.shape[axis], parts, index)))
 
 
 @dataclass(frozen=True)
 class Chunks:
-    """A step over uneven chunks: every device's local shape before and after it, and
-    whether each chunk is padded to the largest (the plain collective) or moves as it is
-    (the variable-size one)."""
+    """A step's chunks: every device's box of the global tensor before and after it
+    (plan.blocks), and how a collective moves them where they are uneven: each padded to
+    the largest (the plain collective, `padded` True), as it is (the variable-size one,
+    False), or None where every chunk is equal."""
 
-    before: dict[int, tuple[int, ...]]
-    after: dict[int, tuple[int, ...]]
-    padded: bool
+    before: dict[int, Box]
+    after: dict[int, Box]
+    padded: bool | None = None
+
+    def rows(self, boxes: dict[int, Box], axis: int) -> dict[int, int]:
+        """Each device's rows of `axis` in `boxes` (self.before or self.after)."""
+        return {d: box[axis][1] - box[axis][0] for d, box in boxes.items()}
+
+    def shapes(self, boxes: dict[int, Box]) -> dict[int, tuple[int, ...]]:
+        """Each device's local shape in `boxes`."""
+        return {d: tuple(hi - lo for lo, hi in box) for d, box in boxes.items()}
+
+    def own_rows(self, device: int, axis: int) -> slice:
+        """Where the device's box after the step lies in its array before it, on `axis`."""
+        start = self.before[device][axis][0]
+        lo, hi = self.after[device][axis]
+        return slice(lo - start, hi - start)
 
 
 def run_step(
@@ -77,7 +92,7 @@ def run_step(
     chunks: Chunks | None = None,
 ) -> Buffers:
     """Each hosted device's local array after `step` (bufs: every hosted device's before);
-    `chunks` where the step's chunks are uneven (None: equal)."""
+    `chunks`: the devices' boxes (None: every chunk equal, torch.chunk's)."""
     ts = mesh_teams(mesh, step.group)
     k, t, u = step.kind, step.axis, step.to_axis
     hosted = backend.hosted(mesh.devices)
@@ -87,20 +102,24 @@ def run_step(
     if k in (StepKind.Allreduce, StepKind.ReduceScatter) and op is None:
         raise ExecutionError(f"{step.describe(mesh.rank)} needs a reduction op")
     if k is StepKind.LocalSlice:
+        if chunks is not None:
+            return {d: _take(bufs[d], t, chunks.own_rows(d, t)) for d in hosted}
         where = {d: (r, len(team.members)) for team in ts for r, d in enumerate(team.members)}
         return {d: local_chunk(bufs[d], t, *where[d]) for d in hosted}
+    if chunks is not None and chunks.padded is None:
+        chunks = None  # equal chunks: the plain collective
     if k is StepKind.Allgather:
         moved = {d: front(bufs[d], t) for d in hosted}
         if chunks is None:
             got = backend.allgather(ts, moved)
         elif chunks.padded:  # every chunk padded to the largest, the padding dropped
-            rows = {d: shape[t] for d, shape in chunks.before.items()}
+            rows = chunks.rows(chunks.before, t)
             size = max(rows.values())
             got = backend.allgather(ts, {d: pad_rows(v, size) for d, v in moved.items()})
             members = {d: team.members for team in ts for d in team.members}
             got = {d: unpad(v, size, [rows[m] for m in members[d]]) for d, v in got.items()}
         else:
-            got = backend.allgather(ts, moved, {d: s[t] for d, s in chunks.before.items()})
+            got = backend.allgather(ts, moved, chunks.rows(chunks.before, t))
         return {d: back(v, t) for d, v in got.items()}
     if k is StepKind.AllToAll:
         got = _alltoall(ts, backend, {d: front(bufs[d], u) for d in hosted}, t, u, chunks)
@@ -112,16 +131,21 @@ def run_step(
         moved = {d: front(bufs[d], t) for d in hosted}
         if chunks is None:
             got = backend.reduce_scatter(ts, moved, op)
-        elif chunks.padded:  # rows of the identity: folded among themselves, then dropped
-            rows = {d: shape[t] for d, shape in chunks.after.items()}
-            size, d0 = max(rows.values()), len(ts[0].members)
+        elif chunks.padded:  # each member's rows padded with the identity (it folds
+            rows = chunks.rows(chunks.after, t)  # among itself), the padding then dropped
+            size = max(rows.values())
+            members = {d: team.members for team in ts for d in team.members}
             fill = identity(next(iter(moved.values())).dtype, op) if moved else 0
-            got = backend.reduce_scatter(
-                ts, {d: pad_rows(v, size * d0, fill) for d, v in moved.items()}, op
-            )
+            padded = {
+                d: np.concatenate(
+                    [pad_rows(p, size, fill) for p in split_rows(v, [rows[m] for m in members[d]])]
+                )
+                for d, v in moved.items()
+            }
+            got = backend.reduce_scatter(ts, padded, op)
             got = {d: v[: rows[d]] for d, v in got.items()}
         else:
-            got = backend.reduce_scatter(ts, moved, op, {d: s[t] for d, s in chunks.after.items()})
+            got = backend.reduce_scatter(ts, moved, op, chunks.rows(chunks.after, t))
         return {d: back(v, t) for d, v in got.items()}
     raise ExecutionError(f"{k.value} is not a step on one mesh; a move between meshes is")
 
@@ -132,8 +156,8 @@ def _alltoall(ts, backend: Communicator, moved: Buffers, t: int, u: int, chunks:
     if chunks is None:
         return backend.alltoall(ts, moved)
     at = t + 1 if t < u else t  # where t is once u is in front
-    rows = {d: shape[u] for d, shape in chunks.after.items()}  # u rows device d receives
-    fronts = {d: _front_shape(shape, u) for d, shape in chunks.before.items()}
+    rows = chunks.rows(chunks.after, u)  # u rows device d receives
+    fronts = {d: _front_shape(shape, u) for d, shape in chunks.shapes(chunks.before).items()}
     if not chunks.padded:
         return backend.alltoall(ts, moved, rows, fronts)
     members = {d: team.members for team in ts for d in team.members}
@@ -150,6 +174,13 @@ def _alltoall(ts, backend: Communicator, moved: Buffers, t: int, u: int, chunks:
         ]
         for d, ps in got.items()
     }
+
+
+def _take(a: np.ndarray, axis: int, rows: slice) -> np.ndarray:
+    """`a`'s `rows` along `axis` (a view)."""
+    where = [slice(None)] * a.ndim
+    where[axis] = rows
+    return a[tuple(where)]
 
 
 def _front_shape(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
