@@ -21,7 +21,7 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, ParallelType
-from fuserlite.ops.sharding import non_local_inputs
+from fuserlite.ops.sharding import broadcast_sums, non_local_inputs
 from fuserlite.printer import Namer
 
 SERIAL = ParallelType.Serial
@@ -144,6 +144,16 @@ def fusion_problems(fusion: Fusion, namer: Namer, require_mesh: bool) -> list[st
         if out.definition is None and id(out) not in inputs:
             problems.append(located(out, f"output {out.name} is neither computed nor an input"))
     for expr in exprs:
+        for out, axis, p, pi in broadcast_sums(expr):
+            problems.append(
+                located(
+                    out,
+                    f"{out.name} reduction axis {axis} is sharded, but {out.name} = "
+                    f"{expr.op_name}(...) sums broadcast axis {pi} of {p.name}, which every "
+                    "device holds whole: each device would add it once; leave that "
+                    "reduction axis unsharded",
+                )
+            )
         for tv in expr.inputs:
             if tv.definition is None and id(tv) not in inputs:
                 problems.append(

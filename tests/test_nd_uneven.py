@@ -98,3 +98,31 @@ def test_a_reduce_scatter_over_two_mesh_axes_pads_each_member_s_own_rows():
     assert [b[0][1] - b[0][0] for b in boxes] == [2, 1, 2, 1, 2, 0]
     for d in mesh.devices:
         assert np.array_equal(got[d], total[device_slices(out, d)]), d
+
+
+def test_a_sum_over_a_sharded_broadcast_axis_is_an_error_not_d_copies():
+    """sum of x [1] with its reduction axis over 4 devices: every device holds x's one row
+    (b == bDIDx), so the Allreduce of the partial sums gave 4 * x."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        x = fl.tensor([1, 3], name="x")
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        s = fl.sum(x, 0)
+        shard_axis(s, 0, mesh)
+        f.add_output(s)
+    with pytest.raises(fl.VerifyError, match=r"sums broadcast axis 0 of x.*each device would"):
+        fl.FusionExecutor(f)
+
+
+def test_a_broadcast_axis_sharded_as_input_still_sums_once():
+    """The other way round stays legal: x's broadcast axis is bDIDx, the sum is local."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        x = fl.tensor([1, 4], name="x")
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        x.axis(0).parallelize(X)
+        f.add_output(fl.sum(x, 0))
+    inputs = fl.random_inputs(f, 1)
+    fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))

@@ -12,7 +12,7 @@ import math
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import MeshPlacement, logical_placement, mesh_placement
+from fuserlite.ir.sharding import MeshPlacement, logical_placement, mesh_placement, shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.registry import definition, definition_of, producer_to_consumer
@@ -54,6 +54,25 @@ def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
         ):
             return True
     return False
+
+
+def broadcast_sums(expr: Expr) -> list[tuple[TensorView, int, TensorView, int]]:
+    """(output, its logical axis, producer, its logical axis) for each device-sharded
+    reduction axis of a summing op whose producer axis is a broadcast: every device holds
+    the broadcast's row whole (b == bDIDx), so each partial sum would count it once."""
+    op = definition(expr)
+    if op is None or op.sharding.partial is not ReductionOpType.sum:
+        return []
+    found = []
+    for out in expr.outputs:
+        for s in shardings(out).values():
+            if not s.is_partial:
+                continue
+            for p in expr.inputs:
+                for pi, ci in producer_to_consumer(expr, p, out).items():
+                    if ci == s.logical_index and p.domain.logical[pi].is_broadcast:
+                        found.append((out, ci, p, pi))
+    return found
 
 
 def chunks_correspond(source: int, target: int, d: int) -> bool:
