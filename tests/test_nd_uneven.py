@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from three_way import HAVE_COMPILER
 
 import fuserlite as fl
 from fuserlite.ir.types import ReductionOpType
+from fuserlite.kernel.indexing import device_indices
 from fuserlite.plan.blocks import blocks
 from fuserlite.program.communication import CommKind, Communication, Sizing
 from fuserlite.runtime.backends.sim import SimCommunicator
@@ -22,6 +24,7 @@ from fuserlite.runtime.shards import device_slices
 from fuserlite.schedule.shard import shard_axis
 
 X, Y = fl.ParallelType.DIDx, fl.ParallelType.DIDy
+COMPUTE = ["interpret", "numpy", *(["compiled"] if HAVE_COMPILER else [])]
 
 
 def nest(tv: fl.TensorView, axis: int, mesh: fl.DeviceMesh, order) -> None:
@@ -126,3 +129,39 @@ def test_a_broadcast_axis_sharded_as_input_still_sums_once():
         f.add_output(fl.sum(x, 0))
     inputs = fl.random_inputs(f, 1)
     fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
+
+
+@pytest.mark.parametrize("compute", COMPUTE)
+def test_a_kernel_tells_a_didx_sharding_from_a_didy_one_of_the_same_shape(compute):
+    """x [3] over DIDy and y [3] over DIDx, both uneven (2 1), in one scheduled kernel:
+    their index lowerings differ in the mesh axis the predicate reads. The kernel runner
+    reused one for both and predicated y's rows with didy (a NaN on interpret)."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_shape([2, 2])
+        x, y = fl.tensor([3], name="x"), fl.tensor([3], name="y")
+        for t in (x, y):
+            f.add_input(t)
+        shard_axis(x, 0, mesh, Y)
+        shard_axis(y, 0, mesh, X)
+        z = fl.add(fl.broadcast(x, [False, True]), fl.broadcast(y, [True, False]))
+        shard_axis(z, 0, mesh, Y)
+        shard_axis(z, 1, mesh, X)
+        f.add_output(z)
+    ex = fl.FusionExecutor(f, compute=compute)
+    assert all(k.scheduled for k in ex.program.kernels)
+    inputs = fl.random_inputs(f, 0)
+    outputs = ex.run(inputs)
+    fl.validate(f, inputs, outputs)
+    assert np.array_equal(outputs[0], inputs[0][:, None] + inputs[1][None, :])
+
+
+def test_the_predicate_of_an_uneven_outer_sharding_reads_the_nested_device_index():
+    """10 rows over DIDy (3: 4 4 2), each chunk over DIDx (2, even): the row is
+    didy * 4 + didx * 2 + r < 10, so the kernel takes didx as well as didy."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_shape([3, 2])
+        x = fl.tensor([10, 3], name="x")
+        f.add_input(x)
+        nest(x, 0, mesh, (Y, X))
+        f.add_output(fl.neg(x))
+    assert device_indices([x]) == ["didx", "didy"]

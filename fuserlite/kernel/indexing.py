@@ -205,14 +205,24 @@ def device_index(parallel_type: ParallelType) -> str:
 
 def device_indices(tensors: list[TensorView]) -> list[str]:
     """The device index parameters the tensors' predicates read: one per device parallel
-    type that shards an axis its mesh does not divide (chunks of ceil(n/d) rows)."""
-    used = {
-        device_index(t.outer.parallel_type)
-        for tv in tensors
-        for t in tv.domain.transforms
-        if is_sharding_split(t) and not t.divisible and not t.input.is_broadcast
-    }
+    type that shards an axis its mesh does not divide (chunks of ceil(n/d) rows), and
+    those of the shardings nested inside such a one, whose rows its predicate counts."""
+    used: set[str] = set()
+    for tv in tensors:
+        for t in tv.domain.transforms:
+            if is_sharding_split(t) and not t.divisible and not t.input.is_broadcast:
+                used.update(device_index(s.outer.parallel_type) for s in _nested(tv, t))
     return sorted(used)
+
+
+def _nested(tv: TensorView, split: Split) -> list[Split]:
+    """`split` and the sharding splits of its inner part, and of theirs (in order)."""
+    chain, inside = [split], {id(split.inner)}
+    for t in tv.domain.transforms:
+        if is_sharding_split(t) and id(t.input) in inside:
+            chain.append(t)
+            inside.add(id(t.inner))
+    return chain
 
 
 def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
@@ -295,5 +305,8 @@ def _schedule_signature(tv: TensorView) -> tuple:
         else (pos[id(t.outer)], pos[id(t.inner)])
         for t in tv.domain.transforms
     ]
-    loop = [(pos[id(ax)], ax.is_device_parallel) for ax in tv.domain.loop]
+    # the parallel type too: an uneven sharding's predicate reads that mesh axis's index
+    loop = [
+        (pos[id(ax)], ax.parallel_type if ax.is_device_parallel else None) for ax in tv.domain.loop
+    ]
     return tuple(logical), tuple(transforms), tuple(loop)
