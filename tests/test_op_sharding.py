@@ -180,3 +180,23 @@ def test_a_contraction_reading_one_tensor_twice(body: Callable, axis: int) -> No
         shard_axis(x, axis, mesh)
         fusion.add_output(body(x))
     run_three_ways(fusion, fl.random_inputs(fusion, seed=2))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [lambda x: fl.matmul(x, x), lambda x: fl.linear(x, x, fl.sum(x, 1))],
+    ids=["matmul", "linear"],
+)
+def test_a_contraction_reading_one_tensor_twice_writes_back_as_fus(body: Callable) -> None:
+    """The copy of the repeated operand is made before the contraction's output, so
+    to_fus can write the statements in order (was: a FusionError, "T2 reads T3,
+    created after it; the .fus format cannot express it")."""
+    with fl.Fusion() as fusion:
+        x = fl.tensor([8, 8], name="x")
+        fusion.add_input(x)
+        fusion.add_output(body(x))
+    back = fl.parse(fl.to_fus(fusion))
+    arrays = fl.random_inputs(fusion, seed=2)
+    assert [a.tobytes() for a in fl.evaluate(back, arrays)] == [
+        a.tobytes() for a in fl.evaluate(fusion, arrays)
+    ]

@@ -122,8 +122,9 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
     batch = _broadcast_batch(what, a_axes[:-2], b_axes[:-2])
     rows = _copy(a_axes[-2:-1])  # m, absent for a 1-D a
     axes = batch + rows + _copy(b_axes[-1:]) + [_contraction_axes(a.shape[-1])]
+    operands = _distinct(a, b)  # before the output: a tensor is made after what it reads
     out = TensorView(a.fusion, axes, promote(a, b, "mul"))
-    Op("matmul", [out], _distinct(a, b))
+    Op("matmul", [out], operands)
     return out
 
 
@@ -191,11 +192,12 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
         )
     axes = _copy(w_axes[:-2]) + _copy(data_axes(x)[:-1]) + _copy(w_axes[-2:-1])
     axes.append(_contraction_axes(x.shape[-1]))
+    operands = _distinct(x, weight, *([bias] if bias is not None else []))  # as in matmul
     out = TensorView(x.fusion, axes, promote(x, weight, "mul"))
     if bias is not None:  # the type of the product plus the bias
         out.dtype = promote(out, bias, "add")
     # One op with the bias, so that sharding sees one linear; where the contraction
     # axis is sharded, insert-reshardings adds the bias once, after the reduction
     # (bias_after_partial_sums, the op's sharding rule).
-    Op("linear", [out], _distinct(x, weight, *([bias] if bias is not None else [])))
+    Op("linear", [out], operands)
     return out
