@@ -28,10 +28,12 @@ from fuserlite.kernel.indexing import (
     c_expr,
     device_indices,
     flat_offset,
+    global_index,
     loop_var,
     lower_tensor,
 )
-from fuserlite.ops.registry import compute_dtype, is_scalar
+from fuserlite.numerics.philox import C_SOURCE
+from fuserlite.ops.registry import compute_dtype, is_indexed, is_scalar
 from fuserlite.program.program import Kernel, Program
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 from fuserlite.schedule.propagate import producer_coords
@@ -87,12 +89,55 @@ def _cast(expr: Expr) -> str:
     return f"static_cast<{ctype}>({{0}})"
 
 
+# rand_like's number in each dtype's compute type: fuserlite.numerics.philox's generator
+# (C_SOURCE); half and bfloat16 round the float draw to their type (RANDOM_ROUNDED).
+_UNIFORM = {
+    DType.float32: "fl_uniformf",
+    DType.float64: "fl_uniform",
+    DType.float16: "fl_uniform_half",
+    DType.bfloat16: "fl_uniform_bfloat16",
+}
+RANDOM_ROUNDED = r"""
+/* rand_like's {name} number: the float draw rounded to {name}, a rounded 1 mapped to 0,
+   as fuserlite.numerics.philox.uniform_from_bits */
+FL_RNG_FN float fl_uniform_{name}(uint64_t seed, uint64_t offset, uint64_t index) {{
+  const float u = {to_compute}({to_storage}(fl_raw_uniformf(seed, offset, index)));
+  return u == 1.0f ? 0.0f : u;
+}}
+"""
+
+
+def _uniform(expr: Expr) -> str:
+    """rand_like's C expression at the element whose global linear index is {index}."""
+    seed, offset = expr.attrs["seed"], expr.attrs["offset"]
+    fn = _UNIFORM[expr.output.dtype]
+    return f"{fn}({seed}ULL, {offset}ULL, static_cast<unsigned long long>({{index}}))"
+
+
+def random_source(dtypes: set[DType]) -> str:
+    """The random number generator for kernels of these dtypes (after the half and
+    bfloat16 types are defined: CUDA's headers or the CPU prelude)."""
+    parts = [C_SOURCE]
+    for dtype in (DType.float16, DType.bfloat16):
+        if dtype in dtypes:
+            name = _UNIFORM[dtype].removeprefix("fl_uniform_")
+            to = {"to_compute": _TO_COMPUTE[dtype], "to_storage": _TO_STORAGE[dtype]}
+            parts.append(RANDOM_ROUNDED.format(name=name, **to))
+    return "".join(parts)
+
+
+def random_dtypes(kernels: list[Kernel]) -> set[DType]:
+    """The dtypes of the random numbers the kernels draw (empty: they draw none)."""
+    return {e.output.dtype for k in kernels for e in k.exprs if is_indexed(e)}
+
+
 # One row per pointwise op: its C expression, from its operands' C expressions ({0},
 # {1}, ...) in the compute type {T}. Each gives numpy's bits: maximum / minimum (and relu,
 # numpy's maximum(x, 0)) propagate a NaN from either side and, when the two compare equal
 # (-0.0 and 0.0), give the second operand; C's `a > b ? a : b` drops a NaN in `a`, and
 # fmax drops any NaN. A conversion's row (OpDef.converts) is a function of the expression
-# giving that text, and its operands stay in their own compute types.
+# giving that text, and its operands stay in their own compute types; so is an indexed
+# op's (OpDef.indexed), whose text reads {index}, the element's global linear index.
 CUDA: dict[str, str | Callable[[Expr], str]] = {
     "set": "{0}",
     "broadcast": "{0}",  # its operand is read at the output's coordinates: a copy
@@ -120,6 +165,7 @@ CUDA: dict[str, str | Callable[[Expr], str]] = {
     "maximum": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
     "minimum": "(({0} < {1} || {0} != {0}) ? {0} : {1})",
     "lt": "({0} < {1})",
+    "rand_like": _uniform,
 }
 _HW_INDEX = {
     ParallelType.BIDx: "blockIdx.x",
@@ -174,7 +220,7 @@ class _KernelWriter:
             return _load(tv, f"{tv.ir_name}[{_offset(tv, coords)}]")
         expr = tv.definition
         args = [self.value_at(p, producer_coords(expr, p, coords)) for p in expr.inputs]
-        return _op_text(expr, args)
+        return _op_text(expr, args, _index(expr, coords))
 
     def operand(self, expr: Expr, tv: TensorView, coords: list, pred: str) -> str:
         if tv.compute_at_pos > 0 and id(tv) not in self.inputs:
@@ -195,7 +241,8 @@ class _KernelWriter:
             if stored or any(p in a for a in args):
                 self.lines.append(f"{indent}const bool {p} = {pred};")
             ctype = COMPUTE_TYPES[out.dtype]
-            self.lines.append(f"{indent}const {ctype} t{out.number} = {_op_text(expr, args)};")
+            text = _op_text(expr, args, _index(expr, coords))
+            self.lines.append(f"{indent}const {ctype} t{out.number} = {text};")
             if stored:
                 offset = _offset(out, coords)
                 value = _store(out, f"t{out.number}")
@@ -222,14 +269,20 @@ def _scalar(value: bool | int | float, ctype: str) -> str:
     return f"{cast}({bits}{suffix})"
 
 
-def _op_text(expr: Expr, args: list[str]) -> str:
-    """The C expression of one pointwise expression."""
+def _index(expr: Expr, coords: list) -> str | None:
+    """The C expression of the global linear index an indexed op's output reads at
+    `coords` (its local data coordinates), or None for any other op."""
+    return c_expr(global_index(expr.output, coords)) if is_indexed(expr) else None
+
+
+def _op_text(expr: Expr, args: list[str], index: str | None = None) -> str:
+    """The C expression of one pointwise expression (`index`: see _index)."""
     ctype = COMPUTE_TYPES[compute_dtype(expr)]
     row = CUDA.get(expr.op_name)
     if row is None:
         raise ExecutionError(f"codegen: no CUDA for {expr!r}; only pointwise kernels are emitted")
-    if callable(row):  # a conversion: its operand stays in its own type
-        return row(expr).format(*args, T=ctype)
+    if callable(row):  # a conversion (its operand stays in its own type) or an indexed op
+        return row(expr).format(*args, T=ctype, index=index)
     cast = [
         a if COMPUTE_TYPES[t.dtype] == ctype else f"static_cast<{ctype}>({a})"
         for a, t in zip(args, expr.inputs)
@@ -314,6 +367,9 @@ def cuda_source(target: Program | Kernel | list[Kernel], prefix: str = "fuserlit
     parts = ["// generated by fuserlite.kernel.cuda\n"]
     used = {t.dtype for k in kernels for t in k.tensors}
     parts += [header for dtype, header in _HEADERS.items() if dtype in used]
+    scheduled = [k for k in kernels if is_scheduled(k)]
+    if random_dtypes(scheduled):
+        parts.append(random_source(random_dtypes(scheduled)))
     for i, kernel in enumerate(kernels):
         if not is_scheduled(kernel):
             parts.append(
@@ -325,6 +381,7 @@ def cuda_source(target: Program | Kernel | list[Kernel], prefix: str = "fuserlit
 
 
 __all__ = [
+    "RANDOM_ROUNDED",
     "cuda_source",
     "is_scheduled",
     "kernel_body",
@@ -332,4 +389,6 @@ __all__ = [
     "kernel_params",
     "kernel_source",
     "launch_dims",
+    "random_dtypes",
+    "random_source",
 ]

@@ -35,6 +35,7 @@ from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
+from fuserlite.ops.registry import is_indexed
 from fuserlite.printer import axis_text
 from fuserlite.schedule.grid import GridAxis, grid_axes, unbound_loop_axis
 
@@ -204,14 +205,18 @@ def device_index(parallel_type: ParallelType) -> str:
 
 
 def device_indices(tensors: list[TensorView]) -> list[str]:
-    """The device index parameters the tensors' predicates read: one per device parallel
+    """The device index parameters the tensors' indices read: one per device parallel
     type that shards an axis its mesh does not divide (chunks of ceil(n/d) rows), and
-    those of the shardings nested inside such a one, whose rows its predicate counts."""
+    those of the shardings nested inside such a one, whose rows its predicate counts;
+    and one per device parallel type that shards a tensor whose values depend on their
+    global index (`global_index`)."""
     used: set[str] = set()
     for tv in tensors:
         for t in tv.domain.transforms:
             if is_sharding_split(t) and not t.divisible and not t.input.is_broadcast:
                 used.update(device_index(s.outer.parallel_type) for s in _nested(tv, t))
+        if tv.definition is not None and is_indexed(tv.definition):
+            used.update(name for start in shard_start(tv) for name in variables(start))
     return sorted(used)
 
 
@@ -223,6 +228,44 @@ def _nested(tv: TensorView, split: Split) -> list[Split]:
             chain.append(t)
             inside.add(id(t.inner))
     return chain
+
+
+def variables(ix: Ix) -> set[str]:
+    """The names of the variables an index expression reads."""
+    if ix.op == "var":
+        return {ix.args[0]}
+    return set().union(*(variables(a) for a in ix.args if isinstance(a, Ix)))
+
+
+def shard_start(tv: TensorView) -> list[Ix]:
+    """Per logical axis, the global coordinate of the first element of this device's part
+    (the device indices as variables): the sum, over the sharding splits nested on the
+    axis, of device index * chunk size; the device index itself for an axis parallelized
+    whole; 0 for a broadcast or an unsharded axis."""
+    start: dict[int, Ix] = {}
+    origin: dict[int, int] = {}
+    for ax in tv.domain.logical:
+        if ax.is_broadcast:
+            continue
+        origin[id(ax)] = id(ax)
+        start[id(ax)] = const(0)
+        if ax.is_device_parallel:
+            start[id(ax)] = var(device_index(ax.parallel_type), ax.extent)
+    for t in tv.domain.transforms:  # sharding splits come first, outer meshes outermost
+        if is_sharding_split(t) and id(t.input) in origin:
+            axis = origin[id(t.input)]
+            here = var(device_index(t.outer.parallel_type), t.outer.extent)
+            start[axis] = add(start[axis], mul(here, t.inner.extent))
+            origin[id(t.inner)] = axis
+    return [start.get(id(ax), const(0)) for ax in tv.domain.logical]
+
+
+def global_index(tv: TensorView, coords: list) -> Ix:
+    """The row-major linear index in the global tensor of the element of `tv` at the
+    local data coordinates `coords` (Ix or 0, one per data axis) on this device."""
+    starts = [s for s, ax in zip(shard_start(tv), tv.domain.logical) if not ax.is_reduction]
+    local = [c if isinstance(c, Ix) else const(c) for c in coords]
+    return flat_offset(tv.shape, [add(c, s) for c, s in zip(local, starts)])
 
 
 def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:

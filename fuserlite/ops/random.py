@@ -4,9 +4,13 @@ composites uniform and dropout built on it.
 rand_like's number at an element is Philox's at the element's linear index in the
 *global* tensor (fuserlite.numerics.philox): each device draws its own shard's
 numbers, so a sharded program draws exactly the unsharded program's numbers and a
-sharded dropout keeps exactly the unsharded mask, with no communication. It is an
-evaluated op (a kernel of its own, drawn with numpy where its shard lies), so the
-mask is the same on every compute path and backend.
+sharded dropout keeps exactly the unsharded mask, with no communication. It is a
+pointwise op (`indexed`: its value is a function of the element's global linear
+index), so the segmenter fuses it, and a dropout around it, into the pointwise
+kernel: the kernel body computes Philox at each element's global index (its shard's
+offset included) with the generator of fuserlite.numerics.philox, in C for the
+compiled and CUDA targets and with numpy in the interpreter, bit-equal to the
+reference on every compute path and backend.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import X, check_tensor, like, shape_text
 from fuserlite.ops.forms import Template
 from fuserlite.ops.pointwise import add, lt, mul
-from fuserlite.ops.registry import Op, Param, composite, define
+from fuserlite.ops.registry import Category, Op, Param, composite, define
 
 __all__ = ["rand_like", "uniform", "dropout"]
 
@@ -43,7 +47,9 @@ def _float_like(x: object, op: str) -> TensorView:
 @define(
     Template("rng_uniform({x}, seed = {seed:int}, offset = {offset:int});"),
     (X, _SEED, _OFFSET),
+    Category.POINTWISE,
     attrs=("seed", "offset"),
+    indexed=True,
 )
 def rand_like(x: TensorView, seed: int = 0, offset: int = 0) -> TensorView:
     """Uniform numbers in [0, 1) of x's shape and dtype (Philox: seed, offset)."""

@@ -137,6 +137,10 @@ class OpDef:
     # The dtype its operands are computed in; None: the output's compute dtype (a
     # comparison computes in its operands' promoted dtype and makes a bool).
     compute: Callable[[Expr], DType] | None = None
+    # Its value at an element is a function of the element's linear index in the global
+    # tensor (random numbers, drawn at global indices): every compute path gives it that
+    # index (a kernel computes it from the loop indices and the device's shard offset).
+    indexed: bool = False
 
     @property
     def doc(self) -> str:
@@ -283,6 +287,12 @@ def definition_of(expr: Expr) -> OpDef:
     if d is None:
         raise FusionError(f"{expr!r} is not an expression of a registered op")
     return d
+
+
+def is_indexed(expr: Expr) -> bool:
+    """True if the expression's values depend on their elements' global indices."""
+    d = definition(expr)
+    return d is not None and d.indexed
 
 
 def is_pointwise(expr: Expr) -> bool:

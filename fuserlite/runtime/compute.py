@@ -30,7 +30,7 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler
-from fuserlite.kernel.cpu import PRELUDE, cpu_function
+from fuserlite.kernel.cpu import cpu_function, prelude
 from fuserlite.kernel.indexing import device_indices
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.kernel_grid import GridCache
@@ -131,7 +131,7 @@ class CompiledKernels:
         labels = {
             symbol: _label(k, i) for i, (k, (symbol, _)) in enumerate(zip(self.kernels, functions))
         }
-        loaded = self.compiler.functions(PRELUDE, dict(functions), labels)
+        loaded = self.compiler.functions(prelude(self.kernels), dict(functions), labels)
         self._entries = {id(k): _Entry(k, loaded[s]) for k, (s, _) in zip(self.kernels, functions)}
 
     def run(

@@ -23,6 +23,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.indexing import (
+    Ix,
     TensorIndex,
     evaluate,
     flat_offset,
@@ -116,6 +117,12 @@ class GridChunk:
                 pred = pred & (evaluate(ix, env, self._memo) < bound)
             hit = self._preds[key] = self.flat(pred)
         return hit
+
+    def values(self, ix: Ix, device: dict[str, int]) -> np.ndarray:
+        """An index expression's value at each point of the chunk, on the device whose
+        indices `device` gives (an element's global index reads them)."""
+        env = {**self.env, **{name: np.int64(i) for name, i in device.items()}}
+        return self.flat(evaluate(ix, env, self._memo))
 
     def offset(self, key: tuple, shape: tuple[int, ...], coords: list) -> Offset:
         """Flat offsets into an array of `shape` at `coords` (cached by `key`)."""

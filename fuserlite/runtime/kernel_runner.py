@@ -39,7 +39,8 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
-from fuserlite.kernel.indexing import TensorIndex, device_index, device_indices
+from fuserlite.kernel.indexing import Ix, TensorIndex, device_index, device_indices, global_index
+from fuserlite.ops.registry import is_indexed
 from fuserlite.program.program import Kernel, Program
 from fuserlite.runtime.kernel_grid import Grid, GridCache, GridChunk, Offset
 from fuserlite.runtime.liveness import dead_after
@@ -180,6 +181,7 @@ class _Lowered:
     reads: list[tuple[TensorView, tuple[tuple, tuple[int, ...], list] | None]]
     register: bool  # consumers read its value at their own grid point
     store: tuple[tuple, list] | None  # (offsets key, coordinates) where it is written
+    position: Ix | None  # an indexed op's global linear index (OpDef.indexed), else None
 
 
 Pass = tuple[list[_Lowered], list[list[TensorView]]]  # steps, registers dead after each
@@ -226,7 +228,8 @@ def _lower(grid: Grid, step: _Step, registers: set[int]) -> _Lowered:
         for inp in expr.inputs
     ]
     store = ((key, local_shape(out), "self"), coords) if step.store else None
-    return _Lowered(expr, key, ti, reads, id(out) in registers, store)
+    position = global_index(out, coords) if is_indexed(expr) else None
+    return _Lowered(expr, key, ti, reads, id(out) in registers, store, position)
 
 
 def _run_pass(
@@ -254,7 +257,8 @@ def _run_pass(
                 args.append(value)
                 if ok is not pred and ok is not valid:
                     valid = valid & ok
-            value = eval_at_points(expr, args)
+            index = None if p.position is None else chunk.values(p.position, device)
+            value = eval_at_points(expr, args, index)
             if p.register:
                 regs[id(expr.output)] = (value, valid)
             if to is not None:

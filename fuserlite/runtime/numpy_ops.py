@@ -79,20 +79,17 @@ def _cast(expr: Expr, x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Positioned:
-    """The row of an op whose values depend on where the local array lies in the
-    global tensor (random numbers drawn at global indices): `evaluate(expr, operands,
-    local shape, start)`, start the global coordinates of the local array's origin."""
+    """The row of an evaluated op whose values depend on where the local array lies in
+    the global tensor (attention's dropout mask, drawn at global indices): `evaluate(expr,
+    operands, local shape, start)`, start the global coordinates of the local array's
+    origin."""
 
     evaluate: Callable[[Expr, list[np.ndarray], tuple[int, ...], tuple[int, ...]], np.ndarray]
 
 
-def _rand_like(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
-    """rand_like's Philox numbers at the global linear indices of the local block."""
-    out = expr.output
-    block = Block(tuple(out.shape), start)
-    return philox.uniform(
-        expr.attrs["seed"], expr.attrs["offset"], block.index(shape), out.dtype.numpy
-    )
+def _rand_like(expr: Expr, index: np.ndarray) -> np.ndarray:
+    """rand_like's Philox numbers at the given global linear indices."""
+    return philox.uniform(expr.attrs["seed"], expr.attrs["offset"], index, expr.output.dtype.numpy)
 
 
 def _flags(expr: Expr) -> dict:
@@ -131,8 +128,9 @@ def _sdpa_bwd(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ..
 # One row per op. A pointwise op's row computes elementwise from operands that are
 # already laid out on its output's points (operands() order, scalars as 0-d arrays),
 # in the output's compute dtype; a conversion's row (OpDef.converts) takes
-# (expr, operands in their own dtypes); any other op's row takes (expr, operand
-# arrays, output shape).
+# (expr, operands in their own dtypes); an indexed op's row (OpDef.indexed) takes
+# (expr, the global linear index of each point); any other op's row takes (expr,
+# operand arrays, output shape).
 Row = Callable[..., np.ndarray]
 NUMPY: dict[str, Row] = {
     "set": _same,
@@ -157,7 +155,7 @@ NUMPY: dict[str, Row] = {
     "maximum": np.maximum,
     "minimum": np.minimum,
     "lt": np.less,
-    "rand_like": Positioned(_rand_like),
+    "rand_like": _rand_like,
     "sdpa": Positioned(_sdpa),
     "sdpa_bwd": Positioned(_sdpa_bwd),
     # Reductions accumulate in the compute dtype: half sums in float, bool counts in int64.
@@ -250,6 +248,8 @@ def eval_outputs(
     with np.errstate(all="ignore"):
         if d.converts:  # its operands in their own dtypes
             out = row(expr, *args)
+        elif d.indexed:
+            out = row(expr, Block(expr.output.shape, _start(start, first)).index(first))
         elif isinstance(row, Positioned):
             operands = _operands(expr, args, _operand_dtype(expr, dtype))
             out = row.evaluate(expr, operands, first, _start(start, first))
@@ -282,13 +282,20 @@ def _start(start: tuple[int, ...] | None, shape: tuple[int, ...]) -> tuple[int, 
     return (0,) * len(shape) if start is None else tuple(start)
 
 
-def eval_at_points(expr: Expr, args: list[np.ndarray]) -> np.ndarray:
+def eval_at_points(
+    expr: Expr, args: list[np.ndarray], index: np.ndarray | None = None
+) -> np.ndarray:
     """Evaluate a pointwise expression on operand values already gathered at its
     output's points (the kernel runner's chunks); the result in the output's compute
-    dtype."""
+    dtype. `index` is each point's global linear index, which an indexed op needs."""
     dtype = expr.output.dtype.compute.numpy
+    d = definition_of(expr)
     with np.errstate(all="ignore"):
-        if definition_of(expr).converts:
+        if d.indexed:
+            if index is None:
+                raise ExecutionError(f"{expr!r} needs the global index of its points")
+            out = _row(expr)(expr, index)
+        elif d.converts:
             out = _row(expr)(expr, *args)
         else:
             out = _row(expr)(*_operands(expr, args, _operand_dtype(expr, None)))
