@@ -7,11 +7,13 @@ scheduler's merges and splits, e.g. `[iblockIdx.x, iUS, ithreadIdx.x]`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fuserlite.ir.domain import IterDomain, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.readonly import remembered
+from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
@@ -50,7 +52,12 @@ class GridAxis:
 
 def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
     """The loop nest shared by the tensors a kernel computes: per position the largest
-    extent and the (common) parallel type."""
+    extent and the (common) parallel type.
+
+    A tensor of one element on a device (0-d, broadcast-only, or all its axes of extent
+    1) asks for extent 1 at every position: each point of its loops holds that one
+    element (axes of extent 1 index 0, unpredicated), so a kernel of such tensors runs
+    one thread instead of a block of threads that all store the same element."""
     depth = max((len(grid_axes(tv)) for tv in tensors), default=0)
     extents = [1] * depth
     types: list[ParallelType | None] = [None] * depth
@@ -63,8 +70,9 @@ def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
                 f"{tv.name} has {len(axes)} scheduled loop axes but the kernel has {depth}; "
                 "propagate the reference schedule to every tensor of the kernel"
             )
+        one = math.prod(local_shape(tv)) == 1
         for j, ax in enumerate(axes):
-            extents[j] = max(extents[j], ax.extent)
+            extents[j] = max(extents[j], 1 if one else ax.extent)
             if ax.parallel_type is not ParallelType.Serial:
                 if types[j] not in (None, ax.parallel_type):
                     raise ScheduleError(
