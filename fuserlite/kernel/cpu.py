@@ -182,8 +182,7 @@ def _from_address(param: str, slot: str) -> str:
 def prelude(kernels: list[Kernel]) -> str:
     """What the kernels' functions are compiled after: PRELUDE, and the random number
     generator where a kernel draws random numbers."""
-    dtypes = random_dtypes([k for k in kernels if k.scheduled])
-    return PRELUDE + random_source(dtypes) if dtypes else PRELUDE
+    return PRELUDE + random_source(random_dtypes([k for k in kernels if k.scheduled]))
 
 
 def cpu_source(kernels: list[Kernel]) -> str:
