@@ -170,7 +170,8 @@ class Trace:
                 r.operands[p.name] = [self.values[id(t)] for t in value]  # cat's tensors
             elif value is not None:
                 r.attrs[p.name] = value
-        out = rule(r)
+        with self.fusion:  # an op with no tensor operands (iota) is made in the active one
+            out = rule(r)
         made = out if isinstance(out, tuple) else (out,)
         return [Local(declare(o, self.mesh, leading(r.varying)), r.varying) for o in made]
 
@@ -353,6 +354,7 @@ LOCAL_RULES: dict[str, LocalRule] = {
     "sdpa": _leading_batch,
     "sdpa_bwd": _leading_batch,
     "rand_like": _leading_batch,
+    "iota": _same,  # no operands: the same on every device, made once, replicated
 }
 
 

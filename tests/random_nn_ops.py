@@ -1,5 +1,5 @@
 """The neural-network ops for the random sharded fusions (tests/random_sharded.py):
-lt feeding a where, the random numbers (rand_like, uniform, dropout), the
+lt feeding a where, iota (positions and masks), the random numbers (rand_like, uniform, dropout), the
 normalizations and softmax, var_mean, the pointwise backward helpers, and attention
 (sdpa, its outputs, and sdpa_bwd of the forward's results), each drawn with its call
 written into the case's script. random_ops.DRAWN names these kinds too.
@@ -27,6 +27,7 @@ NN_DRAWN = {
     "tanh_backward": "backward",
     "sdpa": "attention",
     "sdpa_bwd": "attention",
+    "iota": "iota",
 }
 
 
@@ -69,6 +70,38 @@ class NNOps:
             bound,
             self.producer_mesh(a, *tensors, x),
         )
+
+    def op_iota(self):
+        """iota along a's last axis, on a's mesh and sharded or not, as positions
+        (a * iota) or as a mask (where(lt(iota, k), a, 0)); the iota is no operand
+        of later ops (an integer one would meet float-only ops)."""
+        a = self.operand()
+        if not a.shape:
+            return None
+        n = a.shape[-1]
+        dtype = self.pick(["int64", "int32", "float32"])
+        start, step = (
+            (0, 1) if self.chance(0.5) else (int(self.pick([-3, 2])), int(self.pick([-1, 2])))
+        )
+        if dtype == "float32":
+            start, step = start + 0.5, step * 0.75
+        i = fl.iota(n, dtype, start, step)
+        top = abs(start) + abs(step) * (n - 1)
+        self.register(i, f"fl.iota({n}, {dtype!r}, {start!r}, {step!r})", top)
+        self.live.remove(i)
+        mesh = self.producer_mesh(a)
+        if mesh is not None:
+            self.set_mesh(i, mesh)
+            self.maybe_shard(i, 0.6, 0.3)
+        bound = self.bound[id(a)] * top
+        if bound <= MAX_BOUND and self.chance(0.5):
+            return self.register(
+                fl.mul(a, i), f"fl.mul({self.name(a)}, {self.name(i)})", bound, mesh
+            )
+        k = self.pick([0, 1, 2])
+        out = fl.where(fl.lt(i, k), a, 0.0)
+        call = f"fl.where(fl.lt({self.name(i)}, {k}), {self.name(a)}, 0.0)"
+        return self.register(out, call, self.bound[id(a)], mesh)
 
     def op_random(self):
         """rand_like, uniform or dropout of a float tensor, with a seed and an offset."""

@@ -168,6 +168,7 @@ class Generator(NNOps, TransformerOps, RandomFusion):
             + ["positive", "cast", "cast", "permute", "permute", "where", "squeeze", "unsqueeze"]
             + ["select", "slice", "slice", "cat", "flatten", "batched", "take"]
             + ["compare", "random", "norm", "softmax", "var_mean", "backward", "attention"]
+            + ["iota"]
         )
         return getattr(self, f"op_{kind}")()
 

@@ -260,6 +260,16 @@ EVAL_CASES: dict[str, tuple[list[list[int]], Callable, Callable]] = {
     "flatten": ([[2, 3, 4, 5]], lambda x: fl.flatten(x, 1, 2), lambda x: x.reshape(2, 12, 5)),
     "split": ([[7, 2]], lambda x: fl.split(x, [3, 4])[1], lambda x: x[3:]),
     "chunk": ([[2, 7]], lambda x: fl.chunk(x, 3, -1)[2], lambda x: x[:, 6:]),
+    "iota": (
+        [[3, 5]],
+        lambda x: x + fl.iota(5, "float32", 0.5, 2),
+        lambda x: x + 0.5 + 2 * np.arange(5),
+    ),
+    "iota_mask": (  # torch.arange(n) < k as a mask
+        [[3, 5]],
+        lambda x: fl.where(fl.lt(fl.iota(5), 2), x, 0.0),
+        lambda x: np.where(np.arange(5) < 2, x, 0),
+    ),
     "matmul": ([[2, 4, 8], [8, 3]], fl.matmul, np.matmul),
     "matmul_batched": ([[3, 1, 4, 8], [2, 8, 5]], fl.matmul, np.matmul),
     "matmul_vector": ([[8], [2, 8, 5]], fl.matmul, np.matmul),

@@ -172,6 +172,23 @@ BAD = [
     bad("lt str", lambda e: fl.lt(e.x, "1"), "lt", "b must be", "'1'"),
     bad("rand_like int", lambda e: fl.rand_like(e.i), "rand_like", "int32", "float tensor"),
     bad("rand_like seed", lambda e: fl.rand_like(e.x, seed=1.5), "rand_like", "seed", "1.5"),
+    bad("iota n", lambda e: fl.iota(0), "iota", "n (the number of values)", "0"),
+    bad("iota n float", lambda e: fl.iota(2.5), "iota", "n (the number of values)", "2.5"),
+    bad("iota bool", lambda e: fl.iota(4, "bool"), "iota", "bool", "integer or a float"),
+    bad("iota dtype", lambda e: fl.iota(4, "int8"), "dtype", "int8"),
+    bad("iota int start", lambda e: fl.iota(4, "int32", 0.5), "iota", "start", "0.5"),
+    bad("iota step nan", lambda e: fl.iota(4, "float32", 0, float("nan")), "iota", "step", "nan"),
+    bad("iota tensor start", lambda e: fl.iota(4, "int64", e.x), "iota", "start", "T0"),
+    bad(
+        "iota range",
+        lambda e: fl.iota(2**20, "int32", 0, 2**12),
+        "iota",
+        "do not fit int32",
+        "use int64",
+    ),
+    bad(
+        "iota start range", lambda e: fl.iota(2, "int32", 2**31, -1), "iota", "2147483648", "int32"
+    ),
     bad("uniform low", lambda e: fl.uniform(e.x, low="0"), "uniform", "low", "'0'"),
     bad("dropout p", lambda e: fl.dropout(e.x, -0.5), "dropout", "[0, 1]", "-0.5"),
     bad("sdpa str", lambda e: fl.sdpa(e.x, e.x, "v"), "sdpa", "value must be", "'v'"),

@@ -75,6 +75,8 @@ def test_two_ranks_are_bit_identical_to_sim():
             assert r["kinds"] == [name]
     for name, r in reductions(results, ["Allreduce", "ReduceScatter", "Reduce"]).items():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
+    for name in ("iota-positions", "iota-positions-uneven"):  # computed in place
+        assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     seed = results["seed000-ones"]  # torch_xla's program in shard_map form
     assert seed["first"] == [4096.0, 4096.0]
     assert seed["kinds"] == ["Allgather", "Allreduce", "ReduceScatter"]
@@ -101,6 +103,8 @@ def test_four_ranks_are_bit_identical_to_sim():
     assert results["sdpa-rows"]["kinds"] == ["Allreduce", "Allreduce"]  # grad_key, grad_value
     # each rank draws its own shard's random numbers: the unsharded mask, no communication
     for name in [n for n in results if n.startswith("dropout-")]:
+        assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
+    for name in ("iota-positions", "iota-positions-uneven"):  # computed in place
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]

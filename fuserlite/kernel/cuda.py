@@ -114,6 +114,13 @@ def _uniform(expr: Expr) -> str:
     return f"{fn}({seed}ULL, {offset}ULL, static_cast<unsigned long long>({{index}}))"
 
 
+def _iota(expr: Expr) -> str:
+    """iota's C expression, start + step * i, at the element whose global index is {index}."""
+    ctype = COMPUTE_TYPES[expr.output.dtype]
+    start, step = (_scalar(x, ctype) for x in expr.operands())
+    return f"({start} + {step} * static_cast<{ctype}>({{index}}))"
+
+
 def random_source(dtypes: set[DType]) -> str:
     """The random number generator for kernels drawing numbers of these dtypes (after the
     half and bfloat16 types are defined: CUDA's headers or the CPU prelude); nothing for
@@ -131,7 +138,7 @@ def random_source(dtypes: set[DType]) -> str:
 
 def random_dtypes(kernels: list[Kernel]) -> set[DType]:
     """The dtypes of the random numbers the kernels draw (empty: they draw none)."""
-    return {e.output.dtype for k in kernels for e in k.exprs if is_indexed(e)}
+    return {e.output.dtype for k in kernels for e in k.exprs if CUDA.get(e.op_name) is _uniform}
 
 
 # One row per pointwise op: its C expression, from its operands' C expressions ({0},
@@ -169,6 +176,7 @@ CUDA: dict[str, str | Callable[[Expr], str]] = {
     "minimum": "(({0} < {1} || {0} != {0}) ? {0} : {1})",
     "lt": "({0} < {1})",
     "rand_like": _uniform,
+    "iota": _iota,
 }
 _HW_INDEX = {
     ParallelType.BIDx: "blockIdx.x",

@@ -12,6 +12,7 @@
     normalization.py softmax, log_softmax, var_mean, layer_norm, rms_norm and backward
                      helpers: composites of the ops above (registry.composite)
     random.py        rand_like (Philox at global indices); uniform, dropout (composites)
+    creation.py      iota (no tensor operands: values at the elements' global indices)
     registry.py      OpDef and the registry; forms.py: printed forms, both ways
     common.py        what builders share; sharding.py: sharding queries on expressions
 
@@ -25,6 +26,7 @@ from fuserlite.ops import (
     attention,
     casts,
     contraction,
+    creation,
     movement,
     normalization,
     pointwise,
@@ -36,6 +38,7 @@ from fuserlite.ops.attention import *  # noqa: F403
 from fuserlite.ops.casts import *  # noqa: F403
 from fuserlite.ops.common import tensor
 from fuserlite.ops.contraction import *  # noqa: F403 - the builders its __all__ lists
+from fuserlite.ops.creation import *  # noqa: F403
 from fuserlite.ops.movement import *  # noqa: F403
 from fuserlite.ops.normalization import *  # noqa: F403
 from fuserlite.ops.pointwise import *  # noqa: F403
@@ -53,3 +56,4 @@ __all__ += movement.__all__
 __all__ += attention.__all__
 __all__ += normalization.__all__
 __all__ += random.__all__
+__all__ += creation.__all__

@@ -15,7 +15,12 @@ from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import MeshPlacement, logical_placement, mesh_placement, shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
-from fuserlite.ops.registry import definition, definition_of, producer_to_consumer
+from fuserlite.ops.registry import (
+    definition,
+    definition_of,
+    is_indexed,
+    producer_to_consumer,
+)
 
 
 def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> MeshPlacement:
@@ -35,7 +40,8 @@ def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> Me
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
     """True if a sharded axis of `target` comes from no input axis that could be
-    sharded the same way (e.g. a reshape whose axes the mesh does not divide)."""
+    sharded the same way (e.g. a reshape whose axes the mesh does not divide), unless
+    the op makes it from its global coordinates (iota)."""
     if target.mesh is None:
         return False
     for c, axes in enumerate(logical_placement(target).shards):
@@ -48,6 +54,8 @@ def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
             for pi, ci in producer_to_consumer(expr, p, target).items()
             if ci == c
         ]
+        if not sources and is_indexed(expr):
+            continue  # made at its elements' global coordinates: computed where it lies
         extent = target.domain.logical[c].extent
         if not any(
             ax.is_broadcast or chunks_correspond(ax.extent, extent, devices) for ax in sources

@@ -133,6 +133,8 @@ MAGNITUDE: dict[str, Callable[[list, list, np.ndarray], np.ndarray] | None] = {
     "minimum": lambda a, m, y: np.maximum(m[0], m[1]),
     "lt": lambda a, m, y: _abs(y),  # exact: a bool is its own magnitude, as an input is
     "rand_like": lambda a, m, y: _abs(y),  # drawn exactly, as an input is given
+    # start + step * i: its terms |start| and |step * i| (= |y - start| to rounding)
+    "iota": lambda a, m, y: _abs(a[0]) + _abs(np.subtract(y, a[0], dtype=F64)),
     # several outputs: (expr, values, magnitudes, the outputs' values) -> their m
     "sdpa": _sdpa,
     "sdpa_bwd": _sdpa_bwd,

@@ -92,6 +92,13 @@ def _rand_like(expr: Expr, index: np.ndarray) -> np.ndarray:
     return philox.uniform(expr.attrs["seed"], expr.attrs["offset"], index, expr.output.dtype.numpy)
 
 
+def _iota(expr: Expr, index: np.ndarray) -> np.ndarray:
+    """iota's start + step * i at the given global indices, in its compute dtype."""
+    dtype = expr.output.dtype.compute.numpy
+    start, step = (np.asarray(x, dtype) for x in expr.operands())
+    return start + step * index.astype(dtype)
+
+
 def _flags(expr: Expr) -> dict:
     a = expr.attrs
     return {"dropout_p": a["dropout_p"], "is_causal": a["is_causal"], "scale": a["scale"]}
@@ -156,6 +163,7 @@ NUMPY: dict[str, Row] = {
     "minimum": np.minimum,
     "lt": np.less,
     "rand_like": _rand_like,
+    "iota": _iota,
     "sdpa": Positioned(_sdpa),
     "sdpa_bwd": Positioned(_sdpa_bwd),
     # Reductions accumulate in the compute dtype: half sums in float, bool counts in int64.

@@ -192,6 +192,13 @@ class _Builder:
         self.block: Block | None = None  # the shard_map block being read
 
     def run(self, tree: Tree) -> Fusion:
+        with self.fusion:  # the fusion of ops with no tensor operands (iota)
+            self._statements(tree)
+        if self.block is not None:
+            raise self._at_stmt(self.block.header, "this shard_map block has no `end`")
+        return self.fusion
+
+    def _statements(self, tree: Tree) -> None:
         for stmt in tree.children:
             if self.block is not None and stmt.data in ("assign", "return_stmt"):
                 self.block.statements.append(stmt)
@@ -211,9 +218,6 @@ class _Builder:
             # Every tensor the statement made (implicit broadcasts too) points back at it.
             for tv in self.fusion.tensors_created[made:]:
                 tv.origin = f"{self.source.filename}:{stmt.meta.line}"
-        if self.block is not None:
-            raise self._at_stmt(self.block.header, "this shard_map block has no `end`")
-        return self.fusion
 
     def _statement(self, stmt: Tree) -> None:
         if self.block is not None and stmt.data != "end_stmt":

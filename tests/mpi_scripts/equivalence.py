@@ -1,7 +1,8 @@
 """Run under `mpiexec -n 2` or `-n 4`: the mpi backend against the sim backend.
 
 For every case that fits the world size (the examples, each row of docs/design.md
-§5, the seed-000 program, the tensor-parallel MLP, and every dtype x reduction op
+§5, the seed-000 program, the tensor-parallel MLP, iota, and every
+dtype x reduction op
 x reduction collective on NaN, inf, -0.0 and ties), each rank compares its
 own device's outputs with the sim backend's outputs for that device, and rank 0
 also validates the assembled global outputs against the reference. Rank 0
@@ -14,16 +15,21 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 import numpy as np
 from mpi4py import MPI
 
-import fuserlite as fl
-from fuserlite import models
-from fuserlite.models import resharding as build
-from fuserlite.pipeline import default_pass_names
-from fuserlite.runtime.validate import TOLERANCES, mismatch
-from fuserlite.schedule.shard import shard_axis
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from axis_index_cases import positions  # noqa: E402
+
+import fuserlite as fl  # noqa: E402
+from fuserlite import models  # noqa: E402
+from fuserlite.models import resharding as build  # noqa: E402
+from fuserlite.pipeline import default_pass_names  # noqa: E402
+from fuserlite.runtime.validate import TOLERANCES, mismatch  # noqa: E402
+from fuserlite.schedule.shard import shard_axis  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 M = fl.DeviceMesh
@@ -254,6 +260,9 @@ def all_cases(size: int) -> dict[str, object]:
     for axis in (0, 1):
         for dtype in ("float32", "bfloat16"):
             cases[f"dropout-axis{axis}-{dtype}"] = lambda a=axis, d=dtype: _dropout(size, a, d)
+    # each rank computes its own block of iota: nothing moves
+    cases["iota-positions"] = lambda: positions(size, 4 * size)
+    cases["iota-positions-uneven"] = lambda: positions(size, 4 * size + 1)
     return cases
 
 
