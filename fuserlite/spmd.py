@@ -19,7 +19,7 @@ from fuserlite import ops
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType
+from fuserlite.ir.types import DType, ParallelType
 from fuserlite.shard_map_trace import (
     Local,
     Trace,
@@ -256,6 +256,19 @@ def all_to_all(t: TensorView, split_dim: int, concat_dim: int, axis: object = No
     r = _arranged(trace, r, split, target, {**others, "dst": pt})
     r = _merged(trace, r, k + c, leading(v.varying))
     return trace.bind(None, Local(r, v.varying))
+
+
+@collective
+def axis_index(axis: object = None) -> TensorView:
+    """This device's index along the mesh axis, an int32 scalar (JAX's axis_index,
+    torch_xla's ordinal within the axis); in the global view an iota over the axis's
+    devices, sharded on it, so each device computes its own index."""
+    what = "axis_index"
+    trace = active_trace(what)
+    pt = mesh_axis(trace.mesh, axis, what)
+    with trace.fusion:  # the global tensor; inside fn the local program is active
+        index = declare(ops.iota(axis_size(trace.mesh, pt), DType.int32), trace.mesh, {0: pt})
+    return trace.bind(None, Local(index, (pt,)))
 
 
 @collective

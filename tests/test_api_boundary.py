@@ -310,6 +310,10 @@ BAD = [
     # -- SPMD collectives ------------------------------------------------------------------------------
     bad("all_gather outside", lambda e: fl.all_gather(e.x), "all_gather", "only inside"),
     bad("all_gather int", lambda e: e.local(lambda s: fl.all_gather(5)), "all_gather", "5"),
+    bad(
+        "axis_index axis", lambda e: e.local(lambda s: fl.axis_index(3)), "axis_index", "axis", "3"
+    ),
+    bad("axis_index outside", lambda e: fl.axis_index(), "axis_index", "only inside", "shard_map"),
     bad("all_gather dim str", lambda e: e.local(lambda s: fl.all_gather(s, "0")), "dim", "'0'"),
     bad("all_gather dim range", lambda e: e.local(lambda s: fl.all_gather(s, 5)), "dim", "5"),
     bad("all_gather tiled", lambda e: e.local(lambda s: fl.all_gather(s, tiled="no")), "tiled"),

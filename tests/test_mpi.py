@@ -75,7 +75,7 @@ def test_two_ranks_are_bit_identical_to_sim():
             assert r["kinds"] == [name]
     for name, r in reductions(results, ["Allreduce", "ReduceScatter", "Reduce"]).items():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
-    for name in ("iota-positions", "iota-positions-uneven"):  # computed in place
+    for name in ("iota-positions", "iota-positions-uneven", "axis_index"):  # computed in place
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     seed = results["seed000-ones"]  # torch_xla's program in shard_map form
     assert seed["first"] == [4096.0, 4096.0]
@@ -104,7 +104,7 @@ def test_four_ranks_are_bit_identical_to_sim():
     # each rank draws its own shard's random numbers: the unsharded mask, no communication
     for name in [n for n in results if n.startswith("dropout-")]:
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
-    for name in ("iota-positions", "iota-positions-uneven"):  # computed in place
+    for name in ("iota-positions", "iota-positions-uneven", "axis_index"):  # computed in place
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
@@ -131,7 +131,7 @@ def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
         assert sum(name.startswith(mesh) for name in results) >= 5, mesh
     assert sum(name.startswith("dispatch ") for name in results) >= 50  # N-D Communications
     if n == 8:  # the N-D examples on a 2x4 mesh, validated on rank 0
-        for example in ("dp_tp_mlp.fus", "fsdp_tp.py", "tp_mlp.fus on 2x4"):
+        for example in ("dp_tp_mlp.fus", "fsdp_tp.py", "tp_mlp.fus on 2x4", "axis_index on 2x4"):
             assert results[f"example {example}"] == "identical", example
         # seed 000's shape in a 2-D shard_map: its Allgather on DIDx, Allreduce on DIDy
         assert results["shard_map 2x4 gather then reduce"] == "identical"

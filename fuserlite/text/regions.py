@@ -16,6 +16,7 @@ this way, in place of the global ops it built.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,12 +59,21 @@ def python_value(arg: Arg) -> object:
     return [python_value(a) for a in arg.value] if arg.kind == "list" else arg.value
 
 
+def takes_tensor(op: str) -> bool:
+    """True if collective `op` takes a local tensor first (axis_index takes none)."""
+    first = next(iter(inspect.signature(COLLECTIVES[op]).parameters.values()), None)
+    return first is not None and first.annotation in (TensorView, "TensorView")
+
+
 def call_collective(op: str, written: list[Arg], tensor: Callable[[Arg], TensorView]) -> TensorView:
-    """A collective call: its first argument a local tensor, the others values."""
+    """A collective call: its first argument a local tensor (where it takes one), the
+    others values."""
     positional = [a for a in written if a.keyword is None]
-    if not positional or positional[0].kind != "name":
-        raise ParseError(f"{op}: its first argument is a local tensor")
-    values = [tensor(positional[0]), *(python_value(a) for a in positional[1:])]
+    values = [python_value(a) for a in positional]
+    if takes_tensor(op):
+        if not positional or positional[0].kind != "name":
+            raise ParseError(f"{op}: its first argument is a local tensor")
+        values[0] = tensor(positional[0])
     keywords = {a.keyword: python_value(a) for a in written if a.keyword is not None}
     try:
         return COLLECTIVES[op](*values, **keywords)
@@ -111,8 +121,11 @@ def write_region(region: Region, mesh_name: str, body_of: Callable) -> list[str]
             continue
         if id(t) in trace.calls:
             op, given = trace.calls[id(t)]
-            x, *rest = given.items()
-            written = [name(x[1])] + [f"{k}={_argument_text(v)}" for k, v in rest if v is not None]
+            written = [
+                name(v) if isinstance(v, TensorView) else f"{k}={_argument_text(v)}"
+                for k, v in given.items()
+                if v is not None
+            ]
             lines.append(f"    {name(t)} = {op}({', '.join(written)})")
         elif t is t.definition.outputs[0]:  # an op with several results: one statement
             op, written = body_of(t.definition, name)

@@ -1,7 +1,7 @@
 """Run under `mpiexec -n 2` or `-n 4`: the mpi backend against the sim backend.
 
 For every case that fits the world size (the examples, each row of docs/design.md
-§5, the seed-000 program, the tensor-parallel MLP, iota, and every
+§5, the seed-000 program, the tensor-parallel MLP, iota and axis_index, and every
 dtype x reduction op
 x reduction collective on NaN, inf, -0.0 and ties), each rank compares its
 own device's outputs with the sim backend's outputs for that device, and rank 0
@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from axis_index_cases import positions  # noqa: E402
+from axis_index_cases import positions, scaled_by_index  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite import models  # noqa: E402
@@ -260,9 +260,10 @@ def all_cases(size: int) -> dict[str, object]:
     for axis in (0, 1):
         for dtype in ("float32", "bfloat16"):
             cases[f"dropout-axis{axis}-{dtype}"] = lambda a=axis, d=dtype: _dropout(size, a, d)
-    # each rank computes its own block of iota: nothing moves
+    # each rank computes its own block of iota and its own axis_index: nothing moves
     cases["iota-positions"] = lambda: positions(size, 4 * size)
     cases["iota-positions-uneven"] = lambda: positions(size, 4 * size + 1)
+    cases["axis_index"] = lambda: scaled_by_index(size)
     return cases
 
 

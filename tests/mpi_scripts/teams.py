@@ -59,13 +59,15 @@ def programs(size: int) -> dict[str, tuple[int, ...]]:
 
 def nd_examples() -> dict[str, tuple[fl.Fusion, fl.Program | None]]:
     """The N-D examples on a 2x4 mesh (8 ranks), as tests/test_nd_examples.py runs them,
-    and the 2-D shard_map program of tests/test_shard_map.py."""
+    the 2-D shard_map program of tests/test_shard_map.py, and axis_index on 2x4."""
+    from axis_index_cases import grid_indices
     from test_nd_examples import REPO, fsdp_tp_mlp
 
     from fuserlite.pipeline import default_pass_names
 
     tp = fl.load(REPO / "examples/tp_mlp.fus")
     return {
+        "example axis_index on 2x4": (grid_indices(), None),
         "example dp_tp_mlp.fus": (fl.load(REPO / "examples/dp_tp_mlp.fus"), None),
         "example fsdp_tp.py": (fsdp_tp_mlp(), None),
         "shard_map 2x4 gather then reduce": (models.gather_then_reduce_on_a_2d_mesh(), None),
