@@ -305,11 +305,15 @@ def ppermute(t: TensorView, axis: object, perm: Sequence[tuple[int, int]]) -> Te
     labels = list(range(len(v.tensor.shape)))
     front = [j, *(x for x in labels if x != j)]
     others = {i: p for i, p in enumerate(v.varying) if p is not pt}
-    # Every device gets every row (an Allgather), takes its source's row, keeps its own.
-    g = _arranged(trace, v.tensor, labels, front, {**others, j: pt})
-    kept = {front.index(i): p for i, p in others.items()}
-    g = declare(ops.set(g), trace.mesh, kept)
-    g = declare(ops.take(g, [src_of[d] for d in range(size)]), trace.mesh, kept)
-    g = declare(ops.set(g), trace.mesh, {**kept, 0: pt})
-    g = _arranged(trace, g, front, labels, {**others, j: pt})
+    # With pt's rows in front, row d of the result is row src_of[d]: a take of whole
+    # blocks of the sharded axis, placed like its input, which lowers to one
+    # CollectivePermute (each device sends its block to the devices it is the source of).
+    placed = {**others, j: pt}
+    g = _arranged(trace, v.tensor, labels, front, placed)
+    g = declare(
+        ops.take(g, [src_of[d] for d in range(size)]),
+        trace.mesh,
+        {front.index(i): p for i, p in placed.items()},
+    )
+    g = _arranged(trace, g, front, labels, placed)
     return trace.bind(None, Local(g, v.varying))

@@ -40,7 +40,7 @@ from fuserlite.ir.sharding import (
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
 from fuserlite.ops.registry import definition_of, producer_to_consumer
-from fuserlite.ops.sharding import has_unmapped_sharding, needed_placement
+from fuserlite.ops.sharding import has_unmapped_sharding, moves_data, needed_placement
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.propagate_shardings import meshes_given
 from fuserlite.schedule.shard import shard_as
@@ -227,8 +227,8 @@ class InsertReshardings(Pass):
         new_of: dict[TensorView, TensorView] = {}  # outputs to replace
         reshardings = _Reshardings()
         for expr in fusion.exprs():
-            if isinstance(expr, LoadStoreOp):
-                continue
+            if isinstance(expr, LoadStoreOp) or moves_data(expr):
+                continue  # a Set, or a take that permutes blocks: the data movements
             after = _rewrite_if_partial(expr, new_of)
             for e in [expr, *after]:
                 _make_local(e, reshardings)

@@ -17,6 +17,11 @@ in `program.reshardings` (with the plan and its cheapest rejected alternative).
   cannot exist (a partial destination, a part no source holds) is a LoweringError,
   saying why.
 
+A take of whole chunks of a sharded axis, its input and output placed alike (a
+block permutation: the take's sharding rule, `Sharding.permutes`), is one
+CollectivePermute: the point-to-point transfers of plan.permute, each device
+sending its block to the device it is the source of (no Allgather).
+
 A reduction of partial sums whose only use is to be sliced again is one
 ReduceScatter, not an Allreduce and a slice. On an axis its mesh does not divide,
 each collective moves its chunks padded or variable-size (`chunks=`, by default
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fuserlite.ir.errors import LoweringError, RedistributionError
-from fuserlite.ir.expr import LoadStoreOp
+from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     describe_sharding,
@@ -42,13 +47,13 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
-from fuserlite.ops.sharding import partial_op
+from fuserlite.ops.sharding import block_permutation, movement_text, moves_data, partial_op
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.chunking import Chunks, sized
 from fuserlite.passes.reorder_sharded_axis import device_axis_outermost
 from fuserlite.plan import StepKind
 from fuserlite.plan.search import PlannedStep
-from fuserlite.program.communication import CommKind, Communication, planned_move
+from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
 from fuserlite.program.program import Kernel, Program, Resharding, Step
 from fuserlite.program.reshardings import Planners
 from fuserlite.program.reshardings import needed_by as needed_by_of
@@ -103,20 +108,25 @@ class _Lowering:
         self.chunks = chunks
         self.planners = Planners()
 
-    def lower(self, expr: LoadStoreOp) -> list[Communication]:
-        """Replace one resharding Set by its Communications in the graph."""
+    def lower(self, expr: Expr) -> list[Communication]:
+        """Replace one resharding Set (or block permutation) by its Communications."""
         inp, out = expr.input, expr.output
         if inp.mesh is None or out.mesh is None:
             raise LoweringError(
                 f"cannot lower a Set between {inp.name} and {out.name}: both need a mesh"
             )
         needed_by = needed_by_of(out, self.program)
+        sources = block_permutation(expr)
         try:
-            same = inp.mesh == out.mesh
-            record = self._same_mesh(expr) if same else self._between_meshes(expr)
+            if sources is not None:
+                record = self._permute(expr, sources)
+            elif inp.mesh == out.mesh:
+                record = self._same_mesh(expr)
+            else:
+                record = self._between_meshes(expr)
         except RedistributionError as exc:
             raise LoweringError(
-                f"cannot lower {out.name} = Set({inp.name}), needed by {needed_by}: from "
+                f"cannot lower {movement_text(expr)}, needed by {needed_by}: from "
                 f"{describe_sharding(inp)} to {describe_sharding(out)}: {exc}"
             ) from None
         record.needed_by = needed_by
@@ -135,6 +145,31 @@ class _Lowering:
             comms.append(_step_communication(planned, nxt, current, op, self.chunks))
             current = nxt
         return Resharding(inp, out, "", comms, plan=plan)
+
+    def _permute(self, expr: Expr, sources: tuple[int, ...]) -> Resharding:
+        """A take of whole chunks of axis 0: one CollectivePermute, the point-to-point
+        transfers plan.permute plans (each device sends its block to the devices whose
+        source it is)."""
+        inp, out = expr.input, expr.output
+        move = permuted(inp, 0, sources)[0]
+        expr.detach()
+        p = placement(inp)
+        comm = Communication(
+            CommKind.CollectivePermute,
+            out,
+            inp,
+            inp.mesh.devices,
+            sources=sources,
+            in_axis=0,  # the axis whose blocks it permutes
+            bytes_per_device=max(move.sent().values(), default=0),
+            mesh=inp.mesh,
+            group=p.shards[0],
+            before=p,
+            after=placement(out),
+            axes=(0,),
+            transfers=move.transfers,
+        )
+        return Resharding(inp, out, "", [comm], move=move)
 
     def _between_meshes(self, expr: LoadStoreOp) -> Resharding:
         inp, out = expr.input, expr.output
@@ -251,7 +286,7 @@ class LowerCommunications(Pass):
         program.reshardings = []
         lowered: list[Step] = []
         for s in steps:
-            lowered += lowering.lower(s) if is_resharding(s) else [s]
+            lowered += lowering.lower(s) if not isinstance(s, Kernel) and moves_data(s) else [s]
         program.steps = lowered
 
 

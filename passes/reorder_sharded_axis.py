@@ -1,7 +1,8 @@
 """reorder-sharded-axis: the sharded axis is outermost in every communication buffer.
 
-Before: insert-reshardings ran; resharding Sets move data between shardings.
-After: both tensors of every resharding Set that are sharded (or partial) have
+Before: insert-reshardings ran; resharding Sets move data between shardings (and
+block permutations, takes of whole chunks, between devices).
+After: both tensors of every such expression that are sharded (or partial) have
 an allocation domain whose first axis is the device-parallel one, so each
 device's shard is one contiguous block, as collectives need.
 """
@@ -13,8 +14,8 @@ from typing import ClassVar
 
 from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.sharding import is_resharding
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.passes.base import Level, Pass, register
 
 
@@ -43,19 +44,19 @@ class ReorderShardedAxis(Pass):
     def ensures(self, fusion: Fusion) -> list[str]:
         problems = []
         for expr in fusion.exprs():
-            if not is_resharding(expr):
+            if not moves_data(expr):
                 continue
             for tv in (expr.input, expr.output):
                 alloc = tv.domain.allocation
                 if _device_axes(tv) and (not alloc or not alloc[0].parallel_type.is_device):
                     problems.append(
-                        f"{tv.name}, a buffer of {expr.output.name} = Set({expr.input.name}), "
+                        f"{tv.name}, a buffer of {movement_text(expr)}, "
                         "does not have its device axis outermost in its allocation domain"
                     )
         return problems
 
     def run(self, fusion: Fusion) -> None:
         for expr in fusion.exprs():
-            if is_resharding(expr):
+            if moves_data(expr):
                 device_axis_outermost(expr.input)
                 device_axis_outermost(expr.output)

@@ -16,15 +16,15 @@ from typing import ClassVar
 
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.sharding import is_resharding
 from fuserlite.ops.registry import is_pointwise
+from fuserlite.ops.sharding import moves_data
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program, Step, finish_kernel
 
 
 def _is_data_movement(expr: Expr) -> bool:
-    return isinstance(expr, Communication) or is_resharding(expr)
+    return isinstance(expr, Communication) or moves_data(expr)
 
 
 def segment_exprs(fusion: Fusion) -> list[Step]:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ppermute_cases import CASES as PPERMUTE
+
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.fusion import Fusion
@@ -159,6 +161,12 @@ CASES = [
     Case(
         "segment", "seed_000", "seed 000: the collectives as Sets between local kernels", seed_000
     ),
+    Case(
+        "segment",
+        "ppermute_ring",
+        "ppermute's take of whole blocks is a data movement between two kernels",
+        PPERMUTE[0].fusion,
+    ),
     # schedule-pointwise: pointwise kernels get a block/thread schedule, others a note.
     Case(
         "schedule-pointwise",
@@ -202,6 +210,18 @@ CASES = [
         "cross_mesh_move",
         "x on devices 0 1 to y on devices 2 3: a SendRecv",
         cross_mesh,
+    ),
+    Case(
+        "lower-communications",
+        "ppermute_ring",
+        "JAX's ppermute ring shift on 4 devices: a take of whole blocks, one CollectivePermute",
+        PPERMUTE[0].fusion,
+    ),
+    Case(
+        "lower-communications",
+        "ppermute_ring_2x4",
+        "the ring over DIDx of a 2x4 mesh: one CollectivePermute, both DIDx teams at once",
+        PPERMUTE[3].fusion,
     ),
     # assign-layouts: every collective gets a buffer layout.
     Case(

@@ -138,6 +138,11 @@ def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
         # mpiexec -n 8 fuserlite run examples/dp_tp_mlp.fus --backend mpi: sim's report
         assert results["cli run dp_tp_mlp.fus"] == "identical"
     assert ("program on {0 2}" if n == 4 else "program on {1 3 5 7}") in results
+    # ppermute as point-to-point messages (Isend/Irecv): the documented values, sim's bits
+    want = ["ring on 4", "pair swap on 4"] if n == 4 else ["ring on 8", "ring over DIDx of 2x4"]
+    want += ["pair swap over DIDy of 2x4", "ring over DIDx of 2x4, DIDy replicated"] * (n == 8)
+    for name in want:
+        assert results[f"ppermute {name}"] == "identical", name
 
 
 def uneven(results: dict[str, dict], n_ranks: int) -> dict[str, dict]:

@@ -77,7 +77,15 @@ def state(ir: Fusion | Program) -> list:
             out.append(("kernel", *io, s.mesh, s.scheduled, ref, s.notes))
         elif isinstance(s, Communication):
             fields = (s.kind, s.team, s.root, s.op, s.in_axis, s.out_axis, s.layout, s.mesh)
-            planned = (s.group, s.before, s.after, s.axes, s.transfers, s.bytes_per_device)
+            planned = (
+                s.group,
+                s.before,
+                s.after,
+                s.axes,
+                s.transfers,
+                s.sources,
+                s.bytes_per_device,
+            )
             out.append((*fields, *planned, s.input.number, s.output.number))
         else:
             out.append((s.op_name, s.input.number, s.output.number))

@@ -126,8 +126,16 @@ def test_jax_ppermute_ring_shift():
     shift = [(i, (i + 1) % 4) for i in range(4)]
     (out,), comms = run(lambda b: fl.ppermute(b, DIDx, shift), [x], [(DIDx,)], [(DIDx,)])
     np.testing.assert_array_equal(out, [6, 7, 0, 1, 2, 3, 4, 5])
-    # no point-to-point collective yet: every device gathers all, then keeps its shifted block
-    assert comms == [("Allgather", X, 3 * 2 * 4), ("LocalSlice", X, 0)]
+    # point to point: each device sends its one block (2 floats) to the next, no Allgather
+    assert comms == [("CollectivePermute", X, 2 * 4)]
+
+
+def test_ppermute_pair_swap():
+    x = np.arange(8, dtype=np.float32)
+    swap = [(0, 1), (1, 0), (2, 3), (3, 2)]
+    (out,), comms = run(lambda b: fl.ppermute(b, DIDx, swap), [x], [(DIDx,)], [(DIDx,)])
+    np.testing.assert_array_equal(out, [2, 3, 0, 1, 6, 7, 4, 5])
+    assert comms == [("CollectivePermute", X, 2 * 4)]
 
 
 def test_pmax_and_local_ops_act_on_each_devices_value():

@@ -38,7 +38,10 @@ def _sections(args: argparse.Namespace) -> list[tuple[str, list[Sheet]]]:
     if args.communications:
         program = Pipeline(default_pass_names()).run(fusion)
         return [
-            (f"{c.kind.value}: before, after", [sheet(c.input), sheet(c.output)])
+            (
+                f"{c.kind.value}{f' ({c.permutation})' if c.sources else ''}: before, after",
+                [sheet(c.input), sheet(c.output)],
+            )
             for c in program.communications
         ] or [("no communication: every tensor stays where it is", [])]
     if args.after:

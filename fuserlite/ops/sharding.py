@@ -12,7 +12,13 @@ import math
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import MeshPlacement, logical_placement, mesh_placement, shardings
+from fuserlite.ir.sharding import (
+    MeshPlacement,
+    is_resharding,
+    logical_placement,
+    mesh_placement,
+    shardings,
+)
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.registry import (
@@ -90,9 +96,31 @@ def chunks_correspond(source: int, target: int, d: int) -> bool:
     return source == target or (source % d == 0 and target % d == 0)
 
 
+def block_permutation(expr: Expr) -> tuple[int, ...] | None:
+    """The source chunk of each output chunk of an expression that moves whole chunks of
+    its sharded axis between devices (its op's sharding rule, `Sharding.permutes`); None
+    for every other expression."""
+    d = definition(expr)
+    rule = d.sharding.permutes if d is not None else None
+    return None if rule is None else rule(expr)
+
+
+def moves_data(expr: Expr) -> bool:
+    """True for an expression that is a communication of its own, not part of a kernel: a
+    resharding Set, or a block permutation (lowered to one CollectivePermute)."""
+    return is_resharding(expr) or block_permutation(expr) is not None
+
+
+def movement_text(expr: Expr) -> str:
+    """`T3 = Set(T2)` or `T3 = take(T2)`: a data movement (moves_data) as messages name it."""
+    name = "Set" if isinstance(expr, LoadStoreOp) else expr.op_name
+    return f"{expr.output.name} = {name}({expr.inputs[0].name})"
+
+
 def non_local_inputs(expr: Expr) -> list[TensorView]:
-    """The inputs a non-Set expression cannot compute its output from locally."""
-    if isinstance(expr, LoadStoreOp):
+    """The inputs a non-Set expression cannot compute its output from locally (none for
+    a block permutation: it is a communication)."""
+    if isinstance(expr, LoadStoreOp) or block_permutation(expr) is not None:
         return []
     if any(has_unmapped_sharding(expr, out) for out in expr.outputs):
         return list(expr.inputs)

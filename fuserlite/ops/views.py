@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import CACHE_OPS, Expr, LoadStoreOp
+from fuserlite.ir.sharding import placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType
 from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, like, new_axis, shape_text
 from fuserlite.ops.forms import Template
-from fuserlite.ops.registry import Category, Op, Param, define
+from fuserlite.ops.registry import Category, Op, Param, Sharding, define
+from fuserlite.plan.permute import chunk_sources
 
 __all__ = ["set", "broadcast", "expand", "reshape", "take"]  # the builders of its ops
 
@@ -171,11 +173,24 @@ def _take_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
     return {p[k]: k for k in range(1, len(p))}
 
 
+def _whole_chunks(expr: Expr) -> tuple[int, ...] | None:
+    """A take whose input and output are placed alike, axis 0 sharded, picking whole
+    chunks of axis 0: the source chunk of each output chunk (a block permutation)."""
+    x, out = expr.inputs[0], expr.output
+    if x.mesh is None or x.mesh != out.mesh:
+        return None
+    p = placement(x)
+    if not p.shards or not p.shards[0] or not p.is_complete or placement(out) != p:
+        return None
+    return chunk_sources(x.shape[0], x.mesh.shape, p.shards[0], expr.attrs["indices"])
+
+
 @define(
     Template("take( {x}, {indices:ints} )"),
     (X, Param("indices", "ints")),
     attrs=("indices",),
     axis_map=_take_axes,
+    sharding=Sharding(permutes=_whole_chunks),
 )
 def take(x: TensorView, indices: Sequence[int]) -> TensorView:
     """Rows of x along axis 0: output row k is x[indices[k]] (numpy's take)."""

@@ -1,4 +1,5 @@
-"""Redistribution planning as a pure library: placements, steps, plans, blocks, moves.
+"""Redistribution planning as a pure library: placements, steps, plans, blocks, moves
+and block permutations.
 
 Imports nothing of fuserlite but `fuserlite.ir.errors` and `fuserlite.ir.placement`
 (leaves of the IR; a TensorView's placement is read in the IR, fuserlite.ir.sharding):
@@ -12,6 +13,7 @@ from fuserlite.plan.brute_force import BruteForce, Optimum, brute_force
 from fuserlite.plan.classic import classic_steps
 from fuserlite.plan.cross_mesh import Holding, Move, Transfer, holdings, needs, plan_move
 from fuserlite.plan.mesh_axes import axis_name, team_name, teams
+from fuserlite.plan.permute import chunk_sources, permute_move
 from fuserlite.plan.placement import (
     Partial,
     Placement,
@@ -48,11 +50,13 @@ __all__ = [
     "blocks",
     "brute_force",
     "chunk_bounds",
+    "chunk_sources",
     "classic_steps",
     "device_box",
     "dtensor_placements",
     "holdings",
     "needs",
+    "permute_move",
     "plan",
     "plan_move",
     "team_name",

@@ -50,6 +50,9 @@ class StepKind(str, Enum):
     Gather = "Gather"
     Reduce = "Reduce"
     SendRecv = "SendRecv"
+    # One block from each device to one other along a sharded axis (XLA's
+    # collective-permute): a take of whole chunks, lowered to point-to-point transfers.
+    CollectivePermute = "CollectivePermute"
     LocalSlice = "LocalSlice"
 
     @property
@@ -68,7 +71,12 @@ class StepKind(str, Enum):
 
 
 # The order plans are compared in on ties: a local slice first, then the collectives.
-_ORDER = {k: i for i, k in enumerate([StepKind.LocalSlice, *list(StepKind)[:-1]])}
+_ORDER = {
+    k: i
+    for i, k in enumerate(
+        [StepKind.LocalSlice, *(k for k in StepKind if k is not StepKind.LocalSlice)]
+    )
+}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ from fuserlite.ir.sharding import is_uneven, placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.forms import KINDS, Kind, Template
-from fuserlite.plan.cross_mesh import Move, holdings, needs, plan_move
+from fuserlite.plan.blocks import Box
+from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
+from fuserlite.plan.permute import permute_move
 from fuserlite.plan.steps import StepKind
 
 # A Communication's kind is its planner step's kind: one enum for both levels.
@@ -114,7 +116,8 @@ COMM_KINDS = {
 FORM = Template(
     "Communication {kind:comm} (team={team:team}[, mesh={mesh:mesh}, teams={group:group}, "
     "placements={before:placement}->{after:placement}][, root={root:int}]"
-    "[, op={op:reduction}], input={input}, output={output}[, in_axis={in_axis:int}]"
+    "[, op={op:reduction}][, sources={sources:team}], input={input}, output={output}"
+    "[, in_axis={in_axis:int}]"
     "[, out_axis={out_axis:int}][, transfers={transfers:transfers}][, layout={layout:layout}]"
     "[, chunks={sizing:sizing}], bytes_per_device={bytes_per_device:int})",
     COMM_KINDS,
@@ -133,7 +136,10 @@ class Communication(Expr):
     None and, where the move is not one of the forms of the 1-D table
     (docs/design.md §5), `transfers` (plan.Transfer: a box of one addend from one
     device to another; None for a table move) say who sends what. `team` is every device taking
-    part; in_axis/out_axis are the sharded data axes of a 1-D move (or None).
+    part; in_axis/out_axis are the sharded data axes of a 1-D move (or None). A
+    CollectivePermute (a take of whole blocks) is on one mesh: chunk r of its output along
+    in_axis is chunk `sources[r]` of its input, in each team of `group` (the mesh axes
+    sharding that axis), and `transfers` are its point-to-point messages (plan.permute).
     """
 
     op_name = "communication"
@@ -158,6 +164,7 @@ class Communication(Expr):
         transfers: tuple | None = None,
         layout: Layout | None = None,
         sizing: Sizing = Sizing.even,
+        sources: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__([input], [output])
         self.kind = kind
@@ -175,6 +182,7 @@ class Communication(Expr):
         self.transfers = None if transfers is None else tuple(transfers)
         self.layout = layout
         self.sizing = Sizing(sizing)
+        self.sources = None if sources is None else tuple(sources)
         self.op_name = kind.value
 
     @property
@@ -183,6 +191,13 @@ class Communication(Expr):
         if self.mesh is None or not self.group:
             return [self.team]
         return self.mesh.teams([self.mesh.parallel_types[a] for a in self.group])
+
+    @property
+    def permutation(self) -> str:
+        """A CollectivePermute's sources in words, 'block r from block (3 0 1 2)[r]'; ''."""
+        if self.sources is None:
+            return ""
+        return f"block r from block ({' '.join(map(str, self.sources))})[r]"
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -220,7 +235,7 @@ class Communication(Expr):
 def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, text: str) -> dict:
     """The fields a printed communication leaves to its tensors, checked against what
     the line shows (`shown`: its mesh=, teams= and placements= on an N-D mesh, a
-    move's transfers=)."""
+    move's or a CollectivePermute's transfers=)."""
 
     def fail(message: str, field: str) -> ParseError:
         return ParseError(message, column=max(text.find(f"{field}="), 0) + 1)
@@ -229,31 +244,59 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
         raise fail(f"a communication's tensors have a mesh; {inp.name} -> {out.name}", "input")
     before, after = placement(inp), placement(out)
     derived = {"before": before, "after": after}
+    permutes = values["kind"] is CommKind.CollectivePermute
+    if permutes != (values.get("sources") is not None):
+        raise fail(
+            "a CollectivePermute shows its sources=(...) (and no other communication does)",
+            "sources" if not permutes else "input",
+        )
     if inp.mesh != out.mesh:  # a move between meshes
-        if shown["mesh"] is not None:
+        if shown["mesh"] is not None or permutes:
             raise fail(
-                f"a move between meshes ({inp.mesh} -> {out.mesh}) shows no mesh= or teams=",
-                "mesh",
+                f"a move between meshes ({inp.mesh} -> {out.mesh}) shows no mesh= or teams=, "
+                "and is no CollectivePermute (which permutes blocks on one mesh)",
+                "mesh" if not permutes else "input",
             )
         if shown["transfers"] is not None:
-            derived["transfers"] = _transfers(inp, out, shown["transfers"], fail)
+            move = lambda: planned_move(inp, out)  # noqa: E731
+            derived["transfers"] = _transfers(inp, out, move, shown["transfers"], fail)
         return derived
     mesh = inp.mesh
     derived["mesh"] = mesh
     derived["axes"] = tuple(
         a for a in (values.get("in_axis"), values.get("out_axis")) if a is not None
     )
-    if shown["transfers"] is not None:
+    if shown["transfers"] is not None and not permutes:
         raise fail(
-            "a communication on one mesh has no transfers (a move between meshes does)", "transfers"
+            "a communication on one mesh has no transfers (a move between meshes and a "
+            "CollectivePermute do)",
+            "transfers",
         )
+    derived["group"] = _group(inp, out, shown, fail)
+    if permutes:
+        axis = values.get("in_axis") or 0
+        sharding = before.shards[axis] if axis < len(before.shards) else ()
+        if derived["group"] != sharding:
+            raise fail(
+                f"a CollectivePermute of axis {axis} runs over the mesh axes that shard it in "
+                f"{inp.name} ({before})",
+                "input",
+            )
+        move = lambda: permuted(inp, axis, values["sources"])[0]  # noqa: E731
+        derived["transfers"] = _transfers(inp, out, move, shown["transfers"], fail)
+    return derived
+
+
+def _group(inp: TensorView, out: TensorView, shown: dict, fail) -> tuple[int, ...]:
+    """The group (mesh axes) of a communication on one mesh: (0,) on a 1-D mesh, else the
+    teams= the line shows, checked with its mesh= and placements=."""
+    mesh, before, after = inp.mesh, placement(inp), placement(out)
     if mesh.rank == 1:
         if shown["mesh"] is not None:
             raise fail(
                 "on a 1-D mesh a communication shows no mesh=, teams= or placements=", "mesh"
             )
-        derived["group"] = (0,)
-        return derived
+        return (0,)
     if shown["mesh"] is None:
         raise fail(
             f"a communication on the N-D mesh {mesh} shows `mesh=..., teams=(...), "
@@ -270,23 +313,23 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
             f"({', '.join(names)}) at most once",
             "teams",
         )
-    derived["group"] = tuple(names.index(n) for n in shown["group"])
     if (shown["before"], shown["after"]) != (str(before), str(after)):
         raise fail(
             f"placements={shown['before']}->{shown['after']}, but {inp.name} is {before} and "
             f"{out.name} is {after}: the placements are those of its tensors",
             "placements",
         )
-    return derived
+    return tuple(names.index(n) for n in shown["group"])
 
 
-def _transfers(inp: TensorView, out: TensorView, shown: str, fail) -> tuple:
-    """The transfers of the move between inp and out whose text a line shows."""
+def _transfers(inp: TensorView, out: TensorView, move, shown: str | None, fail) -> tuple:
+    """The transfers of the move `move()` plans between inp and out, which the line shows
+    (None: it shows none)."""
     try:
-        transfers = planned_move(inp, out).transfers
+        transfers = move().transfers
     except FuserliteError as exc:
         raise fail(f"no move from {inp.name} to {out.name}: {exc}", "input") from None
-    if shown != f"[{transfers_text(transfers)}]":
+    if shown is not None and shown != f"[{transfers_text(transfers)}]":
         raise fail(
             f"transfers={shown} are not the move planned between {inp.name} and {out.name}: "
             f"[{transfers_text(transfers)}]",
@@ -303,6 +346,18 @@ def planned_move(inp: TensorView, out: TensorView) -> Move:
         holdings(shape, mi.shape, mi.devices, placement(inp)),
         needs(shape, mo.shape, mo.devices, placement(out)),
         inp.dtype.itemsize,
+    )
+
+
+def permuted(
+    inp: TensorView, axis: int, sources: tuple[int, ...]
+) -> tuple[Move, list[Holding], list[tuple[int, Box]]]:
+    """plan.permute's move of the block permutation `sources` of inp's axis `axis` (chunk
+    r of the result is chunk sources[r]), with the devices' holdings and needs: the one
+    lower-communications lowers a take of whole chunks by, and the executor runs."""
+    m = inp.mesh
+    return permute_move(
+        inp.shape, m.shape, m.devices, placement(inp), axis, sources, inp.dtype.itemsize
     )
 
 

@@ -17,6 +17,9 @@ from __future__ import annotations
 from fuserlite.ir import args
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.placement import Partial, Placement, Shard
+from fuserlite.plan.mesh_axes import team_name
+from fuserlite.plan.search import Planner
+from fuserlite.program.communication import CommKind, Communication
 from fuserlite.program.program import Program, Resharding
 
 
@@ -38,6 +41,8 @@ def per_mesh_axis(source: Placement, target: Placement, names: tuple[str, ...]) 
 def explain_resharding(r: Resharding) -> str:
     """The lines that explain one resharding."""
     src, dst = r.source, r.target
+    if r.communications[0].kind is CommKind.CollectivePermute:
+        return _explain_permute(r, r.communications[0])
     head = f"{dst.name} = Set({src.name}), needed by {r.needed_by}"
     if r.plan is not None:
         mesh = src.mesh
@@ -61,6 +66,27 @@ def explain_resharding(r: Resharding) -> str:
             f"  {comm.before} on {src.mesh} -> {comm.after} on {dst.mesh}: {move.describe()} "
             f"moved in all, {comm.bytes_per_device} B from the busiest sender",
             "  each destination device receives exactly the part of its box it lacks",
+        ]
+    )
+
+
+def _explain_permute(r: Resharding, comm: Communication) -> str:
+    """A take of whole blocks: its CollectivePermute against gathering the blocks, taking
+    them locally and keeping one's own (the lowering it replaces)."""
+    src, mesh, before = r.source, r.source.mesh, comm.before
+    names = tuple(pt.name for pt in mesh.parallel_types)
+    gathered = Placement(before.mesh_rank, ((), *before.shards[1:]), before.partial)
+    via = Planner(src.shape, src.dtype.itemsize, mesh.shape).plan(before, gathered)
+    kinds = " + ".join([*(s.step.kind.value for s in via.steps), "take", "LocalSlice"])
+    moved = len(r.move.transfers) if r.move is not None else len(comm.transfers or ())
+    return "\n".join(
+        [
+            f"{r.target.name} = take({src.name}), needed by {r.needed_by}, on {mesh}",
+            "  " + per_mesh_axis(before, comm.after, names),
+            f"  {before} -> {comm.after}: CollectivePermute on {team_name(mesh.rank, comm.group)}"
+            f", {comm.permutation}: {moved} transfers, "
+            f"{comm.bytes_per_device} B/device (one block)",
+            f"  rejected: via replicate: {kinds}, {via.bytes} B/device",
         ]
     )
 

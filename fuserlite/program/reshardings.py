@@ -3,7 +3,7 @@
 lower-communications records them as it lowers (`Program.reshardings`, which
 fl.explain reads); a program read back from its printed text gets the same records
 from its communications (`derive_reshardings`): a move between meshes is one
-resharding, and on one mesh a chain of communications (each intermediate tensor
+resharding, as is a CollectivePermute, and on one mesh a chain of communications (each intermediate tensor
 read by the next one only) is one resharding where its steps are the planner's
 plan between the chain's ends, the longest such chain first.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from fuserlite.ir.sharding import placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.search import Plan, Planner
-from fuserlite.program.communication import Communication, planned_move
+from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
 from fuserlite.program.program import Kernel, Program, Resharding
 
 
@@ -55,6 +55,11 @@ def derive_reshardings(program: Program) -> list[Resharding]:
     while i < len(comms):
         first = comms[i]
         src = first.input
+        if first.kind is CommKind.CollectivePermute:
+            move = permuted(src, first.in_axis or 0, first.sources)[0]
+            out.append(_record(program, [first], move=move))
+            i += 1
+            continue
         if src.mesh != first.output.mesh:
             move = planned_move(src, first.output)
             out.append(_record(program, [first], move=move))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.readonly import reading_only
-from fuserlite.ir.sharding import describe_sharding, is_resharding
+from fuserlite.ir.sharding import describe_sharding
+from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.program import Kernel, Program
 from fuserlite.verify import (
@@ -82,10 +83,10 @@ def locality_problems(program: Program) -> list[str]:
     fix = "run insert-reshardings before segment"
     for kernel in program.kernels:
         for e in kernel.exprs:
-            if is_resharding(e):
+            if moves_data(e):
                 problems.append(
-                    f"kernel expression {e.output.name} = Set({e.input.name}) moves data "
-                    f"between shardings ({describe_sharding(e.input)} -> "
+                    f"kernel expression {movement_text(e)} moves data between devices "
+                    f"({describe_sharding(e.inputs[0])} -> "
                     f"{describe_sharding(e.output)}); {fix}"
                 )
         problems.extend(non_local_problems(kernel.exprs, fix))

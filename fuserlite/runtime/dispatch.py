@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 
-from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import local_shape, placement
 from fuserlite.plan.blocks import Box
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 from fuserlite.plan.steps import Step, StepKind, moves
-from fuserlite.program.communication import CommKind, Communication, Sizing
+from fuserlite.program.communication import CommKind, Communication, Sizing, permuted
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
@@ -84,9 +84,10 @@ def _steps_between(before: Placement, after: Placement, kind: StepKind) -> tuple
 
 
 def move_of(comm: Communication) -> tuple[Move, list[Holding], list[tuple[int, Box]]]:
-    """The move between meshes a Communication performs, with the sources' and the
-    destinations' boxes (from its tensors' placements): the transfers its lowering
-    recorded (and printed), else plan.cross_mesh's plan between the placements."""
+    """The move between meshes (or block permutation) a Communication performs, with the
+    sources' and the destinations' boxes (from its tensors' placements, and a
+    CollectivePermute's sources): the transfers its lowering recorded (and printed), else
+    plan.cross_mesh's plan between the placements (plan.permute's for its sources)."""
     inp, out = comm.input, comm.output
     before, after = placement(inp), placement(out)
     for recorded, actual, tv in ((comm.before, before, inp), (comm.after, after, out)):
@@ -95,9 +96,18 @@ def move_of(comm: Communication) -> tuple[Move, list[Holding], list[tuple[int, B
                 f"{comm.kind.value} {inp.name} -> {out.name} records {tv.name} as {recorded}, "
                 f"but {tv.name} is {actual}: the Communication contradicts its tensors"
             )
-    move, sources, destinations = _move(
-        inp.shape, inp.mesh, before, out.mesh, after, inp.dtype.itemsize
-    )
+    if comm.kind is CommKind.CollectivePermute:
+        if comm.sources is None or inp.mesh != out.mesh or before != after:
+            raise ExecutionError(
+                f"CollectivePermute {inp.name} -> {out.name} permutes the blocks of one "
+                f"placement on one mesh, by its sources; {inp.name} is {before} on {inp.mesh}, "
+                f"{out.name} {after} on {out.mesh}, sources {comm.sources}"
+            )
+        move, sources, destinations = _permute(inp, comm.in_axis or 0, comm.sources)
+    else:
+        move, sources, destinations = _move(
+            inp.shape, inp.mesh, before, out.mesh, after, inp.dtype.itemsize
+        )
     if comm.transfers is not None:
         move = Move(move.kind, move.roots, comm.transfers, move.itemsize)
     return move, sources, destinations
@@ -108,6 +118,14 @@ def _move(shape, src_mesh, src: Placement, dst_mesh, dst: Placement, itemsize: i
     sources = holdings(shape, src_mesh.shape, src_mesh.devices, src)
     destinations = needs(shape, dst_mesh.shape, dst_mesh.devices, dst)
     return plan_move(sources, destinations, itemsize), sources, destinations
+
+
+def _permute(inp, axis: int, sources: tuple[int, ...]):
+    """plan.permute's move for a CollectivePermute, its errors the executor's."""
+    try:
+        return permuted(inp, axis, sources)
+    except FuserliteError as exc:
+        raise ExecutionError(f"CollectivePermute of {inp.name}: {exc}") from None
 
 
 def _rooted_collective(comm: Communication) -> bool:

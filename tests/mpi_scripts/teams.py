@@ -1,7 +1,8 @@
 """Run under `mpiexec -n 4` or `-n 8`: collectives over N-D mesh teams, moves and the
 planner's plans step by step, mpi against sim bit for bit (tests/team_cases.py), and programs
 on meshes that leave ranks idle, validated against the reference; on 8 ranks the N-D
-examples, and `fuserlite run examples/dp_tp_mlp.fus --backend mpi`.
+examples, and `fuserlite run examples/dp_tp_mlp.fus --backend mpi`; JAX's ppermute
+examples (one CollectivePermute each) on 4 and 8 ranks.
 
 Each rank compares its own device's outputs with the sim backend's for that device
 (an idle rank must get none). Rank 0 prints one JSON object: case name -> verdict
@@ -78,11 +79,20 @@ def nd_examples() -> dict[str, tuple[fl.Fusion, fl.Program | None]]:
     }
 
 
+def ppermutes(size: int) -> dict[str, tuple]:
+    """JAX's ppermute examples on this many devices (tests/ppermute_cases.py), with their
+    inputs and the values they must give: one CollectivePermute each."""
+    from ppermute_cases import cases_on
+
+    return {f"ppermute {c.name}": (c.fusion(), None, [c.x], c.expected()) for c in cases_on(size)}
+
+
 def run_programs(world, rank: int, runs: dict) -> dict[str, str]:
-    """Each (fusion, program or None) on mpi against sim, rank 0 validating; verdicts."""
+    """Each (fusion, program or None[, inputs, expected first output]) on mpi against sim,
+    rank 0 validating (and comparing with the expected values); verdicts."""
     results = {}
-    for name, (fusion, program) in runs.items():
-        inputs = fl.random_inputs(fusion, 3)
+    for name, (fusion, program, *given) in runs.items():
+        inputs = given[0] if given else fl.random_inputs(fusion, 3)
         try:
             ex = fl.FusionExecutor(program or fusion, backend="mpi")
             mine = ex.run_per_device(inputs)
@@ -100,6 +110,8 @@ def run_programs(world, rank: int, runs: dict) -> dict[str, str]:
             outs = ex.run(inputs)
             if rank == 0:
                 fl.validate(fusion, inputs, outs)
+                if len(given) > 1 and not np.array_equal(outs[0], given[1]):
+                    verdict = "not the expected values"
             ex.close()
         except fl.FuserliteError as exc:
             verdict = f"error: {exc}"
@@ -156,6 +168,7 @@ def main() -> None:
             results[case.name] = "; ".join(bad) or "identical"
     mpi.release()
     results |= run_programs(world, rank, {n: (on_mesh(d), None) for n, d in programs(size).items()})
+    results |= run_programs(world, rank, ppermutes(size))
     if size == 8:
         results |= run_programs(world, rank, nd_examples())
         results |= cli_run(rank, "dp_tp_mlp.fus")
