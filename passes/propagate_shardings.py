@@ -9,7 +9,9 @@ axis that stays a data axis (for linear/matmul the weight is looked at first),
 with a tensor axis split over several mesh axes kept nested in the same order. Never propagated: DID on broadcast axes (b and bDIDx are the same
 sharding, seed 004), DID onto a reduction axis (that is a device reduction,
 left to insert-reshardings), and a second axis with a parallel type a tensor
-already carries.
+already carries. A take of whole chunks of its input's sharded axis 0 keeps that
+sharding too (its chunks only change devices: a block permutation, lowered to one
+CollectivePermute).
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import logical_placement
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ops.registry import producer_to_consumer
-from fuserlite.ops.sharding import chunks_correspond, propagation_sources
+from fuserlite.ops.sharding import chunks_correspond, propagation_axis_map, propagation_sources
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_as
 
@@ -99,7 +100,7 @@ def _inherit_sharding(expr, out: TensorView) -> None:
     for producer in propagation_sources(expr):
         if producer.mesh != mesh:
             continue
-        axis_map = producer_to_consumer(expr, producer, out)
+        axis_map = propagation_axis_map(expr, producer, out)
         data = producer.data_positions()
         for li, axes in enumerate(logical_placement(producer).shards):
             target = axis_map.get(li)

@@ -100,6 +100,21 @@ def test_a_global_take_of_whole_blocks_is_a_collective_permute():
     assert _kinds_and_check(_global_take(8, 4, blocks)) == ["CollectivePermute"]
 
 
+def test_a_take_of_whole_blocks_keeps_its_inputs_sharding():
+    """propagate-shardings gives an unsharded take of whole blocks x's sharding (its
+    chunks only change devices): one CollectivePermute, the result sharded like x."""
+    mesh = fl.DeviceMesh.for_num_devices(4)
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 3], name="x")
+        f.add_input(x)
+        shard_as(x, mesh, Placement.parse("(S0)", 2))
+        y = fl.take(x, [4, 5, 6, 7, 0, 1, 2, 3])
+        f.add_output(fl.neg(y))
+    assert _kinds_and_check(f) == ["CollectivePermute"]
+    (comm,) = fl.lower(f).communications
+    assert comm.after == Placement.parse("(S0)", 2) and comm.sources == (2, 3, 0, 1)
+
+
 @pytest.mark.parametrize(
     "indices, kinds",
     [

@@ -113,10 +113,11 @@ class Sharding:
     # What the op becomes where its output would hold partial sums (linear adds its
     # bias once, after the sums are complete); None if nothing changes.
     when_partial: Callable[[Expr], Rewrite | None] | None = None
-    # Where the expression moves whole chunks of its sharded axis between devices (a
-    # take of whole blocks: its input and output placed alike): the source chunk of each
-    # chunk of its output. Such an expression is a communication of its own (one
-    # CollectivePermute), never part of a kernel; None: the op never is one.
+    # Where the expression moves whole chunks of its input's sharded axis 0 between
+    # devices (a take of whole blocks): the source chunk of each chunk of its output.
+    # The output keeps the input's sharding (propagate-shardings gives it), and placed
+    # alike the expression is a communication of its own (one CollectivePermute), never
+    # part of a kernel; None: the op never is one.
     permutes: Callable[[Expr], tuple[int, ...] | None] | None = None
 
 

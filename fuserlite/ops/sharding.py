@@ -17,6 +17,7 @@ from fuserlite.ir.sharding import (
     is_resharding,
     logical_placement,
     mesh_placement,
+    placement,
     shardings,
 )
 from fuserlite.ir.tensor import TensorView
@@ -96,13 +97,32 @@ def chunks_correspond(source: int, target: int, d: int) -> bool:
     return source == target or (source % d == 0 and target % d == 0)
 
 
-def block_permutation(expr: Expr) -> tuple[int, ...] | None:
-    """The source chunk of each output chunk of an expression that moves whole chunks of
-    its sharded axis between devices (its op's sharding rule, `Sharding.permutes`); None
-    for every other expression."""
+def chunk_permutation(expr: Expr) -> tuple[int, ...] | None:
+    """The source chunk of each output chunk where the expression moves whole chunks of
+    its input's sharded axis 0 between devices (its op's sharding rule,
+    `Sharding.permutes`), whatever its output's placement; else None."""
     d = definition(expr)
     rule = d.sharding.permutes if d is not None else None
     return None if rule is None else rule(expr)
+
+
+def block_permutation(expr: Expr) -> tuple[int, ...] | None:
+    """chunk_permutation(expr) where the output is placed like the input, on its mesh:
+    the expression is then a communication (one CollectivePermute); else None."""
+    x, out = (expr.inputs[0], expr.output) if expr.inputs else (None, None)
+    if x is None or x.mesh is None or x.mesh != out.mesh or placement(out) != placement(x):
+        return None
+    return chunk_permutation(expr)
+
+
+def propagation_axis_map(expr: Expr, producer: TensorView, out: TensorView) -> dict[int, int]:
+    """The axes along which propagate-shardings copies producer's sharding onto out: the
+    op's axis map, and for a block permutation (chunk_permutation) its axis 0 as well,
+    whose chunks only change devices."""
+    axis_map = producer_to_consumer(expr, producer, out)
+    if producer is expr.inputs[0] and chunk_permutation(expr) is not None:
+        axis_map = {**axis_map, producer.data_positions()[0]: 0}
+    return axis_map
 
 
 def moves_data(expr: Expr) -> bool:

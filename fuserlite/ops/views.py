@@ -174,13 +174,13 @@ def _take_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
 
 
 def _whole_chunks(expr: Expr) -> tuple[int, ...] | None:
-    """A take whose input and output are placed alike, axis 0 sharded, picking whole
-    chunks of axis 0: the source chunk of each output chunk (a block permutation)."""
-    x, out = expr.inputs[0], expr.output
-    if x.mesh is None or x.mesh != out.mesh:
+    """A take of whole chunks of x's sharded axis 0 (x complete): the source chunk of each
+    chunk of the result (a block permutation)."""
+    x = expr.inputs[0]
+    if x.mesh is None:
         return None
     p = placement(x)
-    if not p.shards or not p.shards[0] or not p.is_complete or placement(out) != p:
+    if not p.shards or not p.shards[0] or not p.is_complete:
         return None
     return chunk_sources(x.shape[0], x.mesh.shape, p.shards[0], expr.attrs["indices"])
 
