@@ -3,7 +3,8 @@
 Each case is a small random fusion built with the Python API (1-3 inputs of rank
 1-3, float32 or bfloat16, a chain/DAG of 2-10 ops: pointwise, broadcast, reductions,
 set, linear, matmul, expand, reshape, and the transformer ops of random_ops.py), on meshes of 1, 2 or 4 devices (one mesh, one device to many, many
-to one device, two meshes), with random shardings, written as a runnable script.
+to one device, two meshes) or, one case in five, an N-D mesh (random_nd.py), with random
+shardings, written as a runnable script.
 Everything derives from the seed (numpy's Generator).
 
 KNOWN_BUGS lists known compiler bugs; while a flag is in it, the generator avoids
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from random_fusion import BINARY, RandomFusion, fusion_script, repro_script
+from random_nd import NDMeshes, is_nd_case
 from random_nn_ops import NNOps
 from random_ops import TransformerOps, bfloat16_share
 
@@ -49,7 +51,7 @@ class Case:
         return repro_script(self.lines, self.seed)
 
 
-class Generator(NNOps, TransformerOps, RandomFusion):
+class Generator(NNOps, TransformerOps, NDMeshes, RandomFusion):
     """Builds one random fusion inside an active `fl.Fusion()`."""
 
     def __init__(self, seed: int, fusion: fl.Fusion) -> None:
@@ -65,7 +67,7 @@ class Generator(NNOps, TransformerOps, RandomFusion):
         if mesh not in self.mesh_names:
             name = f"mesh{len(self.mesh_names)}"
             self.mesh_names[mesh] = name
-            self.emit(f"{name} = fl.DeviceMesh({list(mesh.devices)})")
+            self.emit(f"{name} = fl.DeviceMesh({mesh.tolist()})")
         return self.mesh_names[mesh]
 
     def register(self, tv: fl.TensorView, expr: str, bound: float, mesh=None) -> fl.TensorView:
@@ -92,6 +94,8 @@ class Generator(NNOps, TransformerOps, RandomFusion):
             return
         if any(ax.parallel_type.is_device for ax in tv.domain.loop):
             return
+        if mesh.rank > 1:
+            return self.maybe_shard_nd(tv, mesh, p_shard)
         data = [i for i, ax in enumerate(tv.domain.logical) if not ax.is_reduction]
         # Any extent: one the mesh does not divide is chunked as torch.chunk does.
         shardable = [i for i in data if tv.domain.logical[i].is_iteration]
@@ -112,8 +116,7 @@ class Generator(NNOps, TransformerOps, RandomFusion):
                     ".parallelize(fl.ParallelType.DIDx)"
                 )
             else:
-                shard_axis(tv, i, mesh)
-                self.emit(f"shard_axis({self.name(tv)}, {i}, {self.mesh_text(mesh)})")
+                self.shard(tv, i, mesh)
             self.sharded = True
         elif bcast and self.chance(p_bcast):
             i = int(self.pick(bcast))
@@ -121,6 +124,14 @@ class Generator(NNOps, TransformerOps, RandomFusion):
             tv.axis(pos).parallelize(ParallelType.DIDx)
             self.sharded = True
             self.emit(f"{self.name(tv)}.axis({pos}).parallelize(fl.ParallelType.DIDx)")
+
+    def shard(self, tv: fl.TensorView, i: int, mesh, pt=ParallelType.DIDx, whole=True) -> None:
+        """shard_axis(tv, i, mesh, pt), written into the script."""
+        shard_axis(tv, i, mesh, pt, whole=whole)
+        how = "" if pt is ParallelType.DIDx and whole else f", fl.ParallelType.{pt.name}"
+        how += "" if whole else ", whole=False"
+        self.emit(f"shard_axis({self.name(tv)}, {i}, {self.mesh_text(mesh)}{how})")
+        self.sharded = True
 
     # -- inputs -------------------------------------------------------------
     def new_input(
@@ -322,8 +333,10 @@ class Generator(NNOps, TransformerOps, RandomFusion):
         return self.register(out, expr, self.bound[id(a)], self.producer_mesh(a))
 
     # -- whole case ---------------------------------------------------------
-    def build(self) -> None:
-        rng = self.rng
+    def build(self, nd: bool = False) -> None:
+        """A 1-D case (`nd`: one on an N-D mesh, NDMeshes.build_nd)."""
+        if nd:
+            return self.build_nd()
         self.d = d = int(self.pick([1, 2, 4]))
         mode = self.pick(
             ["single"] * 6 + ["none", "one_to_many", "one_to_many", "many_to_one", "two"]
@@ -340,6 +353,11 @@ class Generator(NNOps, TransformerOps, RandomFusion):
         else:
             in_mesh, other = primary, None
         self.in_mesh = in_mesh
+        self.build_on(primary, other, mode)
+
+    def build_on(self, primary: fl.DeviceMesh, other: fl.DeviceMesh | None, mode: str) -> None:
+        """Inputs on self.in_mesh, ops, outputs; `other`: the second mesh of the mode."""
+        rng, in_mesh = self.rng, self.in_mesh
         rank = int(rng.integers(1, 4))
         base = [self.extent() for _ in range(rank)]
         for _ in range(int(rng.integers(1, 4))):
@@ -381,5 +399,5 @@ class Generator(NNOps, TransformerOps, RandomFusion):
 def build_case(seed: int) -> Case:
     with fl.Fusion() as fusion:
         g = Generator(seed, fusion)
-        g.build()
+        g.build(nd=is_nd_case(seed))
     return Case(seed, fusion, g.lines, g.sharded, g.meshes)

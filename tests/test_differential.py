@@ -2,7 +2,8 @@
 
 Each case is a small random fusion built with the Python API (1-3 inputs of
 rank 1-3, float32 or bfloat16, a chain/DAG of 2-10 ops drawn from every op of the
-registry, meshes of 1, 2 or 4 devices, random shardings). It is lowered by `fl.FusionExecutor` (the default pipeline, sim
+registry, meshes of 1, 2 or 4 devices and, one case in five, N-D meshes with nested
+and uneven shardings over DIDx and DIDy, random shardings). It is lowered by `fl.FusionExecutor` (the default pipeline, sim
 backend), run on every compute path (compiled kernels, the interpreted kernel
 runner, numpy op by op) and compared with the reference evaluator through
 `fl.validate`, compiled and interpreted also bit for bit (tests/three_way.py). A clear `LoweringError`,
