@@ -46,16 +46,16 @@ def moved(n: int, shape: list[int], src, dst) -> fl.Fusion:
     return f
 
 
-@pytest.mark.parametrize(
-    "n, shape, src, dst",
-    [
-        (8, [3, 2], (X, Y), (Y, X)),  # a LocalSlice over (DIDy, DIDx) teams: 2 1 2 1 2 0
-        (7, [3, 2], (Y, X), (X, Y)),
-        (9, [2, 4], (Y,), (Y, X)),  # DIDx slices DIDy's chunks of 5 and 4: 2 2 1 0, 2 2 0 0
-        (5, [2, 2], (X,), (Y, X)),
-        (13, [2, 3], (), (X, Y)),
-    ],
-)
+MOVES = [  # also run on 8 mpi ranks against sim (tests/mpi_scripts/teams.py)
+    (8, [3, 2], (X, Y), (Y, X)),  # a LocalSlice over (DIDy, DIDx) teams: 2 1 2 1 2 0
+    (7, [3, 2], (Y, X), (X, Y)),
+    (9, [2, 4], (Y,), (Y, X)),  # DIDx slices DIDy's chunks of 5 and 4: 2 2 1 0, 2 2 0 0
+    (5, [2, 2], (X,), (Y, X)),
+    (13, [2, 3], (), (X, Y)),
+]
+
+
+@pytest.mark.parametrize("n, shape, src, dst", MOVES)
 def test_a_move_onto_a_nested_uneven_sharding_gives_each_device_its_box(n, shape, src, dst):
     f = moved(n, shape, src, dst)
     inputs = fl.random_inputs(f, 0)

@@ -1,8 +1,9 @@
 """Run under `mpiexec -n 4` or `-n 8`: collectives over N-D mesh teams, moves and the
 planner's plans step by step, mpi against sim bit for bit (tests/team_cases.py), and programs
 on meshes that leave ranks idle, validated against the reference; on 8 ranks the N-D
-examples, and `fuserlite run examples/dp_tp_mlp.fus --backend mpi`; JAX's ppermute
-examples (one CollectivePermute each) on 4 and 8 ranks.
+examples, uneven N-D shardings (nested too, random N-D cases), `fuserlite run
+examples/dp_tp_mlp.fus --backend mpi`; JAX's ppermute examples (one CollectivePermute
+each) on 4 and 8 ranks.
 
 Each rank compares its own device's outputs with the sim backend's for that device
 (an idle rank must get none). Rank 0 prints one JSON object: case name -> verdict
@@ -87,16 +88,36 @@ def ppermutes(size: int) -> dict[str, tuple]:
     return {f"ppermute {c.name}": (c.fusion(), None, [c.x], c.expected()) for c in cases_on(size)}
 
 
-def run_programs(world, rank: int, runs: dict) -> dict[str, str]:
+def nd_uneven() -> dict[str, tuple[fl.Fusion, None]]:
+    """Uneven N-D shardings, nested ones included: tests/test_nd_uneven.py's moves and
+    the first N-D cases of the differential generator that lower (8 ranks)."""
+    from random_nd import is_nd_case
+    from random_sharded import build_case
+    from test_nd_uneven import MOVES, moved
+
+    runs = {
+        f"uneven N-D move {n} on {shape}": (moved(n, shape, *how), None) for n, shape, *how in MOVES
+    }
+    for seed in (s for s in range(60) if is_nd_case(s)):
+        fusion = build_case(seed).fusion
+        try:
+            fl.lower(fusion)
+        except fl.FuserliteError:
+            continue  # a clear rejection: test_differential's business
+        runs[f"random N-D case {seed}"] = (fusion, None)
+    return runs
+
+
+def run_programs(world, rank: int, runs: dict, compute: str | None = None) -> dict[str, str]:
     """Each (fusion, program or None[, inputs, expected first output]) on mpi against sim,
     rank 0 validating (and comparing with the expected values); verdicts."""
     results = {}
     for name, (fusion, program, *given) in runs.items():
         inputs = given[0] if given else fl.random_inputs(fusion, 3)
         try:
-            ex = fl.FusionExecutor(program or fusion, backend="mpi")
+            ex = fl.FusionExecutor(program or fusion, backend="mpi", compute=compute)
             mine = ex.run_per_device(inputs)
-            want = fl.FusionExecutor(program or fusion).run_per_device(inputs)
+            want = fl.FusionExecutor(program or fusion, compute=compute).run_per_device(inputs)
             devices = ex.devices
             verdict = "identical"
             if sorted(mine) != ([rank] if rank in devices else []):
@@ -171,6 +192,7 @@ def main() -> None:
     results |= run_programs(world, rank, ppermutes(size))
     if size == 8:
         results |= run_programs(world, rank, nd_examples())
+        results |= run_programs(world, rank, nd_uneven(), compute="numpy")
         results |= cli_run(rank, "dp_tp_mlp.fus")
     if rank == 0:
         print(json.dumps(results))
