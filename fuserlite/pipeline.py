@@ -44,6 +44,14 @@ def default_pass_names(**options: str) -> list[str]:
     return [f"{n}[{options[n]}]" if n in options else n for n in DEFAULT_PASSES if n in REGISTRY]
 
 
+def latency_options(latency_bytes: int | None) -> dict[str, str]:
+    """default_pass_names' options that make lower-communications plan with a collective
+    costing `latency_bytes` (plan.cost); none for None (its default)."""
+    if latency_bytes is None:
+        return {}
+    return {"lower-communications": f"latency_bytes={latency_bytes}"}
+
+
 class Progress(Protocol):
     """An observer of long work: `progress(phase, done, total, current)` is called
     before each unit of a phase ("passes", "kernels/communications") with the number
@@ -146,9 +154,10 @@ class Pipeline:
         self.progress = progress
 
     @classmethod
-    def default(cls, **kwargs) -> Pipeline:
-        """The default lowering pipeline (docs/design.md §4)."""
-        return cls(default_pass_names(), **kwargs)
+    def default(cls, latency_bytes: int | None = None, **kwargs) -> Pipeline:
+        """The default lowering pipeline (docs/design.md §4), its planner's collectives
+        costing `latency_bytes` each where given (plan.cost)."""
+        return cls(default_pass_names(**latency_options(latency_bytes)), **kwargs)
 
     def run(self, ir: Fusion | Program) -> Fusion | Program:
         """Verify the input, then run every pass on a copy; returns what the last pass

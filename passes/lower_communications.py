@@ -6,7 +6,9 @@ in `program.reshardings` (with the plan and its cheapest rejected alternative).
 
 - On one mesh, the redistribution planner (fuserlite.plan.search) plans the
   move from the input's placement to the output's: the cheapest sequence of
-  collectives over the teams of groups of mesh axes (or local slices), one
+  collectives over the teams of groups of mesh axes (or local slices), cost being
+  bytes plus `latency_bytes` per collective (plan.cost; `latency_bytes=0`: bytes
+  alone), one
   Communication per step, with an intermediate tensor between two steps. On a
   1-D mesh every plan is one step, the rows of docs/design.md §5.
 - Between two meshes, a move in the forms of the 1-D table (one device to many:
@@ -34,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fuserlite.ir.errors import LoweringError, RedistributionError
+from fuserlite.ir.errors import LoweringError, PassOptionError, RedistributionError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
@@ -52,6 +54,7 @@ from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.chunking import Chunks, sized
 from fuserlite.passes.reorder_sharded_axis import device_axis_outermost
 from fuserlite.plan import StepKind
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.plan.search import PlannedStep
 from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
 from fuserlite.program.program import Kernel, Program, Resharding, Step
@@ -103,10 +106,15 @@ def table_move(inp: TensorView, out: TensorView) -> TableMove | None:
 class _Lowering:
     """Lowers the resharding Sets of one program; plans one tensor shape on one mesh once."""
 
-    def __init__(self, program: Program, chunks: Chunks = "cheaper") -> None:
+    def __init__(
+        self,
+        program: Program,
+        chunks: Chunks = "cheaper",
+        latency_bytes: int = DEFAULT_LATENCY_BYTES,
+    ) -> None:
         self.program = program
         self.chunks = chunks
-        self.planners = Planners()
+        self.planners = Planners(latency_bytes)
 
     def lower(self, expr: Expr) -> list[Communication]:
         """Replace one resharding Set (or block permutation) by its Communications."""
@@ -276,13 +284,23 @@ class LowerCommunications(Pass):
     # On an axis its mesh does not divide: pad every chunk to ceil(n/d) rows, send each
     # as it is (Allgatherv, ...), or the cheaper of the two (passes/chunking.py).
     chunks: Chunks = "cheaper"
+    # The planner's cost of one collective launch, in bytes-equivalent (plan.cost:
+    # launches x latency_bytes + bytes); 0 plans by bytes alone.
+    latency_bytes: int = DEFAULT_LATENCY_BYTES
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            check_latency(self.latency_bytes, f"pass {self.name}: option latency_bytes")
+        except RedistributionError as exc:
+            raise PassOptionError(str(exc)) from None
 
     def ensures(self, program: Program) -> list[str]:
         return unlowered_steps(program)
 
     def run(self, program: Program) -> None:
         steps = fuse_reduce_then_slice(program)
-        lowering = _Lowering(program, self.chunks)
+        lowering = _Lowering(program, self.chunks, self.latency_bytes)
         program.reshardings = []
         lowered: list[Step] = []
         for s in steps:

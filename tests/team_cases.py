@@ -306,7 +306,9 @@ def plan_pairs(mesh: tuple[int, ...], every: int) -> list[tuple[Placement, Place
 
 @functools.cache
 def planner(mesh: tuple[int, ...]) -> Planner:
-    return Planner(PLAN_SHAPE, 4, mesh)
+    """Plans by bytes alone (latency_bytes=0): the longest plans, of every step kind over
+    flattened teams (the default latency gives these small tensors one-collective plans)."""
+    return Planner(PLAN_SHAPE, 4, mesh, latency_bytes=0)
 
 
 def plan_case(mesh: tuple[int, ...], devices, source, target, seed: int) -> Case:

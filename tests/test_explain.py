@@ -36,10 +36,55 @@ def test_explain_names_the_reader_the_placements_the_steps_and_the_rejected_plan
         r"T1 = Set\(x \(T0\)\), needed by T\d+ = \w+\(T1\), on DeviceMesh\{\{0 1 2 3\}\{4 5 6 7\}\}",
         lines[0],
     ), lines[0]
-    assert lines[1] == "  DIDy: Shard(0) -> Shard(0); DIDx: Shard(0) -> Shard(1)"
-    assert lines[2] == f"  (S0,S0) -> (S0,S1): AllToAll S0->S1 on DIDx teams, {plan.bytes} B/device"
-    assert lines[3] == f"  rejected: via replicate: Allgather + LocalSlice, {alt.bytes} B/device"
-    assert alt.bytes > plan.bytes
+    # a [1, 16] block: a quarter of it to each of 3 team members, or all of it gathered
+    assert lines[1:] == [
+        "  DIDy: Shard(0) -> Shard(0); DIDx: Shard(0) -> Shard(1)",
+        "  (S0,S0) -> (S0,S1): AllToAll S0->S1 on DIDx teams, 48 B/device in 1 launch",
+        "  cost: 1 launch x 131072 B + 48 B = 131120 B",
+        "  rejected: via replicate: Allgather + LocalSlice, 192 B/device in 1 launch",
+        "  its cost: 1 launch x 131072 B + 192 B = 131264 B: it sends 144 B more in as many "
+        "launches",
+    ]
+    assert (plan.bytes, alt.bytes) == (3 * 4 * 4, 3 * 16 * 4)
+
+
+def explain_tp_mlp_on_2x4(latency_bytes: int | None) -> list[str]:
+    """fl.explain of tp_mlp resized to 2x4, its planner's collectives costing latency_bytes."""
+    names = fl.pipeline.default_pass_names(**fl.pipeline.latency_options(latency_bytes))
+    tp = fl.load(REPO / "examples" / "tp_mlp.fus")
+    return fl.explain(fl.Pipeline(["resize-mesh[mesh=2x4]", *names]).run(tp)).splitlines()
+
+
+CHOSEN = "  (R,P) -> (R,R): "
+ONE_ALLREDUCE = CHOSEN + "Allreduce on DIDx teams, 1536 B/device in 1 launch"
+SLICE_REDUCE_GATHER = CHOSEN + (
+    "LocalSlice R->S0 on DIDy teams (0 B) + Allreduce on DIDx teams (768 B) + Allgather "
+    "S0->R on DIDy teams (512 B), 1280 B/device"
+)
+
+
+def test_explain_shows_both_terms_of_the_cost_and_why_the_latency_term_chose():
+    """tp_mlp on 2x4: (R,P) -> (R,R) is one Allreduce (1536 B) at the default latency, and
+    slice + Allreduce + gather (1280 B, 2 collectives) by bytes alone; each names the other."""
+    assert explain_tp_mlp_on_2x4(None)[2:] == [
+        ONE_ALLREDUCE,
+        "  cost: 1 launch x 131072 B + 1536 B = 132608 B",
+        "  rejected: fewest bytes: LocalSlice + Allreduce + Allgather, 1280 B/device in 2 launches",
+        "  its cost: 2 launches x 131072 B + 1280 B = 263424 B: 256 B fewer do not pay for 1 "
+        "launch more at 131072 B each",
+    ]
+    assert explain_tp_mlp_on_2x4(0)[2:] == [
+        SLICE_REDUCE_GATHER,
+        "  cost: 2 launches x 0 B + 1280 B = 1280 B",
+        "  rejected: one mesh axis at a time: Allreduce, 1536 B/device",
+        "  its cost: 1 launch x 0 B + 1536 B = 1536 B: it sends 256 B more (latency_bytes=0: "
+        "launches cost nothing)",
+    ]
+    # One more launch for 256 B fewer pays while a launch costs less than 256 B; at 256 the
+    # costs tie and the fewer collectives win.
+    assert explain_tp_mlp_on_2x4(255)[2] == SLICE_REDUCE_GATHER + " in 2 launches"
+    assert explain_tp_mlp_on_2x4(256)[2] == ONE_ALLREDUCE
+    assert "the same cost: ties go to fewer collectives" in explain_tp_mlp_on_2x4(256)[5]
 
 
 def test_explain_of_a_1d_program_and_of_one_without_communications() -> None:
@@ -60,3 +105,10 @@ def test_the_explain_command(capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0, out
     assert "Allreduce on DIDx teams" in out and "rejected:" in out
+    # --mesh and --latency-bytes: the lowering `run` would do, explained
+    path = str(REPO / "examples" / "tp_mlp.fus")
+    code = main(["explain", path, "--mesh", "2x4", "--latency-bytes", "0"])
+    assert code == 0 and capsys.readouterr().out.splitlines()[2:] == explain_tp_mlp_on_2x4(0)[2:]
+    code = main(["explain", path, "--latency-bytes", "-1"])
+    assert code == 1
+    assert "latency_bytes must be a non-negative integer" in capsys.readouterr().err

@@ -156,6 +156,19 @@ def test_lowering_errors_name_the_pass_and_keep_their_class(monkeypatch):
     assert "DeviceMesh{2 3 4 5}, sharded on axis 1" in msg and "no source device holds" in msg
 
 
+def test_the_latency_option_is_checked_and_printed():
+    from fuserlite.passes.base import make_pass
+
+    assert str(make_pass("lower-communications[latency_bytes=0]")) == (
+        "lower-communications[latency_bytes=0]"
+    )
+    assert str(make_pass("lower-communications")) == "lower-communications"  # the default
+    with pytest.raises(PassOptionError, match="option latency_bytes must be a non-negative"):
+        make_pass("lower-communications[latency_bytes=-5]")
+    with pytest.raises(PassOptionError, match="latency_bytes expects an integer"):
+        make_pass("lower-communications[latency_bytes=lots]")
+
+
 def test_lower_communications_needs_a_program():
     """Refused when the pipeline is built, before anything runs."""
     with pytest.raises(PassOptionError, match="lower-communications works on a program.*segment"):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fuserlite as fl
 from fuserlite.ir.sharding import placement
-from fuserlite.plan import Placement, Planner, all_placements, blocks
+from fuserlite.plan import DEFAULT_LATENCY_BYTES, Placement, Planner, all_placements, blocks
 from fuserlite.program import CommKind
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.dispatch import run_communication
@@ -27,16 +28,19 @@ def resharding(src: Placement, dst: Placement, mesh: fl.DeviceMesh = MESH) -> fl
     return f
 
 
-def test_every_pair_lowers_to_the_planners_steps() -> None:
+@pytest.mark.parametrize("latency", [0, DEFAULT_LATENCY_BYTES], ids=["bytes", "latency"])
+def test_every_pair_lowers_to_the_planners_steps(latency: int) -> None:
     """On a 2x4 mesh, every pair of complete placements of a rank-2 tensor: the
-    communications are the plan's steps, chained, with the plan's bytes."""
-    planner = Planner(SHAPE, 4, MESH.shape)
+    communications are the plan's steps, chained, with the plan's bytes; by bytes alone
+    and at the default latency (where many plans of this 512 B tensor are one Allgather
+    over the flattened team and slices instead of two or three AllToAlls)."""
+    planner = Planner(SHAPE, 4, MESH.shape, latency)
     pairs = 0
     for src in all_placements(2, 2, partial=False):
         for dst in all_placements(2, 2, partial=False):
             if src == dst:
                 continue
-            program = fl.lower(resharding(src, dst))
+            program = fl.lower(resharding(src, dst), latency_bytes=latency)
             plan = planner.plan(src, dst)
             comms = program.communications
             assert [c.kind.value for c in comms] == [s.step.kind.value for s in plan.steps]
@@ -96,7 +100,8 @@ def test_a_multi_step_plan_has_intermediate_tensors_on_the_mesh() -> None:
 
 def test_partial_sums_kept_partial_between_steps_stay_on_their_reduction_axis() -> None:
     """(P,P) -> (S0,S0)-like plans may complete one mesh axis at a time: the tensor in
-    between is partial over the other, on the reduced axis."""
+    between is partial over the other, on the reduced axis. (By bytes alone: at the
+    default latency one Allreduce over all devices and a slice cost less.)"""
     with fl.Fusion() as f:
         x = fl.tensor([8, 16], name="x")
         f.add_input(x)
@@ -104,7 +109,7 @@ def test_partial_sums_kept_partial_between_steps_stay_on_their_reduction_axis() 
         y = fl.sum(x, 1)
         shard_as(y, MESH, Placement(2, ((1,),)))
         f.add_output(y)
-    program = fl.lower(f)
+    program = fl.lower(f, latency_bytes=0)
     plan = program.reshardings[0].plan
     comms = program.communications
     assert [c.kind.value for c in comms] == [s.step.kind.value for s in plan.steps]
@@ -122,7 +127,10 @@ def _boxes_of(array, mesh: fl.DeviceMesh, p: Placement) -> dict:
     }
 
 
-def test_every_pair_runs_on_sim_and_moves_each_block_where_its_target_placement_says() -> None:
+@pytest.mark.parametrize("latency", [0, DEFAULT_LATENCY_BYTES], ids=["bytes", "latency"])
+def test_every_pair_runs_on_sim_and_moves_each_block_where_its_target_placement_says(
+    latency: int,
+) -> None:
     """Lowering and the team machinery together: the communications of each pair's plan,
     run in order on the devices' boxes, leave every device the box of the target."""
     array = np.arange(8 * 16, dtype=np.float32).reshape(SHAPE)
@@ -133,7 +141,7 @@ def test_every_pair_runs_on_sim_and_moves_each_block_where_its_target_placement_
             if src == dst:
                 continue
             bufs = _boxes_of(array, MESH, src)
-            for comm in fl.lower(resharding(src, dst)).communications:
+            for comm in fl.lower(resharding(src, dst), latency_bytes=latency).communications:
                 bufs = run_communication(comm, backend, bufs)
             want = _boxes_of(array, MESH, dst)
             assert all(np.array_equal(bufs[d], want[d]) for d in MESH.devices), (src, dst)

@@ -7,7 +7,9 @@ import math
 import pytest
 
 from fuserlite.plan import (
+    DEFAULT_LATENCY_BYTES,
     BruteForce,
+    Cost,
     Placement,
     Planner,
     RedistributionError,
@@ -36,17 +38,19 @@ def pairs(shape, mesh):
     return fits, [p for p in fits if p.is_complete]
 
 
+@pytest.mark.parametrize("latency", [0, DEFAULT_LATENCY_BYTES], ids=["bytes", "latency"])
 @pytest.mark.parametrize("rank", [1, 2, 3])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m)))
-def test_planner_equals_brute_force_on_every_pair(mesh, rank):
-    """No sequence of up to one step more than the longest plan beats any plan.
+def test_planner_equals_brute_force_on_every_pair(mesh, rank, latency):
+    """No sequence of up to one step more than the longest plan beats any plan, by bytes
+    alone (latency_bytes=0: the byte optimum) and by the default alpha-beta cost.
 
-    Four steps are not always enough: on 2x2x2 some optima take 5 or 6 steps
+    Four steps are not always enough: on 2x2x2 some byte optima take 5 or 6 steps
     (the planner's Dijkstra has no length bound), so the brute force runs to
     the longest plan's length plus one.
     """
     shape = SHAPES[rank]
-    planner, brute = Planner(shape, 4, mesh), BruteForce(shape, 4, mesh)
+    planner, brute = Planner(shape, 4, mesh, latency), BruteForce(shape, 4, mesh, latency)
     sources, targets = pairs(shape, mesh)
     plans = {(s, t): planner.plan(s, t) for s in sources for t in targets}
     bound = max(len(p.steps) for p in plans.values()) + 1
@@ -55,19 +59,20 @@ def test_planner_equals_brute_force_on_every_pair(mesh, rank):
         by_length = brute.optima_by_length(source, bound)
         four, best = by_length[4], by_length[bound]
         for target in targets:
-            p = plans[source, target]
-            assert (p.bytes, p.collectives) == (best[target].bytes, best[target].collectives), (
-                f"{source} -> {target}: planner {p.describe()}, brute force {best[target]}"
+            p, o = plans[source, target], best[target]
+            assert (p.cost.total, p.bytes, p.collectives) == (o.cost, o.bytes, o.collectives), (
+                f"{source} -> {target}: planner {p.describe()}, brute force {o}"
             )
-            assert p.bytes <= four[target].bytes
-            beyond_four += p.bytes < four[target].bytes
+            assert p.cost.total <= four[target].cost
+            beyond_four += p.cost.total < four[target].cost
             state = source
             for s in p.steps:  # the record chains and its bytes are the step's
                 assert s.before == state and s.step.apply(state) == s.after
                 assert s.bytes == planner.geometry.cost(s.step, state)
                 state = s.after
             assert state == target and p.bytes == sum(s.bytes for s in p.steps)
-    assert (beyond_four > 0) == (len(mesh) == 3 and rank > 1)
+    # Only byte optima take more than four steps: the latency term prefers short plans.
+    assert (beyond_four > 0) == (len(mesh) == 3 and rank > 1 and not latency)
 
 
 def test_moves_are_exactly_the_catalog_steps_that_apply():
@@ -156,14 +161,16 @@ DESCRIBED = [
 def test_describe_names_the_steps_their_teams_bytes_and_the_rejected_plan(golden):
     text = plan((8, 8, 16), 4, (2, 4), P("(S1,S1)", 3), P("(S1,S2)", 3)).describe()
     assert text == (
-        "(S1,S1) -> (S1,S2): AllToAll S1->S2 on DIDx teams, 384 B/device; "
-        "via replicate: Allgather + LocalSlice, 1536 B/device"
+        "(S1,S1) -> (S1,S2): AllToAll S1->S2 on DIDx teams, 384 B/device in 1 launch; "
+        "via replicate: Allgather + LocalSlice, 1536 B/device in 1 launch"
     )
-    lines = [
-        f"{'x'.join(map(str, mesh))}: {plan((8, 8, 16), 4, mesh, P(s, 3), P(t, 3)).describe()}"
-        for mesh, s, t in DESCRIBED
-    ]
-    golden("plan/describe.txt", "\n".join(lines) + "\n")
+    for latency, name in [(0, "describe"), (DEFAULT_LATENCY_BYTES, "describe_latency")]:
+        lines = [
+            f"{'x'.join(map(str, mesh))}: "
+            + plan((8, 8, 16), 4, mesh, P(s, 3), P(t, 3), latency).describe()
+            for mesh, s, t in DESCRIBED
+        ]
+        golden(f"plan/{name}.txt", "\n".join(lines) + "\n")
 
 
 def test_the_alternative_is_a_real_plan_never_cheaper_than_the_chosen_one():
@@ -181,10 +188,7 @@ def test_the_alternative_is_a_real_plan_never_cheaper_than_the_chosen_one():
                 assert s.step.apply(state) == s.after
                 state = s.after
             assert state == target and [s.step for s in alt.steps] != [s.step for s in p.steps]
-            assert (alt.bytes, sum(s.step.kind.is_collective for s in alt.steps)) >= (
-                p.bytes,
-                p.collectives,
-            )
+            assert (alt.cost.total, alt.cost.launches) >= (p.cost.total, p.collectives)
 
 
 @pytest.mark.parametrize("mesh, every", [((2, 4), 1), ((2, 2, 2), 4)], ids=["2x4", "2x2x2"])
@@ -244,6 +248,25 @@ def test_bad_arguments_are_errors():
         plan((8,), 4, (2, 0), P("(R,R)", 1), P("(R,R)", 1))
     with pytest.raises(RedistributionError, match="non-negative extents"):
         plan((-1,), 4, (2,), P("(R)", 1), P("(R)", 1))
+    for latency in (-1, 1.5, True, "8"):
+        with pytest.raises(RedistributionError, match=r"latency_bytes must be a non-negative "):
+            Planner((8,), 4, (2,), latency)
+        with pytest.raises(RedistributionError, match=r"latency_bytes must be a non-negative "):
+            BruteForce((8,), 4, (2,), latency)
+
+
+def test_the_cost_is_launches_times_the_latency_plus_bytes():
+    """plan.cost: a LocalSlice launches nothing; the terms and their sum are explained."""
+    p = plan((8, 8, 16), 4, (2, 4), P("(R,P)", 3), P("(R,R)", 3), latency_bytes=1025)
+    assert [s.step.kind for s in p.steps] == [StepKind.Allreduce]
+    assert (p.cost.launches, p.cost.bytes, p.cost.total) == (1, 6144, 7169)
+    assert p.cost.describe() == "1 launch x 1025 B + 6144 B = 7169 B"
+    alt = p.alternative  # slicing over the idle DIDy axis sends less, in two collectives
+    assert alt.label == "fewest bytes" and (alt.cost.launches, alt.bytes) == (2, 5120)
+    assert p.cost.why_not(alt.cost) == "1024 B fewer do not pay for 1 launch more at 1025 B each"
+    cheap = plan((8, 8, 16), 4, (2, 4), P("(R,P)", 3), P("(R,R)", 3), latency_bytes=1023)
+    assert [s.step.kind for s in cheap.steps][1:] == [StepKind.Allreduce, StepKind.Allgather]
+    assert cheap.cost.total == 2 * 1023 + 5120 < 1023 + 6144
 
 
 def test_numpy_integers_are_extents_and_sizes_too():
@@ -251,3 +274,21 @@ def test_numpy_integers_are_extents_and_sizes_too():
 
     p = plan((np.int64(8),), np.int64(4), (np.int64(2),), P("(S0)", 1), P("(R)", 1))
     assert p.bytes == 16 and p.geometry.shape == (8,) and type(p.geometry.shape[0]) is int
+
+
+@pytest.mark.parametrize(
+    "rejected, why",
+    [
+        ((3, 500), "500 B fewer do not pay for 1 launch more at 1000 B each"),
+        ((1, 2500), "1 launch fewer save 1000 B but it sends 1500 B more"),
+        ((2, 1100), "it sends 100 B more in as many launches"),
+        ((3, 1000), "it sends as many bytes in 1 launch more"),
+        ((4, 1500), "it sends 500 B more in 2 launches more"),
+        ((1, 2000), "the same cost: ties go to fewer collectives, then fewer steps"),
+    ],
+)
+def test_why_a_plan_lost_names_the_terms_that_differ(rejected, why):
+    chosen = Cost(2, 1000, 1000)  # 3000 B-equivalent: no rejected plan costs less
+    assert Cost(*rejected, 1000).total >= chosen.total
+    assert chosen.why_not(Cost(*rejected, 1000)) == why
+    assert "latency_bytes=0" in Cost(2, 1000, 0).why_not(Cost(1, 1200, 0))

@@ -19,8 +19,9 @@ MESHES = [(2, 2), (2, 4), (2, 2, 2)]
 
 
 def sample(mesh: tuple[int, ...], every: int) -> list[tuple[Placement, Placement]]:
-    """Every `every`-th pair, plus every pair (of every 7th source) whose plan takes 5 steps."""
-    planner = Planner(SHAPE, 4, mesh)
+    """Every `every`-th pair, plus every pair (of every 7th source) whose plan by bytes alone
+    takes 5 steps."""
+    planner = Planner(SHAPE, 4, mesh, latency_bytes=0)
     sources = list(all_placements(len(SHAPE), len(mesh)))
     pairs = [(s, t) for s in sources for t in sources if t.is_complete]
     some = [(s, t) for s, t in pairs if sources.index(s) % 7 == 0]
@@ -39,11 +40,14 @@ def check_steps(mesh, source, target, steps: list[Step], seed: int) -> None:
 
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m)))
 def test_plans_and_classic_plans_move_the_right_blocks(mesh):
-    planner = Planner(SHAPE, 4, mesh)
+    """The plans by bytes alone, at the default latency, and the classic ones."""
+    planners = [Planner(SHAPE, 4, mesh, latency_bytes=0), Planner(SHAPE, 4, mesh)]
     pairs = sample(mesh, every=5 if len(mesh) == 2 else 97)
     assert len(pairs) > 100
     for i, (source, target) in enumerate(pairs):
-        check_steps(mesh, source, target, [s.step for s in planner.plan(source, target).steps], i)
+        for planner in planners:
+            steps = [s.step for s in planner.plan(source, target).steps]
+            check_steps(mesh, source, target, steps, i)
         check_steps(mesh, source, target, classic_steps(source, target), i)
 
 

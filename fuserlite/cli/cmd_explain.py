@@ -5,17 +5,26 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fuserlite.cli.output import EXIT_OK, Output, load_fusion
-from fuserlite.pipeline import Pipeline, default_pass_names
+from fuserlite.cli.output import (
+    EXIT_OK,
+    Output,
+    add_latency_option,
+    add_mesh_options,
+    load_fusion,
+    lowering_pass_names,
+)
+from fuserlite.pipeline import Pipeline
 from fuserlite.program.explain import explain
 
 
 def cmd_explain(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite explain PATH`: for every communication the expression that needed it, the
-    placements per mesh axis, the chosen steps with bytes per device and the cheapest
-    rejected alternative."""
+    placements per mesh axis, the chosen steps with bytes per device, their cost
+    (launches x --latency-bytes + bytes) and the cheapest rejected alternative with its
+    cost and why it lost."""
+    names = lowering_pass_names(args)
     fusion = load_fusion(args.path)
-    program = Pipeline(default_pass_names()).run(fusion)
+    program = Pipeline(names).run(fusion)
     out.text(explain(program))
     return EXIT_OK
 
@@ -29,4 +38,6 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description=cmd_explain.__doc__,
     )
     c.add_argument("path", metavar="PATH", help="a .fus file")
+    add_mesh_options(c)
+    add_latency_option(c)
     c.set_defaults(handler=cmd_explain)

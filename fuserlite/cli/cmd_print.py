@@ -7,9 +7,17 @@ from collections.abc import Callable
 from typing import Any
 
 import fuserlite
-from fuserlite.cli.output import EXIT_OK, Output, UsageError, load_fusion, pass_list
+from fuserlite.cli.output import (
+    EXIT_OK,
+    Output,
+    UsageError,
+    add_latency_option,
+    load_fusion,
+    lowering_pass_names,
+    pass_list,
+)
 from fuserlite.ir.fusion import Fusion
-from fuserlite.pipeline import Pipeline, default_pass_names
+from fuserlite.pipeline import Pipeline
 from fuserlite.program.printer import print_scheduled
 from fuserlite.program.program import Program
 
@@ -24,8 +32,14 @@ PRINTERS: dict[str, Callable[[Fusion], str]] = {
 def _pass_names(args: argparse.Namespace) -> list[str] | None:
     """The passes `print` runs: --lowered means the default pipeline."""
     if args.lowered or args.scheduled:
-        return default_pass_names()
+        return lowering_pass_names(args)
     if args.passes is not None:
+        if args.latency_bytes is not None:
+            raise UsageError(
+                "fuserlite print: error: --latency-bytes sets lower-communications' option in "
+                "the default pipeline; with --passes write lower-communications[latency_bytes="
+                f"{args.latency_bytes}] instead"
+            )
         return pass_list(args.passes, "print: error: --passes", "print the fusion")
     return None
 
@@ -58,7 +72,7 @@ def cmd_print(args: argparse.Namespace, out: Output) -> int:
     fusion = load_fusion(args.path)
     if names is not None or args.print_after or args.print_after_all:
         pipeline = Pipeline(
-            names if names is not None else default_pass_names(),
+            names if names is not None else lowering_pass_names(args),
             print_after=args.print_after or (),
             print_after_all=args.print_after_all,
             dump=lambda name, ir: out.text(f"// ----- after {name} -----\n{ir}"),
@@ -113,6 +127,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the default pipeline and print each scheduled kernel (nvFuser's format)",
     )
+    add_latency_option(p)
     dumps = p.add_mutually_exclusive_group()
     dumps.add_argument(
         "--print-after-all", action="store_true", help="print the program after every pass"

@@ -10,14 +10,21 @@ from rich import box
 from rich.table import Table
 
 import fuserlite
-from fuserlite.cli.output import EXIT_ERROR, EXIT_OK, Output, load_fusion
+from fuserlite.cli.output import (
+    EXIT_ERROR,
+    EXIT_OK,
+    Output,
+    add_latency_option,
+    add_mesh_options,
+    load_fusion,
+    lowering_pass_names,
+)
 from fuserlite.cli.progress import ProgressDisplay
 from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.mesh import check_device_count
 from fuserlite.kernel.compile import KernelCompiler
-from fuserlite.pipeline import Pipeline, default_pass_names
+from fuserlite.pipeline import Pipeline
 from fuserlite.program.communication import Communication, Sizing
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
@@ -48,13 +55,12 @@ def devices_text(devices: list[int], backend: str) -> str:
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite run`: lower, execute on the chosen backend (sim by default), validate."""
-    if args.devices is not None:  # before anything is built for that many devices
-        check_device_count(args.devices, "--devices")
+    names = lowering_pass_names(args)  # checks --devices before anything is built
     fusion = load_fusion(args.path)
     backend = make_backend(args.backend)
     # Long work shows progress on a terminal (only in the process that reports).
     with ProgressDisplay(out.console if backend.is_host() else None) as progress:
-        return _run(args, out, fusion, backend, progress)
+        return _run(args, out, fusion, backend, progress, names)
 
 
 def _run(
@@ -63,14 +69,12 @@ def _run(
     fusion: Fusion,
     backend: Communicator,
     progress: ProgressDisplay,
+    names: list[str],
 ) -> int:
-    """The body of `run`, observed by `progress`."""
-    # --devices N and --mesh AxB are a pass: resize-mesh moves the file's meshes first.
-    resize = [] if args.devices is None else [f"resize-mesh[devices={args.devices}]"]
-    if args.mesh is not None:
-        resize = [f"resize-mesh[mesh={args.mesh}]"]
+    """The body of `run`, observed by `progress`; `names`: its passes (--devices N and
+    --mesh AxB are a pass: resize-mesh moves the file's meshes first)."""
     try:
-        pipeline = Pipeline(resize + default_pass_names(), progress=progress)
+        pipeline = Pipeline(names, progress=progress)
         progress.phase(RANDOM_INPUTS)
         inputs = fuserlite.random_inputs(fusion, args.seed)
         progress.finish(RANDOM_INPUTS)
@@ -158,19 +162,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     r.add_argument("path", metavar="PATH", help="a .fus file")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    where = r.add_mutually_exclusive_group()
-    where.add_argument(
-        "--devices",
-        type=int,
-        metavar="N",
-        help="run on devices 0..N-1 (re-shards the file's meshes)",
-    )
-    where.add_argument(
-        "--mesh",
-        metavar="AxB",
-        help="run on a mesh of that shape, e.g. 2x4 (re-shards the file's meshes; DIDx is "
-        "the last axis)",
-    )
+    add_mesh_options(r)
+    add_latency_option(r)
     r.add_argument(
         "--backend", choices=BACKENDS, default="sim", help="sim (default, in-process) or mpi"
     )

@@ -6,18 +6,24 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fuserlite.cli.output import EXIT_OK, Output, UsageError, load_fusion
+from fuserlite.cli.output import (
+    EXIT_OK,
+    Output,
+    UsageError,
+    add_latency_option,
+    load_fusion,
+    lowering_pass_names,
+)
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.pipeline import Pipeline, default_pass_names
+from fuserlite.pipeline import Pipeline
 from fuserlite.program.program import Program
 from fuserlite.show import Sheet, find_tensor, plain, sheet, svg
 from fuserlite.show.text import coloured
 
 
-def _after(fusion: Fusion, name: str) -> Fusion | Program:
-    """The program after the default pipeline's pass `name` (and those before it)."""
-    names = default_pass_names()
+def _after(fusion: Fusion, name: str, names: list[str]) -> Fusion | Program:
+    """The program after the pipeline `names`' pass `name` (and those before it)."""
     bare = [n.split("[")[0] for n in names]
     if name not in bare:
         raise UsageError(
@@ -36,7 +42,7 @@ def _sections(args: argparse.Namespace) -> list[tuple[str, list[Sheet]]]:
         )
     fusion = load_fusion(args.path)
     if args.communications:
-        program = Pipeline(default_pass_names()).run(fusion)
+        program = Pipeline(lowering_pass_names(args)).run(fusion)
         return [
             (
                 f"{c.kind.value}{f' ({c.permutation})' if c.sources else ''}: before, after",
@@ -45,7 +51,7 @@ def _sections(args: argparse.Namespace) -> list[tuple[str, list[Sheet]]]:
             for c in program.communications
         ] or [("no communication: every tensor stays where it is", [])]
     if args.after:
-        ir = _after(fusion, args.after)
+        ir = _after(fusion, args.after, lowering_pass_names(args))
         fusion = ir.fusion if isinstance(ir, Program) else ir
     tensors = [find_tensor(fusion, args.tensor)] if args.tensor else fusion.tensors()
     return [("", [sheet(t) for t in tensors])]
@@ -98,4 +104,5 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="each communication of the lowered program: its input and output",
     )
     p.add_argument("--svg", metavar="FILE", help="write the pictures to FILE as one SVG")
+    add_latency_option(p)
     p.set_defaults(handler=cmd_show)

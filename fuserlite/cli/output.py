@@ -13,6 +13,8 @@ from rich.theme import Theme
 
 import fuserlite
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import check_device_count
+from fuserlite.pipeline import default_pass_names, latency_options
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -119,3 +121,44 @@ def pass_list(text: str, usage: str, otherwise: str) -> list[str]:
             f"passes` lists them), or leave it out to {otherwise}"
         )
     return names
+
+
+def add_mesh_options(parser: argparse.ArgumentParser) -> None:
+    """`--devices N | --mesh AxB`: resize-mesh before the default pipeline."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--devices",
+        type=int,
+        metavar="N",
+        help="run on devices 0..N-1 (re-shards the file's meshes)",
+    )
+    where.add_argument(
+        "--mesh",
+        metavar="AxB",
+        help="run on a mesh of that shape, e.g. 2x4 (re-shards the file's meshes; DIDx is "
+        "the last axis)",
+    )
+
+
+def add_latency_option(parser: argparse.ArgumentParser) -> None:
+    """`--latency-bytes N`: lower-communications' latency_bytes (plan.cost)."""
+    parser.add_argument(
+        "--latency-bytes",
+        type=int,
+        metavar="N",
+        help="what one collective launch costs the redistribution planner, in bytes a "
+        "device could send meanwhile (default 131072; 0 plans by bytes alone)",
+    )
+
+
+def lowering_pass_names(args: argparse.Namespace) -> list[str]:
+    """The default pipeline with the command's --latency-bytes, after resize-mesh where
+    the command has --devices or --mesh and they are given."""
+    devices, mesh = getattr(args, "devices", None), getattr(args, "mesh", None)
+    resize = []
+    if devices is not None:
+        check_device_count(devices, "--devices")  # before anything is built for that many
+        resize = [f"resize-mesh[devices={devices}]"]
+    if mesh is not None:
+        resize = [f"resize-mesh[mesh={mesh}]"]
+    return resize + default_pass_names(**latency_options(getattr(args, "latency_bytes", None)))

@@ -11,6 +11,7 @@ from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.blocks import Box, axis_rows, blocks, chunk_bounds, device_box
 from fuserlite.plan.brute_force import BruteForce, Optimum, brute_force
 from fuserlite.plan.classic import classic_steps
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, Cost
 from fuserlite.plan.cross_mesh import Holding, Move, Transfer, holdings, needs, plan_move
 from fuserlite.plan.mesh_axes import axis_name, team_name, teams
 from fuserlite.plan.permute import chunk_sources, permute_move
@@ -29,6 +30,8 @@ __all__ = [
     "Alternative",
     "Box",
     "BruteForce",
+    "Cost",
+    "DEFAULT_LATENCY_BYTES",
     "Geometry",
     "Holding",
     "Move",

@@ -5,7 +5,8 @@ Independent of `plan()`'s search: the steps tried are every entry of
 accepts, not `steps.moves`, and the optimum is found by exhaustive dynamic
 programming over sequence length (layer k holds, per state, the cheapest of
 all k-step sequences reaching it; a cheapest sequence's prefix is a cheapest
-sequence, because cost adds up), not by Dijkstra.
+sequence, because cost adds up), not by Dijkstra. The cost is plan.cost's:
+bytes plus `latency_bytes` per collective, ties broken by fewer collectives.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.plan.mesh_axes import mesh_shape
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import Geometry, Step, catalog
@@ -23,10 +25,11 @@ from fuserlite.plan.steps import Geometry, Step, catalog
 MAX_STEPS = 6
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Optimum:
-    """The fewest bytes per device, then the fewest collectives, and a sequence achieving them."""
+    """The least cost, then the fewest collectives, and a sequence achieving them."""
 
+    cost: int  # bytes + latency_bytes * collectives
     bytes: int
     collectives: int
     steps: tuple[Step, ...] = ()
@@ -35,8 +38,15 @@ class Optimum:
 class BruteForce:
     """Exhaustive optima for one tensor shape on one mesh (caches the step table)."""
 
-    def __init__(self, shape: Sequence[int], itemsize: int, mesh: Sequence[int]) -> None:
+    def __init__(
+        self,
+        shape: Sequence[int],
+        itemsize: int,
+        mesh: Sequence[int],
+        latency_bytes: int = DEFAULT_LATENCY_BYTES,
+    ) -> None:
         self.geometry = Geometry(tuple(shape), itemsize, mesh_shape(mesh))
+        self.latency_bytes = check_latency(latency_bytes)
         self._steps = catalog(len(shape), len(self.geometry.mesh))
         self._table: dict[Placement, list[tuple[Step, Placement, int]]] = {}
 
@@ -52,24 +62,26 @@ class BruteForce:
 
     def optima_by_length(self, source: Placement, max_steps: int) -> list[dict[Placement, Optimum]]:
         """Entry k: the optimum over sequences of at most k steps, per reachable placement."""
-        Label = tuple[int, int, tuple[Step, ...]]  # bytes, collectives, steps
-        layer: dict[Placement, Label] = {source: (0, 0, ())}
+        Label = tuple[int, int, int, tuple[Step, ...]]  # cost, collectives, bytes, steps
+        layer: dict[Placement, Label] = {source: (0, 0, 0, ())}
         best = dict(layer)
         out = [best]
+        alpha = self.latency_bytes
         for _ in range(max_steps):
             nxt: dict[Placement, Label] = {}
-            for p, (b, c, steps) in layer.items():
+            for p, (total, c, b, steps) in layer.items():
                 for step, after, sent in self._transitions(p):
-                    cost = (b + sent, c + step.kind.is_collective)
+                    launch = step.kind.is_collective
+                    cost = (total + sent + alpha * launch, c + launch)
                     if after not in nxt or cost < nxt[after][:2]:
-                        nxt[after] = (*cost, (*steps, step))
+                        nxt[after] = (*cost, b + sent, (*steps, step))
             best = dict(best)
             for p, label in nxt.items():
                 if p not in best or label[:2] < best[p][:2]:
                     best[p] = label
             layer = nxt
             out.append(best)
-        return [{p: Optimum(*label) for p, label in b.items()} for b in out]
+        return [{p: Optimum(t, b, c, s) for p, (t, c, b, s) in layer.items()} for layer in out]
 
 
 def brute_force(
@@ -79,6 +91,7 @@ def brute_force(
     source: Placement,
     target: Placement,
     max_steps: int = MAX_STEPS,
+    latency_bytes: int = DEFAULT_LATENCY_BYTES,
 ) -> Optimum | None:
     """The optimum over every sequence of up to `max_steps` steps, or None if none reaches."""
-    return BruteForce(shape, itemsize, mesh).optima(source, max_steps).get(target)
+    return BruteForce(shape, itemsize, mesh, latency_bytes).optima(source, max_steps).get(target)

@@ -1,28 +1,30 @@
 """The redistribution planner: the cheapest sequence of steps between two placements.
 
 `plan()` runs Dijkstra over placement states: the edges are the steps of
-`steps.moves`, weighted by the bytes each device sends, ties broken by fewer
-collectives, then fewer steps, then the steps' fixed order, so the same
-question always gets the same plan. It never goes through replicated when an
-AllToAll does the move (that is always cheaper), and completes partials over
-several mesh axes with one collective over the flattened team when that is
-cheaper. Each Plan records its steps with their bytes and the cheapest
-rejected alternative, for `fuserlite explain`.
+`steps.moves`, weighted by their cost (plan.cost: the bytes each device sends, plus
+`latency_bytes` per collective), ties broken by fewer collectives, then fewer steps,
+then the steps' fixed order, so the same question always gets the same plan. It
+never goes through replicated when one AllToAll does the move (that is always
+cheaper), and completes partials over several mesh axes with one collective over
+the flattened team when that is cheaper. Each Plan records its steps with their
+bytes and the cheapest rejected alternative, for `fuserlite explain`.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.classic import classic_steps
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, Cost, check_latency
 from fuserlite.plan.mesh_axes import axis_name, integers, mesh_shape
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import Geometry, Step, StepKind, moves
 
-Key = tuple[int, int, int, tuple]  # bytes, collectives, steps, the steps' sort keys
+Key = tuple[int, int, int, tuple]  # cost, collectives, steps, the steps' sort keys
 
 
 @dataclass(frozen=True)
@@ -35,21 +37,34 @@ class PlannedStep:
     bytes: int
 
 
+def _cost(steps: Sequence[PlannedStep], latency_bytes: int) -> Cost:
+    launches = sum(s.step.kind.is_collective for s in steps)
+    return Cost(launches, sum(s.bytes for s in steps), latency_bytes)
+
+
 @dataclass(frozen=True)
 class Alternative:
-    """A rejected plan: the classic one ('via replicate', 'one mesh axis at a time') or 'next best'."""
+    """A rejected plan: the one of fewest bytes ('fewest bytes', where the latency term
+    chose another), the classic one ('via replicate', 'one mesh axis at a time') or 'next best'."""
 
     label: str
     steps: tuple[PlannedStep, ...]
+    latency_bytes: int = DEFAULT_LATENCY_BYTES
 
     @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.steps)
 
+    @property
+    def cost(self) -> Cost:
+        """Its launches and bytes under the latency its plan was chosen with."""
+        return _cost(self.steps, self.latency_bytes)
+
     def describe(self) -> str:
-        """'via replicate: Allgather + LocalSlice, 768 B/device'."""
+        """'via replicate: Allgather + LocalSlice, 768 B/device' (and its launches where
+        they cost: ', ... B/device in 2 launches')."""
         kinds = " + ".join(s.step.kind.value for s in self.steps)
-        return f"{self.label}: {kinds}, {self.bytes} B/device"
+        return f"{self.label}: {kinds}, {self.cost.amount()}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,12 @@ class Plan:
     target: Placement
     steps: tuple[PlannedStep, ...]
     _alternative: Callable[[], Alternative | None] = field(repr=False, compare=False)
+    latency_bytes: int = DEFAULT_LATENCY_BYTES
+
+    @property
+    def cost(self) -> Cost:
+        """Its launches and bytes, and their sum under `latency_bytes` (plan.cost)."""
+        return _cost(self.steps, self.latency_bytes)
 
     @property
     def bytes(self) -> int:
@@ -79,25 +100,36 @@ class Plan:
 
     def describe(self) -> str:
         """'(S1,S1) -> (S1,S2): AllToAll S1->S2 on DIDx teams, 384 B/device; via replicate: ...'."""
-        rank = len(self.geometry.mesh)
         head = f"{self.source} -> {self.target}: "
+        alt = self.alternative
+        return head + self.describe_steps() + (f"; {alt.describe()}" if alt else "")
+
+    def describe_steps(self) -> str:
+        """'AllToAll S1->S2 on DIDx teams, 384 B/device'; several steps with their bytes."""
+        rank = len(self.geometry.mesh)
         if not self.steps:
-            return head + "nothing to move, 0 B/device"
+            return "nothing to move, 0 B/device"
         if len(self.steps) == 1:
             chosen = self.steps[0].step.describe(rank)
         else:
             chosen = " + ".join(f"{s.step.describe(rank)} ({s.bytes} B)" for s in self.steps)
-        alt = self.alternative
-        return head + f"{chosen}, {self.bytes} B/device" + (f"; {alt.describe()}" if alt else "")
+        return f"{chosen}, {self.cost.amount()}"
 
 
 Edge = tuple[Step, Placement, int]
 
 
 class Planner:
-    """Plans redistributions of one tensor shape on one mesh; caches its search graph."""
+    """Plans redistributions of one tensor shape on one mesh, each collective costing
+    `latency_bytes` on top of its bytes (plan.cost); caches its search graph."""
 
-    def __init__(self, shape: Sequence[int], itemsize: int, mesh: Sequence[int]) -> None:
+    def __init__(
+        self,
+        shape: Sequence[int],
+        itemsize: int,
+        mesh: Sequence[int],
+        latency_bytes: int = DEFAULT_LATENCY_BYTES,
+    ) -> None:
         extents, size = integers(shape), integers([itemsize])
         if extents is None or size is None or any(n < 0 for n in extents) or size[0] < 1:
             raise RedistributionError(
@@ -105,6 +137,7 @@ class Planner:
                 f"got shape {list(shape)} and itemsize {itemsize}"
             )
         self.geometry = Geometry(extents, size[0], mesh_shape(mesh))
+        self.latency_bytes = check_latency(latency_bytes)
         self._edges: dict[Placement, list[Edge]] = {}
         self._trees: dict[Placement, dict[Placement, tuple[Key, tuple[Edge, ...]]]] = {}
 
@@ -121,9 +154,15 @@ class Planner:
         return self._edges[p]
 
     def _search(
-        self, start: Placement, goal: Placement | None = None, banned: Step | None = None
+        self,
+        start: Placement,
+        goal: Placement | None = None,
+        banned: Step | None = None,
+        latency_bytes: int | None = None,
     ) -> dict[Placement, tuple[Key, tuple[Edge, ...]]]:
-        """Dijkstra from `start` (to every state, or until `goal`); `banned` is skipped at start."""
+        """Dijkstra from `start` (to every state, or until `goal`); `banned` is skipped at
+        start; each collective costs `latency_bytes` (the planner's if None) on top."""
+        alpha = self.latency_bytes if latency_bytes is None else latency_bytes
         best: dict[Placement, tuple[Key, tuple[Edge, ...]]] = {start: ((0, 0, 0, ()), ())}
         heap: list[tuple[Key, Placement]] = [((0, 0, 0, ()), start)]
         done = set()
@@ -139,9 +178,10 @@ class Planner:
                 step, after, sent = edge
                 if p == start and step == banned:
                     continue
+                launches = step.kind.is_collective
                 new = (
-                    key[0] + sent,
-                    key[1] + step.kind.is_collective,
+                    key[0] + sent + launches * alpha,
+                    key[1] + launches,
                     key[2] + 1,
                     (*key[3], step.sort_key()),
                 )
@@ -168,12 +208,17 @@ class Planner:
         found = self._trees[source].get(target)
         if found is None:  # every complete, dividing target is reachable: kept as a guard
             raise RedistributionError(f"cannot redistribute {g.what()} {pair}: no plan exists")
-        befores = [source, *(after for _, after, _ in found[1])]
-        steps = tuple(
+        steps = self._planned_edges(source, found[1])
+        alternative = functools.partial(self._alternative, source, target, steps)
+        return Plan(g, source, target, steps, alternative, self.latency_bytes)
+
+    @staticmethod
+    def _planned_edges(source: Placement, edges: Sequence[Edge]) -> tuple[PlannedStep, ...]:
+        befores = [source, *(after for _, after, _ in edges)]
+        return tuple(
             PlannedStep(step, before, after, sent)
-            for before, (step, after, sent) in zip(befores, found[1])
+            for before, (step, after, sent) in zip(befores, edges)
         )
-        return Plan(g, source, target, steps, lambda: self._alternative(source, target, steps))
 
     def planned(self, source: Placement, steps: Sequence[Step]) -> tuple[PlannedStep, ...]:
         """`steps` from `source` with the placements between them and their bytes."""
@@ -187,13 +232,22 @@ class Planner:
     def _alternative(
         self, source: Placement, target: Placement, chosen: tuple[PlannedStep, ...]
     ) -> Alternative | None:
-        """The classic plan where it differs from `chosen`, otherwise the next best plan."""
+        """The plan of fewest bytes where the latency term chose another, else the classic
+        plan where it differs from `chosen`, otherwise the next best plan."""
         if not chosen or not sum(s.bytes for s in chosen):
             return None  # nothing moves: nothing cheaper to explain
+        alpha = self.latency_bytes
+        same = [s.step for s in chosen]
+        if alpha:
+            found = self._search(source, target, latency_bytes=0)[target]
+            fewest = self._planned_edges(source, found[1])
+            if [s.step for s in fewest] != same:
+                return Alternative("fewest bytes", fewest, alpha)
         classic = self.planned(source, classic_steps(source, target))
-        if [s.step for s in classic] != [s.step for s in chosen]:
+        if [s.step for s in classic] != same:
             slices = any(s.step.kind is StepKind.LocalSlice for s in classic)
-            return Alternative("via replicate" if slices else "one mesh axis at a time", classic)
+            label = "via replicate" if slices else "one mesh axis at a time"
+            return Alternative(label, classic, alpha)
         # Yen's spur paths: leave the chosen plan at each of its states in turn.
         candidates = []
         for i, s in enumerate(chosen):
@@ -204,14 +258,15 @@ class Planner:
         if not candidates:
             return None
         best = min(candidates, key=lambda c: c[0])[1]
-        return Alternative("next best", self.planned(source, best))
+        return Alternative("next best", self.planned(source, best), alpha)
 
     def _key(self, source: Placement, steps: Sequence[Step]) -> Key:
         """The search's order on a whole plan."""
         planned = self.planned(source, steps)
+        cost = _cost(planned, self.latency_bytes)
         return (
-            sum(s.bytes for s in planned),
-            sum(s.step.kind.is_collective for s in planned),
+            cost.total,
+            cost.launches,
             len(planned),
             tuple(s.sort_key() for s in steps),
         )
@@ -223,6 +278,7 @@ def plan(
     mesh: Sequence[int],
     source: Placement,
     target: Placement,
+    latency_bytes: int = DEFAULT_LATENCY_BYTES,
 ) -> Plan:
     """The cheapest plan moving a tensor of `shape` on a mesh of `mesh` from source to target."""
-    return Planner(shape, itemsize, mesh).plan(source, target)
+    return Planner(shape, itemsize, mesh, latency_bytes).plan(source, target)

@@ -2,14 +2,18 @@
 
 For every resharding lower-communications lowered (`program.reshardings`): the
 expression that needed it, the source and target placement per mesh axis, the
-chosen steps with the bytes each device sends, and the cheapest rejected
-alternative with its cost (the classic plan through replicated, or the next
-best plan), e.g.
+chosen steps with the bytes each device sends, their cost (plan.cost: launches x
+latency_bytes + bytes), and the cheapest rejected alternative with its cost and
+why it lost (the plan of fewest bytes where the latency term chose another, the
+classic plan through replicated, or the next best plan), e.g.
 
-    T3 = Set(T0), needed by T4 = relu(T3), on DeviceMesh{{0 1 2 3}{4 5 6 7}}
-      DIDy: Shard(0) -> Shard(0); DIDx: Shard(0) -> Shard(1)
-      (S0,S0) -> (S0,S1): AllToAll S0->S1 on DIDx teams, 192 B/device
-      rejected: via replicate: Allgather + LocalSlice, 448 B/device
+    y = Set(T10), needed by T14 = set(y), on DeviceMesh{{0 1 2 3}{4 5 6 7}}
+      DIDy: Replicate -> Replicate; DIDx: Partial -> Replicate
+      (R,P) -> (R,R): Allreduce on DIDx teams, 1536 B/device in 1 launch
+      cost: 1 launch x 131072 B + 1536 B = 132608 B
+      rejected: fewest bytes: LocalSlice + Allreduce + Allgather, 1280 B/device in 2 launches
+      its cost: 2 launches x 131072 B + 1280 B = 263424 B: 256 B fewer do not pay for 1 launch
+      more at 131072 B each
 """
 
 from __future__ import annotations
@@ -47,13 +51,20 @@ def explain_resharding(r: Resharding) -> str:
     if r.plan is not None:
         mesh = src.mesh
         names = tuple(pt.name for pt in mesh.parallel_types)
+        plan = r.plan
         lines = [
             f"{head}, on {mesh}",
-            "  " + per_mesh_axis(r.plan.source, r.plan.target, names),
-            f"  {r.plan.source} -> {r.plan.target}: " + _chosen(r),
+            "  " + per_mesh_axis(plan.source, plan.target, names),
+            f"  {plan.source} -> {plan.target}: {plan.describe_steps()}",
         ]
-        alt = r.plan.alternative
-        lines.append(f"  rejected: {alt.describe()}" if alt else "  rejected: nothing cheaper")
+        if plan.steps:
+            lines.append(f"  cost: {plan.cost.describe()}")
+        alt = plan.alternative
+        if alt is None:
+            lines.append("  rejected: nothing cheaper")
+        else:
+            lines.append(f"  rejected: {alt.describe()}")
+            lines.append(f"  its cost: {alt.cost.describe()}: {plan.cost.why_not(alt.cost)}")
         return "\n".join(lines)
     if r.move is None:  # read from text: no plan of the planner (program.reshardings)
         kinds = " + ".join(c.kind.value for c in r.communications)
@@ -89,15 +100,6 @@ def _explain_permute(r: Resharding, comm: Communication) -> str:
             f"  rejected: via replicate: {kinds}, {via.bytes} B/device",
         ]
     )
-
-
-def _chosen(r: Resharding) -> str:
-    rank = len(r.plan.geometry.mesh)
-    steps = r.plan.steps
-    if len(steps) == 1:
-        return f"{steps[0].step.describe(rank)}, {steps[0].bytes} B/device"
-    parts = " + ".join(f"{s.step.describe(rank)} ({s.bytes} B)" for s in steps)
-    return f"{parts}, {r.plan.bytes} B/device"
 
 
 def explain(program: Program) -> str:

@@ -12,22 +12,25 @@ from __future__ import annotations
 
 from fuserlite.ir.sharding import placement
 from fuserlite.ir.tensor import TensorView
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.plan.search import Plan, Planner
 from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
 from fuserlite.program.program import Kernel, Program, Resharding
 
 
 class Planners:
-    """One redistribution planner per tensor shape, dtype size and mesh shape."""
+    """One redistribution planner per tensor shape, dtype size and mesh shape, each
+    collective costing `latency_bytes` (plan.cost)."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency_bytes: int = DEFAULT_LATENCY_BYTES) -> None:
         self._planners: dict[tuple, Planner] = {}
+        self.latency_bytes = latency_bytes
 
     def plan(self, source: TensorView, target: TensorView) -> Plan:
         """The planner's plan from source's placement to target's (on source's mesh)."""
         key = (source.shape, source.dtype.itemsize, source.mesh.shape)
         if key not in self._planners:
-            self._planners[key] = Planner(*key)
+            self._planners[key] = Planner(*key, self.latency_bytes)
         return self._planners[key].plan(placement(source), placement(target))
 
 
