@@ -112,3 +112,45 @@ def test_the_explain_command(capsys) -> None:
     code = main(["explain", path, "--latency-bytes", "-1"])
     assert code == 1
     assert "latency_bytes must be a non-negative integer" in capsys.readouterr().err
+
+
+SWAP_NESTING = """\
+mesh m = [[0, 1, 2, 3], [4, 5, 6, 7]]
+input x: float32[8, 16] on m
+y = set(x)
+z = relu(y)
+output z
+outer_split x axis 0 by 2
+parallelize x axis 0 DIDy
+outer_split x axis 1 by 4
+parallelize x axis 1 DIDx
+outer_split y axis 0 by 4
+parallelize y axis 0 DIDx
+outer_split y axis 1 by 2
+parallelize y axis 1 DIDy
+"""
+
+
+def test_every_command_that_lowers_takes_latency_bytes(tmp_path, capsys) -> None:
+    """(S0,S0) -> (S0.1,S0.0) of a 512 B tensor: one Allgather over all 8 devices and a
+    slice at the default latency, three AllToAlls (136 B against 448 B) by bytes alone."""
+    path = tmp_path / "swap.fus"
+    path.write_text(SWAP_NESTING)
+
+    def lines(command: str, *options: str) -> list[str]:
+        assert main([command, str(path), *options]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    def firsts(lines: list[str], prefix: str) -> list[str]:
+        return [line[len(prefix) :].split()[0] for line in lines if line.startswith(prefix)]
+
+    for option, want in [
+        ([], ["Allgather", "LocalSlice"]),
+        (["--latency-bytes", "0"], ["AllToAll"] * 3),
+    ]:
+        assert firsts(lines("print", "--lowered", *option), "Communication ") == want
+        assert firsts(lines("show", "--communications", *option), "== ") == [k + ":" for k in want]
+        report = lines("run", *option)
+        table = report[report.index("communications") + 2 : -1]
+        assert [row.split()[0] for row in table] == want
+        assert report[-1].startswith("validation: ok")

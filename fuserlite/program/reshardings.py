@@ -5,7 +5,9 @@ fl.explain reads); a program read back from its printed text gets the same recor
 from its communications (`derive_reshardings`): a move between meshes is one
 resharding, as is a CollectivePermute, and on one mesh a chain of communications (each intermediate tensor
 read by the next one only) is one resharding where its steps are the planner's
-plan between the chain's ends, the longest such chain first.
+plan between the chain's ends, the longest such chain first. The printed form does
+not record lower-communications' latency_bytes, so a program read back is explained
+at the default latency: a plan chosen at another may read as two shorter plans.
 """
 
 from __future__ import annotations
