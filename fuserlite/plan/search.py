@@ -49,7 +49,7 @@ class Alternative:
 
     label: str
     steps: tuple[PlannedStep, ...]
-    latency_bytes: int = DEFAULT_LATENCY_BYTES
+    latency_bytes: int  # of the plan it was rejected for
 
     @property
     def bytes(self) -> int:
@@ -76,7 +76,7 @@ class Plan:
     target: Placement
     steps: tuple[PlannedStep, ...]
     _alternative: Callable[[], Alternative | None] = field(repr=False, compare=False)
-    latency_bytes: int = DEFAULT_LATENCY_BYTES
+    latency_bytes: int  # what a collective cost the planner that chose it (plan.cost)
 
     @property
     def cost(self) -> Cost:
