@@ -165,3 +165,26 @@ def test_the_predicate_of_an_uneven_outer_sharding_reads_the_nested_device_index
         nest(x, 0, mesh, (Y, X))
         f.add_output(fl.neg(x))
     assert device_indices([x]) == ["didx", "didy"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=fl.LoweringError,
+    reason="the planner refuses a partial target: x [4, 6] on 2x3, axis 1 over DIDy then "
+    "DIDx; s = sum(x, 1) with its reduction axis over DIDx only; neg(s). insert-reshardings "
+    "reduces locally to (P,P) and asks for the user's (R,P), which one Allreduce over DIDy "
+    "gives, but plan() says 'the target is partial over DIDx; a redistribution produces "
+    "complete values' (relaxing it there reaches partial_op, which cannot name the op of a "
+    "Communication's partial output)",
+)
+def test_a_reduction_sharded_over_fewer_mesh_axes_than_its_input_lowers():
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_shape([2, 3])
+        x = fl.tensor([4, 6], name="x")
+        f.add_input(x)
+        nest(x, 1, mesh, (Y, X))
+        s = fl.sum(x, 1)
+        shard_axis(s, 1, mesh, X)
+        f.add_output(fl.neg(s))
+    inputs = fl.random_inputs(f, 0)
+    fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
