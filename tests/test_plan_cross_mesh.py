@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import fuserlite as fl
 from fuserlite.plan import Placement, RedistributionError, StepKind
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 
@@ -187,3 +188,21 @@ def test_the_harness_catches_a_part_sent_twice_or_never():
     never = Move(move.kind, move.roots, move.transfers[1:], 4)
     with pytest.raises(AssertionError, match="device 2, addend 0"):
         execute(never, sources, destinations)
+
+
+def test_a_scalar_held_by_several_devices_moves_whole():
+    """sum(x) replicated on {0 1 2 3}, read on {4}: a 0-d box has no axis to cut between
+    its four holders (was: lower-communications crashed, max() of an empty sequence)."""
+    with fl.Fusion() as f:
+        x = fl.tensor([3], name="x")
+        f.add_input(x)
+        x.set_device_mesh(fl.DeviceMesh([0, 1, 2, 3]))
+        s = fl.sum(x)
+        s.set_device_mesh(fl.DeviceMesh([0, 1, 2, 3]))
+        y = fl.neg(s)
+        y.set_device_mesh(fl.DeviceMesh([4]))
+        f.add_output(y)
+    inputs = fl.random_inputs(f, 0)
+    ex = fl.FusionExecutor(f)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert [c.bytes_per_device for c in ex.communications] == [4]

@@ -205,8 +205,9 @@ def _spread(units: list[Unit]) -> list[Unit]:
 
 
 def _split(box: Box, pieces: int) -> list[Box]:
-    """`box` cut into up to `pieces` near-equal boxes along its longest axis."""
-    if pieces <= 1:
+    """`box` cut into up to `pieces` near-equal boxes along its longest axis (a scalar's
+    box, of no axes, is one element: it stays whole)."""
+    if pieces <= 1 or not box:
         return [box]
     axis = max(range(len(box)), key=lambda k: (box[k][1] - box[k][0], -k))
     lo, hi = box[axis]
