@@ -49,14 +49,17 @@ def test_teams_along_one_or_several_parallel_types() -> None:
         mesh.teams([DIDx, DIDx])
 
 
-def test_teams_agree_with_the_planners_teams() -> None:
-    """ir's teams (on device ids) and plan's (on device indices) are one definition of a team."""
+def test_teams_are_the_planners_teams_named_by_device_ids() -> None:
+    """One definition of a team (fuserlite.ir.teams): DeviceMesh.teams names the planner's
+    teams of device indices by the mesh's ids."""
     for shape in ([2, 2], [2, 4], [2, 2, 2], [3, 2, 2]):
-        mesh = fl.DeviceMesh.for_shape(shape)
+        ids = np.arange(100, 100 + int(np.prod(shape)))[::-1].reshape(shape)
+        mesh = fl.DeviceMesh(ids)
         rank = mesh.rank
         for group in ([rank - 1], [0], list(range(rank)), [rank - 1, 0]):
             pts = [mesh.parallel_types[a] for a in group]
-            assert mesh.teams(pts) == plan_teams(mesh.shape, tuple(group))
+            want = [tuple(mesh.devices[i] for i in t) for t in plan_teams(mesh.shape, tuple(group))]
+            assert mesh.teams(pts) == want
 
 
 def test_printed_as_nvfuser_prints_meshes() -> None:

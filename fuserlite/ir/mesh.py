@@ -19,6 +19,7 @@ import numpy as np
 
 from fuserlite.ir.args import LIST_LIMIT, abbreviate, fail, integer, is_integer
 from fuserlite.ir.errors import FusionError
+from fuserlite.ir.teams import teams as index_teams
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
 
 # Device ids are 0..MAX_DEVICES-1, so a mesh has at most MAX_DEVICES devices: far more
@@ -234,16 +235,10 @@ class DeviceMesh:
         return group
 
     def teams(self, pts: ParallelType | Iterable[ParallelType]) -> list[tuple[int, ...]]:
-        """Every team along `pts` (ordered outer -> inner): devices that differ only there.
-
-        A team's devices are in team-rank order (their coordinates along `pts`, the
-        first parallel type outermost); teams come in the order of their first device.
-        """
-        group = self._group(pts)
-        rest = [a for a in range(self.rank) if a not in group]
-        grid = np.array(self.devices).reshape(self.shape).transpose([*rest, *group])
-        width = math.prod(self.shape[a] for a in group)
-        return [tuple(int(d) for d in row) for row in grid.reshape(-1, width)]
+        """Every team along `pts` (ordered outer -> inner): fuserlite.ir.teams' teams of
+        device indices, the first parallel type outermost, named by their device ids."""
+        teams = index_teams(self.shape, self._group(pts))
+        return [tuple(self.devices[i] for i in team) for team in teams]
 
     def team(self, device: int, pts: ParallelType | Iterable[ParallelType]) -> tuple[int, ...]:
         """The team of `device` along `pts` (see `teams`)."""

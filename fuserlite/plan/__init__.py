@@ -1,8 +1,9 @@
 """Redistribution planning as a pure library: placements, steps, plans, blocks, moves
 and block permutations.
 
-Imports nothing of fuserlite but `fuserlite.ir.errors` and `fuserlite.ir.placement`
-(leaves of the IR; a TensorView's placement is read in the IR, fuserlite.ir.sharding):
+Imports nothing of fuserlite but `fuserlite.ir.errors`, `fuserlite.ir.placement` and
+`fuserlite.ir.teams` (leaves of the IR; a TensorView's placement is read in the IR,
+fuserlite.ir.sharding, and a DeviceMesh's teams are the planner's):
 the compiler's lower-communications turns a resharding into one of these
 plans, the executor and the printers use the block model.
 """

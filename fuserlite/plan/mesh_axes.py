@@ -1,4 +1,4 @@
-"""Mesh shapes: coordinates, the teams of a group of mesh axes, and their names.
+"""Mesh shapes: coordinates, the teams of a group of mesh axes (fuserlite.ir.teams), names.
 
 A mesh shape is a tuple of axis sizes, axis 0 outermost; a device's index is
 its row-major position (the last axis varies fastest). nvFuser names the mesh
@@ -14,6 +14,9 @@ import operator
 from collections.abc import Sequence
 
 from fuserlite.ir.errors import RedistributionError
+from fuserlite.ir.teams import coords as coords  # re-exported: the IR's one definition
+from fuserlite.ir.teams import rank_in_team as rank_in_team
+from fuserlite.ir.teams import teams as teams
 
 MeshShape = tuple[int, ...]
 Group = tuple[int, ...]  # mesh axes of one collective, ordered outer -> inner
@@ -54,32 +57,6 @@ def team_name(rank: int, group: Group) -> str:
 def team_size(mesh: MeshShape, group: Group) -> int:
     """Devices in one team of `group`: the product of its axis sizes."""
     return math.prod(mesh[a] for a in group)
-
-
-def coords(mesh: MeshShape) -> list[tuple[int, ...]]:
-    """Every device's mesh coordinates, in device-index (row-major) order."""
-    return list(itertools.product(*(range(s) for s in mesh)))
-
-
-def rank_in_team(mesh: MeshShape, group: Group, coord: Sequence[int]) -> int:
-    """A device's rank in its team of `group`: its group coordinates, outer first."""
-    r = 0
-    for a in group:
-        r = r * mesh[a] + coord[a]
-    return r
-
-
-def teams(mesh: MeshShape, group: Group) -> list[tuple[int, ...]]:
-    """The teams of `group` as device indices, each in team-rank order.
-
-    A team is the devices whose coordinates agree on every axis outside `group`;
-    teams are listed in the order of their first device.
-    """
-    members: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-    for index, c in enumerate(coords(mesh)):
-        key = tuple(x for a, x in enumerate(c) if a not in group)
-        members.setdefault(key, []).append((rank_in_team(mesh, group, c), index))
-    return [tuple(i for _, i in sorted(m)) for m in members.values()]
 
 
 def groups(rank: int) -> list[Group]:
