@@ -22,6 +22,7 @@ from fuserlite.plan.blocks import axis_rows, blocks
 from fuserlite.plan.placement import Placement
 from fuserlite.program.communication import Sizing
 from fuserlite.program.parser import parse_printed
+from fuserlite.runtime.compute import CompiledKernels, default_compiler
 from fuserlite.runtime.kernel_runner import run_kernel
 from fuserlite.schedule.shard import shard_axis
 
@@ -90,6 +91,27 @@ def test_a_short_chunk_writes_only_its_rows() -> None:
     np.testing.assert_allclose(full, np.e + 1, rtol=1e-6)
     source = cuda_source(program)
     assert "const long long didx)" in source and "((didx * 4) + " in source
+
+
+@pytest.mark.parametrize("compute", ["interpret", "compiled"])
+def test_a_kernel_reading_the_device_index_needs_it(compute: str) -> None:
+    """Without `device`, a kernel over uneven chunks once ran as device 0 (its rows, not
+    the caller's): now an ExecutionError saying what to pass."""
+    f = pointwise(13)
+    program = fl.lower(f)
+    (kernel,) = program.kernels
+    inputs = {t: np.ones((4, 3), np.float32) for t in kernel.inputs}
+    if compute == "compiled" and not HAVE_COMPILER:
+        pytest.skip("no C++ compiler")
+    run = (
+        CompiledKernels([kernel], default_compiler()).run
+        if compute == "compiled"
+        else (lambda k, i, device=None: run_kernel(k, i, device=device))
+    )
+    with pytest.raises(fl.ExecutionError, match="reads the device index didx.*pass device="):
+        run(kernel, inputs)
+    (out,) = run(kernel, inputs, device={"didx": 3}).values()
+    np.testing.assert_allclose(out[:1], np.e + 1, rtol=1e-6)
 
 
 def test_an_even_sharding_has_no_device_predicate() -> None:

@@ -34,7 +34,13 @@ from fuserlite.kernel.cpu import cpu_function, prelude
 from fuserlite.kernel.indexing import device_indices
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.kernel_grid import GridCache
-from fuserlite.runtime.kernel_runner import KernelPlan, plan_kernel, poison, run_kernel
+from fuserlite.runtime.kernel_runner import (
+    KernelPlan,
+    device_values,
+    plan_kernel,
+    poison,
+    run_kernel,
+)
 
 COMPUTE = ("compiled", "interpret", "numpy")
 
@@ -151,7 +157,7 @@ class CompiledKernels:
                 )
             arrays.append(array)
         outs = [np.full(shape, p, dtype) for (shape, dtype), p in zip(entry.outputs, entry.poison)]
-        indices = [(device or {}).get(name, 0) for name in entry.devices]
+        indices = list(device_values(kernel, entry.devices, device).values())
         addresses = np.array([a.ctypes.data for a in (*arrays, *outs)] + indices, np.uintp)
         entry.function(addresses.ctypes.data)
         return dict(zip(kernel.outputs, outs))

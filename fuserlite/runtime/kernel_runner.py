@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.mesh import DeviceMesh
@@ -135,7 +136,9 @@ def run_kernel(
 
     Shards are the buffers every device allocates (local_shape); `device`, the device's
     index along each device parallel type ({"didx": 3}, `device_indices`), is what the
-    predicates of an uneven sharding read (index 0 when not given).
+    predicates of an uneven sharding and the global index of rand_like/iota read: a
+    kernel that reads one needs it (an ExecutionError otherwise, never device 0's
+    numbers by default).
 
     `plan` is plan_kernel(kernel), for a caller that runs an unchanging kernel often;
     without it the plan is worked out once per device, or once while the IR is only
@@ -157,8 +160,7 @@ def run_kernel(
             )
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
-    device = device or {}
-    device = {name: device.get(name, 0) for name in device_indices(kernel.tensors)}
+    device = device_values(kernel, device_indices(kernel.tensors), device)
     for steps, dead in plan.passes:
         _run_pass(grid, steps, dead, arrays, written, device)
     grids.trim()
@@ -383,6 +385,21 @@ def run_scheduled(
 def shard_slices(tv: TensorView, position: int) -> tuple[slice, ...]:
     """The slice of `tv`'s global data held by the device at `position` of its mesh."""
     return device_slices(tv, tv.mesh.devices[position]) if tv.mesh else ()
+
+
+def device_values(
+    kernel: Kernel, names: list[str], device: dict[str, int] | None
+) -> dict[str, int]:
+    """The device indices `names` a kernel reads, from `device`; ExecutionError when one is
+    missing (a sharded kernel's values depend on which device runs it)."""
+    missing = [n for n in names if n not in (device or {})]
+    if missing:
+        raise ExecutionError(
+            f"the kernel writing {abbreviate(t.name for t in kernel.outputs)} reads the device index {', '.join(missing)} (its tensors "
+            "are sharded unevenly or draw values at global indices): pass device= with this "
+            "device's index along each parallel type (device_coordinates(mesh, device))"
+        )
+    return {n: device[n] for n in names}
 
 
 def device_coordinates(mesh: DeviceMesh, device: int) -> dict[str, int]:
