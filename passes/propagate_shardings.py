@@ -21,14 +21,16 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import logical_placement
+from fuserlite.ir.sharding import logical_placement, sharding_problem
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.sharding import chunks_correspond, propagation_axis_map, propagation_sources
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_as
+from fuserlite.verify import located
 
 
 def _sweep(exprs: list[Expr], todo: list[int] | None, forward: bool, next_of) -> list[TensorView]:
@@ -120,6 +122,21 @@ def _inherit_sharding(expr, out: TensorView) -> None:
         shard_as(out, mesh, Placement(mesh.rank, tuple(shards)))
 
 
+def _check_inherited(tv: TensorView) -> None:
+    """A tensor the user sharded without a mesh must fit the mesh it inherits."""
+    for pos, ax in enumerate(tv.domain.loop):
+        why = sharding_problem(tv, ax) if ax.parallel_type.is_device else None
+        if why is not None:
+            raise LoweringError(
+                located(
+                    tv,
+                    f"{tv.name} axis {pos} is {ax.parallel_type.name}, but {tv.name} has no "
+                    f"mesh: it inherits {tv.mesh} from the tensors next to it, where {why}; "
+                    f"or give {tv.name} a mesh of its own (set_device_mesh)",
+                )
+            )
+
+
 def meshes_given(fusion: Fusion) -> list[str]:
     """Every expression's tensors all have a mesh or all have none: a mesh reaches every
     tensor connected to one (a part of the fusion with no mesh anywhere keeps none)."""
@@ -153,7 +170,14 @@ class PropagateShardings(Pass):
             for t in fusion.tensors(exprs)
             if t.mesh is None and not any(ax.parallel_type.is_device for ax in t.domain.loop)
         }
+        sharded = [
+            t
+            for t in fusion.tensors(exprs)
+            if t.mesh is None and any(ax.parallel_type.is_device for ax in t.domain.loop)
+        ]
         _propagate_meshes(exprs)
+        for t in sharded:
+            _check_inherited(t)
         for expr in exprs:
             for out in expr.outputs:
                 if id(out) in untouched and out.mesh is not None:

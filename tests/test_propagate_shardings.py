@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.sharding import sharded_data_axis
@@ -146,3 +148,22 @@ def test_meshes_propagate_as_repeated_full_sweeps_would():
         assert [t.mesh for t in ours.tensors_created] == [t.mesh for t in spec.tensors_created]
     lowered = fl.Pipeline(["propagate-shardings"]).run(zigzag)
     assert lowered.outputs[1].mesh == fl.DeviceMesh([0, 1])  # b: from y, found going backward
+
+
+def test_a_tensor_sharded_without_a_mesh_that_its_inherited_mesh_cannot_hold_is_an_error():
+    """y is split over DIDx by 2 with no mesh of its own; the only mesh near it has one
+    device. A clear LoweringError naming y (was: PassFailed, "propagate-shardings left
+    an invalid fusion", as if the pass were at fault)."""
+    with fl.Fusion() as f:
+        x = fl.tensor([4, 8], name="x")
+        f.add_input(x)
+        x.set_device_mesh(fl.DeviceMesh([0]))
+        y = fl.set(fl.neg(x))
+        y.user_name = "y"
+        y.outer_split(1, 2).axis(1).parallelize(fl.ParallelType.DIDx)
+        f.add_output(fl.abs(y))
+    fl.verify(f)  # valid until the mesh is known: it is inherited
+    with pytest.raises(
+        fl.LoweringError, match=r"y \(T\d+\) axis 1 is DIDx, but y \(T\d+\) has no mesh"
+    ):
+        fl.Pipeline(["propagate-shardings"]).run(f)
