@@ -19,6 +19,7 @@ from fuserlite.ir.sharding import (
     sharding_problem,
     shardings,
 )
+from fuserlite.ir.stamps import checked, mark_checked, version
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, ParallelType
 from fuserlite.ops.sharding import broadcast_sums, non_local_inputs
@@ -74,8 +75,37 @@ def located(tv: TensorView, problem: str) -> str:
     return problem if tv.origin is None else f"{tv.origin}: {problem}"
 
 
+def ownership_problems(tv: TensorView) -> list[str]:
+    """Every axis of a domain is its tensor's own: a change to an axis stamps the
+    tensor that owns it (ir.stamps), so an axis held by another tensor would change
+    that tensor behind the validator's back."""
+    dom = tv.domain
+    axes = dom.ids_between_logical_and_loop() if dom.transforms else dom.logical
+    if all(ax.owner is tv for ax in axes) and all(ax.owner is tv for ax in dom.loop):
+        return []  # the loop axes too: a loop list need not match the transforms
+    strays = [ax for ax in (*axes, *dom.loop) if ax.owner is not tv]
+    owner = strays[0].owner
+    whose = "no tensor" if owner is None else owner.name
+    return [
+        f"{tv.name}: {len(strays)} of its IterDomains belong to {whose}; every tensor owns "
+        "its own axes: clone an axis (IterDomain.clone) to use it in another tensor"
+    ]
+
+
 def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
-    """Every problem of one tensor's domains and sharding."""
+    """Every problem of one tensor's domains and sharding; a tensor found valid is not
+    checked again until it changes (ir.stamps)."""
+    question = ("valid tensor", mesh_inferable)
+    v = version(tv)
+    if checked(tv, question, v):
+        return []
+    problems = ownership_problems(tv) + _domain_problems(tv, namer, mesh_inferable)
+    if not problems:
+        mark_checked(tv, question, v)
+    return problems
+
+
+def _domain_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
     dom = tv.domain
     if (
         not dom.transforms
@@ -166,14 +196,30 @@ def fusion_problems(fusion: Fusion, namer: Namer, require_mesh: bool) -> list[st
     return problems
 
 
+def expr_state(e: Expr) -> tuple:
+    """What a check of `e` reads: its own stamp and the versions of its tensors."""
+    return (e._stamp, *map(version, e.inputs), *map(version, e.outputs))
+
+
 def non_local_problems(exprs: Iterable[Expr], fix: str) -> list[str]:
-    """Each expression but a Set computes from the shards it holds (`fix`: how to get there)."""
-    return [
-        f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
-        f"{describe_sharding(e.output)}: not local; {fix}"
-        for e in exprs
-        for p in non_local_inputs(e)
-    ]
+    """Each expression but a Set computes from the shards it holds (`fix`: how to get
+    there); an expression found local is not checked again until it or one of its
+    tensors changes."""
+    problems = []
+    for e in exprs:
+        state = expr_state(e)
+        if checked(e, "local", state):
+            continue
+        found = [
+            f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
+            f"{describe_sharding(e.output)}: not local; {fix}"
+            for p in non_local_inputs(e)
+        ]
+        if found:
+            problems.extend(found)
+        else:
+            mark_checked(e, "local", state)
+    return problems
 
 
 def partial_output_problems(outputs: list[TensorView], namer: Namer) -> list[str]:

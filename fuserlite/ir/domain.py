@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import FuserliteError, ScheduleError
+from fuserlite.ir.stamps import stamp, tick, tracked
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, IterType, ParallelType
 
 if TYPE_CHECKING:
-    from fuserlite.ir.tensor import TensorView
+    pass
 
 
 def _parallel_type(value: object) -> ParallelType:
@@ -40,10 +41,23 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class IterDomain:
-    """One axis: extent, iteration type and parallel type."""
-
+class _AxisFields:
     __slots__ = ("extent", "iter_type", "parallel_type", "definition", "owner")
+
+
+# The slots' own setters: IterDomain.__init__ fills a new axis without stamping anything
+# (hundreds of thousands are made while scheduling a wide fusion).
+_SET = {name: getattr(_AxisFields, name).__set__ for name in _AxisFields.__slots__}
+_SET_EXTENT, _SET_ITER, _SET_PT, _SET_DEF, _SET_OWNER = _SET.values()
+
+
+class IterDomain(_AxisFields):
+    """One axis: extent, iteration type and parallel type.
+
+    Every change to an axis stamps the tensor that owns it (ir.stamps), so what was
+    derived from that tensor, or checked about it, is computed again."""
+
+    __slots__ = ()
 
     def __init__(
         self,
@@ -51,11 +65,21 @@ class IterDomain:
         iter_type: IterType = IterType.ITERATION,
         parallel_type: ParallelType = ParallelType.Serial,
     ) -> None:
-        self.extent = int(extent)
-        self.iter_type = iter_type
-        self.parallel_type = parallel_type
-        self.definition: Split | Merge | None = None
-        self.owner: TensorView | None = None
+        _SET_EXTENT(self, int(extent))
+        _SET_ITER(self, iter_type)
+        _SET_PT(self, parallel_type)
+        _SET_DEF(self, None)
+        _SET_OWNER(self, None)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        setter = _SET.get(name)
+        if setter is None:
+            raise AttributeError(f"IterDomain has no attribute {name!r}")
+        if name == "owner" and self.owner is not None:
+            stamp(self.owner)  # its domain may still hold this axis: check it again
+        setter(self, value)
+        if self.owner is not None:
+            stamp(self.owner)
 
     @property
     def is_broadcast(self) -> bool:
@@ -130,8 +154,8 @@ class Split:
             outer_extent, inner_extent = factor, ceil_div(input.extent, factor)
         self.outer = IterDomain(outer_extent, input.iter_type)
         self.inner = IterDomain(inner_extent, input.iter_type)
-        self.outer.definition = self
-        self.inner.definition = self
+        _SET_DEF(self.outer, self)  # new axes: no owner to stamp yet
+        _SET_DEF(self.inner, self)
 
     @property
     def inputs(self) -> tuple[IterDomain, ...]:
@@ -167,7 +191,7 @@ class Merge:
         self.output = IterDomain(
             outer.extent * inner.extent, merged_iter_type(outer.iter_type, inner.iter_type)
         )
-        self.output.definition = self
+        _SET_DEF(self.output, self)
 
     @property
     def inputs(self) -> tuple[IterDomain, ...]:
@@ -188,9 +212,15 @@ def is_sharding_split(t: Transform) -> bool:
 
 
 class TensorDomain:
-    """Logical, loop and optional allocation domains of one TensorView."""
+    """Logical, loop and optional allocation domains of one TensorView.
 
-    __slots__ = ("logical", "loop", "allocation", "contiguity", "transforms")
+    Its lists are TrackedLists: assigning or changing one in place stamps the domain."""
+
+    __slots__ = ("logical", "loop", "allocation", "contiguity", "transforms", "_stamp")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, tracked(self, value))
+        object.__setattr__(self, "_stamp", tick())
 
     def __init__(self, logical: list[IterDomain], contiguity: list[bool | None] | None = None):
         self.logical = list(logical)

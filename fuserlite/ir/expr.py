@@ -10,22 +10,39 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fuserlite.ir.stamps import TrackedList, tick, tracked
+
 if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
 
 
 class Expr:
-    """Base class: inputs, outputs, and the links between them."""
+    """Base class: inputs, outputs, and the links between them.
+
+    Any change stamps the expression (ir.stamps): an attribute set, or its input or
+    output list changed in place (TrackedLists), so the validator checks it again."""
 
     op_name = "expr"
 
     def __init__(self, inputs: list[TensorView], outputs: list[TensorView]) -> None:
-        self.inputs = list(inputs)
-        self.outputs = list(outputs)
+        self.__dict__.update(
+            inputs=TrackedList(self, inputs),
+            outputs=TrackedList(self, outputs),
+            _facts={},
+            _stamp=tick(),
+        )
         for out in self.outputs:
             out.definition = self
         for inp in self.inputs:
             inp.uses.append(self)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, tracked(self, value))
+        self.__dict__["_stamp"] = tick()
+
+    def forget_derived(self) -> None:
+        """Forget what was derived from the expression this one was copied from."""
+        self.__dict__.update(_facts={}, _stamp=tick())
 
     @property
     def input(self) -> TensorView:

@@ -217,6 +217,7 @@ class Fusion:
                 mapping[a] = b
             tv = TensorView.__new__(TensorView)
             tv.__dict__.update(old.__dict__)
+            tv.forget_derived()
             tv.fusion = new
             tv.domain = _clone_domain(old.domain, mapping)
             for ax in tv.domain.ids_between_logical_and_loop():
@@ -228,6 +229,7 @@ class Fusion:
         new._next_number = self._next_number
         for expr in self._all_exprs():
             e = copy.copy(expr)
+            e.forget_derived()
             e.inputs = [mapping[t] for t in expr.inputs]
             e.outputs = [mapping[t] for t in expr.outputs]
             for t in e.outputs:

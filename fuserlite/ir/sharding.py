@@ -21,13 +21,15 @@ each way, used by every pass.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from fuserlite.ir.domain import IterDomain, Split, ceil_div
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.readonly import remembered
+from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
 
@@ -129,9 +131,10 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
     return None
 
 
-def shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
-    """The valid device shardings of a tensor (broadcast DIDs ignored)."""
-    return remembered("shardings", tv, lambda: _shardings(tv))
+def shardings(tv: TensorView) -> Mapping[ParallelType, AxisSharding]:
+    """The valid device shardings of a tensor (broadcast DIDs ignored; read-only, kept
+    while the tensor is unchanged)."""
+    return derived("shardings", tv, lambda: MappingProxyType(_shardings(tv)))
 
 
 def _shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
@@ -169,7 +172,7 @@ def local_shape(tv: TensorView) -> tuple[int, ...]:
     devices is ceil(n/d), the inner extent of its split (as nvFuser allocates it); a
     device's own rows, fewer on trailing devices where d does not divide n, are
     fuserlite.runtime.shards.device_shape's."""
-    return remembered("local_shape", tv, lambda: _local_shape(tv))
+    return derived("local_shape", tv, lambda: _local_shape(tv))
 
 
 def _local_shape(tv: TensorView) -> tuple[int, ...]:
@@ -233,6 +236,10 @@ def _rank(tv: TensorView) -> int:
 def logical_placement(tv: TensorView) -> Placement:
     """The sharding on tv's logical axes: each axis's mesh axes, outer to inner (partial
     mesh axes as shards of their reduction axes)."""
+    return derived("logical placement", tv, lambda: _logical_placement(tv))
+
+
+def _logical_placement(tv: TensorView) -> Placement:
     shards = [()] * len(tv.domain.logical)
     for li, nest in _nestings(tv).items():
         shards[li] = tuple(s.mesh_axis for s in nest)
@@ -241,7 +248,7 @@ def logical_placement(tv: TensorView) -> Placement:
 
 def placement(tv: TensorView) -> Placement:
     """The planner's view: shards on tv's data axes, partial mesh axes as `partial`."""
-    return remembered("placement", tv, lambda: _placement(tv))
+    return derived("placement", tv, lambda: _placement(tv))
 
 
 def _placement(tv: TensorView) -> Placement:

@@ -9,6 +9,7 @@ from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain, Merge, Split, TensorDomain
 from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.stamps import tick
 from fuserlite.ir.types import MAX_FACTOR, DType, IterType, MemoryType, ParallelType
 
 if TYPE_CHECKING:
@@ -36,20 +37,37 @@ class TensorView:
         memory_type: MemoryType = MemoryType.LOCAL,
         number: int | None = None,
     ) -> None:
-        self.fusion = fusion
-        self.domain = TensorDomain(logical, contiguity)
+        self.__dict__.update(  # a new tensor: nothing to stamp but its first stamp
+            fusion=fusion,
+            domain=TensorDomain(logical, contiguity),
+            dtype=dtype,
+            memory_type=memory_type,
+            mesh=None,
+            definition=None,
+            uses=[],
+            compute_at_pos=0,
+            produce_pos=0,
+            _user_name=None,
+            origin=None,
+            _facts={},
+            _stamp=tick(),
+        )
+        self.mesh: DeviceMesh | None
+        self.definition: Expr | None
+        self.uses: list[Expr]
         for ax in logical:
             ax.owner = self
-        self.dtype = dtype
-        self.memory_type = memory_type
-        self.mesh: DeviceMesh | None = None
-        self.definition: Expr | None = None
-        self.uses: list[Expr] = []
-        self.compute_at_pos = 0
-        self.produce_pos = 0
-        self._user_name: str | None = None
-        self.origin: str | None = None
         self.number = fusion.register_tensor(self, number)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Any change stamps the tensor (ir.stamps): its derived facts and the
+        # validator's marks are computed again.
+        object.__setattr__(self, name, value)
+        self.__dict__["_stamp"] = tick()
+
+    def forget_derived(self) -> None:
+        """Forget what was derived from the tensor this one was copied from."""
+        self.__dict__.update(_facts={}, _stamp=tick())
 
     # -- naming and shape ---------------------------------------------------
     @property

@@ -32,7 +32,7 @@ import numpy as np
 
 from fuserlite.ir.domain import Split, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
-from fuserlite.ir.readonly import remembered
+from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ops.registry import is_indexed
@@ -335,7 +335,7 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
 
 def schedule_signature(tv: TensorView) -> tuple:
     """A key equal for two tensors whose index lowering is identical."""
-    return remembered("schedule_signature", tv, lambda: _schedule_signature(tv))
+    return derived("schedule_signature", tv, lambda: _schedule_signature(tv))
 
 
 def _schedule_signature(tv: TensorView) -> tuple:

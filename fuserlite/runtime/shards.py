@@ -11,8 +11,8 @@ plan.blocks' chunks directly). The buffer a device allocates is `local_shape`
 
 from __future__ import annotations
 
-from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import placement
+from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.blocks import Box, blocks
 from fuserlite.plan.mesh_axes import MeshShape
@@ -25,7 +25,7 @@ def mesh_shape(tv: TensorView) -> MeshShape:
 
 def device_boxes(tv: TensorView) -> list[Box]:
     """Every device's box of tv's data, in mesh (row-major device) order."""
-    return remembered("device boxes", tv, lambda: blocks(tv.shape, mesh_shape(tv), placement(tv)))
+    return derived("device boxes", tv, lambda: blocks(tv.shape, mesh_shape(tv), placement(tv)))
 
 
 def is_sharded(tv: TensorView) -> bool:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from fuserlite.ir.domain import IterDomain, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
-from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape
+from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
@@ -29,7 +29,7 @@ def _is_sharding_remainder(ax: IterDomain) -> bool:
 
 def grid_axes(tv: TensorView) -> list[IterDomain]:
     """The loop axes of `tv` bound to the kernel grid (scheduler-made, not device-parallel)."""
-    return remembered("grid_axes", tv, lambda: _grid_axes(tv))
+    return derived("grid_axes", tv, lambda: _grid_axes(tv))
 
 
 def _grid_axes(tv: TensorView) -> list[IterDomain]:

@@ -33,7 +33,8 @@ from typing import Protocol
 from fuserlite.ir.domain import IterDomain, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr, LoadStoreOp
-from fuserlite.ir.readonly import reading_only, remembered
+from fuserlite.ir.readonly import reading_only
+from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.ops.registry import is_pointwise
@@ -207,8 +208,8 @@ def _inlinable(producer: TensorView, expr: Expr) -> bool:
     consumer = expr.output
     if len(grid_axes(producer)) != len(grid_axes(consumer)):
         return False
-    iterated_p = remembered("iterated", producer, lambda: _iterated(producer))
-    iterated_c = remembered("iterated", consumer, lambda: _iterated(consumer))
+    iterated_p = derived("iterated", producer, lambda: _iterated(producer))
+    iterated_c = derived("iterated", consumer, lambda: _iterated(consumer))
     covered = {id(c) for p, c in axis_pairs(expr, producer) if id(p) in iterated_p}
     return iterated_c <= covered
 

@@ -1,0 +1,121 @@
+"""Change stamps: every change to a tensor, its domain, one of its axes or an
+expression moves a stamp, so what is derived from them is kept exactly as long as
+nothing it read has changed.
+
+A TensorView, its TensorDomain and an Expr each hold `_stamp`, the clock's time of
+their last change: any attribute they are given (a mesh, a domain, a loop list,
+an input list), any in-place change of their lists (`TrackedList`: `loop[i:j] =`,
+`transforms.append`) and any change to an IterDomain (which stamps the tensor that
+owns it) takes the next tick of one process-wide clock. `version(tv)` is the later
+of the tensor's and its domain's stamps, so it moves whenever either changes and a
+version is never reused.
+
+Two kinds of users:
+- `derived(question, node, compute)`: facts about one node (a tensor's shardings,
+  its placement, its local shape) computed once per version, by passes, the
+  validator and the executor alike.
+- the validator's "this node was checked and valid at this version"
+  (`checked`, `mark_checked`): between passes only what a pass changed is
+  checked again. An axis is stamped on its owner, so an axis that sits in the
+  domain of a tensor that does not own it would escape its tensor's version: the
+  validator rejects that (every axis of a domain is owned by its tensor).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_clock = itertools.count(1)
+tick: Callable[[], int] = _clock.__next__  # the next time of the clock
+
+
+def stamp(node: Any) -> None:
+    """Record a change to `node` (a TensorView, a TensorDomain or an Expr)."""
+    object.__setattr__(node, "_stamp", tick())
+
+
+class TrackedList(list):
+    """A list that stamps its holder (a domain or an expression) when changed in place."""
+
+    __slots__ = ("_holder",)
+
+    def __init__(self, holder: Any, items: object = ()) -> None:
+        super().__init__(items)  # type: ignore[call-overload]
+        self._holder = holder
+
+    def _changed(self) -> None:
+        holder = getattr(self, "_holder", None)  # unset while copy.copy rebuilds a list
+        if holder is not None:
+            stamp(holder)
+
+
+def _tracking(name: str) -> Callable:
+    method = getattr(list, name)
+
+    def changed(self: TrackedList, *args: object) -> object:
+        result = method(self, *args)
+        self._changed()
+        return result
+
+    changed.__name__ = name
+    changed.__doc__ = method.__doc__
+    return changed
+
+
+for _name in (
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__imul__",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+):
+    setattr(TrackedList, _name, _tracking(_name))
+
+
+def tracked(holder: Any, value: object) -> object:
+    """`value` as a TrackedList of `holder` when it is a list (None stays None)."""
+    if isinstance(value, list):
+        return TrackedList(holder, value)
+    return value
+
+
+def version(tv: Any) -> int:
+    """A TensorView's version: it moves whenever the tensor, its domain or one of its
+    axes changes."""
+    a, b = tv._stamp, tv.domain._stamp
+    return a if a > b else b
+
+
+def derived(question: Hashable, tv: Any, compute: Callable[[], T]) -> T:
+    """compute(), a fact about TensorView `tv` that reads only `tv` (its mesh, domain
+    and axes), computed once per version of `tv`."""
+    facts = tv._facts
+    v = version(tv)
+    hit = facts.get(question)
+    if hit is not None and hit[0] == v:
+        return hit[1]
+    value = compute()
+    facts[question] = (v, value)
+    return value
+
+
+def checked(node: Any, question: Hashable, key: Hashable) -> bool:
+    """True if `node` was found valid for `question` when its state was `key` (a
+    version, or the versions of every node the check reads)."""
+    return node._facts.get(question, (None,))[0] == key
+
+
+def mark_checked(node: Any, question: Hashable, key: Hashable) -> None:
+    """Remember that `node` is valid for `question` while its state is `key`."""
+    node._facts[question] = (key, True)

@@ -1,0 +1,189 @@
+"""Change stamps (ir.stamps): what is derived from a tensor, and the validator's
+"checked and valid" marks, last exactly as long as nothing they read changes.
+
+Between passes the validator checks again only what a pass changed. These tests
+make sure a change cannot slip past it: each bad pass below runs after the
+validator has already found every tensor and expression valid (the marks are
+warm), changes a tensor or an expression it did not create, by each route a pass
+could take, and must still be caught.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+from test_pipeline_scaling import calls, many_outputs
+
+import fuserlite as fl
+from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.sharding import shardings
+from fuserlite.ir.stamps import version
+from fuserlite.passes.base import REGISTRY, Level, Pass
+from fuserlite.pipeline import DEFAULT_PASSES, PassFailed, Pipeline
+from fuserlite.program.verify import verify_program
+from fuserlite.schedule.shard import shard_axis
+
+MESH = fl.DeviceMesh.for_num_devices(2)
+
+
+def sharded_add() -> fl.Fusion:
+    """x + 1 and x * 2, x[8, 16] sharded on axis 0 over 2 devices; w - 1, w replicated."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16])
+        w = fl.tensor([8, 16])
+        f.add_input(x)
+        f.add_input(w)
+        shard_axis(x, 0, MESH)
+        w.set_device_mesh(MESH)
+        f.add_output(x + 1.0)
+        f.add_output(x * 2.0)
+        f.add_output(w - 1.0)
+    return f
+
+
+# -- stamps move on every change ------------------------------------------------
+CHANGES = {
+    "mesh": lambda tv: tv.set_device_mesh(fl.DeviceMesh.for_num_devices(4)),
+    "split": lambda tv: tv.split(1, 4),
+    "parallelize": lambda tv: tv.axis(1).parallelize("TIDx"),
+    "parallel_type slot": lambda tv: setattr(tv.axis(1), "parallel_type", fl.ParallelType.TIDx),
+    "loop list in place": lambda tv: tv.domain.loop.reverse(),
+    "loop item": lambda tv: tv.domain.loop.__setitem__(0, tv.domain.loop[0]),
+    "loop assigned": lambda tv: setattr(tv.domain, "loop", list(tv.domain.loop)),
+    "transforms appended": lambda tv: tv.domain.transforms.append(tv.domain.transforms[0]),
+    "domain replaced": lambda tv: setattr(tv, "domain", tv.domain),
+    "extent": lambda tv: setattr(tv.domain.logical[1], "extent", 17),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=str)
+def test_every_change_to_a_tensor_moves_its_version(change):
+    f = sharded_add()
+    x = f.inputs[0]
+    before = version(x)
+    CHANGES[change](x)
+    assert version(x) > before
+
+
+def test_a_derived_fact_is_computed_again_after_a_change():
+    f = sharded_add()
+    x = f.inputs[0]
+    assert fl.ParallelType.DIDx in shardings(x)
+    x.domain.loop[0].parallel_type = fl.ParallelType.Serial  # no parallelize() call
+    assert shardings(x) == {}
+
+
+def test_expression_changes_move_its_stamp():
+    f = sharded_add()
+    e = f.outputs[0].definition
+    before = e._stamp
+    e.inputs[0] = e.inputs[0]
+    assert e._stamp > before
+    before = e._stamp
+    e.op_name = e.op_name
+    assert e._stamp > before
+
+
+def test_a_clone_derives_its_facts_afresh():
+    f = sharded_add()
+    x = f.inputs[0]
+    assert shardings(x)
+    copy, mapping = f.clone()
+    assert mapping[x]._facts == {} and shardings(mapping[x]) == shardings(x)
+    mapping[x].domain.loop[0].parallel_type = fl.ParallelType.Serial
+    assert shardings(mapping[x]) == {} and shardings(x)
+
+
+# -- a bad pass is caught though the validator's marks are warm -------------------
+def _on_input(program):
+    return program.fusion.inputs[0]
+
+
+def _mul(program):
+    return next(e for k in program.kernels for e in k.exprs if e.op_name == "mul")
+
+
+def _duplicate_did(program):
+    x = _on_input(program)
+    ax = next(a for a in x.domain.loop if not a.is_device_parallel)
+    ax.parallel_type = fl.ParallelType.DIDx  # a slot write, not parallelize()
+
+
+def _loop_in_place(program):
+    x = _on_input(program)
+    x.domain.loop.append(IterDomain(3))  # an axis no transform made
+
+
+def _mesh_replaced(program):
+    _on_input(program).mesh = fl.DeviceMesh.for_num_devices(4)
+
+
+def _domain_shared(program):
+    x = _on_input(program)
+    x.domain = program.fusion.outputs[0].domain  # another tensor's axes
+
+
+def _input_swapped(program):
+    e = _mul(program)
+    e.inputs[0] = program.fusion.inputs[1]  # replicated w where the shards of x were
+
+
+def _operand_unsharded(program):
+    operand = _mul(program).inputs[0]  # valid alone, but its readers no longer local
+    next(
+        a for a in operand.domain.loop if a.is_device_parallel
+    ).parallel_type = fl.ParallelType.Serial
+
+
+def _output_axis_extent(program):
+    out = program.fusion.outputs[1]
+    next(a for a in out.domain.loop if a.is_device_parallel).extent = 4
+
+
+BAD_CHANGES = {
+    "duplicate DIDx by slot write": (_duplicate_did, "same parallel type (deviceIdx.x)"),
+    "loop list changed in place": (_loop_in_place, "does not match its recorded transforms"),
+    "mesh replaced": (_mesh_replaced, "has 4 devices"),
+    "domain of another tensor": (_domain_shared, "every tensor owns its own axes"),
+    "expression input swapped in place": (_input_swapped, "not local"),
+    "operand of an expression unsharded": (_operand_unsharded, "computes T"),
+    "axis extent changed": (_output_axis_extent, "has extent 4"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_CHANGES, ids=str)
+def test_a_bad_pass_is_caught_after_the_validator_marked_everything_valid(bad):
+    change, message = BAD_CHANGES[bad]
+
+    @dataclass(frozen=True)
+    class Bad(Pass):
+        """Test-only: change a tensor or an expression the pass did not make."""
+
+        name: ClassVar[str] = "test-bad-change"
+        level: ClassVar[Level] = Level.program
+
+        def run(self, program):
+            change(program)
+
+    REGISTRY[Bad.name] = Bad
+    try:
+        with pytest.raises(PassFailed) as err:
+            Pipeline([*DEFAULT_PASSES, Bad.name]).run(sharded_add())
+    finally:
+        del REGISTRY[Bad.name]
+    msg = str(err.value)
+    assert "pass test-bad-change (after: propagate-shardings" in msg
+    assert message in msg
+
+
+def test_an_unchanged_program_is_checked_again_at_a_fraction_of_the_cost():
+    """The pipeline's validator marked every tensor and expression valid; checking the
+    unchanged program again reads stamps, not shardings (a copy, unmarked, is checked
+    in full)."""
+    program = fl.lower(many_outputs(200))
+    fresh = program.clone()
+    warm = calls(lambda: verify_program(program))
+    cold = calls(lambda: verify_program(fresh))
+    assert warm < 0.4 * cold, f"{warm} calls unchanged vs {cold} for a fresh copy"
