@@ -9,14 +9,13 @@ work hangs on it; see Progress).
 from __future__ import annotations
 
 import copy
-import gc
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import fuserlite.passes  # noqa: F401 - registers every pass
 from fuserlite.ir import args
+from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import FuserliteError, PassFailed, PassOptionError, VerifyError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only
@@ -58,36 +57,6 @@ class Progress(Protocol):
     done so far and the name of the one starting, and once at the end with done == total."""
 
     def __call__(self, phase: str, done: int, total: int, current: str) -> None: ...
-
-
-class CollectorPause:
-    """The cyclic garbage collector off while at least one pipeline runs, then back to
-    what it was when the first began: runs may nest or overlap in threads, and the
-    collector (a process-wide switch) is left as the caller had it.
-
-    A compile allocates many small, long-lived objects and frees almost no cycles: the
-    collector's full scans over a growing heap would make lowering superlinear."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active = 0
-        self._was_enabled = False
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._active == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._active += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._active -= 1
-            if self._active == 0 and self._was_enabled:
-                gc.enable()
-
-
-COLLECTOR_PAUSE = CollectorPause()  # one per process, as the collector is
 
 
 @dataclass(frozen=True)

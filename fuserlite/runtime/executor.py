@@ -22,6 +22,7 @@ from operator import attrgetter
 import numpy as np
 
 from fuserlite.ir import args
+from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -136,6 +137,10 @@ class FusionExecutor:
             verify_program(ir)  # built or edited outside a pipeline: check it as one would
             self.program = ir
             self.fusion = ir.fusion
+        with COLLECTOR_PAUSE:  # the per-step facts below are many small objects too
+            self._prepare(compiler)
+
+    def _prepare(self, compiler: KernelCompiler | None) -> None:
         program = self.program
         for step in program.steps:
             if not isinstance(step, (Kernel, Communication)):
@@ -218,6 +223,10 @@ class FusionExecutor:
         With the mpi backend the shards are gathered to rank 0, which returns the
         global outputs; every other rank returns None.
         """
+        with COLLECTOR_PAUSE:
+            return self._run(inputs)
+
+    def _run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
         every = self.backend.collect(self.run_per_device(inputs))
         if every is None:
             return None
@@ -237,7 +246,7 @@ class FusionExecutor:
     def _execute(self, inputs: Sequence[np.ndarray]) -> dict[int, dict[TensorView, np.ndarray]]:
         # Running reads the lowered IR only: shapes and schedules are worked out once,
         # not once per device.
-        with self.backend.guard(), reading_only():
+        with self.backend.guard(), reading_only(), COLLECTOR_PAUSE:
             return self._execute_unguarded(inputs)
 
     def _execute_unguarded(

@@ -8,6 +8,7 @@ from operator import attrgetter
 import numpy as np
 
 from fuserlite.ir import args
+from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -60,6 +61,13 @@ def evaluate(
     (values: one per output).
     """
     args.instance(fusion, Fusion, "evaluate", "fusion", "a Fusion", ExecutionError)
+    with COLLECTOR_PAUSE:
+        return _evaluate(fusion, inputs, visit)
+
+
+def _evaluate(
+    fusion: Fusion, inputs: Sequence[np.ndarray], visit: Visit | None
+) -> list[np.ndarray]:
     values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
     exprs = fusion.exprs()
     # Free each intermediate after its last reader: memory stays near the working set.
