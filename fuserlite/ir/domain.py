@@ -7,15 +7,16 @@ TransformPrinter can show it and index lowering can invert it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import FuserliteError, ScheduleError
-from fuserlite.ir.stamps import stamp, tick, tracked
+from fuserlite.ir.stamps import TrackedList, stamp, tick, tracked
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, IterType, ParallelType
 
 if TYPE_CHECKING:
-    pass
+    from fuserlite.ir.tensor import TensorView
 
 
 def _parallel_type(value: object) -> ParallelType:
@@ -139,6 +140,17 @@ class IterDomain(_AxisFields):
         return f"<IterDomain {self.iter_type.value}{self.parallel_type.value}{{{self.extent}}}>"
 
 
+def adopt(axes: Iterable[IterDomain], tv: TensorView) -> None:
+    """Make `tv` the owner of `axes`: a new axis is given its owner directly (the
+    tensor's own change, a new domain or loop list, stamps it), another one through
+    its attribute, which stamps its former owner too."""
+    for ax in axes:
+        if ax.owner is None:
+            _SET_OWNER(ax, tv)
+        else:
+            ax.owner = tv
+
+
 class Split:
     """in -> (outer, inner). Inner split: inner extent = factor; outer split: outer = factor."""
 
@@ -223,13 +235,20 @@ class TensorDomain:
         object.__setattr__(self, "_stamp", tick())
 
     def __init__(self, logical: list[IterDomain], contiguity: list[bool | None] | None = None):
-        self.logical = list(logical)
-        self.loop = list(logical)
-        self.allocation: list[IterDomain] | None = None
         if contiguity is None:
             contiguity = [None if not ax.is_iteration else True for ax in logical]
-        self.contiguity = list(contiguity)
-        self.transforms: list[Transform] = []
+        init = object.__setattr__  # a new domain: one stamp, not one per list
+        init(self, "logical", TrackedList(self, logical))
+        init(self, "loop", TrackedList(self, logical))
+        init(self, "allocation", None)
+        init(self, "contiguity", TrackedList(self, contiguity))
+        init(self, "transforms", TrackedList(self, ()))
+        init(self, "_stamp", tick())
+        self.logical: list[IterDomain]
+        self.loop: list[IterDomain]
+        self.allocation: list[IterDomain] | None
+        self.contiguity: list[bool | None]
+        self.transforms: list[Transform]
 
     def ids_between_logical_and_loop(self) -> list[IterDomain]:
         """Every IterDomain of this domain: logical ones first, then transform outputs."""

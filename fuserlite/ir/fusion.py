@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import Merge, Split, TensorDomain
+from fuserlite.ir.domain import Merge, Split, TensorDomain, adopt
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.types import MemoryType
@@ -220,8 +220,7 @@ class Fusion:
             tv.forget_derived()
             tv.fusion = new
             tv.domain = _clone_domain(old.domain, mapping)
-            for ax in tv.domain.ids_between_logical_and_loop():
-                ax.owner = tv
+            adopt(tv.domain.ids_between_logical_and_loop(), tv)
             tv.definition = None
             tv.uses = []
             new.tensors_created.append(tv)

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import IterDomain, Merge, Split, TensorDomain
+from fuserlite.ir.domain import IterDomain, Merge, Split, TensorDomain, adopt
 from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.stamps import tick
@@ -55,8 +55,7 @@ class TensorView:
         self.mesh: DeviceMesh | None
         self.definition: Expr | None
         self.uses: list[Expr]
-        for ax in logical:
-            ax.owner = self
+        adopt(logical, self)
         self.number = fusion.register_tensor(self, number)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -179,8 +178,7 @@ class TensorView:
                 "split the axis before parallelizing it"
             )
         t = Split(ax, factor, inner_split)
-        for out in t.outputs:
-            out.owner = self
+        adopt(t.outputs, self)
         self.domain.transforms.append(t)
         self.domain.loop[i : i + 1] = [t.outer, t.inner]
         return self
@@ -213,7 +211,7 @@ class TensorView:
                     f"({ax.parallel_type.value}); device axes are never merged"
                 )
         t = Merge(outer, inner)
-        t.output.owner = self
+        adopt(t.outputs, self)
         self.domain.transforms.append(t)
         loop = [ax for k, ax in enumerate(self.domain.loop) if k not in (o, i)]
         loop.insert(min(o, i) if o < i else o - 1, t.output)
