@@ -131,3 +131,18 @@ def test_running_and_evaluating_pause_the_collector_and_restore_it() -> None:
     fl.evaluate(fusion, inputs, visit=lambda *_: seen.append(gc.isenabled()))
     assert seen and not any(seen)
     assert gc.isenabled()
+
+
+def test_validating_pauses_the_collector_and_restores_it(monkeypatch) -> None:
+    from fuserlite.runtime import validate
+
+    gc.enable()
+    fusion = models.add_broadcast(2, True)
+    inputs = fl.random_inputs(fusion)
+    outputs = fl.evaluate(fusion, inputs)
+    seen: list[bool] = []
+    compare = validate.mismatch
+    monkeypatch.setattr(validate, "mismatch", lambda *a: seen.append(gc.isenabled()) or compare(*a))
+    fl.validate(fusion, inputs, outputs)
+    assert seen and not any(seen)
+    assert gc.isenabled()
