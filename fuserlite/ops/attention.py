@@ -14,7 +14,8 @@ mask is drawn from the same global indices in both.
 The sharding rule, through the axis maps: the batch axes (N, H, ...) map onto every
 output, so sharded batch or heads need no communication; query's L maps onto the
 outputs' L, so a query sharded on L with key and value whole computes its rows
-(the causal diagonal and the dropout indices follow the global rows); key's S and
+(the causal diagonal and the dropout indices follow the global rows: both ops are
+`indexed`, their numpy rows given the global start of a device's rows); key's S and
 every head dim E, Ev map onto nothing, so a sharded S or head dim reshards
 (an Allgather). In the backward, L maps onto the trailing reduction axis rL of
 grad_key and grad_value: a query sharded on L leaves them partial sums, completed
@@ -125,6 +126,7 @@ _LSE = {DType.float64: DType.float64}
     (Param("query", "tensor"), Param("key", "tensor"), Param("value", "tensor"), *_FLAGS),
     attrs=_ATTRS,
     outputs_axis_map=_fwd_axes,
+    indexed=True,  # the dropout mask: drawn at the global indices of its rows
 )
 def sdpa(
     query: TensorView,
@@ -180,6 +182,7 @@ def _bwd_axes(expr: Expr, producer: TensorView, consumer: TensorView) -> dict[in
     attrs=_ATTRS,
     outputs_axis_map=_bwd_axes,
     sharding=Sharding(partial=ReductionOpType.sum),
+    indexed=True,  # as sdpa's
 )
 def sdpa_bwd(
     grad_output: TensorView,

@@ -143,9 +143,13 @@ class OpDef:
     # The dtype its operands are computed in; None: the output's compute dtype (a
     # comparison computes in its operands' promoted dtype and makes a bool).
     compute: Callable[[Expr], DType] | None = None
-    # Its value at an element is a function of the element's linear index in the global
-    # tensor (random numbers, drawn at global indices): every compute path gives it that
-    # index (a kernel computes it from the loop indices and the device's shard offset).
+    # Its values depend on where its elements lie in the global tensor (random numbers,
+    # drawn at global indices). A pointwise one's value at an element is a function of
+    # the element's global linear index: every compute path gives it that index (a
+    # kernel computes it from the loop indices and the device's shard offset), so any
+    # device computes any element (`is_indexed`). An evaluated one's numpy row computes
+    # a block of its outputs from its operands, given the block's global start
+    # (attention's dropout mask: rows of the probabilities, drawn at global indices).
     indexed: bool = False
 
     @property
@@ -296,9 +300,10 @@ def definition_of(expr: Expr) -> OpDef:
 
 
 def is_indexed(expr: Expr) -> bool:
-    """True if the expression's values depend on their elements' global indices."""
+    """True if each of the expression's values is a function of its element's global
+    index (an indexed pointwise op, OpDef.indexed): computed where the element lies."""
     d = definition(expr)
-    return d is not None and d.indexed
+    return d is not None and d.indexed and d.category is Category.POINTWISE
 
 
 def is_pointwise(expr: Expr) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,16 +76,6 @@ def _cast(expr: Expr, x: np.ndarray) -> np.ndarray:
     return casts.cast(x, expr.attrs["dtype"].numpy)
 
 
-@dataclass(frozen=True)
-class Positioned:
-    """The row of an evaluated op whose values depend on where the local array lies in
-    the global tensor (attention's dropout mask, drawn at global indices): `evaluate(expr,
-    operands, local shape, start)`, start the global coordinates of the local array's
-    origin."""
-
-    evaluate: Callable[[Expr, list[np.ndarray], tuple[int, ...], tuple[int, ...]], np.ndarray]
-
-
 def _rand_like(expr: Expr, index: np.ndarray) -> np.ndarray:
     """rand_like's Philox numbers at the given global linear indices."""
     return philox.uniform(expr.attrs["seed"], expr.attrs["offset"], index, expr.output.dtype.numpy)
@@ -135,9 +124,10 @@ def _sdpa_bwd(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ..
 # One row per op. A pointwise op's row computes elementwise from operands that are
 # already laid out on its output's points (operands() order, scalars as 0-d arrays),
 # in the output's compute dtype; a conversion's row (OpDef.converts) takes
-# (expr, operands in their own dtypes); an indexed op's row (OpDef.indexed) takes
-# (expr, the global linear index of each point); any other op's row takes (expr,
-# operand arrays, output shape).
+# (expr, operands in their own dtypes); an indexed pointwise op's row (OpDef.indexed)
+# takes (expr, the global linear index of each point); any other op's row takes (expr,
+# operand arrays, output shape), an indexed one's (sdpa's) also the global coordinates
+# of its first output's first element.
 Row = Callable[..., np.ndarray]
 NUMPY: dict[str, Row] = {
     "set": _same,
@@ -164,8 +154,8 @@ NUMPY: dict[str, Row] = {
     "lt": np.less,
     "rand_like": _rand_like,
     "iota": _iota,
-    "sdpa": Positioned(_sdpa),
-    "sdpa_bwd": Positioned(_sdpa_bwd),
+    "sdpa": _sdpa,
+    "sdpa_bwd": _sdpa_bwd,
     # Reductions accumulate in the compute dtype: half sums in float, bool counts in int64.
     "sum": lambda e, a, shape: np.sum(a[0], axis=reduced_axes(e)),
     # A device's empty chunk of a sharded axis has the identity as its partial maximum.
@@ -256,15 +246,14 @@ def eval_outputs(
     with np.errstate(all="ignore"):
         if d.converts:  # its operands in their own dtypes
             out = row(expr, *args)
-        elif d.indexed:
+        elif d.indexed and d.category is Category.POINTWISE:
             out = row(expr, Block(expr.output.shape, _start(start, first)).index(first))
-        elif isinstance(row, Positioned):
-            operands = _operands(expr, args, _operand_dtype(expr, dtype))
-            out = row.evaluate(expr, operands, first, _start(start, first))
         elif d.category is Category.POINTWISE:
             out = row(*_operands(expr, args, _operand_dtype(expr, dtype)))
         else:
-            out = row(expr, _operands(expr, args, _operand_dtype(expr, dtype)), first)
+            operands = _operands(expr, args, _operand_dtype(expr, dtype))
+            where = (_start(start, first),) if d.indexed else ()
+            out = row(expr, operands, first, *where)
     values = out if isinstance(out, tuple) else (out,)
     if len(values) != len(expr.outputs) or len(shapes) != len(expr.outputs):
         raise ExecutionError(f"{expr!r} produced {len(values)} values for its outputs")
