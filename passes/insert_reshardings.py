@@ -39,7 +39,7 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
-from fuserlite.ops.registry import definition_of, producer_to_consumer
+from fuserlite.ops.registry import definition_of, operand_to_output
 from fuserlite.ops.sharding import has_unmapped_sharding, moves_data, needed_placement
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.propagate_shardings import meshes_given
@@ -58,12 +58,12 @@ def _device_reduction(expr: Expr, out: TensorView | None = None) -> MeshPlacemen
         return None
     partial: dict[int, tuple[int, ...]] = {}  # output reduction axis: mesh axes
     mesh = None
-    for producer in expr.inputs:
+    for k, producer in enumerate(expr.inputs):
         if producer.mesh is None:
             continue
         if producer.mesh != out.mesh and out.mesh.size != 1:
             continue  # partial sums only ever meet on the same mesh or at one root
-        amap = producer_to_consumer(expr, producer, out)
+        amap = operand_to_output(expr, k, out)
         for li, axes in enumerate(logical_placement(producer).shards):
             target = amap.get(li)
             if axes and target is not None and out.domain.logical[target].is_reduction:
@@ -125,25 +125,26 @@ def _resharded(producer: TensorView, wanted: MeshPlacement) -> TensorView:
 
 class _Reshardings:
     """The input reshardings the pass inserts: one Set per producer and placement,
-    however many expressions read it; the readers are moved onto it together at
-    the end (so that a tensor read by thousands costs one pass over its uses)."""
+    however many expressions (or operand positions of one: matmul(x, x)) read it; the
+    reads are moved onto it together at the end (so that a tensor read by thousands
+    costs one pass over its uses)."""
 
     def __init__(self) -> None:
-        self._readers: dict[tuple, tuple[TensorView, TensorView, list[Expr]]] = {}
+        self._reads: dict[tuple, tuple[TensorView, TensorView, list[tuple[Expr, int]]]] = {}
 
-    def request(self, expr: Expr, producer: TensorView, wanted: MeshPlacement) -> None:
-        """`expr` must read `producer` resharded to `wanted` (on producer's logical axes)."""
+    def request(self, expr: Expr, position: int, wanted: MeshPlacement) -> None:
+        """Operand `position` of `expr` must be read resharded to `wanted` (on its logical
+        axes)."""
+        producer = expr.inputs[position]
         key = (id(producer), *wanted)
-        if key not in self._readers:
-            self._readers[key] = (producer, _resharded(producer, wanted), [])
-        readers = self._readers[key][2]
-        if not readers or readers[-1] is not expr:  # expr reads producer twice
-            readers.append(expr)
+        if key not in self._reads:
+            self._reads[key] = (producer, _resharded(producer, wanted), [])
+        self._reads[key][2].append((expr, position))
 
     def insert(self) -> None:
-        """Make every requesting expression read its resharded input."""
-        for producer, resharded, readers in self._readers.values():
-            Expr.replace_uses(producer, resharded, readers)
+        """Make every requested operand read its resharded input."""
+        for producer, resharded, reads in self._reads.values():
+            Expr.replace_reads(producer, resharded, reads)
 
 
 def _complete_outputs(fusion: Fusion) -> None:
@@ -177,32 +178,35 @@ def _rewrite_if_partial(expr: Expr, new_of: dict[TensorView, TensorView]) -> lis
     # Each new intermediate tensor is placed as the new expression reading it needs it.
     for k in range(len(rewrite.exprs) - 2, -1, -1):
         made = rewrite.exprs[k].output
-        reader = next(e for e in rewrite.exprs[k + 1 :] if made in e.inputs)
-        shard_as(made, *needed_placement(reader, reader.output, made))
+        reader, at = next(
+            (e, i) for e in rewrite.exprs[k + 1 :] for i, t in enumerate(e.inputs) if t is made
+        )
+        shard_as(made, *needed_placement(reader, reader.output, at))
     return rewrite.exprs
 
 
 def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
     """Make `expr` compute from local shards: partial outputs, or (requested from
     `reshardings`) its inputs resharded. An op with several outputs must need each
-    input placed one way for all of them."""
+    input placed one way for all of them; each operand position is placed as its
+    role needs it (matmul(x, x) may read x resharded as `b` only)."""
     targets = []
     for k in range(len(expr.outputs)):
         target = _split_device_reduction(expr, k)
         if has_unmapped_sharding(expr, target):
             target = _compute_replicated_then_slice(expr, k)
         targets.append(target)
-    for producer in expr.inputs:
-        wanted = needed_placement(expr, targets[0], producer)
+    for position, producer in enumerate(expr.inputs):
+        wanted = needed_placement(expr, targets[0], position)
         for other in targets[1:]:
-            if needed_placement(expr, other, producer) != wanted:
+            if needed_placement(expr, other, position) != wanted:
                 raise LoweringError(
                     f"{expr!r}: its outputs {targets[0].name} ({describe_sharding(targets[0])}) "
                     f"and {other.name} ({describe_sharding(other)}) need {producer.name} "
                     "sharded differently; shard them alike"
                 )
         if mesh_placement(producer) != wanted:
-            reshardings.request(expr, producer, wanted)
+            reshardings.request(expr, position, wanted)
 
 
 @register

@@ -99,10 +99,11 @@ def _inherit_sharding(expr, out: TensorView) -> None:
     mesh = out.mesh
     shards = [()] * len(out.domain.logical)
     used: set[int] = set()
-    for producer in propagation_sources(expr):
+    for k in propagation_sources(expr):
+        producer = expr.inputs[k]
         if producer.mesh != mesh:
             continue
-        axis_map = propagation_axis_map(expr, producer, out)
+        axis_map = propagation_axis_map(expr, k, out)
         data = producer.data_positions()
         for li, axes in enumerate(logical_placement(producer).shards):
             target = axis_map.get(li)

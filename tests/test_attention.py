@@ -122,6 +122,25 @@ def test_grad_key_reduce_scatters_into_a_sharded_consumer() -> None:
     assert kinds == [CommKind.ReduceScatter.value]
 
 
+@pytest.mark.parametrize("backward", [False, True])
+def test_self_attention_of_one_tensor_places_each_role_as_it_needs(backward: bool) -> None:
+    """sdpa(x, x, x) on x sharded on its rows: as the query x keeps its rows, as key and
+    value it is gathered whole, once (the axis map is per operand position; was: one
+    placement for all three roles, and an ExecutionError on the local shards)."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x = fl.tensor([N, H, L, E], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        shard_axis(x, 2, mesh)
+        out, lse = fl.sdpa(x, x, x, **FLAGS)
+        made = [out, lse, *(fl.sdpa_bwd(x, x, x, x, out, lse, **FLAGS) if backward else ())]
+        for t in made:
+            f.add_output(t)
+    gathers = [c for c in _collectives(f) if c[0] == "Allgather"]
+    assert gathers == [("Allgather", (N, H, L, E))]
+
+
 def _four(*shapes, dtype="float32"):
     return [fl.tensor(s, dtype, name=n) for s, n in zip(shapes, "qkvo")]
 

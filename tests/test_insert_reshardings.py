@@ -30,14 +30,14 @@ def resharding_sets(fusion):
 
 
 def assert_every_expr_is_local_or_a_set(fusion):
-    from fuserlite.ops.registry import producer_to_consumer
+    from fuserlite.ops.registry import operand_to_output
 
     for e in fusion.exprs():
         if isinstance(e, LoadStoreOp):
             continue
-        for p in e.inputs:
+        for k, p in enumerate(e.inputs):
             assert p.mesh == e.output.mesh
-            amap = producer_to_consumer(e, p)
+            amap = operand_to_output(e, k)
             s = sharded_data_axis(p)
             if s is not None:
                 li = [i for i, ax in enumerate(p.domain.logical) if not ax.is_reduction][s]

@@ -11,7 +11,9 @@ import pytest
 from three_way import run_three_ways
 
 import fuserlite as fl
+from fuserlite.ir.expr import LoadStoreOp
 from fuserlite.ir.sharding import shardings
+from fuserlite.program.parser import parse_printed
 from fuserlite.schedule.shard import shard_axis
 
 D = 4
@@ -189,15 +191,71 @@ def test_a_contraction_reading_one_tensor_twice(body: Callable, axis: int) -> No
     ids=["matmul", "linear"],
 )
 def test_a_contraction_reading_one_tensor_twice_writes_back_as_fus(body: Callable) -> None:
-    """The copy of the repeated operand is made before the contraction's output, so
-    to_fus can write the statements in order (was: a FusionError, "T2 reads T3,
-    created after it; the .fus format cannot express it")."""
+    """The contraction reads x in both positions, no copy made (the axis map is per
+    operand position), and to_fus writes it back (a copy once made after the output
+    was: a FusionError, "T2 reads T3, created after it; the .fus format cannot express
+    it")."""
     with fl.Fusion() as fusion:
         x = fl.tensor([8, 8], name="x")
         fusion.add_input(x)
         fusion.add_output(body(x))
+    contraction = fusion.outputs[0].definition
+    assert contraction.inputs[:2] == [x, x]
+    assert not any(isinstance(e, LoadStoreOp) for e in fusion.exprs())
     back = fl.parse(fl.to_fus(fusion))
     arrays = fl.random_inputs(fusion, seed=2)
     assert [a.tobytes() for a in fl.evaluate(back, arrays)] == [
         a.tobytes() for a in fl.evaluate(fusion, arrays)
     ]
+
+
+PRINTED_MATMUL_OF_ONE_TENSOR = """%kernel {
+T2_g_float[ iS4{8}, iS5{8}, rS6{8} ]
+   = matmul(T0_g_float[ iS0{8}, iS1{8} ],
+          T0_g_float[ iS0{8}, iS1{8} ])
+
+TransformPrinter :
+T0_g_float[ iS0{8}, iS1{8} ]
+ logical domain : (iS0{8}, iS1{8})
+ contiguity: t t
+ loop domain : (iS0{8}, iS1{8})
+T2_g_float[ iS4{8}, iS5{8}, rS6{8} ]
+ logical domain : (iS4{8}, iS5{8}, rS6{8})
+ contiguity: t t n
+ loop domain : (iS4{8}, iS5{8}, rS6{8})
+} // %kernel
+"""
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_printed_matmul_of_one_tensor_reads_it_in_both_roles(axis: int) -> None:
+    """`matmul(T0, T0)` read back from the printed dialect and sharded: each position is
+    mapped and resharded as its role needs (was: both mapped as `a`, and a raw numpy
+    ValueError on the local shards)."""
+    fusion = parse_printed(PRINTED_MATMUL_OF_ONE_TENSOR)
+    mesh = fl.DeviceMesh.for_num_devices(D)
+    x = fusion.inputs[0]
+    x.set_device_mesh(mesh)
+    shard_axis(x, axis, mesh)
+    run_three_ways(fusion, fl.random_inputs(fusion, seed=2))
+
+
+@pytest.mark.parametrize(("shard_x", "shard_w"), [(True, False), (False, True), (True, True)])
+def test_a_linear_whose_bias_is_its_input(shard_x: bool, shard_w: bool) -> None:
+    """linear(x, w, x): where the sums are partial the bias is split off, and x, still
+    the linear's input, keeps it among its uses."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as fusion:
+        x, w = fl.tensor([8], name="x"), fl.tensor([8, 8], name="w")
+        for t, sharded, axis in ((x, shard_x, 0), (w, shard_w, 1)):
+            fusion.add_input(t)
+            t.set_device_mesh(mesh)
+            if sharded:
+                shard_axis(t, axis, mesh)
+        fusion.add_output(fl.linear(x, w, x))
+    ex = fl.FusionExecutor(fusion)
+    arrays = fl.random_inputs(fusion, seed=2)
+    fl.validate(fusion, arrays, ex.run(arrays))
+    lowered = ex.program.fusion
+    for e in lowered.exprs():
+        assert all(any(u is e for u in t.uses) for t in e.inputs), e

@@ -84,6 +84,17 @@ class Expr:
             new.uses.append(e)
         old.uses = [u for u in old.uses if id(u) not in ids]
 
+    @staticmethod
+    def replace_reads(old: TensorView, new: TensorView, reads: list[tuple[Expr, int]]) -> None:
+        """Make each (expr, position) of `reads` read `new` at that operand position, where
+        it read `old`: replace_uses for single operands (matmul(x, x) may read x
+        resharded in one position only), in one pass over old.uses."""
+        for e, k in reads:
+            e.inputs = [new if i == k else t for i, t in enumerate(e.inputs)]
+            new.uses.append(e)
+        ids = {id(e) for e, _ in reads}
+        old.uses = [u for u in old.uses if id(u) not in ids or any(t is old for t in u.inputs)]
+
     def __repr__(self) -> str:
         ins = ", ".join(t.name for t in self.inputs)
         outs = ", ".join(t.name for t in self.outputs)

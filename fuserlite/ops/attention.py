@@ -109,11 +109,11 @@ def _batch(expr: Expr) -> int:
     return len(expr.inputs[0].shape) - 2
 
 
-def _fwd_axes(expr: Expr, producer: TensorView, consumer: TensorView) -> dict[int, int]:
+def _fwd_axes(expr: Expr, position: int, consumer: TensorView) -> dict[int, int]:
     """Batch axes onto both outputs; query's L onto their L; S, E and Ev onto nothing."""
     b = _batch(expr)
     amap = {i: i for i in range(b)}
-    if producer is expr.inputs[0]:
+    if position == 0:  # the query
         amap[b] = b
     return amap
 
@@ -154,13 +154,13 @@ def sdpa(
 _DQ = 0  # grad_query: the output with the query's L; grad_key, grad_value sum over it
 
 
-def _bwd_axes(expr: Expr, producer: TensorView, consumer: TensorView) -> dict[int, int]:
+def _bwd_axes(expr: Expr, position: int, consumer: TensorView) -> dict[int, int]:
     """Batch axes onto every gradient; L (of grad_output, query, output, logsumexp) onto
     grad_query's L and grad_key's and grad_value's rL. Key's and value's S map onto
     nothing: every gradient needs whole rows of the probabilities, so all of S."""
     b = _batch(expr)
     amap = {i: i for i in range(b)}
-    if expr.inputs.index(producer) in (0, 1, 4, 5):  # an operand with the query's L
+    if position in (0, 1, 4, 5):  # an operand with the query's L
         amap[b] = b if consumer is expr.outputs[_DQ] else len(consumer.domain.logical) - 1
     return amap
 

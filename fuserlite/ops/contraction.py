@@ -20,7 +20,6 @@ from fuserlite.ops.forms import Template
 from fuserlite.ops.pointwise import add, promote
 from fuserlite.ops.registry import Op, Param, Rewrite, Sharding, define
 from fuserlite.ops.views import broadcast
-from fuserlite.ops.views import set as copy_of
 
 __all__ = ["matmul", "linear"]  # the builders of its ops
 
@@ -53,52 +52,36 @@ def _contraction_axes(k: int) -> IterDomain:
     return new_axis(k, IterType.REDUCTION)
 
 
-def _distinct(*operands: TensorView) -> list[TensorView]:
-    """The operands, each one met before replaced by a copy (`set`): the axis map is
-    keyed by the producer tensor, and matmul(x, x) reads x's axes in two ways (rows and
-    contraction), which one map per producer cannot say."""
-    seen: list[TensorView] = []
-    for t in operands:
-        seen.append(copy_of(t) if any(t is s for s in seen) else t)
-    return seen
-
-
-def _operand_index(expr: Expr, producer: TensorView) -> int | None:
-    return next((i for i, t in enumerate(expr.inputs) if t is producer), None)
-
-
 def _trailing(positions: list[int], targets: list[int]) -> dict[int, int]:
     """positions onto the last len(positions) targets (numpy's batch alignment)."""
     return dict(zip(positions, targets[len(targets) - len(positions) :])) if positions else {}
 
 
-def _matmul_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+def _matmul_axes(expr: Expr, position: int) -> dict[int, int]:
     """a[..., m, k] -> [batch..., m, n, rk]: batch axes aligned on the right, m in place,
     k onto rk; b[..., k, n]: batch likewise, k onto rk, n onto n."""
     rank = len(expr.output.domain.logical)
     n, rk = rank - 2, rank - 1
     has_m = len(expr.inputs[0].data_positions()) > 1  # a 1-D a has no m
     batch = list(range(rank - 2 - has_m))
-    p = producer.data_positions()
-    k = _operand_index(expr, producer)
-    if k == 0:
+    p = expr.inputs[position].data_positions()
+    if position == 0:
         return {**_trailing(p[:-2], batch), **({p[-2]: rank - 3} if has_m else {}), p[-1]: rk}
-    return {} if k is None else {**_trailing(p[:-2], batch), p[-2]: rk, p[-1]: n}
+    return {**_trailing(p[:-2], batch), p[-2]: rk, p[-1]: n}
 
 
-def _linear_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+def _linear_axes(expr: Expr, position: int) -> dict[int, int]:
     """x[..., k] -> [wbatch..., xbatch..., n, rk]: x's leading axes after the weight's
     batch axes, k onto rk; weight[wbatch..., n, k]: batch first, n onto n, k onto rk;
     bias[wbatch..., n]: batch first, n onto n."""
     *batch, n, rk = range(len(expr.output.domain.logical))
-    p = producer.data_positions()
-    k = _operand_index(expr, producer)
+    p = expr.inputs[position].data_positions()
     wbatch = len(expr.inputs[1].data_positions()) - 2
-    if k == 0:
+    if position == 0:
         return {**dict(zip(p[:-1], batch[wbatch:])), p[-1]: rk}
-    if k == 1:
+    if position == 1:
         return {**dict(zip(p[:-2], batch)), p[-2]: n, p[-1]: rk}
-    return {} if k is None else {**dict(zip(p[:-1], batch)), p[-1]: n}
+    return {**dict(zip(p[:-1], batch)), p[-1]: n}
 
 
 _PARTIAL_SUMS = ReductionOpType.sum
@@ -122,9 +105,8 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
     batch = _broadcast_batch(what, a_axes[:-2], b_axes[:-2])
     rows = _copy(a_axes[-2:-1])  # m, absent for a 1-D a
     axes = batch + rows + _copy(b_axes[-1:]) + [_contraction_axes(a.shape[-1])]
-    operands = _distinct(a, b)  # before the output: a tensor is made after what it reads
     out = TensorView(a.fusion, axes, promote(a, b, "mul"))
-    Op("matmul", [out], operands)
+    Op("matmul", [out], [a, b])
     return out
 
 
@@ -156,7 +138,8 @@ def bias_after_partial_sums(linear: Expr) -> Rewrite | None:
         return None
     out, bias = linear.output, linear.inputs[2]
     linear.inputs = linear.inputs[:2]
-    bias.uses = [u for u in bias.uses if u is not linear]
+    if not any(t is bias for t in linear.inputs):  # linear(x, w, x) still reads it as x
+        bias.uses = [u for u in bias.uses if u is not linear]
     users = list(dict.fromkeys(out.uses))
     made = len(out.fusion.tensors_created)
     # bias[wbatch..., n] onto out[wbatch..., xbatch..., n]: broadcast over x's batch axes.
@@ -192,7 +175,7 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
         )
     axes = _copy(w_axes[:-2]) + _copy(data_axes(x)[:-1]) + _copy(w_axes[-2:-1])
     axes.append(_contraction_axes(x.shape[-1]))
-    operands = _distinct(x, weight, *([bias] if bias is not None else []))  # as in matmul
+    operands = [x, weight, *([bias] if bias is not None else [])]
     out = TensorView(x.fusion, axes, promote(x, weight, "mul"))
     if bias is not None:  # the type of the product plus the bias
         out.dtype = promote(out, bias, "add")

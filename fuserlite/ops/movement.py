@@ -51,9 +51,9 @@ def _axis(x: TensorView, axis: object, op: str, arg: str) -> int:
     return k % n
 
 
-def _permute_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+def _permute_axes(expr: Expr, position: int) -> dict[int, int]:
     """Input axis dims[k] onto output axis k."""
-    p = producer.data_positions()
+    p = expr.inputs[position].data_positions()
     return {p[src]: k for k, src in enumerate(expr.attrs["dims"])}
 
 
@@ -100,8 +100,8 @@ def _kept_map(kept_of: Callable[[Expr], list[int | None]]) -> AxisMap:
     maps nowhere (squeezed, selected, sliced or concatenated), so a sharding there
     reshards the input instead of passing through."""
 
-    def axis_map(expr: Expr, producer: TensorView) -> dict[int, int]:
-        p = producer.data_positions()
+    def axis_map(expr: Expr, position: int) -> dict[int, int]:
+        p = expr.inputs[position].data_positions()
         return {p[i]: k for i, k in enumerate(kept_of(expr)) if k is not None}
 
     return axis_map

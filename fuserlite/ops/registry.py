@@ -77,15 +77,18 @@ class Param:
         return self.kind in ("tensor", "operand", "tensors")
 
 
-AxisMap = Callable[[Expr, TensorView], dict[int, int]]
-# An op with several outputs maps a producer onto each: (expr, producer, consumer).
-OutputsAxisMap = Callable[[Expr, TensorView, TensorView], dict[int, int]]
+# (expr, operand position) -> {the operand's logical index: the output's}; by position,
+# not by tensor: matmul(x, x) reads x's axes one way as `a`, another as `b`.
+AxisMap = Callable[[Expr, int], dict[int, int]]
+# An op with several outputs maps each operand onto each: (expr, position, output).
+OutputsAxisMap = Callable[[Expr, int, TensorView], dict[int, int]]
 
 
-def positional(expr: Expr, producer: TensorView) -> dict[int, int]:
-    """The producer's data axes onto the consumer's logical axes, position by position
+def positional(expr: Expr, position: int) -> dict[int, int]:
+    """The operand's data axes onto the output's logical axes, position by position
     (pointwise ops, sets, reductions, expands)."""
-    return dict(zip(producer.data_positions(), range(len(expr.output.domain.logical))))
+    operand = expr.inputs[position]
+    return dict(zip(operand.data_positions(), range(len(expr.output.domain.logical))))
 
 
 @dataclass(frozen=True)
@@ -321,27 +324,29 @@ def compute_dtype(expr: Expr) -> DType:
     return expr.output.dtype.compute
 
 
-def producer_to_consumer(
-    expr: Expr, producer: TensorView, consumer: TensorView | None = None
+def operand_to_output(
+    expr: Expr, position: int, output: TensorView | None = None
 ) -> dict[int, int]:
-    """{producer logical index: consumer logical index} for the axes the op maps;
-    `consumer` is one of the expression's outputs (None: the first).
+    """{logical index of operand `position` (of expr.inputs): logical index of `output`}
+    for the axes the op maps; `output` is one of the expression's outputs (None: the
+    first).
 
     The one axis map of fuserlite: sharding propagation, insert-reshardings'
     locality test, the pointwise scheduler's transform replay, the kernel runner
-    and the CUDA emitter all read an op through it. Pointwise ops, sets,
-    reductions and expands map data axes position by position; each op with
-    another map names it in its definition."""
-    consumer = expr.output if consumer is None else consumer
+    and the CUDA emitter all read an op through it. It is keyed by the operand's
+    position, so a tensor read twice (matmul(x, x)) is mapped once per role.
+    Pointwise ops, sets, reductions and expands map data axes position by position;
+    each op with another map names it in its definition."""
+    output = expr.output if output is None else output
     return remembered(
-        ("axis map", id(producer), id(consumer)), expr, lambda: _axis_map(expr, producer, consumer)
+        ("axis map", position, id(output)), expr, lambda: _axis_map(expr, position, output)
     )
 
 
-def _axis_map(expr: Expr, producer: TensorView, consumer: TensorView) -> dict[int, int]:
+def _axis_map(expr: Expr, position: int, output: TensorView) -> dict[int, int]:
     d = definition_of(expr)
     if d.outputs_axis_map is not None:
-        return d.outputs_axis_map(expr, producer, consumer)
-    if consumer is not expr.output:
-        raise FusionError(f"{consumer.name} is not the output of {expr!r}")
-    return d.axis_map(expr, producer)
+        return d.outputs_axis_map(expr, position, output)
+    if output is not expr.output:
+        raise FusionError(f"{output.name} is not the output of {expr!r}")
+    return d.axis_map(expr, position)

@@ -26,18 +26,20 @@ from fuserlite.ops.registry import (
     definition,
     definition_of,
     is_indexed,
-    producer_to_consumer,
+    operand_to_output,
 )
 
 
-def needed_placement(expr: Expr, target: TensorView, producer: TensorView) -> MeshPlacement:
-    """How `producer` must be sharded for `expr` to compute `target` locally: on every
-    mesh axis, sharded where it maps to an axis of `target` that mesh axis shards
-    (unless broadcast; nesting kept), whole elsewhere. On producer's logical axes."""
+def needed_placement(expr: Expr, target: TensorView, position: int) -> MeshPlacement:
+    """How operand `position` of `expr` must be sharded for it to compute `target`
+    locally: on every mesh axis, sharded where it maps to an axis of `target` that mesh
+    axis shards (unless broadcast; nesting kept), whole elsewhere. On the operand's
+    logical axes."""
+    producer = expr.inputs[position]
     wanted = logical_placement(target)
     shards: list[tuple[int, ...]] = [()] * len(producer.domain.logical)
     if any(wanted.shards):
-        back = {c: p for p, c in producer_to_consumer(expr, producer, target).items()}
+        back = {c: p for p, c in operand_to_output(expr, position, target).items()}
         for c, axes in enumerate(wanted.shards):
             p = back.get(c)
             if axes and p is not None and not producer.domain.logical[p].is_broadcast:
@@ -57,8 +59,8 @@ def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
         devices = math.prod(target.mesh.shape[a] for a in axes)
         sources = [
             p.domain.logical[pi]
-            for p in expr.inputs
-            for pi, ci in producer_to_consumer(expr, p, target).items()
+            for k, p in enumerate(expr.inputs)
+            for pi, ci in operand_to_output(expr, k, target).items()
             if ci == c
         ]
         if not sources and is_indexed(expr):
@@ -83,8 +85,8 @@ def broadcast_sums(expr: Expr) -> list[tuple[TensorView, int, TensorView, int]]:
         for s in shardings(out).values():
             if not s.is_partial:
                 continue
-            for p in expr.inputs:
-                for pi, ci in producer_to_consumer(expr, p, out).items():
+            for k, p in enumerate(expr.inputs):
+                for pi, ci in operand_to_output(expr, k, out).items():
                     if ci == s.logical_index and p.domain.logical[pi].is_broadcast:
                         found.append((out, ci, p, pi))
     return found
@@ -115,13 +117,13 @@ def block_permutation(expr: Expr) -> tuple[int, ...] | None:
     return chunk_permutation(expr)
 
 
-def propagation_axis_map(expr: Expr, producer: TensorView, out: TensorView) -> dict[int, int]:
-    """The axes along which propagate-shardings copies producer's sharding onto out: the
-    op's axis map, and for a block permutation (chunk_permutation) its axis 0 as well,
-    whose chunks only change devices."""
-    axis_map = producer_to_consumer(expr, producer, out)
-    if producer is expr.inputs[0] and chunk_permutation(expr) is not None:
-        axis_map = {**axis_map, producer.data_positions()[0]: 0}
+def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int, int]:
+    """The axes along which propagate-shardings copies operand `position`'s sharding onto
+    out: the op's axis map, and for a block permutation (chunk_permutation) its axis 0
+    as well, whose chunks only change devices."""
+    axis_map = operand_to_output(expr, position, out)
+    if position == 0 and chunk_permutation(expr) is not None:
+        axis_map = {**axis_map, expr.inputs[0].data_positions()[0]: 0}
     return axis_map
 
 
@@ -143,21 +145,21 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
     if isinstance(expr, LoadStoreOp) or block_permutation(expr) is not None:
         return []
     if any(has_unmapped_sharding(expr, out) for out in expr.outputs):
-        return list(expr.inputs)
-    return [
+        return list(dict.fromkeys(expr.inputs))
+    wrong = [
         p
-        for p in expr.inputs
-        if any(mesh_placement(p) != needed_placement(expr, out, p) for out in expr.outputs)
+        for k, p in enumerate(expr.inputs)
+        if any(mesh_placement(p) != needed_placement(expr, out, k) for out in expr.outputs)
     ]
+    return list(dict.fromkeys(wrong))  # a tensor read twice is named once
 
 
-def propagation_sources(expr: Expr) -> list[TensorView]:
-    """The inputs in the order propagate-shardings copies a sharding from (for linear
-    and matmul the weight first)."""
+def propagation_sources(expr: Expr) -> list[int]:
+    """The operand positions in the order propagate-shardings copies a sharding from
+    (for linear and matmul the weight first)."""
     first = definition_of(expr).sharding.prefer
-    return [expr.inputs[k] for k in first if k < len(expr.inputs)] + [
-        t for k, t in enumerate(expr.inputs) if k not in first
-    ]
+    n = len(expr.inputs)
+    return [k for k in first if k < n] + [k for k in range(n) if k not in first]
 
 
 def partial_op(tv: TensorView) -> ReductionOpType:

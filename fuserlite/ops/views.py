@@ -37,10 +37,10 @@ def set(x: TensorView, cache_op: str | None = None) -> TensorView:  # noqa: A001
     return out
 
 
-def _broadcast_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+def _broadcast_axes(expr: Expr, position: int) -> dict[int, int]:
     """The input's axes onto the output axes whose flag is False."""
     kept = [c for c, f in enumerate(expr.attrs["flags"]) if not f]
-    return dict(zip(producer.data_positions(), kept))
+    return dict(zip(expr.inputs[position].data_positions(), kept))
 
 
 @define(
@@ -125,9 +125,10 @@ def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[lis
     return groups
 
 
-def _reshape_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+def _reshape_axes(expr: Expr, position: int) -> dict[int, int]:
     """The outermost axis of each group of axes a reshape splits or merges (so an outer
     sharding of a group stays local)."""
+    producer = expr.inputs[position]
     p_data = producer.data_positions()
     src, dst = producer.shape, expr.output.shape
     groups = reshape_groups(src, dst)
@@ -167,9 +168,9 @@ def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     return out
 
 
-def _take_axes(expr: Expr, producer: TensorView) -> dict[int, int]:
+def _take_axes(expr: Expr, position: int) -> dict[int, int]:
     """Every axis but the first in place; the rows it picks come from anywhere."""
-    p = producer.data_positions()
+    p = expr.inputs[position].data_positions()
     return {p[k]: k for k in range(1, len(p))}
 
 

@@ -25,8 +25,8 @@ from fuserlite.ops.registry import (
     Category,
     compute_dtype,
     definition_of,
+    operand_to_output,
     positional,
-    producer_to_consumer,
 )
 from fuserlite.runtime.communicator import identity
 
@@ -186,11 +186,12 @@ def _row(expr: Expr) -> Row:
     return row
 
 
-def _laid_out(expr: Expr, producer: TensorView, value: np.ndarray) -> np.ndarray:
+def _laid_out(expr: Expr, position: int, value: np.ndarray) -> np.ndarray:
     """A pointwise operand's data on the output's data axes, through the op's axis map:
     its axes where they map (transposed into the output's order), extent 1 elsewhere."""
     out_data = {li: k for k, li in enumerate(expr.output.data_positions())}
-    amap = producer_to_consumer(expr, producer)
+    producer = expr.inputs[position]
+    amap = operand_to_output(expr, position)
     try:
         target = [out_data[amap[li]] for li in producer.data_positions()]
     except KeyError:
@@ -242,7 +243,7 @@ def eval_outputs(
     row = _row(expr)
     first = tuple(shapes[0])
     if d.category is Category.POINTWISE and d.axis_map is not positional:
-        args = [_laid_out(expr, t, a) for t, a in zip(expr.inputs, args)]
+        args = [_laid_out(expr, k, a) for k, a in enumerate(args)]
     with np.errstate(all="ignore"):
         if d.converts:  # its operands in their own dtypes
             out = row(expr, *args)

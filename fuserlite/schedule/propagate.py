@@ -37,7 +37,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
-from fuserlite.ops.registry import producer_to_consumer
+from fuserlite.ops.registry import operand_to_output
 from fuserlite.printer import axis_text
 
 
@@ -55,9 +55,12 @@ def _axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, Iter
     consumer = expr.output
     # The one axis map of the ops (fuserlite.ops.registry), as IterDomain pairs; a
     # schedule propagates through an op that maps every data axis onto a data axis.
+    # Such an op maps an operand by its own axes alone, so a tensor it reads twice
+    # (mul(x, x)) maps alike in each position: its first one serves.
+    position = next(k for k, t in enumerate(expr.inputs) if t is producer)
     pairs = [
         (producer.domain.logical[p], consumer.domain.logical[c])
-        for p, c in producer_to_consumer(expr, producer).items()
+        for p, c in operand_to_output(expr, position).items()
     ]
     mapped = sum(not c.is_reduction for _, c in pairs)
     if mapped != len(producer.data_axes()):
