@@ -188,3 +188,21 @@ def test_a_reduction_sharded_over_fewer_mesh_axes_than_its_input_lowers():
         f.add_output(fl.neg(s))
     inputs = fl.random_inputs(f, 0)
     fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
+
+
+def test_a_copy_does_not_reuse_the_index_lowering_of_an_iota_of_the_same_shape():
+    """iota [2] sharded on a 1-device mesh reads didx (its values are global indices);
+    a copy of the same shape in the next kernel shared its cached TensorIndex and asked
+    the kernel runner for a didx it was not given (KeyError 'didx'). Seed 1993 of the
+    differential generator."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh([0])
+        x = fl.tensor([2], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        i = fl.iota(2, "int64", 2, -1)
+        i.set_device_mesh(mesh)
+        shard_axis(i, 0, mesh)
+        f.add_output(fl.where(fl.lt(i, 0), x, 0.0))
+    inputs = fl.random_inputs(f, 0)
+    fl.validate(f, inputs, fl.FusionExecutor(f, compute="interpret").run(inputs))

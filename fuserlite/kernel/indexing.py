@@ -352,4 +352,5 @@ def _schedule_signature(tv: TensorView) -> tuple:
     loop = [
         (pos[id(ax)], ax.parallel_type if ax.is_device_parallel else None) for ax in tv.domain.loop
     ]
-    return tuple(logical), tuple(transforms), tuple(loop)
+    # and the device indices its TensorIndex reads (an iota's, even where its sharding is)
+    return tuple(logical), tuple(transforms), tuple(loop), tuple(device_indices([tv]))
