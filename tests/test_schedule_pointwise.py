@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 from pointwise_cases import build, seed004, segmented, whole_kernel
 
@@ -193,3 +194,21 @@ def test_a_schedule_that_fits_no_single_grid_is_rejected_at_scheduling_time() ->
     extra.split(-1, 2)
     with pytest.raises(fl.ScheduleError, match=r"scheduled loop axes but the kernel has"):
         check_grid(kernel)
+
+
+@pytest.mark.parametrize("compute", ["compiled", "interpret"])
+def test_a_tensor_read_directly_and_through_a_permute_is_not_computed_at_one_order(compute):
+    """x.T + x (x square): one schedule inlined x at its own element order into both
+    reads, so the kernel computed x + x (a silent wrong answer on every scheduled path;
+    differential seed 2655). Such a kernel is left unscheduled, with the reason."""
+    with fl.Fusion() as f:
+        x = fl.tensor([4, 4], name="x")
+        f.add_input(x)
+        f.add_output(fl.add(fl.transpose(x, 0, 1), x))
+    ex = fl.FusionExecutor(f, compute=compute)
+    (kernel,) = ex.program.kernels
+    assert not kernel.scheduled
+    assert any("two axis maps" in note for note in kernel.notes)
+    inputs = fl.random_inputs(f, 1)
+    (out,) = ex.run(inputs)
+    assert np.array_equal(out, inputs[0].T + inputs[0])

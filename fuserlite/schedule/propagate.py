@@ -260,6 +260,7 @@ def propagate(
     while heap:
         _, _, tv, ref_map = heapq.heappop(heap)
         if id(tv) in to_ref:
+            _check_agrees(reference, tv, to_ref[id(tv)], ref_map)
             continue
         to_ref[id(tv)] = ref_map
         if tv is not reference:
@@ -267,17 +268,30 @@ def propagate(
             replay(reference, tv, {r: by_id[k] for k, r in ref_map.items()})
         order.append(tv)
         for other, expr, other_is_consumer in edges.get(id(tv), []):
-            if id(other) in to_ref:
-                continue
             pairs = axis_pairs(expr, tv if other_is_consumer else other)
             other_map: dict[int, IterDomain] = {}
             for p_ax, c_ax in pairs:
                 src, dst = (p_ax, c_ax) if other_is_consumer else (c_ax, p_ax)
                 if id(src) in ref_map:
                     other_map[id(dst)] = ref_map[id(src)]
+            if id(other) in to_ref:
+                _check_agrees(reference, other, to_ref[id(other)], other_map)
+                continue
             heapq.heappush(heap, (-len(other_map), next(counter), other, other_map))
     check_parallel_types(order)
     return order
+
+
+def _check_agrees(reference: TensorView, tv: TensorView, got: dict, other: dict) -> None:
+    """A tensor reached again must map onto the reference as it did the first time: one
+    read directly and through a permute (x.T + x) is read at two element orders, which
+    one loop schedule computed at its consumers cannot give (it computed x.T as x)."""
+    for k, r_ax in other.items():
+        if k in got and got[k] is not r_ax:
+            raise ScheduleError(
+                f"cannot propagate the schedule of {reference.name} to {tv.name}: it is read "
+                "through two axis maps (one of them permuted), which one schedule cannot serve"
+            )
 
 
 def check_parallel_types(tensors: Iterable[TensorView]) -> None:
