@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from random_fusion import BINARY, RandomFusion, fusion_script, repro_script
-from random_nd import NDMeshes, is_nd_case
+from random_nd import Shardings, is_nd_case
 from random_nn_ops import NNOps
 from random_ops import TransformerOps, bfloat16_share
 
 import fuserlite as fl
-from fuserlite.ir.types import ParallelType
-from fuserlite.schedule.shard import shard_axis
 
 # Known compiler bugs the generator steers around (flag -> what triggers it).
 KNOWN_BUGS: dict[str, str] = {}
@@ -51,7 +49,7 @@ class Case:
         return repro_script(self.lines, self.seed)
 
 
-class Generator(NNOps, TransformerOps, NDMeshes, RandomFusion):
+class Generator(NNOps, TransformerOps, Shardings, RandomFusion):
     """Builds one random fusion inside an active `fl.Fusion()`."""
 
     def __init__(self, seed: int, fusion: fl.Fusion) -> None:
@@ -87,52 +85,6 @@ class Generator(NNOps, TransformerOps, NDMeshes, RandomFusion):
             return int(self.pick([m for m in range(d, 9, d)]))
         return int(self.rng.integers(1, 9))
 
-    # -- sharding -----------------------------------------------------------
-    def maybe_shard(self, tv: fl.TensorView, p_shard: float, p_bcast: float) -> None:
-        mesh = self.mesh_of[id(tv)]
-        if mesh is None:
-            return
-        if any(ax.parallel_type.is_device for ax in tv.domain.loop):
-            return
-        if mesh.rank > 1:
-            return self.maybe_shard_nd(tv, mesh, p_shard)
-        data = [i for i, ax in enumerate(tv.domain.logical) if not ax.is_reduction]
-        # Any extent: one the mesh does not divide is chunked as torch.chunk does.
-        shardable = [i for i in data if tv.domain.logical[i].is_iteration]
-        bcast = [i for i in data if tv.domain.logical[i].is_broadcast]
-        # A reduction axis over devices (rDIDx): partial values, complete once an output.
-        reduced = [i for i, ax in enumerate(tv.domain.logical) if ax.is_reduction]
-        if reduced and self.chance(0.3):
-            shardable = reduced
-        if shardable and self.chance(p_shard):
-            i = int(self.pick(shardable))
-            pos = tv.domain.loop.index(tv.domain.logical[i])
-            if tv.domain.logical[i].extent == mesh.size > 1 and self.chance(0.5):
-                # the same sharding as shard_axis gives, written as an outer split by D
-                # whose inner part has extent 1
-                tv.outer_split(pos, mesh.size).axis(pos).parallelize(ParallelType.DIDx)
-                self.emit(
-                    f"{self.name(tv)}.outer_split({pos}, {mesh.size}).axis({pos})"
-                    ".parallelize(fl.ParallelType.DIDx)"
-                )
-            else:
-                self.shard(tv, i, mesh)
-            self.sharded = True
-        elif bcast and self.chance(p_bcast):
-            i = int(self.pick(bcast))
-            pos = tv.domain.loop.index(tv.domain.logical[i])
-            tv.axis(pos).parallelize(ParallelType.DIDx)
-            self.sharded = True
-            self.emit(f"{self.name(tv)}.axis({pos}).parallelize(fl.ParallelType.DIDx)")
-
-    def shard(self, tv: fl.TensorView, i: int, mesh, pt=ParallelType.DIDx, whole=True) -> None:
-        """shard_axis(tv, i, mesh, pt), written into the script."""
-        shard_axis(tv, i, mesh, pt, whole=whole)
-        how = "" if pt is ParallelType.DIDx and whole else f", fl.ParallelType.{pt.name}"
-        how += "" if whole else ", whole=False"
-        self.emit(f"shard_axis({self.name(tv)}, {i}, {self.mesh_text(mesh)}{how})")
-        self.sharded = True
-
     # -- inputs -------------------------------------------------------------
     def new_input(
         self, shape: list[int], mesh, p_shard=0.4, p_bcast=0.15, dtype: str | None = None
@@ -154,6 +106,11 @@ class Generator(NNOps, TransformerOps, NDMeshes, RandomFusion):
 
     def producer_mesh(self, *tvs):
         return next((self.mesh_of[id(t)] for t in tvs if self.mesh_of[id(t)] is not None), None)
+
+    def partner(self, a: fl.TensorView) -> fl.TensorView | None:
+        """A live tensor that broadcasts with `a` (None when `a` has over MAX_RANK axes)."""
+        others = [t for t in self.live if self.broadcastable(a, t)]
+        return self.pick(others) if others else None
 
     @staticmethod
     def broadcastable(a: fl.TensorView, b: fl.TensorView) -> bool:
@@ -193,8 +150,9 @@ class Generator(NNOps, TransformerOps, NDMeshes, RandomFusion):
 
     def op_binary(self):
         a = self.operand()
-        others = [t for t in self.live if self.broadcastable(a, t)]
-        b = self.pick(others)
+        b = self.partner(a)
+        if b is None:
+            return None
         name = self.pick(list(BINARY))
         ba, bb = self.bound[id(a)], self.bound[id(b)]
         nb = ba * bb if name == "mul" else (ba + bb if name in ("add", "sub") else max(ba, bb))
@@ -217,8 +175,9 @@ class Generator(NNOps, TransformerOps, NDMeshes, RandomFusion):
 
     def op_div(self):
         a = self.operand()
-        others = [t for t in self.live if self.broadcastable(a, t)]
-        b = self.pick(others)
+        b = self.partner(a)
+        if b is None:
+            return None
         if self.bound[id(b)] > 10.0:
             b = a
         out = fl.div(a, fl.add(fl.mul(b, b), 1.0))
@@ -334,7 +293,7 @@ class Generator(NNOps, TransformerOps, NDMeshes, RandomFusion):
 
     # -- whole case ---------------------------------------------------------
     def build(self, nd: bool = False) -> None:
-        """A 1-D case (`nd`: one on an N-D mesh, NDMeshes.build_nd)."""
+        """A 1-D case (`nd`: one on an N-D mesh, Shardings.build_nd)."""
         if nd:
             return self.build_nd()
         self.d = d = int(self.pick([1, 2, 4]))
