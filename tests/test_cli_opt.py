@@ -103,3 +103,17 @@ def test_opt_errors(capsys, monkeypatch, argv: list[str], stdin: str | None, mes
     source = "-" if stdin is not None else REPO / "examples/softmax.fus"
     code, out, err = cli(capsys, monkeypatch, "opt", source, *argv, stdin=stdin)
     assert (code, out) == (1, "") and message in err, err
+
+
+@pytest.mark.parametrize("command", ["print", "run", "explain", "show", "codegen"])
+def test_every_command_reads_a_fus_file_from_stdin(capsys, monkeypatch, command: str) -> None:
+    """`-` is stdin for every command that reads a .fus file, as for opt (was: "-: cannot
+    read the file"); the output is the file's, and errors name <stdin>."""
+    path = REPO / "examples/tp_mlp.fus"
+    want = cli(capsys, monkeypatch, command, path)
+    assert want[0] == 0, want[2]
+    got = cli(capsys, monkeypatch, command, "-", stdin=path.read_text())
+    assert got == (0, want[1].replace(str(path), "<stdin>"), want[2])
+    bad = "mesh m = [0, 1]\ninput x: float32[4] on m\ny = bogus(x)\n"
+    code, out, err = cli(capsys, monkeypatch, command, "-", stdin=bad)
+    assert (code, out) == (1, "") and "<stdin>:3:5: unknown op 'bogus'" in err

@@ -28,7 +28,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="print CUDA for the scheduled kernels",
         description=cmd_codegen.__doc__,
     )
-    g.add_argument("path", metavar="PATH", help="a .fus file")
+    g.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
     g.add_argument(
         "--target", choices=("cuda", "cpu"), default="cuda", help="cuda (default) or cpu"
     )

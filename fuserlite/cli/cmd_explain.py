@@ -37,7 +37,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="explain the communications of a lowered .fus fusion",
         description=cmd_explain.__doc__,
     )
-    c.add_argument("path", metavar="PATH", help="a .fus file")
+    c.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
     add_mesh_options(c)
     add_latency_option(c)
     c.set_defaults(handler=cmd_explain)

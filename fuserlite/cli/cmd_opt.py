@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from fuserlite.cli.output import EXIT_OK, Output, pass_list
+from fuserlite.cli.output import EXIT_OK, STDIN, Output, pass_list
 from fuserlite.pipeline import Pipeline
 from fuserlite.program.parser import load_any
 from fuserlite.program.program import Program
@@ -26,7 +26,7 @@ def cmd_opt(args: argparse.Namespace, out: Output) -> int:
     names = []
     if args.passes is not None:
         names = pass_list(args.passes, "opt: error: -p", "print what was read")
-    ir = load_any(sys.stdin.buffer, "<stdin>") if args.path == "-" else load_any(args.path)
+    ir = load_any(sys.stdin.buffer, STDIN) if args.path == "-" else load_any(args.path)
     if names:
         level = "program" if isinstance(ir, Program) else "fusion"
         ir = Pipeline(names, input_level=level).run(ir)

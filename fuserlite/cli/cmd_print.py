@@ -99,7 +99,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "print", parents=[common], help="print a .fus fusion", description=cmd_print.__doc__
     )
-    p.add_argument("path", metavar="PATH", help="a .fus file")
+    p.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
     form = p.add_mutually_exclusive_group()
     form.add_argument(
         "--format",

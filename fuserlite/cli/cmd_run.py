@@ -18,6 +18,7 @@ from fuserlite.cli.output import (
     add_mesh_options,
     load_fusion,
     lowering_pass_names,
+    source_name,
 )
 from fuserlite.cli.progress import ProgressDisplay
 from fuserlite.ir.args import abbreviate
@@ -94,7 +95,7 @@ def _run(
     if outputs is None:
         return EXIT_OK  # an MPI rank other than 0: rank 0 prints the report
     table = Table(
-        title=f"{args.path} on {devices_text(executor.devices, args.backend)}, seed {args.seed}",
+        title=f"{source_name(args.path)} on {devices_text(executor.devices, args.backend)}, seed {args.seed}",
         box=box.SIMPLE_HEAD,
     )
     for column in ("output", "shape", "dtype", "sum", "sum |x|"):
@@ -160,7 +161,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="lower, execute and validate a .fus fusion",
         description=cmd_run.__doc__,
     )
-    r.add_argument("path", metavar="PATH", help="a .fus file")
+    r.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     add_mesh_options(r)
     add_latency_option(r)

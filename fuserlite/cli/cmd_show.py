@@ -94,7 +94,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="draw which device holds which block of each tensor",
         description=cmd_show.__doc__,
     )
-    p.add_argument("path", metavar="PATH", help="a .fus file")
+    p.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
     p.add_argument("--tensor", metavar="NAME", help="only this tensor (its name or T-number)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--after", metavar="PASS", help="after this pass of the default pipeline")

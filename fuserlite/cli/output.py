@@ -90,9 +90,17 @@ class Output:
         self.console.print(table)
 
 
+STDIN = "<stdin>"  # what messages call the file `-`
+
+
+def source_name(path: str) -> str:
+    """What messages and titles call the file the command reads."""
+    return STDIN if path == "-" else path
+
+
 def load_fusion(path: str) -> Fusion:
-    """Read a .fus file (unreadable files are ParseErrors) and validate it."""
-    fusion = fuserlite.load(path)
+    """Read a .fus file, or stdin for `-` (unreadable files are ParseErrors), and validate it."""
+    fusion = fuserlite.load(sys.stdin.buffer, STDIN) if path == "-" else fuserlite.load(path)
     fuserlite.verify(fusion)
     return fusion
 

@@ -117,9 +117,11 @@ def check_source(text: object, filename: object, who: str, what: str) -> None:
         )
 
 
-def load(path: str | Path) -> Fusion:
-    """Read and parse a .fus file of at most MAX_SOURCE_BYTES."""
-    return parse(read_source(path), str(path))
+def load(path: str | Path | BinaryIO, name: str | None = None) -> Fusion:
+    """Read and parse a .fus file of at most MAX_SOURCE_BYTES (a path, or an open binary
+    stream such as stdin, called `name` in messages)."""
+    name = str(path) if name is None else name
+    return parse(read_source(path, name), name)
 
 
 def read_source(path: str | Path | BinaryIO, name: str | None = None) -> str:
