@@ -111,8 +111,11 @@ def chunk_permutation(expr: Expr) -> tuple[int, ...] | None:
 def block_permutation(expr: Expr) -> tuple[int, ...] | None:
     """chunk_permutation(expr) where the output is placed like the input, on its mesh:
     the expression is then a communication (one CollectivePermute); else None."""
-    x, out = (expr.inputs[0], expr.output) if expr.inputs else (None, None)
-    if x is None or x.mesh is None or x.mesh != out.mesh or placement(out) != placement(x):
+    d = definition(expr)
+    if d is None or d.sharding.permutes is None or not expr.inputs:
+        return None  # most ops never permute: ask before working out placements
+    x, out = expr.inputs[0], expr.output
+    if x.mesh is None or x.mesh != out.mesh or placement(out) != placement(x):
         return None
     return chunk_permutation(expr)
 
