@@ -71,6 +71,17 @@ def test_run_reports_communications_and_resizes_devices(capsys) -> None:
         capsys, "run", REPO / "examples/add_broadcast_not_parallelized.fus", "--devices", "4"
     )
     assert code == 1 and "parallelized as a whole" in err and "outer_split" in err
+
+
+def test_resizing_a_shard_map_program_says_it_is_written_for_its_mesh(capsys) -> None:
+    """A shard_map region's per-device values cannot be resized: the error names the
+    region's line and says so (was: "outer_split it", about a tensor the user never
+    wrote)."""
+    code, out, err = cli(capsys, "run", REPO / "examples/seed_000.fus", "--devices", "4")
+    assert (code, out) == (1, "")
+    assert "seed_000.fus:16: T1 (a tensor the compiler made there)" in err
+    assert "as a shard_map region does" in err and "write it for 4" in err
+    assert "outer_split" not in err
     code, _, err = cli(capsys, "run", REPO / "examples/tp_mlp.fus", "--devices", "0")
     assert (
         code == 1 and "--devices: the number of devices must be an integer in 1..4096, got 0" in err

@@ -110,10 +110,19 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
             ax = tv.domain.logical[li]
             size = new_mesh.axis_size(pts[0])
             if ax in tv.domain.loop and ax.extent != size:
+                where = "" if tv.origin is None else f"{tv.origin}: "
+                if tv.user_name is None:  # made for the user (a shard_map region's values)
+                    raise FusionError(
+                        f"{where}{tv.name} (a tensor the compiler made{' there' * bool(where)}) "
+                        f"holds one value per device on axis {li} ({ax.extent} devices along "
+                        f"{pts[0].name}), as a "
+                        "shard_map region does: the program is written for that many "
+                        f"devices; write it for {size} (its mesh and sizes) instead of resizing"
+                    )
                 raise FusionError(
-                    f"{tv.name} axis {li} ({ax.extent} devices) is parallelized as a whole, so its "
-                    f"extent is the device count; outer_split it by the mesh size to make the "
-                    f"fusion resizable to {size} devices along {pts[0].name}"
+                    f"{where}{tv.name} axis {li} ({ax.extent} devices) is parallelized as a whole, "
+                    f"so its extent is the device count; outer_split it by the mesh size to make "
+                    f"the fusion resizable to {size} devices along {pts[0].name}"
                 )
         if tv.mesh is None:  # DID given, mesh inherited later: only a whole-axis DID is possible
             continue
