@@ -103,21 +103,26 @@ def chunk_permutation(expr: Expr) -> tuple[int, ...] | None:
     """The source chunk of each output chunk where the expression moves whole chunks of
     its input's sharded axis 0 between devices (its op's sharding rule,
     `Sharding.permutes`), whatever its output's placement; else None."""
-    d = definition(expr)
-    rule = d.sharding.permutes if d is not None else None
+    rule = _permutes(expr)
     return None if rule is None else rule(expr)
+
+
+def _permutes(expr: Expr):
+    """The op's `Sharding.permutes` rule, or None (most ops never permute)."""
+    d = definition(expr)
+    return d.sharding.permutes if d is not None and expr.inputs else None
 
 
 def block_permutation(expr: Expr) -> tuple[int, ...] | None:
     """chunk_permutation(expr) where the output is placed like the input, on its mesh:
     the expression is then a communication (one CollectivePermute); else None."""
-    d = definition(expr)
-    if d is None or d.sharding.permutes is None or not expr.inputs:
-        return None  # most ops never permute: ask before working out placements
+    rule = _permutes(expr)  # asked before working out placements: it runs on every expr
+    if rule is None:
+        return None
     x, out = expr.inputs[0], expr.output
     if x.mesh is None or x.mesh != out.mesh or placement(out) != placement(x):
         return None
-    return chunk_permutation(expr)
+    return rule(expr)
 
 
 def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int, int]:
