@@ -146,3 +146,23 @@ def test_validating_pauses_the_collector_and_restores_it(monkeypatch) -> None:
     fl.validate(fusion, inputs, outputs)
     assert seen and not any(seen)
     assert gc.isenabled()
+
+
+def test_building_in_a_fusion_block_pauses_the_collector_and_restores_it() -> None:
+    """Full collections were half the time of building 20000 outputs: `with Fusion()`
+    pauses the collector, nested blocks and a failing block restore it once."""
+    gc.enable()
+    with fl.Fusion():
+        assert not gc.isenabled()
+        with fl.Fusion():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError), fl.Fusion():
+        1 / 0
+    assert gc.isenabled()
+    gc.disable()  # a caller who turned it off keeps it off
+    with fl.Fusion():
+        pass
+    assert not gc.isenabled()
+    gc.enable()

@@ -96,6 +96,27 @@ def test_a_clone_derives_its_facts_afresh():
     assert shardings(mapping[x]) == {} and shardings(x)
 
 
+def test_a_clone_owns_every_axis_of_its_copy_and_stamps_only_itself():
+    f = sharded_add()
+    y = f.outputs[0]
+    y.split(1, 4).merge(1, 2)
+    y.domain.allocation = list(y.domain.loop)
+    copy, mapping = f.clone()
+    assert str(copy) == str(f)
+    for old in f.tensors_created:
+        new = mapping[old]
+        axes = new.domain.ids_between_logical_and_loop()
+        assert all(ax.owner is new for ax in axes)
+        assert [mapping[a] for a in old.domain.ids_between_logical_and_loop()] == axes
+        assert new.definition is (None if old.definition is None else mapping[old.definition])
+        assert new.uses == [mapping[e] for e in old.uses]
+    assert mapping[y].domain.allocation == [mapping[a] for a in y.domain.allocation]
+    before, old_version = version(mapping[y]), version(y)
+    mapping[y].domain.loop[1].parallel_type = fl.ParallelType.TIDx
+    assert version(mapping[y]) > before and version(y) == old_version
+    assert y.domain.loop[1].parallel_type is fl.ParallelType.Serial
+
+
 # -- a bad pass is caught though the validator's marks are warm -------------------
 def _on_input(program):
     return program.fusion.inputs[0]

@@ -40,6 +40,23 @@ class Expr:
         object.__setattr__(self, name, tracked(self, value))
         self.__dict__["_stamp"] = tick()
 
+    def copy_between(self, mapping: dict) -> Expr:
+        """A copy of this expression between the copies (`mapping`) of its tensors,
+        linked to them (their definition and uses); its other attributes shared."""
+        e = type(self).__new__(type(self))
+        state = e.__dict__
+        state.update(self.__dict__)
+        inputs = [mapping[t] for t in self.inputs]
+        outputs = [mapping[t] for t in self.outputs]
+        state.update(
+            inputs=TrackedList(e, inputs), outputs=TrackedList(e, outputs), _facts={}, _stamp=tick()
+        )
+        for t in outputs:
+            t.__dict__["definition"] = e  # a new tensor, stamped when it was made
+        for t in inputs:
+            t.uses.append(e)
+        return e
+
     def forget_derived(self) -> None:
         """Forget what was derived from the expression this one was copied from."""
         self.__dict__.update(_facts={}, _stamp=tick())

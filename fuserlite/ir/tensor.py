@@ -64,6 +64,22 @@ class TensorView:
         object.__setattr__(self, name, value)
         self.__dict__["_stamp"] = tick()
 
+    def copy_into(self, fusion: Fusion, mapping: dict) -> TensorView:
+        """A copy of this tensor in `fusion` with a copy of its domain (`mapping` is
+        given its axes' copies), unlinked: no definition, no uses, nothing derived."""
+        tv = TensorView.__new__(TensorView)
+        state = tv.__dict__
+        state.update(self.__dict__)
+        state.update(
+            fusion=fusion,
+            domain=self.domain.copy_for(tv, mapping),
+            definition=None,
+            uses=[],
+            _facts={},
+            _stamp=tick(),
+        )
+        return tv
+
     def forget_derived(self) -> None:
         """Forget what was derived from the tensor this one was copied from."""
         self.__dict__.update(_facts={}, _stamp=tick())
