@@ -3,7 +3,8 @@
 program = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouched
 
 `progress`, if given, is told about each pass before it runs (a display of long
-work hangs on it; see Progress).
+work hangs on it; see Progress). A pass that changes nothing its level's validator
+reads is followed by no validation walk (fuserlite.verify.Verdicts).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only
 from fuserlite.passes.base import IR_CLASSES, REGISTRY, Level, Pass, make_pass
 from fuserlite.program.program import Program
-from fuserlite.program.verify import verify_program
-from fuserlite.verify import verify
+from fuserlite.program.verify import PROGRAM_READS, verify_program
+from fuserlite.verify import FUSION_READS, Reads, Verdicts, verify
 
 __all__ = ["DEFAULT_PASSES", "Level", "PassFailed", "Pipeline", "Progress", "lower"]
 
@@ -66,12 +67,13 @@ class _LevelChecks:
     check_input: Callable  # the IR handed to run()
     check_after_pass: Callable  # between passes: every invariant of the level
     copy: Callable  # run() works on a copy
+    reads: Reads  # what check_after_pass reads: unchanged, it is not run again
 
 
 LEVELS = {
     # Between fusion passes meshes may still be inferable: propagate-shardings ensures them.
-    Level.fusion: _LevelChecks(verify, verify, lambda f: f.clone()[0]),
-    Level.program: _LevelChecks(verify_program, verify_program, Program.clone),
+    Level.fusion: _LevelChecks(verify, verify, lambda f: f.clone()[0], FUSION_READS),
+    Level.program: _LevelChecks(verify_program, verify_program, Program.clone, PROGRAM_READS),
 }
 
 
@@ -141,6 +143,7 @@ class Pipeline:
         checks = LEVELS[self.input_level]
         checks.check_input(ir)
         current = checks.copy(ir)
+        verdicts = Verdicts()  # between passes a level's validator skips an unchanged IR
         ran: list[str] = []
         for p in self.passes:
             if self.progress is not None:
@@ -155,7 +158,8 @@ class Pipeline:
                     current = _produced(p, result)
                 if self.verify_each:
                     with reading_only():  # the validator and the contract read the same IR
-                        LEVELS[level].check_after_pass(current)
+                        after = LEVELS[level]
+                        verdicts.check(current, level, after.check_after_pass, after.reads)
                         broken = p.ensures(current)
             except VerifyError as exc:
                 raise PassFailed(

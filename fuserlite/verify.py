@@ -2,12 +2,18 @@
 
 `verify(fusion)` raises VerifyError listing each broken invariant with the
 tensor and axis at fault. The pipeline runs it after every fusion pass (and
-fuserlite.program.verify, which builds on it, after every program pass).
+fuserlite.program.verify, which builds on it, after every program pass): a tensor or
+expression found valid is checked again only once it has changed (ir.stamps), and an
+IR nothing has changed in since it was found valid is not walked at all
+(Verdicts, below; FUSION_READS is what verify reads).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from operator import attrgetter, is_
+from typing import Any
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
@@ -19,7 +25,7 @@ from fuserlite.ir.sharding import (
     sharding_problem,
     shardings,
 )
-from fuserlite.ir.stamps import checked, mark_checked, version
+from fuserlite.ir.stamps import checked, mark_checked, tick, version
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, ParallelType
 from fuserlite.ops.sharding import broadcast_sums, non_local_inputs
@@ -95,7 +101,9 @@ def ownership_problems(tv: TensorView) -> list[str]:
 def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
     """Every problem of one tensor's domains and sharding; a tensor found valid is not
     checked again until it changes (ir.stamps)."""
-    question = ("valid tensor", mesh_inferable)
+    # mesh_inferable only matters to a tensor without a mesh: the verdict on one with a
+    # mesh holds at both levels (a program's validator finds the fusion's marks).
+    question = ("valid tensor", mesh_inferable and tv.mesh is None)
     v = version(tv)
     if checked(tv, question, v):
         return []
@@ -196,9 +204,129 @@ def fusion_problems(fusion: Fusion, namer: Namer, require_mesh: bool) -> list[st
     return problems
 
 
+# -- whole-IR verdicts ---------------------------------------------------------------
+# A validator that found a fusion or a program valid is not run again on it while
+# nothing it read has changed. Many passes change few nodes or none (lower-communications
+# and assign-layouts of a program with no resharding change no tensor); per node the
+# validator already re-checks only what changed, and this skips even the walk over the
+# unchanged nodes.
+#
+# What a validator reads is of two kinds (its `Reads`): stamped nodes (TensorViews, their
+# TensorDomains, Exprs: any write to one, or to an IterDomain a tensor owns, moves its
+# stamp), and the lists that hold the IR together, which carry no stamp (a fusion's
+# inputs and outputs, a program's steps, a kernel's expressions): of those a record keeps
+# the contents. A record made at clock time T holds while every node it lists is stamped
+# before T and every list holds the same nodes: then the IR reachable from it is the same
+# graph in the same state (a new node is reachable only through a changed node or list),
+# and so is every verdict about it.
+_STAMP = attrgetter("_stamp")
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a validator reads of an IR: `lists(ir)`, its unstamped lists (compared item
+    by item, by identity), and `nodes(ir)`, every stamped node (TensorViews, their
+    TensorDomains, Exprs; duplicates allowed) reachable from them."""
+
+    lists: Callable[[Any], Sequence[Sequence[Any]]]
+    nodes: Callable[[Any], Sequence[Any]]
+
+
+def _same(now: Sequence[Sequence[Any]], then: Sequence[tuple]) -> bool:
+    return len(now) == len(then) and all(
+        len(a) == len(b) and all(map(is_, a, b)) for a, b in zip(now, then)
+    )
+
+
+@dataclass
+class _Record:
+    ir: Any
+    question: object
+    time: int  # the clock when the check began: every node it read is stamped before
+    lists: list[tuple]
+    nodes: Sequence[Any]
+
+    def holds(self, ir: Any, question: object, reads: Reads) -> bool:
+        if ir is not self.ir or question != self.question:
+            return False
+        if not _same(reads.lists(ir), self.lists):
+            return False
+        return not self.nodes or max(map(_STAMP, self.nodes)) < self.time
+
+
+class Verdicts:
+    """The last whole-IR check that found nothing wrong, kept while its IR is unchanged
+    (one per pipeline run: a record keeps the nodes it read alive)."""
+
+    def __init__(self) -> None:
+        self._record: _Record | None = None
+
+    def check(
+        self,
+        ir: Any,
+        question: object,
+        validate: Callable[[Any], None],
+        reads: Reads,
+    ) -> None:
+        """validate(ir) (it raises on a problem), unless it passed on `ir` for `question`
+        and nothing it `reads` has changed since."""
+        record = self._record
+        if record is not None and record.holds(ir, question, reads):
+            return
+        self._record = None
+        start = tick()
+        validate(ir)
+        # Read after the check: the lists and nodes a valid IR has (the check only reads).
+        lists = [tuple(x) for x in reads.lists(ir)]
+        self._record = _Record(ir, question, start, lists, reads.nodes(ir))
+
+
+_DOMAIN = attrgetter("domain")
+
+
+def expr_nodes(exprs: Iterable[Expr], tensors: Iterable[TensorView] = ()) -> list:
+    """`exprs`, `tensors` and every tensor the expressions read or write, with their
+    domains: the stamped nodes a check of them reads (Verdicts)."""
+    exprs = list(exprs)
+    tvs = list(tensors)
+    for e in exprs:
+        tvs += e.inputs
+        tvs += e.outputs
+    return [*exprs, *tvs, *map(_DOMAIN, tvs)]
+
+
+# What verify(fusion) reads (it follows the definitions back from the outputs).
+FUSION_READS = Reads(
+    lists=lambda f: (f.inputs, f.outputs),
+    nodes=lambda f: expr_nodes(f.exprs(), (*f.inputs, *f.outputs)),
+)
+
+
 def expr_state(e: Expr) -> tuple:
     """What a check of `e` reads: its own stamp and the versions of its tensors."""
     return (e._stamp, *map(version, e.inputs), *map(version, e.outputs))
+
+
+def marked_problems(
+    e: Expr, question: str, state: tuple, problems_of: Callable[[Expr, str], list[str]], fix: str
+) -> list[str]:
+    """problems_of(e, fix), or none without asking when `e` was found valid for
+    `question` in `state` (its expr_state): an unchanged expression is not checked again."""
+    if checked(e, question, state):
+        return []
+    found = problems_of(e, fix)
+    if not found:
+        mark_checked(e, question, state)
+    return found
+
+
+def non_local_text(e: Expr, fix: str) -> list[str]:
+    """A line per input `e` (not a Set) cannot compute its output from locally."""
+    return [
+        f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
+        f"{describe_sharding(e.output)}: not local; {fix}"
+        for p in non_local_inputs(e)
+    ]
 
 
 def non_local_problems(exprs: Iterable[Expr], fix: str) -> list[str]:
@@ -207,18 +335,7 @@ def non_local_problems(exprs: Iterable[Expr], fix: str) -> list[str]:
     tensors changes."""
     problems = []
     for e in exprs:
-        state = expr_state(e)
-        if checked(e, "local", state):
-            continue
-        found = [
-            f"{e.output.name} = {e.op_name}(...) reads {describe_sharding(p)} but computes "
-            f"{describe_sharding(e.output)}: not local; {fix}"
-            for p in non_local_inputs(e)
-        ]
-        if found:
-            problems.extend(found)
-        else:
-            mark_checked(e, "local", state)
+        problems.extend(marked_problems(e, "local", expr_state(e), non_local_text, fix))
     return problems
 
 

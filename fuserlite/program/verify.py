@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding
 from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.program import Kernel, Program
 from fuserlite.verify import (
+    FUSION_READS,
     LazyNamer,
+    Reads,
+    expr_nodes,
+    expr_state,
     fusion_problems,
-    non_local_problems,
+    marked_problems,
+    non_local_text,
     partial_output_problems,
     problems_text,
 )
@@ -78,19 +84,26 @@ def layout_problems(comms: list[Communication]) -> list[str]:
 
 
 def locality_problems(program: Program) -> list[str]:
-    """Every expression of a kernel computes from local shards."""
+    """Every expression of a kernel computes from local shards (each checked again only
+    once it or one of its tensors has changed)."""
     problems = []
     fix = "run insert-reshardings before segment"
     for kernel in program.kernels:
         for e in kernel.exprs:
-            if moves_data(e):
-                problems.append(
-                    f"kernel expression {movement_text(e)} moves data between devices "
-                    f"({describe_sharding(e.inputs[0])} -> "
-                    f"{describe_sharding(e.output)}); {fix}"
-                )
-        problems.extend(non_local_problems(kernel.exprs, fix))
+            state = expr_state(e)
+            problems.extend(marked_problems(e, "moves no data", state, movement_problems, fix))
+            problems.extend(marked_problems(e, "local", state, non_local_text, fix))
     return problems
+
+
+def movement_problems(e: Expr, fix: str) -> list[str]:
+    """A line if `e`, in a kernel, moves data between devices."""
+    if not moves_data(e):
+        return []
+    return [
+        f"kernel expression {movement_text(e)} moves data between devices "
+        f"({describe_sharding(e.inputs[0])} -> {describe_sharding(e.output)}); {fix}"
+    ]
 
 
 def step_problems(program: Program) -> list[str]:
@@ -117,3 +130,39 @@ def step_problems(program: Program) -> list[str]:
         if id(t) not in available:
             problems.append(f"output {t.name} is computed by no step of the program")
     return problems
+
+
+def _program_lists(program: Program) -> list:
+    kernels = program.kernels
+    return [
+        *FUSION_READS.lists(program.fusion),
+        (program.fusion,),
+        program.steps,
+        *(k.exprs for k in kernels),
+        *(k.inputs for k in kernels),
+        *(k.outputs for k in kernels),
+    ]
+
+
+def _program_nodes(program: Program) -> list:
+    """The fusion's nodes and those of the steps (with what they read, back to the
+    inputs, where a step holds an expression no fusion output needs)."""
+    fusion = program.fusion
+    exprs = fusion.exprs()
+    known = {id(e) for e in exprs}
+    kernels = program.kernels
+    stack = [e for s in program.steps for e in (s.exprs if isinstance(s, Kernel) else [s])]
+    stack = [e for e in stack if id(e) not in known]
+    upstream = []
+    while stack:
+        e = stack.pop()
+        if id(e) not in known:
+            known.add(id(e))
+            upstream.append(e)
+            stack.extend(t.definition for t in e.inputs if t.definition is not None)
+    tensors = [t for k in kernels for t in (*k.inputs, *k.outputs)]
+    return expr_nodes([*exprs, *upstream], (*fusion.inputs, *fusion.outputs, *tensors))
+
+
+# What verify_program(program) reads (fuserlite.verify.Verdicts).
+PROGRAM_READS = Reads(lists=_program_lists, nodes=_program_nodes)
