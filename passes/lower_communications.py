@@ -10,7 +10,10 @@ in `program.reshardings` (with the plan and its cheapest rejected alternative).
   bytes plus `latency_bytes` per collective (plan.cost; `latency_bytes=0`: bytes
   alone), one
   Communication per step, with an intermediate tensor between two steps. On a
-  1-D mesh every plan is one step, the rows of docs/design.md §5.
+  1-D mesh every plan is one step, the rows of docs/design.md §5. The output may
+  stay partial over some of the input's partial mesh axes (a reduction sharded over
+  fewer mesh axes than its input is completed in stages): each collective combines
+  in the op of the values it reads (program.partials.partial_op_of), the reduction's.
 - Between two meshes, a move in the forms of the 1-D table (one device to many:
   Broadcast/Scatter; many to one: Gather/Reduce; equal meshes with one sharding:
   SendRecv) keeps that form; any other is planned over boxes
@@ -49,7 +52,7 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
-from fuserlite.ops.sharding import block_permutation, movement_text, moves_data, partial_op
+from fuserlite.ops.sharding import block_permutation, movement_text, moves_data
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.chunking import Chunks, sized
 from fuserlite.passes.reorder_sharded_axis import device_axis_outermost
@@ -57,6 +60,7 @@ from fuserlite.plan import StepKind
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.plan.search import PlannedStep
 from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
+from fuserlite.program.partials import partial_op_of
 from fuserlite.program.program import Kernel, Program, Resharding, Step
 from fuserlite.program.reshardings import Planners
 from fuserlite.program.reshardings import needed_by as needed_by_of
@@ -144,7 +148,7 @@ class _Lowering:
     def _same_mesh(self, expr: LoadStoreOp) -> Resharding:
         inp, out = expr.input, expr.output
         plan = self.planners.plan(inp, out)
-        op = partial_op(inp) if is_partial(inp) else None
+        op = partial_op_of(inp) if is_partial(inp) else None
         expr.detach()
         comms, current = [], inp
         for k, planned in enumerate(plan.steps):
@@ -194,7 +198,7 @@ class _Lowering:
                 inp,
                 table.team,
                 root=table.root,
-                op=partial_op(inp) if table.kind.is_allreduce_class else None,
+                op=partial_op_of(inp) if table.kind.is_allreduce_class else None,
                 in_axis=sharded_data_axis(inp),
                 out_axis=sharded_data_axis(out),
                 bytes_per_device=nbytes,
@@ -211,7 +215,7 @@ class _Lowering:
                 inp,
                 tuple(dict.fromkeys(mi.devices + mo.devices)),
                 root=move.roots[0] if len(move.roots) == 1 else None,
-                op=partial_op(inp) if reducing else None,
+                op=partial_op_of(inp) if reducing else None,
                 bytes_per_device=max(sent.values(), default=0),
                 before=placement(inp),
                 after=placement(out),

@@ -298,9 +298,10 @@ PLAN_MESHES = [
 
 
 def plan_pairs(mesh: tuple[int, ...], every: int) -> list[tuple[Placement, Placement]]:
-    """Every `every`-th (source, complete target) pair of placements of PLAN_SHAPE."""
+    """Every `every`-th (source, target) pair of placements of PLAN_SHAPE, the target
+    complete or partial over some of the source's partial mesh axes."""
     sources = list(all_placements(len(PLAN_SHAPE), len(mesh)))
-    pairs = [(s, t) for s in sources for t in sources if t.is_complete]
+    pairs = [(s, t) for s in sources for t in sources if set(t.partial) <= set(s.partial)]
     return pairs[::every]
 
 

@@ -23,7 +23,7 @@ from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.shards import device_slices
 from fuserlite.schedule.shard import shard_axis
 
-X, Y = fl.ParallelType.DIDx, fl.ParallelType.DIDy
+X, Y, Z = fl.ParallelType.DIDx, fl.ParallelType.DIDy, fl.ParallelType.DIDz
 COMPUTE = ["interpret", "numpy", *(["compiled"] if HAVE_COMPILER else [])]
 
 
@@ -167,27 +167,95 @@ def test_the_predicate_of_an_uneven_outer_sharding_reads_the_nested_device_index
     assert device_indices([x]) == ["didx", "didy"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=fl.LoweringError,
-    reason="the planner refuses a partial target: x [4, 6] on 2x3, axis 1 over DIDy then "
-    "DIDx; s = sum(x, 1) with its reduction axis over DIDx only; neg(s). insert-reshardings "
-    "reduces locally to (P,P) and asks for the user's (R,P), which one Allreduce over DIDy "
-    "gives, but plan() says 'the target is partial over DIDx; a redistribution produces "
-    "complete values' (relaxing it there reaches partial_op, which cannot name the op of a "
-    "Communication's partial output)",
-)
-def test_a_reduction_sharded_over_fewer_mesh_axes_than_its_input_lowers():
+def partially_reduced(op: str, shape: list[int], n: list[int], xs, ss, ys=((),)) -> fl.Fusion:
+    """x [n], s = op(x, 1), y = neg(s), each axis of each over the mesh axes `xs`, `ss`
+    and `ys` give it (nested, outer first): s's reduction axis over fewer mesh axes than
+    x's axis 1, so insert-reshardings reduces locally and asks for s's partial placement."""
     with fl.Fusion() as f:
-        mesh = fl.DeviceMesh.for_shape([2, 3])
-        x = fl.tensor([4, 6], name="x")
+        mesh = fl.DeviceMesh.for_shape(shape)
+        x = fl.tensor(n, name="x")
         f.add_input(x)
-        nest(x, 1, mesh, (Y, X))
-        s = fl.sum(x, 1)
-        shard_axis(s, 1, mesh, X)
-        f.add_output(fl.neg(s))
+        s = getattr(fl, op)(x, 1)
+        y = fl.neg(s)
+        for tv, per_axis in ((x, xs), (s, ss), (y, ys)):
+            tv.set_device_mesh(mesh)
+            for axis, order in enumerate(per_axis):
+                nest(tv, axis, mesh, order)
+        f.add_output(y)
+    return f
+
+
+# name: (op, mesh, x's shape, x's axes over, s's axes over[, y's]); also run on 8 mpi
+# ranks against sim (tests/mpi_scripts/teams.py).
+PARTIAL_REDUCTIONS = {
+    "sum 2x3": ("sum", [2, 3], [4, 6], ((), (Y, X)), ((), (X,))),
+    "max 2x3": ("max", [2, 3], [4, 6], ((), (Y, X)), ((), (X,))),
+    "sum 2x3 uneven": ("sum", [2, 3], [5, 7], ((), (Y, X)), ((), (X,))),
+    "sum 2x4": ("sum", [2, 4], [4, 8], ((), (Y, X)), ((), (X,))),
+    "max 2x4 kept on DIDy": ("max", [2, 4], [3, 8], ((), (Y, X)), ((), (Y,))),
+    "sum 2x2x2 sliced while partial": (
+        "sum",
+        [2, 2, 2],
+        [5, 8],
+        ((Z,), (Y, X)),
+        ((), (X,)),
+        ((Y,),),
+    ),
+}
+# Their communications: (kind, placements, teams, bytes per device); an Allreduce of n
+# floats over teams of D sends 2(D-1) ceil(n/D) * 4 B.
+DIDY_2x3, DIDX_2x3 = [(0, 3), (1, 4), (2, 5)], [(0, 1, 2), (3, 4, 5)]
+DIDY_2x4, DIDX_2x4 = [(0, 4), (1, 5), (2, 6), (3, 7)], [(0, 1, 2, 3), (4, 5, 6, 7)]
+PARTIAL_COMMUNICATIONS = {
+    "sum 2x3": [
+        ("Allreduce", "(P,P)->(R,P)", DIDY_2x3, 16),
+        ("Allreduce", "(R,P)->(R,R)", DIDX_2x3, 32),
+    ],
+    "max 2x3": [
+        ("Allreduce", "(P,P)->(R,P)", DIDY_2x3, 16),
+        ("Allreduce", "(R,P)->(R,R)", DIDX_2x3, 32),
+    ],
+    "sum 2x3 uneven": [
+        ("Allreduce", "(P,P)->(R,P)", DIDY_2x3, 24),
+        ("Allreduce", "(R,P)->(R,R)", DIDX_2x3, 32),
+    ],
+    "sum 2x4": [
+        ("Allreduce", "(P,P)->(R,P)", DIDY_2x4, 16),
+        ("Allreduce", "(R,P)->(R,R)", DIDX_2x4, 24),
+    ],
+    "max 2x4 kept on DIDy": [
+        ("Allreduce", "(P,P)->(P,R)", DIDX_2x4, 24),
+        ("Allreduce", "(P,R)->(R,R)", DIDY_2x4, 16),
+    ],
+    "sum 2x2x2 sliced while partial": [  # x gathered on DIDz; the LocalSlice moves partial sums
+        ("Allgather", "(S0,S1,S1)->(R,S1,S1)", DIDY_2x4, 24),
+        ("Allreduce", "(R,P,P)->(R,R,P)", [(0, 2), (1, 3), (4, 6), (5, 7)], 24),
+        ("LocalSlice", "(R,R,P)->(R,S0,P)", [(0, 2), (1, 3), (4, 6), (5, 7)], 0),
+        ("Allreduce", "(R,S0,P)->(R,S0,R)", [(0, 1), (2, 3), (4, 5), (6, 7)], 16),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", PARTIAL_REDUCTIONS)
+def test_a_reduction_sharded_over_fewer_mesh_axes_than_its_input_lowers(name):
+    """The planner's partial target: insert-reshardings reduces locally to partial values
+    over every mesh axis of x's reduction axis and asks for s's, partial over fewer; one
+    Allreduce over the others gives it, in the reduction's op (a max stays a max), and
+    a later one completes s for neg. The plan refused partial targets ('a redistribution
+    produces complete values'), and the second Allreduce could not name the op of the
+    first one's partial output."""
+    f = partially_reduced(*PARTIAL_REDUCTIONS[name])
+    ex = fl.FusionExecutor(f)
+    comms = ex.program.communications
+    got = [(c.kind.value, f"{c.before}->{c.after}", c.teams, c.bytes_per_device) for c in comms]
+    assert got == PARTIAL_COMMUNICATIONS[name]
+    op = ReductionOpType.max if name.startswith("max") else ReductionOpType.sum
+    assert {c.op for c in comms if c.kind is CommKind.Allreduce} == {op}
     inputs = fl.random_inputs(f, 0)
-    fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
+    outputs = ex.run(inputs)
+    fl.validate(f, inputs, outputs)
+    reduce = np.max if op is ReductionOpType.max else np.sum
+    assert np.allclose(outputs[0], -reduce(inputs[0], axis=1), rtol=1e-5)
 
 
 def test_a_copy_does_not_reuse_the_index_lowering_of_an_iota_of_the_same_shape():

@@ -33,9 +33,14 @@ def divides(shape, mesh, p) -> bool:
 
 
 def pairs(shape, mesh):
-    """Every (source, complete target) whose shardings divide `shape`."""
+    """Every source whose shardings divide `shape`, and a function giving its targets:
+    those that divide, complete or partial over some of the source's partial mesh axes."""
     fits = [p for p in all_placements(len(shape), len(mesh)) if divides(shape, mesh, p)]
-    return fits, [p for p in fits if p.is_complete]
+
+    def targets(source: Placement) -> list[Placement]:
+        return [t for t in fits if set(t.partial) <= set(source.partial)]
+
+    return fits, targets
 
 
 @pytest.mark.parametrize("latency", [0, DEFAULT_LATENCY_BYTES], ids=["bytes", "latency"])
@@ -52,13 +57,13 @@ def test_planner_equals_brute_force_on_every_pair(mesh, rank, latency):
     shape = SHAPES[rank]
     planner, brute = Planner(shape, 4, mesh, latency), BruteForce(shape, 4, mesh, latency)
     sources, targets = pairs(shape, mesh)
-    plans = {(s, t): planner.plan(s, t) for s in sources for t in targets}
+    plans = {(s, t): planner.plan(s, t) for s in sources for t in targets(s)}
     bound = max(len(p.steps) for p in plans.values()) + 1
     beyond_four = 0
     for source in sources:
         by_length = brute.optima_by_length(source, bound)
         four, best = by_length[4], by_length[bound]
-        for target in targets:
+        for target in targets(source):
             p, o = plans[source, target], best[target]
             assert (p.cost.total, p.bytes, p.collectives) == (o.cost, o.bytes, o.collectives), (
                 f"{source} -> {target}: planner {p.describe()}, brute force {o}"
@@ -155,6 +160,8 @@ DESCRIBED = [
     ((2, 2, 2), "(P,S1,P)", "(S0,S0,S2)"),
     ((2, 2, 2), "(S2,S1,R)", "(S1,S2,R)"),
     ((2, 2, 2), "(R,P,P)", "(S0.1,R,S0.0)"),
+    ((2, 4), "(P,P)", "(S0,P)"),  # partial targets: the values of DIDx stay partial
+    ((2, 2, 2), "(P,S1,P)", "(P,S0,R)"),
 ]
 
 
@@ -177,7 +184,7 @@ def test_the_alternative_is_a_real_plan_never_cheaper_than_the_chosen_one():
     planner = Planner((8, 8, 16), 4, (2, 4))
     sources, targets = pairs((8, 8, 16), (2, 4))
     for source in sources[::3]:
-        for target in targets:
+        for target in targets(source):
             p = planner.plan(source, target)
             alt = p.alternative
             assert (alt is None) == (p.bytes == 0)
@@ -196,7 +203,7 @@ def test_classic_plans_go_one_mesh_axis_at_a_time_and_arrive(mesh, every):
     sources, targets = pairs((8, 8, 16), mesh)
     single = {StepKind.Allgather, StepKind.Allreduce, StepKind.LocalSlice}
     for source in sources[::every]:
-        for target in targets:
+        for target in targets(source):
             state = source
             for step in classic_steps(source, target):
                 assert step.kind in single and len(step.group) == 1
@@ -215,15 +222,24 @@ def test_plans_are_deterministic():
     [
         (
             (8, 8),
+            "(S0,R)",
             "(S0,P)",
-            "(S0,P)",
-            "cannot redistribute a [8, 8] tensor of 4-byte elements on a 2x4 mesh from (S0,P) "
-            "to (S0,P): the target is partial over DIDx; a redistribution produces complete "
-            "values (partial values come only from a reduction); make the target replicated or "
-            "sharded on those mesh axes",
+            "cannot redistribute a [8, 8] tensor of 4-byte elements on a 2x4 mesh from (S0,R) "
+            "to (S0,P): the target is partial over DIDx, where the source is not; a "
+            "redistribution combines partial values, it never makes them (they come only from "
+            "a reduction); make the target replicated or sharded on those mesh axes",
+        ),
+        (
+            (8, 8),
+            "(P,S0)",
+            "(P,P)",
+            "cannot redistribute a [8, 8] tensor of 4-byte elements on a 2x4 mesh from (P,S0) "
+            "to (P,P): the target is partial over DIDx, where the source is not; a "
+            "redistribution combines partial values, it never makes them (they come only from "
+            "a reduction); make the target replicated or sharded on those mesh axes",
         ),
     ],
-    ids=["partial-target"],
+    ids=["partial-from-complete", "partial-on-another-mesh-axis"],
 )
 def test_an_impossible_target_is_an_error_naming_both_placements(shape, source, target, message):
     with pytest.raises(RedistributionError) as e:

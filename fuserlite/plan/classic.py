@@ -52,7 +52,8 @@ def _redo(state: Placement, target: Placement) -> Step | None:
 
 
 def classic_steps(source: Placement, target: Placement) -> list[Step]:
-    """The classic plan from `source` to the complete `target`, step by step."""
+    """The classic plan from `source` to `target`, step by step (a mesh axis partial in
+    both stays so)."""
     steps, state = [], source
     for choose in (_undo, _redo):
         while (step := choose(state, target)) is not None:

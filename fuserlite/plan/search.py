@@ -6,7 +6,12 @@
 then the steps' fixed order, so the same question always gets the same plan. It
 never goes through replicated when one AllToAll does the move (that is always
 cheaper), and completes partials over several mesh axes with one collective over
-the flattened team when that is cheaper. Each Plan records its steps with their
+the flattened team when that is cheaper. A target may keep partial values over some
+of the source's partial mesh axes (a reduction completed over the others first, as
+insert-reshardings asks when a reduction's output is sharded over fewer mesh axes than
+its input): every step keeps the values of its untouched mesh axes as they are, so
+the partial op carries through; a target partial where the source is not is an error
+(nothing makes partial values but a reduction). Each Plan records its steps with their
 bytes and the cheapest rejected alternative, for `fuserlite explain`.
 """
 
@@ -191,22 +196,25 @@ class Planner:
         return best
 
     def plan(self, source: Placement, target: Placement) -> Plan:
-        """The cheapest plan from `source` to the complete `target` (see the module doc)."""
+        """The cheapest plan from `source` to `target` (see the module doc): a partial target
+        keeps partial values of the source's, over a subset of its partial mesh axes."""
         g = self.geometry
         pair = f"from {source} to {target}"
         g.check(source, "source", pair)
         g.check(target, "target", pair)
-        if not target.is_complete:
-            partial = ", ".join(axis_name(target.mesh_rank, a) for a in target.partial)
+        made = [a for a in target.partial if a not in source.partial]
+        if made:
+            partial = ", ".join(axis_name(target.mesh_rank, a) for a in made)
             raise RedistributionError(
-                f"cannot redistribute {g.what()} {pair}: the target is partial over {partial}; "
-                "a redistribution produces complete values (partial values come only from a "
-                "reduction); make the target replicated or sharded on those mesh axes"
+                f"cannot redistribute {g.what()} {pair}: the target is partial over {partial}, "
+                "where the source is not; a redistribution combines partial values, it never "
+                "makes them (they come only from a reduction); make the target replicated or "
+                "sharded on those mesh axes"
             )
         if source not in self._trees:
             self._trees[source] = self._search(source)
         found = self._trees[source].get(target)
-        if found is None:  # every complete, dividing target is reachable: kept as a guard
+        if found is None:  # every target partial where the source is is reachable: a guard
             raise RedistributionError(f"cannot redistribute {g.what()} {pair}: no plan exists")
         steps = self._planned_edges(source, found[1])
         alternative = functools.partial(self._alternative, source, target, steps)

@@ -90,14 +90,17 @@ def ppermutes(size: int) -> dict[str, tuple]:
 
 def nd_uneven() -> dict[str, tuple[fl.Fusion, None]]:
     """Uneven N-D shardings, nested ones included: tests/test_nd_uneven.py's moves and
-    the first N-D cases of the differential generator that lower (8 ranks)."""
+    reductions completed in stages (partial targets), and the first N-D cases of the
+    differential generator that lower (8 ranks)."""
     from random_nd import is_nd_case
     from random_sharded import build_case
-    from test_nd_uneven import MOVES, moved
+    from test_nd_uneven import MOVES, PARTIAL_REDUCTIONS, moved, partially_reduced
 
     runs = {
         f"uneven N-D move {n} on {shape}": (moved(n, shape, *how), None) for n, shape, *how in MOVES
     }
+    for name, case in PARTIAL_REDUCTIONS.items():
+        runs[f"partial target {name}"] = (partially_reduced(*case), None)
     for seed in (s for s in range(60) if is_nd_case(s)):
         fusion = build_case(seed).fusion
         try:
