@@ -1,5 +1,6 @@
 """Partial values through a lowered program (fuserlite.program.partials): their op is
-found through the collectives that combined or moved them."""
+found through the collectives that combined or moved them, and the validator rejects a
+communication that combines them by another op or does not do the step it names."""
 
 from __future__ import annotations
 
@@ -34,3 +35,69 @@ def test_the_op_of_partial_values_is_found_through_the_communications_that_made_
     assert partial and {partial_op_of(t) for t in partial} == {ReductionOpType(op)}
     text = str(program)
     assert str(parse_printed(text)) == text  # and it reads back, the validator satisfied
+
+
+@pytest.mark.parametrize(
+    "name, k, old, new, message",
+    [
+        (  # an Allreduce of partial sums by max: the sum of maxima of addends
+            "sum 2x3",
+            1,
+            "op=add",
+            "op=max",
+            r"Allreduce T1 -> T\d+ combines the partial values of T1 with op=max, but they "
+            r"are partial results of a sum: combine them with op=add",
+        ),
+        (  # the op of a LocalSlice's partial output is the first Allreduce's
+            "sum 2x2x2 sliced while partial",
+            3,
+            "op=add",
+            "op=max",
+            r"Allreduce T\d+ -> T\d+ combines the partial values of T\d+ with op=max, but "
+            r"they are partial results of a sum",
+        ),
+        (
+            "max 2x3",
+            0,
+            "op=max",
+            "op=add",
+            r"combines the partial values of T\d+ with op=add, but they are partial results "
+            r"of a max: combine them with op=max",
+        ),
+        (  # completes over both mesh axes where T1 is still partial over DIDx
+            "sum 2x3",
+            0,
+            "teams=(DIDy)",
+            "teams=(DIDy DIDx)",
+            r"Allreduce T\d+ -> T1: Allreduce on \(DIDy, DIDx\) teams takes \(P,P\) to "
+            r"\(R,R\), but T1 is \(R,P\); the step must make its output's placement",
+        ),
+        (
+            "sum 2x3",
+            0,
+            "teams=(DIDy)",
+            "teams=(DIDx)",
+            r"Allreduce on DIDx teams takes \(P,P\) to \(P,R\), but T1 is \(R,P\)",
+        ),
+    ],
+    ids=["sum-by-max", "through-a-slice", "max-by-sum", "completes-too-much", "wrong-axis"],
+)
+def test_a_collective_that_combines_partial_values_wrongly_is_rejected(name, k, old, new, message):
+    """The op edits read back and ran to wrong numbers without an error (a max of partial
+    sums: max error 4.6 on "sum 2x3"); the team edits read back and failed only when run."""
+    text, comms = lowered_text(name)
+    with pytest.raises(fl.VerifyError, match=message):
+        parse_printed(edited(text, comms[k], old, new))
+
+
+def test_an_op_on_complete_values_and_a_missing_op_are_rejected():
+    program = fl.lower(partially_reduced(*PARTIAL_REDUCTIONS["sum 2x2x2 sliced while partial"]))
+    gather, first = program.communications[:2]
+    gather.op = ReductionOpType.sum  # an Allgather of x, which holds complete values
+    first.op = None
+    with pytest.raises(fl.VerifyError) as e:
+        fl.verify_program(program)
+    assert str(e.value).splitlines()[1:] == [
+        "  Allgather x (T0) -> T4 has op=add, but x (T0) holds complete values",
+        "  Allreduce T3 -> T1 combines the partial values of T3 but names no op",
+    ]

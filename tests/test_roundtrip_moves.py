@@ -115,10 +115,30 @@ def test_transfers_other_than_the_planned_move_are_a_parse_error() -> None:
         parse_printed(bad)
 
 
-def test_a_communication_that_is_no_plan_is_explained_as_written() -> None:
-    """Teams edited by hand: read back as written, and fl.explain says it is no plan."""
+def test_a_communication_whose_teams_do_not_make_its_placements_is_rejected() -> None:
+    """Teams edited by hand: an Allreduce on the (DIDy, DIDx) teams does not take (S0,P)
+    to (S0,R); it read back, and only the run failed."""
     text, line = _nd_line()
-    program = parse_printed(text.replace(line, line.replace("teams=(DIDx)", "teams=(DIDy DIDx)")))
+    bad = text.replace(line, line.replace("teams=(DIDx)", "teams=(DIDy DIDx)"))
+    with pytest.raises(fl.VerifyError, match=r"Allreduce on \(DIDy, DIDx\) teams does not apply"):
+        parse_printed(bad)
+
+
+def test_a_communication_that_is_no_plan_is_explained_as_written() -> None:
+    """One Allreduce of a 1 MiB (R,P) tensor on 2x4, lowered at a latency that makes it
+    the plan: read back (at the default latency, where slicing over DIDy first sends
+    fewer bytes), it is a valid step but not the planner's plan, and explain says so."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_shape([2, 4])
+        a, b = fl.tensor([512, 256]), fl.tensor([256, 512])
+        f.add_input(a)
+        f.add_input(b)
+        shard_as(a, mesh, Placement.parse("(R,S1)", 2))
+        shard_as(b, mesh, Placement.parse("(R,S0)", 2))
+        z = fl.matmul(a, b)
+        z.set_device_mesh(mesh)
+        f.add_output(z)
+    program = parse_printed(str(fl.lower(f, latency_bytes=10**9)))
     (comm,) = program.communications
-    assert comm.group == (0, 1) and comm.group_names == ("DIDy", "DIDx")
+    assert comm.kind.value == "Allreduce" and comm.group_names == ("DIDx",)
     assert "Allreduce: as written, not a plan of the planner" in fl.explain(program)

@@ -2,8 +2,9 @@
 
 `verify_program(program)` raises VerifyError listing every broken invariant: the
 fusion's (fuserlite.verify, every tensor with a mesh), every kernel computing from
-local shards, collectives that agree on their layouts (seed 000) and say how they
-move uneven chunks, and outputs that are complete values. The pipeline runs it after every program pass.
+local shards, collectives that agree on their layouts (seed 000), say how they
+move uneven chunks, do the step they name and combine partial values by their op
+(program.partials), and outputs that are complete values. The pipeline runs it after every program pass.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding
 from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
+from fuserlite.program.partials import communication_problems
 from fuserlite.program.program import Kernel, Program
 from fuserlite.verify import (
     FUSION_READS,
@@ -38,6 +40,7 @@ def verify_program(program: Program) -> None:
         problems = fusion_problems(program.fusion, namer, require_mesh=True)
         problems.extend(layout_problems(program.communications))
         problems.extend(sizing_problems(program.communications))
+        problems.extend(communication_problems(program.communications))
         problems.extend(step_problems(program))
         problems.extend(locality_problems(program))
         problems.extend(partial_output_problems(program.outputs, namer))
