@@ -271,6 +271,27 @@ def test_bad_arguments_are_errors():
             BruteForce((8,), 4, (2,), latency)
 
 
+@pytest.mark.parametrize("planner", [Planner, BruteForce])
+@pytest.mark.parametrize(
+    "shape, itemsize, mesh, message",
+    [
+        ((-1,), 4, (2,), r"got shape \(-1,\) and itemsize 4"),
+        ((2.5,), 4, (2,), r"got shape \(2.5,\)"),
+        (8, 4, (2,), r"got shape 8 and itemsize 4"),
+        ((8,), 0, (2,), r"non-negative extents and a positive element size.*itemsize 0"),
+        ((8,), 4, (2, 0), "non-empty list of positive axis sizes"),
+    ],
+    ids=["negative", "fraction", "not-a-list", "itemsize-0", "empty-mesh-axis"],
+)
+def test_the_planner_and_the_brute_force_check_their_question_alike(
+    planner, shape, itemsize, mesh, message
+):
+    """One check of the tensor and the mesh for both: the brute force took a negative or
+    fractional extent and an itemsize of 0 and answered (an Allgather of -1 rows: 0 B)."""
+    with pytest.raises(RedistributionError, match=message):
+        planner(shape, itemsize, mesh)
+
+
 def test_the_cost_is_launches_times_the_latency_plus_bytes():
     """plan.cost: a LocalSlice launches nothing; the terms and their sum are explained."""
     p = plan((8, 8, 16), 4, (2, 4), P("(R,P)", 3), P("(R,R)", 3), latency_bytes=1025)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
-from fuserlite.plan.mesh_axes import mesh_shape
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import Geometry, Step, catalog
 
@@ -45,9 +44,9 @@ class BruteForce:
         mesh: Sequence[int],
         latency_bytes: int = DEFAULT_LATENCY_BYTES,
     ) -> None:
-        self.geometry = Geometry(tuple(shape), itemsize, mesh_shape(mesh))
+        self.geometry = Geometry.checked(shape, itemsize, mesh)
         self.latency_bytes = check_latency(latency_bytes)
-        self._steps = catalog(len(shape), len(self.geometry.mesh))
+        self._steps = catalog(len(self.geometry.shape), len(self.geometry.mesh))
         self._table: dict[Placement, list[tuple[Step, Placement, int]]] = {}
 
     def _transitions(self, p: Placement) -> list[tuple[Step, Placement, int]]:

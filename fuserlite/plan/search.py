@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.classic import classic_steps
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, Cost, check_latency
-from fuserlite.plan.mesh_axes import axis_name, integers, mesh_shape
+from fuserlite.plan.mesh_axes import axis_name
 from fuserlite.plan.placement import Placement
 from fuserlite.plan.steps import Geometry, Step, StepKind, moves
 
@@ -135,13 +135,7 @@ class Planner:
         mesh: Sequence[int],
         latency_bytes: int = DEFAULT_LATENCY_BYTES,
     ) -> None:
-        extents, size = integers(shape), integers([itemsize])
-        if extents is None or size is None or any(n < 0 for n in extents) or size[0] < 1:
-            raise RedistributionError(
-                f"a redistribution needs non-negative extents and a positive element size, "
-                f"got shape {list(shape)} and itemsize {itemsize}"
-            )
-        self.geometry = Geometry(extents, size[0], mesh_shape(mesh))
+        self.geometry = Geometry.checked(shape, itemsize, mesh)
         self.latency_bytes = check_latency(latency_bytes)
         self._edges: dict[Placement, list[Edge]] = {}
         self._trees: dict[Placement, dict[Placement, tuple[Key, tuple[Edge, ...]]]] = {}

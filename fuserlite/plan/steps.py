@@ -33,7 +33,15 @@ from dataclasses import dataclass
 from enum import Enum
 
 from fuserlite.ir.errors import RedistributionError
-from fuserlite.plan.mesh_axes import Group, MeshShape, groups, team_name, team_size
+from fuserlite.plan.mesh_axes import (
+    Group,
+    MeshShape,
+    groups,
+    integers,
+    mesh_shape,
+    team_name,
+    team_size,
+)
 from fuserlite.plan.placement import Placement
 
 
@@ -204,6 +212,19 @@ class Geometry:
     shape: tuple[int, ...]
     itemsize: int
     mesh: MeshShape
+
+    @classmethod
+    def checked(cls, shape: Sequence[int], itemsize: int, mesh: Sequence[int]) -> Geometry:
+        """The geometry of a planning question (the planner's and the brute force's), or a
+        RedistributionError saying which argument is wrong: the extents non-negative
+        integers (numpy's too), the element size a positive one, the mesh a mesh shape."""
+        extents, size = integers(shape), integers([itemsize])
+        if extents is None or size is None or any(n < 0 for n in extents) or size[0] < 1:
+            raise RedistributionError(
+                f"a redistribution needs non-negative extents and a positive element size, "
+                f"got shape {shape!r} and itemsize {itemsize!r}"
+            )
+        return cls(extents, size[0], mesh_shape(mesh))
 
     def local_elements(self, p: Placement) -> int:
         """Elements the largest chunk under `p` holds (what every device allocates)."""
