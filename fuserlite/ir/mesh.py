@@ -36,6 +36,14 @@ _TYPES_OF_RANK = {
 }
 
 
+def axis_types(rank: int) -> tuple[ParallelType, ...]:
+    """The device parallel types of the axes of a rank-`rank` mesh, axis 0 first, (DIDy,
+    DIDx) on 2-D: the one naming of mesh axes (the planner's messages use it too)."""
+    if rank not in _TYPES_OF_RANK:
+        raise FusionError(f"a mesh has 1 to {MAX_MESH_RANK} axes, not {rank}")
+    return _TYPES_OF_RANK[rank]
+
+
 def check_device_count(n: object, who: str) -> int:
     """A number of devices: an integer in 1..MAX_DEVICES, or a FusionError."""
     return integer(n, who, "the number of devices", minimum=1, maximum=MAX_DEVICES)
