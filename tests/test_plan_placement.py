@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from test_layering import ROOT, imported_modules
 
+import fuserlite as fl
+from fuserlite.ir.mesh import axis_types
 from fuserlite.plan import (
     Partial,
     Placement,
@@ -28,12 +30,18 @@ PLAN = sorted((ROOT / "fuserlite" / "plan").glob("*.py"))
 
 @pytest.mark.parametrize("path", PLAN, ids=lambda p: p.name)
 def test_plan_imports_only_itself_and_the_ir_leaves(path: Path):
-    """The planner stays a pure library: the IR's errors, placements and teams, nothing else."""
+    """The planner stays a pure library: the IR's errors, placements, teams and mesh axis
+    names (ir.mesh.axis_types), nothing else."""
+    leaves = (
+        "fuserlite.ir.errors",
+        "fuserlite.ir.placement",
+        "fuserlite.ir.teams",
+        "fuserlite.ir.mesh",
+    )
     bad = [
         f"{path.name}:{line}: {mod}"
         for line, mod in imported_modules(path)
-        if not mod.startswith("fuserlite.plan")
-        and mod not in ("fuserlite.ir.errors", "fuserlite.ir.placement", "fuserlite.ir.teams")
+        if not mod.startswith("fuserlite.plan") and mod not in leaves
     ]
     assert bad == []
 
@@ -82,7 +90,13 @@ def test_bad_placements_are_errors():
 
 def test_mesh_axes_are_named_from_the_inside_out():
     assert [axis_name(3, a) for a in range(3)] == ["DIDz", "DIDy", "DIDx"]
+    for rank in (1, 2, 3):  # one naming: the planner's names are DeviceMesh's
+        mesh = fl.DeviceMesh.for_shape([2] * rank)
+        assert [axis_name(rank, a) for a in range(rank)] == [t.name for t in mesh.parallel_types]
     assert axis_name(1, 0) == "DIDx" and axis_name(4, 0) == "mesh axis 0"
+    assert axis_name(4, 1) == "DIDz" and axis_name(5, 4) == "DIDx"
+    with pytest.raises(fl.FusionError, match="a mesh has 1 to 3 axes, not 4"):
+        axis_types(4)
     assert team_name(2, (1,)) == "DIDx teams"
     assert team_name(2, (0, 1)) == "(DIDy, DIDx) teams"
 

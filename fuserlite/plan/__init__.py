@@ -1,9 +1,10 @@
 """Redistribution planning as a pure library: placements, steps, plans, blocks, moves
 and block permutations.
 
-Imports nothing of fuserlite but `fuserlite.ir.errors`, `fuserlite.ir.placement` and
-`fuserlite.ir.teams` (leaves of the IR; a TensorView's placement is read in the IR,
-fuserlite.ir.sharding, and a DeviceMesh's teams are the planner's):
+Imports nothing of fuserlite but `fuserlite.ir.errors`, `fuserlite.ir.placement`,
+`fuserlite.ir.teams` and `fuserlite.ir.mesh` (a TensorView's placement is read in the
+IR, fuserlite.ir.sharding; a DeviceMesh's teams are the planner's, and so are the names
+of its axes, DIDx the last):
 the compiler's lower-communications turns a resharding into one of these
 plans, the executor and the printers use the block model.
 """

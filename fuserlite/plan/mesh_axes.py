@@ -1,9 +1,9 @@
 """Mesh shapes: coordinates, the teams of a group of mesh axes (fuserlite.ir.teams), names.
 
 A mesh shape is a tuple of axis sizes, axis 0 outermost; a device's index is
-its row-major position (the last axis varies fastest). nvFuser names the mesh
-axes from the inside out: DIDx is the last axis, DIDy the one before it, DIDz
-the one before that.
+its row-major position (the last axis varies fastest). Its axes are named as a
+DeviceMesh's (fuserlite.ir.mesh.axis_types): DIDx is the last axis, DIDy the one
+before it, DIDz the one before that.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import operator
 from collections.abc import Sequence
 
 from fuserlite.ir.errors import RedistributionError
+from fuserlite.ir.mesh import MAX_MESH_RANK, axis_types
 from fuserlite.ir.teams import coords as coords  # re-exported: the IR's one definition
 from fuserlite.ir.teams import rank_in_team as rank_in_team
 from fuserlite.ir.teams import teams as teams
 
 MeshShape = tuple[int, ...]
 Group = tuple[int, ...]  # mesh axes of one collective, ordered outer -> inner
-
-_DID_NAMES = ("DIDx", "DIDy", "DIDz")
 
 
 def mesh_shape(sizes: Sequence[int]) -> MeshShape:
@@ -43,9 +42,12 @@ def integers(values: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def axis_name(rank: int, axis: int) -> str:
-    """The parallel type of mesh axis `axis` of a rank-`rank` mesh: DIDx is the last."""
-    inner = rank - 1 - axis
-    return _DID_NAMES[inner] if inner < len(_DID_NAMES) else f"mesh axis {axis}"
+    """The parallel type of mesh axis `axis` of a rank-`rank` mesh, as DeviceMesh names it
+    (fuserlite.ir.mesh.axis_types: DIDx is the last); on a planning mesh of more axes than
+    a DeviceMesh has, the outer ones are 'mesh axis N'."""
+    named = axis_types(min(rank, MAX_MESH_RANK))
+    outer = rank - len(named)  # axes no parallel type names
+    return named[axis - outer].name if axis >= outer else f"mesh axis {axis}"
 
 
 def team_name(rank: int, group: Group) -> str:
