@@ -17,6 +17,7 @@ from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.printer import axis_text
+from fuserlite.schedule.signature import one_per_signature
 
 
 def _is_sharding_remainder(ax: IterDomain) -> bool:
@@ -57,7 +58,11 @@ def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
     A tensor of one element on a device (0-d, broadcast-only, or all its axes of extent
     1) asks for extent 1 at every position: each point of its loops holds that one
     element (axes of extent 1 index 0, unpredicated), so a kernel of such tensors runs
-    one thread instead of a block of threads that all store the same element."""
+    one thread instead of a block of threads that all store the same element.
+
+    It reads the tensors' domains and meshes only: one tensor of each domain signature
+    and mesh stands for the others (the first, so a message names the same tensor)."""
+    tensors = one_per_signature(tensors, mesh=True)
     depth = max((len(grid_axes(tv)) for tv in tensors), default=0)
     extents = [1] * depth
     types: list[ParallelType | None] = [None] * depth

@@ -34,18 +34,24 @@ from fuserlite.ir.domain import IterDomain, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.readonly import reading_only
-from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.ops.registry import is_pointwise
 from fuserlite.printer import axis_text
 from fuserlite.schedule.grid import grid_axes, kernel_grid, unbound_loop_axis
 from fuserlite.schedule.propagate import (
-    axis_pairs,
+    Edges,
     data_axes,
     is_device_parallel_logical,
     propagate,
     propagation_edges,
+)
+from fuserlite.schedule.signature import (
+    Before,
+    Replayed,
+    Signature,
+    domain_signature,
+    one_per_signature,
 )
 
 VECTOR_WIDTH = 4
@@ -93,21 +99,25 @@ def choose_reference(candidates: list[TensorView]) -> TensorView:
     return max(candidates, key=_reference_key)  # max keeps the first on ties
 
 
-def _by_preference(candidates: list[TensorView], keys: dict[int, tuple]) -> list[TensorView]:
+def _by_preference(candidates: list[TensorView], keys: dict[tuple, tuple]) -> list[TensorView]:
     """Candidates in the order choose_reference would pick them one after the other
-    (`keys`: their reference keys by id, filled as needed)."""
+    (`keys`: reference keys by domain signature, which is all they read; filled as
+    needed)."""
 
     def key(tv: TensorView) -> tuple:
-        if id(tv) not in keys:
-            keys[id(tv)] = _reference_key(tv)
-        return keys[id(tv)]
+        sig = domain_signature(tv)
+        hit = keys.get(sig)
+        if hit is None:
+            hit = keys[sig] = _reference_key(tv)
+        return hit
 
     return sorted(candidates, key=key, reverse=True)  # stable: first on ties
 
 
-def _local_like(tv: TensorView) -> TensorView:
+def _local_like(tv: TensorView, made: dict[Signature, Replayed]) -> TensorView:
     """A new local tensor with tv's logical axes and sharding (b == bDIDx, so a device
-    type on a broadcast axis is dropped)."""
+    type on a broadcast axis is dropped). `made`: the sharding splits given to a local
+    of each signature before, which a local of the same signature is given alike."""
     # A Set drops reduction axes: a reduction output of an earlier segment is
     # cached as its data axes only.
     new_of: dict[int, IterDomain] = {}
@@ -122,11 +132,18 @@ def _local_like(tv: TensorView) -> TensorView:
     contiguity = [None if ax.is_broadcast else True for ax in axes]
     out = TensorView(tv.fusion, axes, tv.dtype, contiguity, MemoryType.LOCAL)
     out.mesh = tv.mesh
+    key = domain_signature(tv)
+    done = made.get(key)
+    if done is not None:
+        done.apply(out)
+        return out
+    before = Before.of(out)
     for t in tv.domain.transforms:  # copy the sharding splits, nothing else
         if is_sharding_split(t) and id(t.input) in new_of:
             src = new_of[id(t.input)]
             pos = out.domain.loop.index(src)
             out.split(pos, t.factor, t.inner_split).axis(pos).parallelize(t.outer.parallel_type)
+    made[key] = Replayed.taken(out, before)
     return out
 
 
@@ -140,11 +157,12 @@ def cache_inputs(kernel: Segment) -> list[Expr]:
     """`cache = Set( input )` for each kernel input; the kernel's reads use the cache."""
     new = []
     position = {id(e): k for k, e in enumerate(kernel.exprs)}
+    made: dict[Signature, Replayed] = {}
     for inp in kernel.inputs:
         users = _users_in(inp, position)
         if not users:
             continue
-        cache = _local_like(inp)
+        cache = _local_like(inp, made)
         Expr.replace_uses(inp, cache, users)
         all_broadcast = all(ax.is_broadcast for ax in data_axes(inp))
         new.append(LoadStoreOp(cache, inp, "AllLevels" if all_broadcast else "Streaming"))
@@ -155,11 +173,12 @@ def cache_outputs(kernel: Segment) -> list[Expr]:
     """Each kernel output computed here is written from a new local: `out = Set( local )`."""
     new = []
     position = {id(e): k for k, e in enumerate(kernel.exprs)}
+    made: dict[Signature, Replayed] = {}
     for out in kernel.outputs:
         d = out.definition
         if d is None or id(d) not in position:
             continue
-        local = _local_like(out)
+        local = _local_like(out, made)
         d.outputs = [local if t is out else t for t in d.outputs]
         local.definition = d
         out.definition = None
@@ -189,7 +208,8 @@ def schedule_reference(ref: TensorView, block_size: int = 128, vectorize: bool =
 
 
 def _iterated(tv: TensorView) -> set[int]:
-    """Ids of the logical axes of `tv` that hold more than one element of a device's shard."""
+    """Positions of the logical axes of `tv` that hold more than one element of a
+    device's shard."""
     per_device = {id(ax): ax.extent for ax in tv.domain.logical}
     origin = {id(ax): id(ax) for ax in tv.domain.logical}  # a sharded part: its logical axis
     for t in tv.domain.transforms:  # a sharding split leaves extent / D per device
@@ -197,21 +217,20 @@ def _iterated(tv: TensorView) -> set[int]:
             per_device[origin[id(t.input)]] = t.inner.extent
             origin[id(t.inner)] = origin[id(t.input)]
     return {
-        id(ax)
-        for ax in tv.domain.logical
+        k
+        for k, ax in enumerate(tv.domain.logical)
         if ax.is_iteration and not ax.is_device_parallel and per_device[id(ax)] > 1
     }
 
 
-def _inlinable(producer: TensorView, expr: Expr) -> bool:
-    """True if every axis the consumer iterates comes from an axis the producer iterates."""
+def _inlinable(producer: TensorView, expr: Expr, pairs: tuple[tuple[int, int], ...]) -> bool:
+    """True if every axis the consumer iterates comes from an axis the producer iterates
+    (`pairs`: the expression's axis_positions for `producer`)."""
     consumer = expr.output
     if len(grid_axes(producer)) != len(grid_axes(consumer)):
         return False
-    iterated_p = derived("iterated", producer, lambda: _iterated(producer))
-    iterated_c = derived("iterated", consumer, lambda: _iterated(consumer))
-    covered = {id(c) for p, c in axis_pairs(expr, producer) if id(p) in iterated_p}
-    return iterated_c <= covered
+    iterated_p, iterated_c = _iterated(producer), _iterated(consumer)
+    return iterated_c <= {c for p, c in pairs if p in iterated_p}
 
 
 def _inline_position(tv: TensorView, inputs: set[int], outputs: set[int]) -> int:
@@ -227,16 +246,31 @@ def _inline_position(tv: TensorView, inputs: set[int], outputs: set[int]) -> int
     return len(tv.domain.loop)
 
 
-def compute_inline_positions(kernel: Segment) -> None:
-    """Set ca_pos and produce_pos of every tensor the kernel computes."""
+def compute_inline_positions(kernel: Segment, edges: Edges | None = None) -> None:
+    """Set ca_pos and produce_pos of every tensor the kernel computes (`edges`: a
+    propagation graph whose axis maps are known, when there is one).
+
+    Whether a tensor inlines into a consumer reads their domains and the axis map
+    between them only: it is decided once per (signature, signature, map)."""
+    edges = Edges(()) if edges is None else edges
     computed = [e.output for e in kernel.exprs]
     computed_ids = {id(t) for t in computed}
     expr_ids = {id(e) for e in kernel.exprs}
     inputs = {id(t) for t in kernel.inputs}
     outputs = {id(t) for t in kernel.outputs}
+    decided: dict[tuple, bool] = {}
+
+    def inlinable(tv: TensorView, e: Expr) -> bool:
+        pairs = edges.positions(e, tv)
+        key = (domain_signature(tv), domain_signature(e.output), pairs)
+        hit = decided.get(key)
+        if hit is None:
+            hit = decided[key] = _inlinable(tv, e, pairs)
+        return hit
+
     for tv in computed:
         users = [e for e in dict.fromkeys(tv.uses) if id(e) in expr_ids]
-        inline = all(_inlinable(tv, e) for e in users)
+        inline = all(inlinable(tv, e) for e in users)
         tv.compute_at_pos = _inline_position(tv, inputs, outputs) if inline else 0
     for e in kernel.exprs:
         producers = [t for t in e.inputs if id(t) in computed_ids]
@@ -248,7 +282,7 @@ def check_grid(kernel: Segment) -> None:
     included) must fit one loop nest, as the kernel runner and codegen will need."""
     computed = [e.output for e in kernel.exprs]
     kernel_grid(computed)
-    for tv in computed:  # what else index lowering (lower_tensor) would reject
+    for tv in one_per_signature(computed):  # what else index lowering would reject
         ax = unbound_loop_axis(tv)
         if ax is not None:
             raise ScheduleError(
@@ -309,7 +343,7 @@ def schedule_pointwise(
                 ax.parallel_type = ParallelType.Serial
     with reading_only():  # the domains are final: grid axes and axis maps are asked once
         check_grid(kernel)
-        compute_inline_positions(kernel)
+        compute_inline_positions(kernel, edges)
     kernel.scheduled = True
     kernel.reference = reference
     return reference

@@ -36,9 +36,10 @@ from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ParallelType
+from fuserlite.ir.types import IterType, ParallelType
 from fuserlite.ops.registry import operand_to_output
 from fuserlite.printer import axis_text
+from fuserlite.schedule.signature import Before, Replayed, domain_signature, one_per_signature
 
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
@@ -48,21 +49,30 @@ def data_axes(tv: TensorView) -> list[IterDomain]:
 
 def axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     """(producer logical axis, consumer logical axis) pairs of one expression."""
-    return remembered(("axis_pairs", id(producer)), expr, lambda: _axis_pairs(expr, producer))
+    p_axes, c_axes = producer.domain.logical, expr.output.domain.logical
+    return [(p_axes[p], c_axes[c]) for p, c in axis_positions(expr, producer)]
 
 
-def _axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
+def axis_positions(expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
+    """axis_pairs by logical positions: (producer's, consumer's)."""
+    return remembered(
+        ("axis_positions", id(producer)), expr, lambda: _axis_positions(expr, producer)
+    )
+
+
+def _axis_positions(expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
     consumer = expr.output
-    # The one axis map of the ops (fuserlite.ops.registry), as IterDomain pairs; a
-    # schedule propagates through an op that maps every data axis onto a data axis.
-    # Such an op maps an operand by its own axes alone, so a tensor it reads twice
-    # (mul(x, x)) maps alike in each position: its first one serves.
-    position = next(k for k, t in enumerate(expr.inputs) if t is producer)
-    pairs = [
-        (producer.domain.logical[p], consumer.domain.logical[c])
-        for p, c in operand_to_output(expr, position).items()
-    ]
-    mapped = sum(not c.is_reduction for _, c in pairs)
+    # The one axis map of the ops (fuserlite.ops.registry); a schedule propagates
+    # through an op that maps every data axis onto a data axis. Such an op maps an
+    # operand by its own axes alone, so a tensor it reads twice (mul(x, x)) maps
+    # alike in each position: its first one serves.
+    inputs = expr.inputs
+    position = (
+        0 if inputs[0] is producer else next(k for k, t in enumerate(inputs) if t is producer)
+    )
+    pairs = tuple(operand_to_output(expr, position).items())
+    c_axes = consumer.domain.logical
+    mapped = len([c for _, c in pairs if c_axes[c].iter_type is not IterType.REDUCTION])
     if mapped != len(producer.data_axes()):
         raise ScheduleError(
             f"cannot map the axes of {producer.name} ({len(producer.data_axes())} data axes) "
@@ -225,17 +235,41 @@ def _order_and_parallelize(reference: TensorView, target: TensorView, ref_of: di
             ax.parallelize(pt)
 
 
-Edges = dict[int, list[tuple[TensorView, Expr, bool]]]
+class Edges:
+    """The propagation graph of a kernel's expressions: each tensor's neighbours
+    (neighbour, expression, neighbour is the consumer), and each expression's axis
+    map by positions, asked once per expression and operand: while a kernel is
+    scheduled its logical domains and its expressions' operands do not change."""
+
+    def __init__(self, exprs: Iterable[Expr]) -> None:
+        self._neighbours: dict[int, list[tuple[TensorView, Expr, bool]]] = {}
+        for e in exprs:
+            for p in e.inputs:
+                self._neighbours.setdefault(id(p), []).append((e.output, e, True))
+                self._neighbours.setdefault(id(e.output), []).append((p, e, False))
+        self._positions: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+
+    def of(self, tv: TensorView) -> list[tuple[TensorView, Expr, bool]]:
+        """tv's neighbours: (neighbour, expression, neighbour is the consumer)."""
+        return self._neighbours.get(id(tv), [])
+
+    def positions(self, expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
+        """axis_positions(expr, producer), computed once."""
+        key = (id(expr), id(producer))
+        hit = self._positions.get(key)
+        if hit is None:
+            hit = self._positions[key] = axis_positions(expr, producer)
+        return hit
 
 
 def propagation_edges(exprs: Iterable[Expr]) -> Edges:
-    """For each tensor: (neighbour, expression, neighbour is the consumer)."""
-    out: dict[int, list[tuple[TensorView, Expr, bool]]] = {}
-    for e in exprs:
-        for p in e.inputs:
-            out.setdefault(id(p), []).append((e.output, e, True))
-            out.setdefault(id(e.output), []).append((p, e, False))
-    return out
+    """The propagation graph of `exprs`."""
+    return Edges(exprs)
+
+
+# For a reached tensor, per logical axis: the position of the reference logical axis
+# it maps to, or -1.
+RefMap = tuple[int, ...]
 
 
 def propagate(
@@ -248,14 +282,15 @@ def propagate(
     Tensors are reached best-first: each next tensor is the one whose path from the
     reference maps the most of its logical axes (nvFuser's maximum-information
     spanning tree), so a broadcast on one path cannot hide an axis another path maps.
+    The replay is decided once per domain signature and axis map (`_replay_once`).
     """
     edges = propagation_edges(exprs) if edges is None else edges
-    # For each reached tensor: id(its logical axis) -> reference logical axis.
-    to_ref: dict[int, dict[int, IterDomain]] = {}
+    to_ref: dict[int, RefMap] = {}
     order: list[TensorView] = []
-    heap: list[tuple[int, int, TensorView, dict[int, IterDomain]]] = []
+    replays: dict[tuple, Replayed] = {}
+    heap: list[tuple[int, int, TensorView, RefMap]] = []
     counter = itertools.count()
-    start = {id(ax): ax for ax in reference.domain.logical}
+    start = tuple(range(len(reference.domain.logical)))
     heapq.heappush(heap, (-len(start), next(counter), reference, start))
     while heap:
         _, _, tv, ref_map = heapq.heappop(heap)
@@ -264,30 +299,52 @@ def propagate(
             continue
         to_ref[id(tv)] = ref_map
         if tv is not reference:
-            by_id = {id(ax): ax for ax in tv.domain.logical}
-            replay(reference, tv, {r: by_id[k] for k, r in ref_map.items()})
+            _replay_once(reference, tv, ref_map, replays)
         order.append(tv)
-        for other, expr, other_is_consumer in edges.get(id(tv), []):
-            pairs = axis_pairs(expr, tv if other_is_consumer else other)
-            other_map: dict[int, IterDomain] = {}
-            for p_ax, c_ax in pairs:
-                src, dst = (p_ax, c_ax) if other_is_consumer else (c_ax, p_ax)
-                if id(src) in ref_map:
-                    other_map[id(dst)] = ref_map[id(src)]
+        for other, expr, other_is_consumer in edges.of(tv):
+            other_map = [-1] * len(other.domain.logical)
+            if other_is_consumer:
+                for p, c in edges.positions(expr, tv):
+                    if ref_map[p] >= 0:
+                        other_map[c] = ref_map[p]
+            else:
+                for p, c in edges.positions(expr, other):
+                    if ref_map[c] >= 0:
+                        other_map[p] = ref_map[c]
+            reached = tuple(other_map)
             if id(other) in to_ref:
-                _check_agrees(reference, other, to_ref[id(other)], other_map)
+                _check_agrees(reference, other, to_ref[id(other)], reached)
                 continue
-            heapq.heappush(heap, (-len(other_map), next(counter), other, other_map))
-    check_parallel_types(order)
+            mapped = len(reached) - reached.count(-1)
+            heapq.heappush(heap, (-mapped, next(counter), other, reached))
+    check_parallel_types(one_per_signature(order))
     return order
 
 
-def _check_agrees(reference: TensorView, tv: TensorView, got: dict, other: dict) -> None:
+def _replay_once(
+    reference: TensorView, tv: TensorView, ref_map: RefMap, replays: dict[tuple, Replayed]
+) -> None:
+    """replay(reference, tv, ...), decided once per (tv's domain signature, axis map): it
+    reads nothing else of tv, so a tensor like one replayed before is given the same."""
+    key = (domain_signature(tv), ref_map)
+    done = replays.get(key)
+    if done is not None:
+        done.apply(tv)
+        return
+    before = Before.of(tv)
+    ref_axes, axes = reference.domain.logical, tv.domain.logical
+    replay(reference, tv, {ref_axes[r]: axes[k] for k, r in enumerate(ref_map) if r >= 0})
+    replays[key] = Replayed.taken(tv, before)
+
+
+def _check_agrees(reference: TensorView, tv: TensorView, got: RefMap, other: RefMap) -> None:
     """A tensor reached again must map onto the reference as it did the first time: one
     read directly and through a permute (x.T + x) is read at two element orders, which
     one loop schedule computed at its consumers cannot give (it computed x.T as x)."""
-    for k, r_ax in other.items():
-        if k in got and got[k] is not r_ax:
+    if got == other:
+        return
+    for g, o in zip(got, other):
+        if g >= 0 and o >= 0 and g != o:
             raise ScheduleError(
                 f"cannot propagate the schedule of {reference.name} to {tv.name}: it is read "
                 "through two axis maps (one of them permuted), which one schedule cannot serve"

@@ -1,0 +1,158 @@
+"""Schedule signatures: a tensor's domain up to identity, and a replay done once per signature.
+
+The scheduler's decisions about a tensor (how a reference schedule replays onto it,
+which of its loop axes are on the grid, whether it inlines into a consumer) read its
+domain's structure only: the extents and iteration / parallel types of its axes, how
+its transforms connect them, and its loop order. Two tensors whose domains have one
+structure (the 20 000 `x + k` outputs of one kernel) get one answer, decided once:
+
+    domain_signature(T5) == domain_signature(T7)   # [ideviceIdx.x{2}, iS{4}, iS{16}]
+    replayed = Replayed.taken(T5, before)          # after replay(ref, T5, ...)
+    replayed.apply(T7)                             # T7 gets its own new axes, alike
+
+Each tensor still gets its own IterDomains and transforms (the IR is per tensor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fuserlite.ir.domain import IterDomain, Merge, Split, adopt
+from fuserlite.ir.stamps import derived
+from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
+
+
+class Signature:
+    """A domain signature: a tuple of plain values, hashed once (it keys many lookups)."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, Signature) and self._hash == other._hash and self.key == other.key
+        )
+
+    def __repr__(self) -> str:
+        return f"Signature{self.key!r}"
+
+
+def domain_signature(tv: TensorView) -> Signature:
+    """tv's domain up to identity: per axis (logical ones, then each transform's outputs)
+    its extent, iteration and parallel type; each transform by the positions of its
+    axes; the loop domain as positions."""
+    return derived("domain_signature", tv, lambda: Signature(_domain_key(tv)))
+
+
+def _domain_key(tv: TensorView) -> tuple:
+    dom = tv.domain
+    ids = dom.ids_between_logical_and_loop()
+    pos = {id(ax): k for k, ax in enumerate(ids)}
+    loop = tuple([pos.get(id(ax), -1) for ax in dom.loop])
+    if -1 in loop:  # an axis of another domain (the validator rejects it): share nothing
+        return ("foreign loop axis", id(tv))
+    # an enum member hashes (and gives its value) in Python; its id, constant, in C
+    axes = tuple([(ax.extent, id(ax.iter_type), id(ax.parallel_type)) for ax in ids])
+    transforms = tuple(
+        [
+            (t.factor, t.inner_split, pos[id(t.input)])
+            if type(t) is Split
+            else (pos[id(t.outer)], pos[id(t.inner)])
+            for t in dom.transforms
+        ]
+    )
+    return axes, transforms, loop
+
+
+@dataclass(frozen=True)
+class Before:
+    """A tensor's domain before a replay: how many transforms and axes, their types."""
+
+    transforms: int
+    parallel_types: tuple[ParallelType, ...]
+
+    @staticmethod
+    def of(tv: TensorView) -> Before:
+        """The state of `tv` that Replayed.taken compares against."""
+        ids = tv.domain.ids_between_logical_and_loop()
+        return Before(len(tv.domain.transforms), tuple(ax.parallel_type for ax in ids))
+
+
+# A new transform by positions in the growing axis list: ("split", input, factor,
+# inner_split) or ("merge", outer, inner, None).
+_Step = tuple[str, int, int, bool | None]
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay did to one tensor, by positions (its new transforms, its loop order,
+    the parallel types it gave), to do to another tensor of the same signature."""
+
+    steps: tuple[_Step, ...]
+    parallel: tuple[tuple[int, ParallelType], ...]  # (axis position, type) that changed
+    loop: tuple[int, ...]
+    signature: Signature  # the domain_signature the replay left
+
+    @staticmethod
+    def taken(tv: TensorView, before: Before) -> Replayed:
+        """What was done to `tv` since `before` was taken of it."""
+        ids = tv.domain.ids_between_logical_and_loop()
+        pos = {id(ax): k for k, ax in enumerate(ids)}
+        steps = tuple(
+            ("split", pos[id(t.input)], t.factor, t.inner_split)
+            if isinstance(t, Split)
+            else ("merge", pos[id(t.outer)], pos[id(t.inner)], None)
+            for t in tv.domain.transforms[before.transforms :]
+        )
+        old = before.parallel_types + (ParallelType.Serial,) * (
+            len(ids) - len(before.parallel_types)
+        )
+        parallel = tuple(
+            (k, ax.parallel_type) for k, ax in enumerate(ids) if ax.parallel_type is not old[k]
+        )
+        loop = tuple(pos[id(ax)] for ax in tv.domain.loop)
+        return Replayed(steps, parallel, loop, domain_signature(tv))
+
+    def apply(self, tv: TensorView) -> None:
+        """Do the replay to `tv`, a tensor with the signature the replay started from.
+
+        The checks of split, merge and parallelize passed on a domain of that structure,
+        so they hold here: the transforms are built directly."""
+        dom = tv.domain
+        ids = dom.ids_between_logical_and_loop()
+        first_new = len(ids)
+        made: list[Split | Merge] = []
+        for kind, a, b, inner_split in self.steps:
+            t = Split(ids[a], b, inner_split) if kind == "split" else Merge(ids[a], ids[b])
+            made.append(t)
+            ids.extend(t.outputs)
+        new: list[IterDomain] = ids[first_new:]
+        for k, pt in self.parallel:
+            ids[k].parallel_type = pt  # a new axis has no owner yet: nothing stamped
+        adopt(new, tv)
+        if made:
+            dom.transforms.extend(made)
+        dom.loop = [ids[k] for k in self.loop]
+        # The structure built is the one the replay left: its signature is known.
+        derived("domain_signature", tv, lambda: self.signature)
+
+
+def one_per_signature(tensors: Iterable[TensorView], mesh: bool = False) -> list[TensorView]:
+    """The first tensor of each domain signature (and mesh, if `mesh`), in order: the
+    ones a check that reads only their domains (and meshes) needs to see."""
+    seen: set[tuple] = set()
+    out = []
+    for tv in tensors:
+        key = (domain_signature(tv), tv.mesh) if mesh else domain_signature(tv)
+        if key not in seen:
+            seen.add(key)
+            out.append(tv)
+    return out

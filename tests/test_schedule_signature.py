@@ -1,0 +1,183 @@
+"""Schedules decided once per domain signature (fuserlite.schedule.signature).
+
+The scheduler replays the reference, makes output locals and checks the grid and the
+inline positions once per distinct signature. Each case here is a kernel with two
+tensors that differ in exactly one detail; each must get the schedule (and values) it
+gets when nothing is shared, which a signature or key missing that detail would break.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from three_way import run_three_ways
+
+import fuserlite as fl
+from fuserlite.schedule import grid, pointwise, propagate, signature
+from fuserlite.schedule.shard import shard_axis
+from fuserlite.schedule.signature import Signature, domain_signature
+
+MESH = fl.DeviceMesh([0, 1])
+
+
+def transposed_plus_other() -> fl.Fusion:
+    """transpose(a) + b, a and b alike: one signature, two axis maps onto the reference."""
+    with fl.Fusion() as f:
+        a, b = fl.tensor([4, 4], name="a"), fl.tensor([4, 4], name="b")
+        f.add_input(a)
+        f.add_input(b)
+        f.add_output(fl.transpose(a, 0, 1) + b)
+    return f
+
+
+def broadcast_device_type() -> fl.Fusion:
+    """Two broadcasts of one v, one of them bDIDx (one axis's parallel type differs)."""
+    with fl.Fusion() as f:
+        x, v = fl.tensor([8, 16], name="x"), fl.tensor([16], name="v")
+        for t in (x, v):
+            f.add_input(t)
+            t.set_device_mesh(MESH)
+        c1, c2 = fl.broadcast(v, [True, False]), fl.broadcast(v, [True, False])
+        for c in (c1, c2):
+            c.set_device_mesh(MESH)
+        c1.axis(0).parallelize(fl.ParallelType.DIDx)
+        f.add_output(x + c1)
+        f.add_output(x + c2)
+    return f
+
+
+def two_extents() -> fl.Fusion:
+    """x[8, 16] + 1 and y[8, 32] + 1 in one kernel: only the extent of one axis differs."""
+    with fl.Fusion() as f:
+        x, y = fl.tensor([8, 16], name="x"), fl.tensor([8, 32], name="y")
+        f.add_input(x)
+        f.add_input(y)
+        f.add_output(x + 1.0)
+        f.add_output(y + 1.0)
+    return f
+
+
+def sharded_and_not() -> fl.Fusion:
+    """x sharded on axis 0, w alike but replicated: one axis's sharding differs."""
+    with fl.Fusion() as f:
+        x, w = fl.tensor([8, 16], name="x"), fl.tensor([8, 16], name="w")
+        f.add_input(x)
+        f.add_input(w)
+        shard_axis(x, 0, MESH)
+        w.set_device_mesh(MESH)
+        f.add_output(x + 1.0)
+        f.add_output(w + 2.0)
+    return f
+
+
+def broadcast_or_not() -> fl.Fusion:
+    """[1, 16] (axis 0 a broadcast) next to [8, 16], each plus a constant, and their sum."""
+    with fl.Fusion() as f:
+        x, v = fl.tensor([8, 16], name="x"), fl.tensor([16], name="v")
+        f.add_input(x)
+        f.add_input(v)
+        b = fl.broadcast(v, [True, False])
+        f.add_output(b * 2.0)
+        f.add_output(x * 2.0)
+        f.add_output(x + b)
+    return f
+
+
+def many_then_permuted() -> fl.Fusion:
+    """Outputs x + k, then x.T + x: the tensors before share a signature, the last one
+    reads x through two axis maps."""
+    with fl.Fusion() as f:
+        x = fl.tensor([4, 4], name="x")
+        f.add_input(x)
+        for k in range(5):
+            f.add_output(x + float(k))
+        f.add_output(fl.transpose(x, 0, 1) + x)
+    return f
+
+
+CASES = [
+    transposed_plus_other,
+    broadcast_device_type,
+    two_extents,
+    sharded_and_not,
+    broadcast_or_not,
+    many_then_permuted,
+]
+
+
+@pytest.fixture
+def unshared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every tensor a signature of its own: nothing is decided for two tensors at once."""
+    counter = itertools.count()
+
+    def unique(tv: fl.TensorView) -> Signature:
+        return Signature(("unshared", next(counter)))
+
+    for module in (signature, propagate, pointwise, grid):
+        if hasattr(module, "domain_signature"):
+            monkeypatch.setattr(module, "domain_signature", unique)
+
+
+def _lowered(make: Callable[[], fl.Fusion]) -> str:
+    return str(fl.FusionExecutor(make(), compute="interpret").program)
+
+
+@pytest.mark.parametrize("make", CASES, ids=lambda m: m.__name__)
+def test_a_shared_decision_is_the_one_each_tensor_gets_alone(make, request) -> None:
+    shared = _lowered(make)
+    request.getfixturevalue("unshared")
+    assert _lowered(make) == shared
+
+
+@pytest.mark.parametrize("make", CASES, ids=lambda m: m.__name__)
+def test_one_detail_apart_values_equal_the_reference(make) -> None:
+    f = make()
+    run_three_ways(f, fl.random_inputs(f, 3))
+
+
+def test_an_operand_read_through_a_permute_replays_in_its_own_order() -> None:
+    """a and b have one signature but reach the reference through different axis maps:
+    a's loop merges its axes the other way round (sharing b's replay read a as a.T)."""
+    ex = fl.FusionExecutor(transposed_plus_other(), compute="interpret")
+    (kernel,) = ex.program.kernels
+    assert kernel.scheduled
+    a, b = ex.program.fusion.inputs
+    assert domain_signature(a) != domain_signature(b)  # scheduled: no longer alike
+    (merge_a,) = [t for t in a.domain.transforms if hasattr(t, "output")]
+    (merge_b,) = [t for t in b.domain.transforms if hasattr(t, "output")]
+    assert (merge_a.outer, merge_a.inner) == tuple(reversed(a.domain.logical))
+    assert (merge_b.outer, merge_b.inner) == tuple(b.domain.logical)
+
+
+def test_x_transposed_plus_x_after_shared_replays_is_still_left_unscheduled() -> None:
+    f = many_then_permuted()
+    ex = fl.FusionExecutor(f, compute="interpret")
+    (kernel,) = ex.program.kernels
+    assert not kernel.scheduled
+    assert any("two axis maps" in note for note in kernel.notes)
+    inputs = fl.random_inputs(f, 1)
+    out = ex.run(inputs)
+    assert np.array_equal(out[-1], inputs[0].T + inputs[0])
+
+
+def test_the_grid_of_two_extents_covers_the_larger() -> None:
+    ex = fl.FusionExecutor(two_extents(), compute="interpret")
+    (kernel,) = ex.program.kernels
+    computed = [e.output for e in kernel.exprs]
+    assert [g.extent for g in grid.kernel_grid(computed)] == [2, 1, 128]
+
+
+def test_a_replayed_tensor_has_the_signature_its_domain_gives() -> None:
+    """Replayed.apply records the signature it built: it must be the one computed."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16])
+        f.add_input(x)
+        shard_axis(x, 0, MESH)
+        for k in range(4):
+            f.add_output(x + float(k))
+    ex = fl.FusionExecutor(f, compute="interpret")
+    for tv in ex.program.tensors():
+        assert domain_signature(tv) == Signature(signature._domain_key(tv)), tv.name
