@@ -16,6 +16,8 @@ import pytest
 from three_way import run_three_ways
 
 import fuserlite as fl
+from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.tensor import TensorView
 from fuserlite.schedule import grid, pointwise, propagate, signature
 from fuserlite.schedule.shard import shard_axis
 from fuserlite.schedule.signature import Signature, domain_signature
@@ -86,6 +88,35 @@ def broadcast_or_not() -> fl.Fusion:
     return f
 
 
+def iteration_or_broadcast() -> fl.Fusion:
+    """b[1, 16] (axis 0 a broadcast) and a[1, 16] whose axis 0 iterates: only the
+    iteration type of one axis differs (the reference is a's: more free axes)."""
+    with fl.Fusion() as f:
+        b = fl.tensor([1, 16], name="b")
+        a = TensorView(f, [IterDomain(1), IterDomain(16)])
+        a.user_name = "a"
+        f.add_input(b)
+        f.add_input(a)
+        f.add_output(b + 1.0)
+        f.add_output(a + 2.0)
+    return f
+
+
+def loop_order() -> fl.Fusion:
+    """x and y on a 2x3 mesh, sharded alike, y's device axes in the other loop order."""
+    mesh = fl.DeviceMesh([[0, 1, 2], [3, 4, 5]])
+    with fl.Fusion() as f:
+        x, y = fl.tensor([2, 3, 8], name="x"), fl.tensor([2, 3, 8], name="y")
+        for t in (x, y):
+            f.add_input(t)
+            t.set_device_mesh(mesh)
+            t.axis(0).parallelize(fl.ParallelType.DIDy)
+            t.axis(1).parallelize(fl.ParallelType.DIDx)
+        y.reorder({0: 1})
+        f.add_output(x + y)
+    return f
+
+
 def many_then_permuted() -> fl.Fusion:
     """Outputs x + k, then x.T + x: the tensors before share a signature, the last one
     reads x through two axis maps."""
@@ -104,6 +135,8 @@ CASES = [
     two_extents,
     sharded_and_not,
     broadcast_or_not,
+    iteration_or_broadcast,
+    loop_order,
     many_then_permuted,
 ]
 
