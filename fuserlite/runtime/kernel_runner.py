@@ -40,24 +40,23 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
-from fuserlite.kernel.indexing import Ix, TensorIndex, device_index, device_indices, global_index
-from fuserlite.ops.registry import is_indexed
+from fuserlite.kernel.indexing import (
+    Ix,
+    TensorIndex,
+    device_index,
+    device_indices,
+    global_index,
+    schedule_signature,
+)
+from fuserlite.ops.registry import compute_dtype, definition, is_indexed
 from fuserlite.program.program import Kernel, Program
-from fuserlite.runtime.kernel_grid import Grid, GridCache, GridChunk, Offset
+from fuserlite.runtime.kernel_grid import Grid, GridCache, Offset
+from fuserlite.runtime.kernel_memory import Store, gather, rows
 from fuserlite.runtime.liveness import dead_after
 from fuserlite.runtime.numpy_ops import eval_at_points, store
 from fuserlite.runtime.shards import device_slices
-from fuserlite.schedule.grid import GridAxis, kernel_grid
+from fuserlite.schedule.grid import GridAxis, grid_axes, kernel_grid
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
-
-
-def poison(dtype: np.dtype) -> object:
-    """The value of an element no valid grid point wrote."""
-    if dtype.kind == "f":
-        return np.nan
-    if dtype.kind in "iu":
-        return np.iinfo(dtype).min
-    return True
 
 
 def is_inlined(tv: TensorView) -> bool:
@@ -160,7 +159,7 @@ def run_kernel(
             )
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
-    device = device_values(kernel, device_indices(kernel.tensors), device)
+    device = device_values(kernel, plan.devices, device)
     for steps, dead in plan.passes:
         _run_pass(grid, steps, dead, arrays, written, device)
     grids.trim()
@@ -174,16 +173,25 @@ def run_kernel(
 
 @dataclass(eq=False)
 class _Lowered:
-    """A step with what its evaluation needs on every chunk."""
+    """A batch of steps with what their evaluation needs on every chunk: expressions
+    that lower alike (`_batch_key`), evaluated as one numpy step of one row each."""
 
-    expr: Expr
+    batch: list[Expr]  # in kernel order; one, unless several lower alike
     key: tuple
     index: TensorIndex
     # Per operand: None for a register, else (offsets key, shape, coordinates) to gather.
-    reads: list[tuple[TensorView, tuple[tuple, tuple[int, ...], list] | None]]
-    register: bool  # consumers read its value at their own grid point
+    reads: list[tuple[tuple, tuple[int, ...], list] | None]
+    # Per operand, each member's tensor (one tensor where every member reads the same).
+    operands: list[list[TensorView]]
+    # Per scalar position, a column of the members' scalars (None: the expression's own).
+    scalars: dict[int, np.ndarray] | None
+    register: bool  # consumers read its values at their own grid point
     store: tuple[tuple, list] | None  # (offsets key, coordinates) where it is written
     position: Ix | None  # an indexed op's global linear index (OpDef.indexed), else None
+
+    @property
+    def expr(self) -> Expr:
+        return self.batch[0]
 
 
 Pass = tuple[list[_Lowered], list[list[TensorView]]]  # steps, registers dead after each
@@ -195,43 +203,116 @@ class KernelPlan:
 
     grid: list[GridAxis]
     passes: list[Pass]
+    devices: list[str]  # the device indices the kernel's tensors read (device_indices)
 
 
 def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
-    """The kernel's grid and passes, lowered, with the registers each step is the last
-    to read."""
-    axes = kernel_grid([e.output for e in kernel.exprs])
+    """The kernel's grid and passes, lowered in batches, with the registers each batch
+    is the last to read."""
+    computed = [e.output for e in kernel.exprs]
+    axes = kernel_grid(_grid_representatives(computed))
     grid = grids.grid(axes)
-    registers = {id(e.output) for e in kernel.exprs if is_inlined(e.output)}
-    plan = KernelPlan(axes, [])
+    registers = {id(t) for t in computed if is_inlined(t)}
+    plan = KernelPlan(axes, [], device_indices([*kernel.inputs, *computed]))
     for steps in _passes(kernel):
-        lowered = [_lower(grid, step, registers) for step in steps]
+        lowered = [_lower(grid, batch, registers) for batch in _batches(steps, registers)]
         # A register is dropped after its last reader in the pass: a chunk holds a few.
         dead = dead_after(
             lowered,
-            lambda p: [inp for inp, access in p.reads if access is None],
-            lambda p: [p.expr.output] if p.register else [],
+            lambda p: [t for ts, access in zip(p.operands, p.reads) if access is None for t in ts],
+            lambda p: [e.output for e in p.batch] if p.register else [],
         )
         plan.passes.append((lowered, dead))
     return plan
 
 
-def _lower(grid: Grid, step: _Step, registers: set[int]) -> _Lowered:
+def _grid_representatives(tensors: list[TensorView]) -> list[TensorView]:
+    """The first tensor of each distinct grid binding: kernel_grid reads a tensor's grid
+    axes (extent, parallel type) and whether it holds one element, so the others add
+    nothing to its grid and pass its checks as their representative did."""
+    first: dict[tuple, TensorView] = {}
+    for tv in tensors:
+        key = (
+            tuple((ax.extent, ax.parallel_type) for ax in grid_axes(tv)),
+            math.prod(local_shape(tv)) == 1,
+        )
+        first.setdefault(key, tv)
+    return list(first.values())
+
+
+def _batch_key(step: _Step, registers: set[int]) -> tuple | None:
+    """Everything a step's lowering and numpy row depend on but its operands' values and
+    its scalars; None for a step evaluated alone (an indexed op, one of several
+    outputs, unhashable attributes)."""
+    expr, out = step.expr, step.expr.output
+    d = definition(expr)
+    if d is None or d.indexed or len(expr.outputs) != 1:
+        return None
+    try:
+        attrs = tuple(sorted(expr.attributes().items()))
+        hash(attrs)
+    except TypeError:
+        return None
+    sig = schedule_signature(out)
+    reads = tuple(
+        (inp.dtype, None if id(inp) in registers else _access_key(expr, inp, sig))
+        for inp in expr.inputs
+    )
+    scalars = tuple(getattr(expr, "scalars", {}))
+    where = (step.store, id(out) in registers, local_shape(out))
+    return (
+        expr.op_name,
+        type(expr),
+        attrs,
+        scalars,
+        compute_dtype(expr),
+        out.dtype,
+        sig,
+        where,
+        reads,
+    )
+
+
+def _batches(steps: list[_Step], registers: set[int]) -> list[list[_Step]]:
+    """Runs of consecutive steps of one batch key none of which reads another's output."""
+    batches: list[list[_Step]] = []
+    last, made = None, set()
+    for step in steps:
+        key = _batch_key(step, registers)
+        if key is not None and key == last and not any(id(t) in made for t in step.expr.inputs):
+            batches[-1].append(step)
+        else:
+            batches.append([step])
+            last, made = key, set()
+        made.add(id(step.expr.output))
+    return batches
+
+
+def _lower(grid: Grid, batch: list[_Step], registers: set[int]) -> _Lowered:
+    step = batch[0]
     expr, out = step.expr, step.expr.output
     key, ti = grid.lower(out)
     coords = [ix for ix, ax in zip(ti.logical, out.domain.logical) if not ax.is_reduction]
     reads = [
-        (inp, None)
+        None
         if id(inp) in registers
-        else (
-            inp,
-            (_access_key(expr, inp, key), local_shape(inp), producer_coords(expr, inp, coords)),
-        )
+        else (_access_key(expr, inp, key), local_shape(inp), producer_coords(expr, inp, coords))
         for inp in expr.inputs
     ]
+    exprs = [s.expr for s in batch]
+    operands = []
+    for k, inp in enumerate(expr.inputs):
+        tensors = [e.inputs[k] for e in exprs]
+        operands.append([inp] if all(t is inp for t in tensors) else tensors)
+    scalars = None
+    if len(exprs) > 1 and getattr(expr, "scalars", None):
+        dtype = compute_dtype(expr).numpy  # as numpy_ops converts each expression's own
+        scalars = {
+            k: np.asarray([e.scalars[k] for e in exprs], dtype).reshape(-1, 1) for k in expr.scalars
+        }
     store = ((key, local_shape(out), "self"), coords) if step.store else None
     position = global_index(out, coords) if is_indexed(expr) else None
-    return _Lowered(expr, key, ti, reads, id(out) in registers, store, position)
+    return _Lowered(exprs, key, ti, reads, operands, scalars, id(out) in registers, store, position)
 
 
 def _run_pass(
@@ -243,26 +324,29 @@ def _run_pass(
     device: dict[str, int],
 ) -> None:
     """Evaluate `steps` chunk by chunk; the tensors they store join `arrays`."""
-    stores = [None if p.store is None else _Store(p.expr.output, *p.store) for p in steps]
+    stores = [
+        None if p.store is None else Store([e.output for e in p.batch], *p.store) for p in steps
+    ]
     for chunk in grid.chunks():
         regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for p, drop, to in zip(steps, dead, stores):
-            expr = p.expr
             pred = chunk.pred(p.key, p.index, device)
             args, valid = [], pred
-            for inp, access in p.reads:
-                if access is None:
-                    value, ok = regs[id(inp)]
-                else:
-                    off = chunk.offset(*access)
-                    value, ok = _gather(arrays[id(inp)], written[id(inp)], off, pred)
+            for access, tensors in zip(p.reads, p.operands):
+                off = None if access is None else chunk.offset(*access)
+                value, ok = _operand(tensors, off, pred, regs, arrays, written)
                 args.append(value)
                 if ok is not pred and ok is not valid:
                     valid = valid & ok
             index = None if p.position is None else chunk.values(p.position, device)
-            value = eval_at_points(expr, args, index)
+            value = eval_at_points(p.expr, args, index, p.scalars)
             if p.register:
-                regs[id(expr.output)] = (value, valid)
+                if len(p.batch) == 1:
+                    regs[id(p.expr.output)] = (value, valid)
+                else:
+                    count = len(p.batch)
+                    for e, v, ok in zip(p.batch, rows(value, count), rows(valid, count)):
+                        regs[id(e.output)] = (v, ok)
             if to is not None:
                 to.write(chunk, value, valid, pred)
             for t in drop:
@@ -270,100 +354,26 @@ def _run_pass(
         chunk.done()
     for p, to in zip(steps, stores):
         if to is not None:
-            arrays[id(p.expr.output)], written[id(p.expr.output)] = to.finish()
+            for e, (data, mask) in zip(p.batch, to.finish()):
+                arrays[id(e.output)], written[id(e.output)] = data, mask
 
 
-def _gather(
-    flat: np.ndarray, written: np.ndarray | None, off: Offset, pred: np.ndarray
+def _operand(
+    tensors: list[TensorView], off: Offset | None, pred: np.ndarray, regs, arrays, written
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The array's elements at a chunk's offsets, and where they are valid."""
-    ok = pred
-    if off.identity:  # grid point k reads element k: a slice, no gather
-        lo, m = off.start, off.within
-        if m == pred.size:
-            value = flat[lo : lo + m]  # read in place
-        else:
-            value = np.empty(pred.shape, dtype=flat.dtype)
-            value[:m] = flat[lo : lo + m]
-            value[m:] = flat[0] if off.n else 0
-            ok = ok & (np.arange(pred.size) < m)  # past the end: nothing to read
-        if written is not None:
-            ok = ok & np.concatenate([written[lo : lo + m], np.zeros(pred.size - m, bool)])
-        return value, ok
-    if off.periodic and written is None:
-        return np.tile(flat, pred.size // off.n), ok
-    value = np.take(flat, off.off, mode="clip")
-    if not off.in_bounds:
-        ok = ok & (off.off >= 0) & (off.off < off.n)
-    if written is not None:
-        ok = ok & np.take(written, off.off, mode="clip")
-    return value, ok
-
-
-class _Store:
-    """A tensor the kernel writes to memory, filled chunk by chunk in grid order.
-
-    While every chunk so far wrote the elements of its own grid points in order (the
-    identity layout: grid point k writes element k) the elements written are a
-    prefix and no mask is kept; the first chunk that writes otherwise fills the rest
-    with poison and starts a mask of the elements written (and valid). Values are
-    held in the tensor's compute dtype (see fuserlite.runtime.numpy_ops.store)."""
-
-    def __init__(self, tv: TensorView, key: tuple, coords: list) -> None:
-        self.tv = tv
-        self.key = key
-        self.coords = coords
-        self.shape = local_shape(tv)
-        self.dtype = tv.dtype.compute.numpy
-        self.n = math.prod(self.shape)
-        self.data = np.empty(self.n, dtype=self.dtype)
-        self.prefix = 0  # while `mask` is None: elements [0, prefix) are written
-        self.invalid: list[np.ndarray] = []  # ... of which these flat indices are not valid
-        self.mask: np.ndarray | None = None
-
-    def write(self, chunk: GridChunk, value: np.ndarray, valid: np.ndarray, pred) -> None:
-        """Store the chunk's values where the predicate holds (invalid ones as poison)."""
-        off = chunk.offset(self.key, self.shape, self.coords)
-        value = value.astype(self.dtype, copy=False)
-        if valid is not pred:
-            value = np.where(valid, value, poison(self.dtype))
-        lo, m = off.start, off.within
-        if off.identity and pred[:m].all() and not pred[m:].any():
-            self.data[lo : lo + m] = value[:m]
-            if self.mask is not None:
-                self.mask[lo : lo + m] = valid[:m]
-                return
-            if valid is not pred and not valid[:m].all():
-                self.invalid.append(lo + np.flatnonzero(~valid[:m]))
-            if m:
-                self.prefix = lo + m
-            return
-        self._start_mask()
-        sel = off.at(pred)  # a broadcast row: the first chunk holds all its points
-        if sel.size and (sel.min() < 0 or sel.max() >= off.n):
-            raise ExecutionError(
-                f"run_kernel: {self.tv.name} is written out of bounds (flat index {sel.max()} of "
-                f"{off.n}); its schedule does not match its shape"
-            )
-        self.data[sel] = value[pred]
-        self.mask[sel] = valid[pred]
-
-    def _start_mask(self) -> None:
-        if self.mask is not None:
-            return
-        self.mask = np.zeros(self.n, dtype=bool)
-        self.mask[: self.prefix] = True
-        for where in self.invalid:
-            self.mask[where] = False
-        self.data[self.prefix :] = poison(self.dtype)
-
-    def finish(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """(flat data, mask of the valid elements, or None when every element was written)."""
-        if self.mask is None and self.prefix < self.n:
-            self._start_mask()  # a grid smaller than the tensor
-        if self.mask is None or self.mask.all():
-            return self.data, None
-        return self.data, self.mask
+    """An operand's values at a chunk's points and where they are valid: its register
+    (`off` None) or its elements at `off`; for a batch whose members read different
+    tensors, one row per member."""
+    got = [
+        regs[id(t)] if off is None else gather(arrays[id(t)], written[id(t)], off, pred)
+        for t in tensors
+    ]
+    if len(got) == 1:
+        return got[0]
+    oks = [ok for _, ok in got]
+    first = oks[0]
+    ok = first if all(o is first for o in oks) else np.stack(oks)
+    return np.stack([v for v, _ in got]), ok
 
 
 def run_scheduled(

@@ -205,11 +205,15 @@ def _laid_out(expr: Expr, position: int, value: np.ndarray) -> np.ndarray:
     return value.transpose(order).reshape(shape)
 
 
-def _operands(expr: Expr, args: list[np.ndarray], dtype: np.dtype) -> list[np.ndarray]:
+def _operands(
+    expr: Expr, args: list[np.ndarray], dtype: np.dtype, scalars: dict | None = None
+) -> list[np.ndarray]:
     """operands() as arrays in `dtype`: the tensor arrays given, scalars as 0-d arrays
-    in their places."""
+    in their places (`scalars`: values to take instead of the expression's own)."""
     operands = [a.astype(dtype, copy=False) for a in args]
-    for k, x in getattr(expr, "scalars", {}).items():  # only an Op takes scalars
+    if scalars is None:
+        scalars = getattr(expr, "scalars", {})  # only an Op takes scalars
+    for k, x in scalars.items():
         operands.insert(k, np.asarray(x, dtype))
     return operands
 
@@ -281,11 +285,16 @@ def _start(start: tuple[int, ...] | None, shape: tuple[int, ...]) -> tuple[int, 
 
 
 def eval_at_points(
-    expr: Expr, args: list[np.ndarray], index: np.ndarray | None = None
+    expr: Expr,
+    args: list[np.ndarray],
+    index: np.ndarray | None = None,
+    scalars: dict[int, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Evaluate a pointwise expression on operand values already gathered at its
     output's points (the kernel runner's chunks); the result in the output's compute
-    dtype. `index` is each point's global linear index, which an indexed op needs."""
+    dtype. `index` is each point's global linear index, which an indexed op needs;
+    `scalars`, per scalar position, values to take instead of the expression's own (a
+    batch of expressions evaluated at once: a column, one row per expression)."""
     dtype = expr.output.dtype.compute.numpy
     d = definition_of(expr)
     with np.errstate(all="ignore"):
@@ -296,5 +305,5 @@ def eval_at_points(
         elif d.converts:
             out = _row(expr)(expr, *args)
         else:
-            out = _row(expr)(*_operands(expr, args, _operand_dtype(expr, None)))
+            out = _row(expr)(*_operands(expr, args, _operand_dtype(expr, None), scalars))
         return np.asarray(out).astype(dtype, copy=False)
