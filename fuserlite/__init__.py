@@ -20,7 +20,7 @@ from fuserlite.ir import (
 )
 from fuserlite.ops import *  # noqa: F403 - tensor and every op's builder (ops.__all__)
 from fuserlite.runtime.reference import evaluate, random_inputs
-from fuserlite.text import load, parse, to_fus
+from fuserlite.text import parse, to_fus
 from fuserlite.verify import verify
 
 __version__ = "0.1.0"
@@ -55,6 +55,7 @@ from fuserlite.ir.errors import ValidationError  # noqa: E402
 from fuserlite.pipeline import Pipeline, lower  # noqa: E402
 from fuserlite.program import Program  # noqa: E402
 from fuserlite.program.explain import explain  # noqa: E402
+from fuserlite.program.parser import load  # noqa: E402 - a .fus file or printed IR
 from fuserlite.program.verify import verify_program  # noqa: E402
 from fuserlite.runtime.executor import FusionExecutor  # noqa: E402
 from fuserlite.runtime.validate import validate  # noqa: E402

@@ -27,7 +27,8 @@ def test_lower_returns_a_program_of_kernels_and_communications() -> None:
     assert program.kernels == [s for s in program.steps if isinstance(s, Kernel)]
     assert [c.kind.value for c in program.communications] == ["Allreduce"]
     assert program.inputs == program.fusion.inputs and program.outputs == program.fusion.outputs
-    assert str(program).startswith("%kernel0 (DeviceMesh{0 1}) {")
+    # the latency its plans were chosen at (read back by fl.explain), then the steps
+    assert str(program).startswith("Planner: latency_bytes=131072\n\n%kernel0 (DeviceMesh{0 1}) {")
 
 
 def test_the_pipeline_returns_what_its_last_pass_produced() -> None:

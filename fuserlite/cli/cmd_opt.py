@@ -1,12 +1,13 @@
 """`fuserlite opt`: text in, passes, text out (in the style of xdsl-opt).
 
-    fuserlite opt FILE [-p pass1,pass2[option=value]]
+    fuserlite opt FILE [-p pass1,pass2[option=value] | --lowered] [--latency-bytes N]
 
 FILE (`-` for stdin) is a `.fus` file or anything `fuserlite print` prints in the
 kernel dialect (a fusion's `%kernel { ... }` or a lowered program), told apart by
 its first line. The passes run with their contracts and the validator between
 them; the result is printed in the kernel dialect. With no `-p` it prints what it
-read, so `fuserlite print X --passes a,b | fuserlite opt -` reproduces its input.
+read, so `fuserlite print X --passes a,b | fuserlite opt -` reproduces its input;
+`--lowered` (or `--latency-bytes N` alone) runs the default pipeline on a fusion.
 """
 
 from __future__ import annotations
@@ -15,18 +16,43 @@ import argparse
 import sys
 from typing import Any
 
-from fuserlite.cli.output import EXIT_OK, STDIN, Output, pass_list
+from fuserlite.cli.output import (
+    EXIT_OK,
+    STDIN,
+    Output,
+    UsageError,
+    add_latency_option,
+    check_latency_with_passes,
+    lowering_pass_names,
+    pass_list,
+    source_name,
+)
 from fuserlite.pipeline import Pipeline
 from fuserlite.program.parser import load_any
 from fuserlite.program.program import Program
 
 
+def _pass_names(args: argparse.Namespace) -> list[str] | None:
+    """The passes opt runs: -p's, none, or None for the default pipeline (--lowered)."""
+    if args.passes is not None:
+        check_latency_with_passes(args, "opt: error")
+        return pass_list(args.passes, "opt: error: -p", "print what was read")
+    return None if args.lowered or args.latency_bytes is not None else []
+
+
 def cmd_opt(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite opt`: read a .fus file or printed IR, run the passes, print the result."""
-    names = []
-    if args.passes is not None:
-        names = pass_list(args.passes, "opt: error: -p", "print what was read")
+    names = _pass_names(args)
     ir = load_any(sys.stdin.buffer, STDIN) if args.path == "-" else load_any(args.path)
+    if names is None:  # the default pipeline, which starts from a fusion
+        if isinstance(ir, Program):
+            flag = "--lowered" if args.lowered else "--latency-bytes"
+            raise UsageError(
+                f"fuserlite opt: error: {flag} runs the default pipeline on a fusion, and "
+                f"{source_name(args.path)} is a program already (segment ran); give the "
+                "passes left with -p"
+            )
+        names = lowering_pass_names(args)
     if names:
         level = "program" if isinstance(ir, Program) else "fusion"
         ir = Pipeline(names, input_level=level).run(ir)
@@ -43,10 +69,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description=cmd_opt.__doc__,
     )
     p.add_argument("path", metavar="FILE", help="a .fus file or printed IR; - for stdin")
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "-p",
         "--passes",
         metavar="A,B,C",
         help="the passes to run, in order (name or name[option=value])",
     )
+    which.add_argument(
+        "--lowered", action="store_true", help="run the default pipeline (on a fusion)"
+    )
+    add_latency_option(p, "; implies --lowered")
     p.set_defaults(handler=cmd_opt)

@@ -12,6 +12,7 @@ from fuserlite.cli.output import (
     Output,
     UsageError,
     add_latency_option,
+    check_latency_with_passes,
     load_fusion,
     lowering_pass_names,
     pass_list,
@@ -31,16 +32,12 @@ PRINTERS: dict[str, Callable[[Fusion], str]] = {
 
 def _pass_names(args: argparse.Namespace) -> list[str] | None:
     """The passes `print` runs: --lowered means the default pipeline."""
-    if args.lowered or args.scheduled:
-        return lowering_pass_names(args)
     if args.passes is not None:
-        if args.latency_bytes is not None:
-            raise UsageError(
-                "fuserlite print: error: --latency-bytes sets lower-communications' option in "
-                "the default pipeline; with --passes write lower-communications[latency_bytes="
-                f"{args.latency_bytes}] instead"
-            )
+        check_latency_with_passes(args, "print: error")
         return pass_list(args.passes, "print: error: --passes", "print the fusion")
+    # --latency-bytes alone lowers too: the fusion as read has no plan it could change.
+    if args.lowered or args.scheduled or args.latency_bytes is not None:
+        return lowering_pass_names(args)
     return None
 
 
@@ -127,7 +124,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the default pipeline and print each scheduled kernel (nvFuser's format)",
     )
-    add_latency_option(p)
+    add_latency_option(p, "; implies --lowered")
     dumps = p.add_mutually_exclusive_group()
     dumps.add_argument(
         "--print-after-all", action="store_true", help="print the program after every pass"

@@ -99,8 +99,15 @@ def source_name(path: str) -> str:
 
 
 def load_fusion(path: str) -> Fusion:
-    """Read a .fus file, or stdin for `-` (unreadable files are ParseErrors), and validate it."""
+    """Read a .fus file or a printed fusion, or stdin for `-` (unreadable files are
+    ParseErrors), and validate it; a printed program is a UsageError."""
     fusion = fuserlite.load(sys.stdin.buffer, STDIN) if path == "-" else fuserlite.load(path)
+    if not isinstance(fusion, Fusion):  # a printed program: segment ran already
+        raise UsageError(
+            f"fuserlite: error: {source_name(path)} is a printed program (after segment); this "
+            "command takes a fusion (a .fus file, or `fuserlite print` of one without passes); "
+            "`fuserlite opt` and `fuserlite explain` read programs"
+        )
     fuserlite.verify(fusion)
     return fusion
 
@@ -148,15 +155,27 @@ def add_mesh_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_latency_option(parser: argparse.ArgumentParser) -> None:
-    """`--latency-bytes N`: lower-communications' latency_bytes (plan.cost)."""
+def add_latency_option(parser: argparse.ArgumentParser, note: str = "") -> None:
+    """`--latency-bytes N`: lower-communications' latency_bytes (plan.cost); `note` ends
+    its help."""
     parser.add_argument(
         "--latency-bytes",
         type=int,
         metavar="N",
         help="what one collective launch costs the redistribution planner, in bytes a "
-        "device could send meanwhile (default 131072; 0 plans by bytes alone)",
+        f"device could send meanwhile (default 131072; 0 plans by bytes alone){note}",
     )
+
+
+def check_latency_with_passes(args: argparse.Namespace, usage: str) -> None:
+    """--latency-bytes sets lower-communications' option in the default pipeline: with
+    the passes given (`usage`: `print: error`, the command), a UsageError saying where it goes."""
+    if args.latency_bytes is not None:
+        raise UsageError(
+            f"fuserlite {usage}: --latency-bytes sets lower-communications' option in the "
+            "default pipeline; with the passes given write lower-communications"
+            f"[latency_bytes={args.latency_bytes}] instead"
+        )
 
 
 def lowering_pass_names(args: argparse.Namespace) -> list[str]:

@@ -2,12 +2,16 @@
 
     parse_printed(text) -> Fusion | Program
     parse_any(text) / load_any(path)   # printed text or .fus, told apart by is_printed
+    load(path)                         # fl.load: the same, a .fus file not verified
 
 A fusion prints as `%kernel { ... } // %kernel`; a lowered program as its steps in
 order: `%kernel<k> (mesh) { ... } // %kernel<k>` blocks, resharding Sets and
 `Communication ...` lines, then a `TransformPrinter :` section for the tensors no
 kernel shows. Either may start with an `Inputs:` / `Outputs:` header (printed
-where the tensors do not imply them) and, outside kernels, `//` comment lines.
+where the tensors do not imply them) and, outside kernels, `//` comment lines; a
+lowered program with planned communications starts with `Planner:
+latency_bytes=N`, and the block of each intermediate of a plan says so (` plan
+intermediate : T7 -> T14`): fl.explain's records come back from them.
 docs/printed-form.md describes every line.
 
 Nothing here knows an op or a communication: an expression's body (what follows
@@ -24,15 +28,23 @@ import re
 from pathlib import Path
 from typing import BinaryIO
 
-from fuserlite.ir.errors import FuserliteError, ParseError, VerifyError
+from fuserlite.ir.errors import FuserliteError, ParseError, RedistributionError, VerifyError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.forms import build_from_printed
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.printer import implied_io
 from fuserlite.program.communication import Communication
-from fuserlite.program.printer import NOTE, SCHEDULED, printed_tensors, unescape_note
+from fuserlite.program.printer import (
+    INTERMEDIATE,
+    NOTE,
+    PLANNER,
+    SCHEDULED,
+    printed_tensors,
+    unescape_note,
+)
 from fuserlite.program.program import Kernel, Program, Step, finish_kernel
 from fuserlite.program.reader import TENSOR, TENSOR_NUMBER, Block, Line, build_tensor
 from fuserlite.program.reshardings import derive_reshardings
@@ -68,6 +80,14 @@ def parse_any(text: str, filename: str = "<string>") -> Fusion | Program:
     return fusion
 
 
+def load(path: str | Path | BinaryIO, name: str | None = None) -> Fusion | Program:
+    """fl.load: a .fus file's Fusion (not verified: it may be sharded after loading), or
+    the Fusion or Program printed text shows (verified), told apart by `is_printed`."""
+    name = str(path) if name is None else name
+    text = read_source(path, name)
+    return parse_printed(text, name) if is_printed(text) else parse_fus(text, name)
+
+
 def load_any(path: str | Path | BinaryIO, name: str | None = None) -> Fusion | Program:
     """`parse_any` of a file's text (a path, or a binary stream called `name`)."""
     name = str(path) if name is None else name
@@ -76,13 +96,13 @@ def load_any(path: str | Path | BinaryIO, name: str | None = None) -> Fusion | P
 
 def is_printed(text: str) -> bool:
     """True for text in the printed dialect, False for anything else (`.fus` text): its
-    first line past blank lines and `//` comments opens a kernel, the header, a
+    first line past blank lines and `//` comments opens a kernel, a header, a
     communication, a TransformPrinter section or a Set's tensor (`#` starts a .fus
     comment; no .fus statement starts like these)."""
     for line in text.split("\n"):
         line = line.strip()
         if line and not line.startswith("//"):
-            starts = ("%kernel", "Inputs:", "Communication ", TRANSFORM_PRINTER)
+            starts = ("%kernel", "Inputs:", "Planner:", "Communication ", TRANSFORM_PRINTER)
             return line.startswith(starts) or TENSOR.match(line) is not None
     return False
 
@@ -98,6 +118,7 @@ class _Builder:
         self.tensors: dict[int, TensorView] = {}
         self.heads: dict[int, Line] = {}  # each tensor's canonical text: its block's head
         self.computed_at: dict[int, Line] = {}  # where each computed tensor's step starts
+        self.marks: dict[int, Line] = {}  # tensor number -> its ` plan intermediate :` line
 
     def fail(self, message: str, line: int, column: int) -> ParseError:
         return self.source.error(message, line, column)
@@ -126,8 +147,56 @@ class _Builder:
             verify_program(program)
         except VerifyError as exc:  # its problems name tensors and steps: add the file
             raise VerifyError(f"{self.source.filename}: {exc}") from None
-        program.reshardings = derive_reshardings(program)  # what fl.explain reads
+        program.reshardings = self.reshardings(program)  # what fl.explain reads
         return program
+
+    def latency(self) -> int:
+        """The `Planner: latency_bytes=N` line's N (the planner's default without one)."""
+        line = self.text.planner
+        if line is None:
+            return DEFAULT_LATENCY_BYTES
+        value = line.text[len(PLANNER) :]
+        if not line.text.startswith(PLANNER) or not re.fullmatch(r"\d+", value):
+            raise self.fail(
+                "expected `Planner: latency_bytes=N`, N the bytes-equivalent a collective "
+                "cost the planner (a non-negative integer)",
+                line.number,
+                len(PLANNER) + 1 if line.text.startswith(PLANNER) else 1,
+            )
+        try:
+            return check_latency(int(value), "Planner: latency_bytes")
+        except RedistributionError as exc:
+            raise self.fail(str(exc), line.number, len(PLANNER) + 1) from None
+
+    def reshardings(self, program: Program) -> list:
+        """fl.explain's records of the program's communications, planned at the `Planner:`
+        line's latency and grouped at the marked intermediates (program.reshardings);
+        a ParseError where the marks or the line contradict the communications."""
+        marked = {}
+        for n, line in self.marks.items():
+            tv = self.tensors[n]
+            m = re.fullmatch(r"(T\d+) -> (T\d+)", line.text[len(INTERMEDIATE) :])
+            if m is None:
+                raise self.fail(
+                    "expected ` plan intermediate : T<source> -> T<target>`, the ends of the "
+                    "resharding whose plan passes through this tensor",
+                    line.number,
+                    len(INTERMEDIATE) + 1,
+                )
+            if not isinstance(tv.definition, Communication):
+                raise self.fail(
+                    f"T{n} is marked an intermediate of a plan, but no communication computes "
+                    "it (a plan's intermediates are between two of its communications)",
+                    line.number,
+                    1,
+                )
+            marked[id(tv)] = (m[1], m[2])
+
+        def contradiction(tv: TensorView, message: str) -> ParseError:
+            line = self.marks.get(tv.number) or self.heads[tv.number]
+            return self.fail(message, line.number, 1)
+
+        return derive_reshardings(program, self.latency(), marked, contradiction)
 
     def make_tensors(self) -> None:
         taken: dict[int, int] = {}
@@ -151,6 +220,16 @@ class _Builder:
                 )
         for n in sorted(first):
             block = first[n]
+            if len(block.lines) > 1 and block.lines[1].text.startswith(INTERMEDIATE):
+                if self.text.fusion is not None:
+                    raise self.fail(
+                        "a fusion's tensors are no plan's intermediates (a lowered program's "
+                        "communications are)",
+                        block.lines[1].number,
+                        1,
+                    )
+                self.marks[n] = block.lines[1]
+                block = Block((block.head, *block.lines[2:]))
             tv = build_tensor(self.fusion, block, taken, self.fail)
             tv.origin = f"{self.source.filename}:{block.head.number}"
             self.tensors[n] = tv

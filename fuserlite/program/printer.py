@@ -2,10 +2,13 @@
 communication on its own line, in execution order (nvFuser's dialect).
 
 What the steps do not show is printed too, so that the text parses back to an
-equal program (fuserlite.program.parser; docs/printed-form.md): an `Inputs:` /
+equal program (fuserlite.program.parser; docs/printed-form.md): a `Planner:` line
+with the latency_bytes the communications were planned at and an `Inputs:` /
 `Outputs:` header where the tensors do not imply them, a kernel's schedule and
-notes, and a last `TransformPrinter :` section for the tensors no kernel shows
-(a fusion input a communication reads, an output a communication writes).
+notes, a ` plan intermediate : T7 -> T14` line in the block of each tensor between
+two steps of one plan, and a last `TransformPrinter :` section for the tensors no
+kernel shows (a fusion input a communication reads, an output a communication
+writes, a plan's intermediates).
 """
 
 from __future__ import annotations
@@ -22,9 +25,15 @@ from fuserlite.printer import (
     transforms_text,
 )
 from fuserlite.program.program import Kernel, Program, Step
+from fuserlite.program.reshardings import plan_intermediates, plans_latency
 
 SCHEDULED = " scheduled : "  # ` scheduled : reference T6`: schedule-pointwise ran on it
 NOTE = " note : "  # ` note : schedule-pointwise: not scheduled: ...`, one line each
+# `Planner: latency_bytes=131072`, first: what a collective cost lower-communications' planner
+PLANNER = "Planner: latency_bytes="
+# ` plan intermediate : T7 -> T14`, second in the block of a tensor between two steps of
+# the plan from T7 to T14 (fl.explain reads the steps as one resharding)
+INTERMEDIATE = " plan intermediate : "
 
 
 def kernel_tensors(kernel: Kernel) -> list[TensorView]:
@@ -96,6 +105,9 @@ def print_program(program: Program) -> str:
     namer = Namer(shown)
     implied = implied_io(shown, step_exprs(program))
     header = io_header(program.inputs, program.outputs, implied, namer)
+    latency = plans_latency(program)
+    if latency is not None:
+        header = f"{PLANNER}{latency}\n" + (header or "\n")
     steps = "".join(
         kernel_text(step, namer, f"%kernel{k}")
         if isinstance(step, Kernel)
@@ -104,8 +116,19 @@ def print_program(program: Program) -> str:
     )
     in_kernels = {id(tv) for k in program.kernels for tv in kernel_tensors(k)}
     rest = [tv for tv in shown if id(tv) not in in_kernels]
-    blocks = "".join(transforms_text(tv, namer) + "\n" for tv in rest)
+    marks = plan_intermediates(program)
+    blocks = "".join(_block(tv, namer, marks) + "\n" for tv in rest)
     return header + steps + ("TransformPrinter : \n" + blocks if rest else "")
+
+
+def _block(tv: TensorView, namer: Namer, marks: dict) -> str:
+    """A tensor's TransformPrinter block, with its plan intermediate line where it is one."""
+    text = transforms_text(tv, namer)
+    r = marks.get(id(tv))
+    if r is None:
+        return text
+    head, rest = text.split("\n", 1)
+    return f"{head}\n{INTERMEDIATE}{r.source.ir_name} -> {r.target.ir_name}\n{rest}"
 
 
 def print_scheduled(program: Program) -> str:

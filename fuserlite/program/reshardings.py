@@ -2,16 +2,21 @@
 
 lower-communications records them as it lowers (`Program.reshardings`, which
 fl.explain reads); a program read back from its printed text gets the same records
-from its communications (`derive_reshardings`): a move between meshes is one
-resharding, as is a CollectivePermute, and on one mesh a chain of communications (each intermediate tensor
-read by the next one only) is one resharding where its steps are the planner's
-plan between the chain's ends, the longest such chain first. The printed form does
-not record lower-communications' latency_bytes, so a program read back is explained
-at the default latency: a plan chosen at another may read as two shorter plans.
+from its communications (`derive_reshardings`). The printed form records what the
+communications alone do not say: the `latency_bytes` the planner chose every plan at
+(`plans_latency`, the `Planner:` header line) and which tensors are the intermediates
+between the steps of one plan (`plan_intermediates`, a ` plan intermediate :` line in
+their TransformPrinter blocks). So a move between meshes is one resharding, as is a
+CollectivePermute, a chain of communications through marked intermediates is one
+(which must be the planner's plan between its ends at that latency), and any other
+communication on one mesh is one by itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from fuserlite.ir.errors import LoweringError, RedistributionError
 from fuserlite.ir.sharding import placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
@@ -35,6 +40,14 @@ class Planners:
             self._planners[key] = Planner(*key, self.latency_bytes)
         return self._planners[key].plan(placement(source), placement(target))
 
+    def plan_or_none(self, source: TensorView, target: TensorView) -> Plan | None:
+        """`plan`, or None where the planner has none (a partial target: a step of text
+        written by hand that no plan takes alone)."""
+        try:
+            return self.plan(source, target)
+        except RedistributionError:
+            return None
+
 
 def needed_by(tv: TensorView, program: Program) -> str:
     """The first kernel expression (in program order) that reads `tv`, else 'the fusion
@@ -48,41 +61,125 @@ def needed_by(tv: TensorView, program: Program) -> str:
     return "a later resharding"
 
 
-def derive_reshardings(program: Program) -> list[Resharding]:
-    """The records lower-communications made for `program`'s communications (module doc);
-    a chain that is no plan of the planner (text written by hand) is one record per
-    communication with neither plan nor move."""
+def plans_latency(program: Program) -> int | None:
+    """The latency_bytes every plan of `program`'s reshardings was chosen at (None if it
+    has no plan); a LoweringError if they were chosen at different ones."""
+    found = {r.plan.latency_bytes for r in program.reshardings if r.plan is not None}
+    if len(found) > 1:
+        raise LoweringError(
+            f"the program's plans were chosen at different latency_bytes ({sorted(found)}); "
+            "one lower-communications run plans them all at one"
+        )
+    return found.pop() if found else None
+
+
+def plan_intermediates(program: Program) -> dict[int, Resharding]:
+    """id of each tensor between two steps of one plan -> the resharding it is part of."""
+    return {
+        id(c.output): r
+        for r in program.reshardings
+        if r.plan is not None
+        for c in r.communications[:-1]
+    }
+
+
+# `fail(tensor, message)`: the error to raise where a marked intermediate contradicts the
+# communications around it (the parser locates it at the tensor's marker line).
+Contradiction = Callable[[TensorView, str], Exception]
+
+
+def derive_reshardings(
+    program: Program,
+    latency_bytes: int = DEFAULT_LATENCY_BYTES,
+    marked: dict[int, tuple[str, str]] | None = None,
+    fail: Contradiction | None = None,
+) -> list[Resharding]:
+    """The records lower-communications made for `program`'s communications (module doc),
+    planning at `latency_bytes`. `marked` maps the id of each marked intermediate to the
+    names of the resharding's ends it claims; a communication on one mesh that is no
+    plan of the planner (text written by hand) is a record with neither plan nor move."""
+    marked = marked or {}
+    fail = fail or (lambda tv, message: LoweringError(message))
     comms = program.communications
-    planners = Planners()
+    planners = Planners(latency_bytes)
     outputs = {id(t) for t in program.outputs}
     out: list[Resharding] = []
     i = 0
     while i < len(comms):
         first = comms[i]
-        src = first.input
-        if first.kind is CommKind.CollectivePermute:
-            move = permuted(src, first.in_axis or 0, first.sources)[0]
-            out.append(_record(program, [first], move=move))
-            i += 1
-            continue
-        if src.mesh != first.output.mesh:
-            move = planned_move(src, first.output)
-            out.append(_record(program, [first], move=move))
-            i += 1
-            continue
         chain = [first]
-        while i + len(chain) < len(comms) and _continues(chain[-1], comms[i + len(chain)], outputs):
-            chain.append(comms[i + len(chain)])
-        for k in range(len(chain), 0, -1):
-            plan = planners.plan(src, chain[k - 1].output)
-            if _is_plan(plan, chain[:k]):
-                out.append(_record(program, chain[:k], plan=plan))
-                break
+        while id(chain[-1].output) in marked:
+            mid = chain[-1].output
+            nxt = comms[i + len(chain)] if i + len(chain) < len(comms) else None
+            if nxt is None or not _continues(chain[-1], nxt, outputs):
+                raise fail(
+                    mid,
+                    f"{mid.name} is marked an intermediate of a plan, but {_why_not_step(mid, nxt, outputs)}",
+                )
+            chain.append(nxt)
+        i += len(chain)
+        if len(chain) > 1:
+            out.append(_marked_plan(program, chain, planners, marked, fail))
+        elif first.kind is CommKind.CollectivePermute:
+            move = permuted(first.input, first.in_axis or 0, first.sources)[0]
+            out.append(_record(program, [first], move=move))
+        elif first.input.mesh != first.output.mesh:
+            out.append(_record(program, [first], move=planned_move(first.input, first.output)))
         else:
-            k = 1
-            out.append(_record(program, [first]))
-        i += k
+            plan = planners.plan_or_none(first.input, first.output)
+            how = {"plan": plan} if plan is not None and _is_plan(plan, [first]) else {}
+            out.append(_record(program, [first], **how))
     return out
+
+
+def _why_not_step(mid: TensorView, nxt: Communication | None, outputs: set[int]) -> str:
+    """Why the communication after the one computing `mid` is not the plan's next step."""
+    if id(mid) in outputs:
+        return "it is an output of the fusion"
+    if nxt is None or nxt.input is not mid:
+        return "the next communication does not read it"
+    if len(mid.uses) != 1:
+        return f"{len(mid.uses)} steps read it (the next step of its plan alone does)"
+    return "the next communication moves it to another mesh"
+
+
+def _marked_plan(
+    program: Program,
+    chain: list[Communication],
+    planners: Planners,
+    marked: dict[int, tuple[str, str]],
+    fail: Contradiction,
+) -> Resharding:
+    """The resharding of a chain through marked intermediates: the planner's plan between
+    its ends, which the marks name."""
+    src, dst = chain[0].input, chain[-1].output
+    for c in chain[:-1]:
+        claimed = marked[id(c.output)]
+        if claimed != (src.ir_name, dst.ir_name):
+            raise fail(
+                c.output,
+                f"{c.output.name} is marked an intermediate of {claimed[0]} -> {claimed[1]}, "
+                f"but the communications through it go from {src.name} to {dst.name}",
+            )
+    if src.mesh is None or any(
+        c.input.mesh != src.mesh or c.output.mesh != src.mesh for c in chain
+    ):
+        raise fail(chain[0].output, "a plan's steps are on one mesh; these move between meshes")
+    plan = planners.plan_or_none(src, dst)
+    if plan is None or not _is_plan(plan, chain):
+        steps = " + ".join(c.kind.value for c in chain)
+        planned = (
+            "the planner plans no move between them"
+            if plan is None
+            else f"the planner's plan from {plan.source} to {plan.target} at latency_bytes="
+            f"{planners.latency_bytes} is {plan.describe_steps()} (the `Planner:` line gives "
+            "the latency)"
+        )
+        raise fail(
+            chain[0].output,
+            f"{steps} from {src.name} to {dst.name} is marked one plan, but {planned}",
+        )
+    return _record(program, chain, plan=plan)
 
 
 def _record(program: Program, comms: list[Communication], **how) -> Resharding:

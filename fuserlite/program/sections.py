@@ -1,7 +1,7 @@
 """The printed dialect split into its parts, before anything is built.
 
-`split_text` turns the lines of a print into a header (`Inputs:` / `Outputs:`),
-a fusion's `%kernel { ... }` or a program's steps (kernels with their schedule
+`split_text` turns the lines of a print into a header (a program's `Planner:`
+line, `Inputs:` / `Outputs:`), a fusion's `%kernel { ... }` or a program's steps (kernels with their schedule
 lines, expressions, `Communication ...` lines) and the TransformPrinter blocks of
 every tensor. It checks only the layout of the lines; fuserlite.program.parser
 builds the IR from the parts.
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from fuserlite.ir.errors import ParseError
-from fuserlite.program.printer import NOTE, SCHEDULED
+from fuserlite.program.printer import NOTE, PLANNER, SCHEDULED
 from fuserlite.program.reader import TENSOR_NUMBER, Block, Line
 from fuserlite.text.source import Source
 
@@ -52,6 +52,7 @@ class Text:
     """A whole print in parts: a fusion's kernel or a program's steps (a kernel, a
     resharding Set's expression, a communication's line), and every tensor's block."""
 
+    planner: Line | None = None  # `Planner: latency_bytes=N` (a program's first line)
     header: tuple[list[Line], list[Line]] | None = None
     fusion: KernelText | None = None  # `%kernel { ... }`: the text is a fusion
     steps: list[KernelText | ExprText | Line] = field(default_factory=list)
@@ -94,11 +95,21 @@ class _Reader:
         first = self.peek()
         if first is None:
             raise self.source.error("the text is empty: nothing was printed", 1, 1)
-        if first.text.rstrip() == "Inputs:":
+        if first.text.startswith(PLANNER.split()[0]):
+            out.planner = self.take()
+            self.skip_blank()
+            first = self.peek()
+        if first is not None and first.text.rstrip() == "Inputs:":
             out.header = self.header()
             self.skip_blank()
         line = self.peek()
         if line is not None and line.text == "%kernel {":
+            if out.planner is not None:
+                raise self.fail(
+                    "a fusion has no `Planner:` line (a lowered program's communications "
+                    "were planned at its latency_bytes)",
+                    out.planner,
+                )
             out.fusion = self.kernel(self.take(), None, "%kernel", out.blocks)
             self.tail("after the fusion's `} // %kernel`")
             return out
