@@ -242,6 +242,8 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
 
     if inp.mesh is None or out.mesh is None:
         raise fail(f"a communication's tensors have a mesh; {inp.name} -> {out.name}", "input")
+    if values["bytes_per_device"] < 0:
+        raise fail("bytes_per_device is what each device sends: at least 0", "bytes_per_device")
     before, after = placement(inp), placement(out)
     derived = {"before": before, "after": after}
     permutes = values["kind"] is CommKind.CollectivePermute
@@ -262,6 +264,11 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
             derived["transfers"] = _transfers(inp, out, move, shown["transfers"], fail)
         return derived
     mesh = inp.mesh
+    if values["team"] != tuple(mesh.devices):
+        team = " ".join(map(str, mesh.devices))
+        raise fail(f"a communication on {mesh} takes every device of it: team=({team})", "team")
+    if values.get("root") is not None:
+        raise fail("a communication on one mesh has no root (its teams have none)", "root")
     derived["mesh"] = mesh
     derived["axes"] = tuple(
         a for a in (values.get("in_axis"), values.get("out_axis")) if a is not None

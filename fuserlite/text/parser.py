@@ -371,8 +371,10 @@ class _Builder:
                 written.append(_arg(a.children[0]))
         if str(op) in COLLECTIVES:
             try:
-                return call_collective(str(op), written, tensor)
+                return call_collective(self.source, str(op), written, tensor)
             except ParseError as exc:
+                if exc.line is not None:  # located at the argument already
+                    raise
                 raise self._fail(str(exc), op) from None
         return call_op(self.source, _arg(op), written, tensor)
 

@@ -7,11 +7,12 @@
     end
 
 Inside a block an argument's name means its local value (each device's block, as
-its spec says); the statements are op calls and collectives (fuserlite.spmd) on
-local values; `return` names the results, which the header's outputs receive as
-global tensors. A spec lists one mesh axis or `none` per tensor axis (`[]`:
-replicated). The writer writes each traced shard_map call (shard_map_trace.regions)
-this way, in place of the global ops it built.
+its spec says; `T0 [] as l1` calls it l1, for a tensor given twice under two specs);
+the statements are op calls and collectives (fuserlite.spmd) on local values, each
+defining new local names; `return`, last, names the results, which the header's
+outputs receive as global tensors. A spec lists one mesh axis or `none` per tensor
+axis (`[]`: replicated). The writer writes each traced shard_map call
+(shard_map_trace.regions) this way, in place of the global ops it built.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fuserlite.shard_map import shard_map
 from fuserlite.shard_map_trace import Region
 from fuserlite.spmd import COLLECTIVES
 from fuserlite.text.calls import Arg
+from fuserlite.text.source import Source
 
 # -- reading ------------------------------------------------------------------------
 
@@ -65,16 +67,23 @@ def takes_tensor(op: str) -> bool:
     return first is not None and first.annotation in (TensorView, "TensorView")
 
 
-def call_collective(op: str, written: list[Arg], tensor: Callable[[Arg], TensorView]) -> TensorView:
+def call_collective(
+    source: Source, op: str, written: list[Arg], tensor: Callable[[Arg], TensorView]
+) -> TensorView:
     """A collective call: its first argument a local tensor (where it takes one), the
-    others values."""
+    others values; a mistake in a written argument is a ParseError located at it."""
     positional = [a for a in written if a.keyword is None]
     values = [python_value(a) for a in positional]
     if takes_tensor(op):
         if not positional or positional[0].kind != "name":
             raise ParseError(f"{op}: its first argument is a local tensor")
         values[0] = tensor(positional[0])
-    keywords = {a.keyword: python_value(a) for a in written if a.keyword is not None}
+    keywords: dict[str, object] = {}
+    for a in written:
+        if a.keyword in keywords:
+            raise source.error(f"{op}: argument {a.keyword!r} given twice", a.line, a.column)
+        if a.keyword is not None:
+            keywords[a.keyword] = python_value(a)
     try:
         return COLLECTIVES[op](*values, **keywords)
     except TypeError as exc:  # arity and keyword names, as Python says them
@@ -102,7 +111,10 @@ def _argument_text(value: object) -> str:
 def write_region(region: Region, mesh_name: str, body_of: Callable) -> list[str]:
     """The block of one traced shard_map call; body_of(expr, name) writes an op call."""
     trace = region.trace
-    names = {id(t): g.ir_name for t, g in zip(region.local_arguments, region.arguments)}
+    names: dict[int, str] = {}
+    for t, g in zip(region.local_arguments, region.arguments):
+        # A tensor given twice (under two specs) has two local values: the second its own name.
+        names[id(t)] = g.ir_name if g.ir_name not in names.values() else f"l{len(names)}"
     for t in trace.local.tensors_created:
         names.setdefault(id(t), f"l{len(names)}")
 
@@ -110,7 +122,8 @@ def write_region(region: Region, mesh_name: str, body_of: Callable) -> list[str]
         return names[id(t)]
 
     ins = ", ".join(
-        f"{g.ir_name} {_spec_text(s)}" for g, s in zip(region.arguments, region.in_specs)
+        f"{g.ir_name} {_spec_text(s)}" + ("" if name(t) == g.ir_name else f" as {name(t)}")
+        for t, g, s in zip(region.local_arguments, region.arguments, region.in_specs)
     )
     outs = ", ".join(
         f"{g.ir_name} {_spec_text(s)}" for g, s in zip(region.outputs, region.out_specs)
@@ -152,8 +165,18 @@ def run_block(builder, block: Block, end: Tree, to_arg: Callable[[Tree], Arg]) -
     in_specs = [spec_at(a) for a in ins]
     out_specs = [spec_at(a) for a in outs]
 
+    # Each argument's local name: the one after `as`, else the tensor's.
+    local_names = [a.children[2] if len(a.children) > 2 else a.children[0] for a in ins]
+    for k, name in enumerate(local_names):
+        if name in local_names[:k]:
+            raise builder._fail(
+                f"{name!s} names two arguments of this shard_map block; call the second "
+                f"by a name of its own: `{ins[k].children[0]!s} [...] as {name!s}_2`",
+                name,
+            )
+
     def fn(*local_args: TensorView):
-        scope = {str(a.children[0]): t for a, t in zip(ins, local_args)}
+        scope = {str(name): t for name, t in zip(local_names, local_args)}
 
         def tensor(ref: Token | Arg) -> TensorView:
             key = ref.value if isinstance(ref, Arg) else str(ref)
@@ -165,20 +188,35 @@ def run_block(builder, block: Block, end: Tree, to_arg: Callable[[Tree], Arg]) -
                 )
             return scope[key]
 
-        for stmt in block.statements:
+        for k, stmt in enumerate(block.statements):
             try:
                 if stmt.data == "return_stmt":
+                    if k + 1 < len(block.statements):
+                        raise builder._at_stmt(
+                            block.statements[k + 1],
+                            f"the block returns at line {stmt.meta.line}: nothing may follow "
+                            "its `return` before `end`",
+                        )
                     return tuple(tensor(n) for n in stmt.children)
                 targets, op, *written = stmt.children
                 out = builder._call(op, written, tensor)
                 results = out if isinstance(out, tuple) else (out,)
-                names = [str(t) for t in targets.children if isinstance(t, Token)]
+                names = [t for t in targets.children if isinstance(t, Token)]
                 if len(names) != len(results):
                     raise builder._at_stmt(
                         stmt,
                         f"{op!s} returns {len(results)} tensor(s), the statement names {len(names)}",
                     )
-                scope.update(zip(names, results))
+                for name in names:  # a local name is defined once, as a global one is
+                    if str(name) in scope or names.count(name) > 1:
+                        raise builder._fail(
+                            f"{name!s} is already a local value of this shard_map block; "
+                            "pick a new name",
+                            name,
+                        )
+                for name, t in zip(names, results):  # messages then say `b (T1)`
+                    t.user_name = str(name)
+                    scope[str(name)] = t
             except ParseError:
                 raise
             except FuserliteError as exc:
