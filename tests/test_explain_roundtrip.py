@@ -5,12 +5,11 @@ plan was chosen at, which communications are the steps of one plan)."""
 
 from __future__ import annotations
 
-import io
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from test_cli_opt import cli
 
 import fuserlite as fl
 from fuserlite.cli import main
@@ -24,14 +23,6 @@ REPO = Path(__file__).resolve().parents[1]
 COMMUNICATING = ["dp_tp_mlp", "seed_000", "sp_mlp", "tp_mlp", "transformer_block"]
 LATENCIES = [None, 0]
 MESHES = {"dp_tp_mlp": [None], "seed_000": [None]}
-
-
-def cli(capsys, monkeypatch, *argv: str, stdin: str | None = None) -> tuple[int, str, str]:
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def nameless(text: str) -> str:
