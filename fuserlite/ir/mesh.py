@@ -122,6 +122,11 @@ def _read_braces(body: str, text: str) -> list:
     raise FusionError(f"{text!r} is not a printed mesh; write DeviceMesh{{0 1 2 3}}")
 
 
+def parallel_types_of_rank(rank: int) -> tuple[ParallelType, ...]:
+    """The device parallel types of a rank-`rank` mesh's axes, axis 0 first."""
+    return _TYPES_OF_RANK[rank]
+
+
 @dataclass(frozen=True)
 class DeviceMesh:
     """Distinct device ids on a grid of rank 1..3 (compared by ids and shape)."""

@@ -20,6 +20,7 @@ each way, used by every pass.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,11 +28,11 @@ from types import MappingProxyType
 
 from fuserlite.ir.domain import IterDomain, Split, ceil_div
 from fuserlite.ir.expr import Expr, LoadStoreOp
-from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.mesh import DeviceMesh, parallel_types_of_rank
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, IterType, ParallelType
 
 MeshPlacement = tuple[DeviceMesh | None, Placement]  # a mesh and a placement on logical axes
 
@@ -109,7 +110,7 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
         )
     origin, _, split = chain
     inner = ax.definition.inner if ax is not split else None
-    if ax.extent == d and (inner is None or inner.extent == ceil_div(split.extent, d)):
+    if _fits(ax.extent, split.extent, None if inner is None else inner.extent, d):
         return None  # valid: asked of every sharded axis between passes, so no message built
     where = mesh_axis_text(tv.mesh, pt)
     if ax.extent != d:
@@ -131,29 +132,120 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
     return None
 
 
+def _fits(extent: int, split_extent: int, inner_extent: int | None, d: int) -> bool:
+    """True when a device axis of `extent` over d devices is a valid sharding of the
+    axis of `split_extent` it splits (its inner part, if any, holding ceil(n/d) rows)."""
+    return extent == d and (inner_extent is None or inner_extent == ceil_div(split_extent, d))
+
+
+# -- the facts of a tensor's layout, computed once per signature ---------------------
+# Every query below reads a tensor only through its signature: the mesh's shape, the
+# logical axes' extents and types, and where each device-parallel loop axis sits on
+# them. The facts are computed from the signature alone (never from the tensor), so a
+# tensor shares them with every tensor laid out alike (20 000 outputs `x + k`: one
+# computation), and per tensor they are kept while its version is unchanged.
+_REDUCTION, _BROADCAST = IterType.REDUCTION._value_, IterType.BROADCAST._value_
+
+
+@dataclass(frozen=True, eq=False)
+class _Facts:
+    """What the sharding queries answer for one signature (shared: read only)."""
+
+    shardings: Mapping[ParallelType, AxisSharding]
+    logical: Placement  # logical_placement
+    placement: Placement
+    local_shape: tuple[int, ...]
+    uneven: bool
+    data: tuple[int, ...]  # the positions of the data (non-reduction) logical axes
+
+
+def _signature(tv: TensorView) -> tuple:
+    """(mesh shape or None, ((extent, iter type) per logical axis), one entry per
+    device-parallel non-broadcast loop axis: (its type) when it shards no logical axis,
+    else (type, iter type, extent, logical index, depth, extent split, inner extent or
+    None)); enum values as their strings, which hash in C."""
+    logical = tv.domain.logical
+    devices = []
+    for ax in tv.domain.loop:
+        pt = ax.parallel_type
+        if pt not in DEVICE_PARALLEL_TYPES or ax.iter_type is IterType.BROADCAST:
+            continue
+        chain = sharding_chain(tv, ax)
+        if chain is None:
+            devices.append((pt._value_,))
+            continue
+        origin, depth, split = chain
+        inner = None if ax is split else ax.definition.inner.extent
+        li = logical.index(origin)
+        devices.append(
+            (pt._value_, ax.iter_type._value_, ax.extent, li, depth, split.extent, inner)
+        )
+    mesh = tv.mesh
+    return (
+        None if mesh is None else mesh.shape,
+        tuple((ax.extent, ax.iter_type._value_) for ax in logical),
+        tuple(devices),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _facts_of(signature: tuple) -> _Facts:
+    mesh_shape, logical, devices = signature
+    data = [i for i, (_, it) in enumerate(logical) if it != _REDUCTION]
+    data_pos = {i: k for k, i in enumerate(data)}
+    types = parallel_types_of_rank(len(mesh_shape)) if mesh_shape is not None else ()
+    out: dict[ParallelType, AxisSharding] = {}
+    uneven = False
+    for entry in devices:
+        pt = ParallelType(entry[0])
+        if pt not in types or len(entry) == 1:
+            continue  # no mesh axis for it, or no logical axis: not a sharding
+        _, it, extent, li, depth, split_extent, inner = entry
+        mesh_axis = types.index(pt)
+        d = mesh_shape[mesh_axis]
+        if _fits(extent, split_extent, inner, d):
+            out[pt] = AxisSharding(pt, li, data_pos.get(li), d, mesh_axis, depth)
+            uneven = uneven or (it != _REDUCTION and split_extent % d != 0)
+    shape = [logical[i][0] for i in data]
+    nest: dict[int, list[AxisSharding]] = {}
+    for a in out.values():
+        if a.data_index is not None:  # nested: ceil(ceil(n/a)/b) = ceil(n/(a*b))
+            shape[a.data_index] = ceil_div(shape[a.data_index], a.num_devices)
+        nest.setdefault(a.logical_index, []).append(a)
+    shards: list[tuple[int, ...]] = [()] * len(logical)
+    for li, ss in nest.items():
+        shards[li] = tuple(a.mesh_axis for a in sorted(ss, key=lambda a: a.depth))
+    rank = len(mesh_shape) if mesh_shape is not None else 1
+    data_set = set(data)
+    partial = sorted(a for li, axes in enumerate(shards) if li not in data_set for a in axes)
+    return _Facts(
+        MappingProxyType(out),
+        Placement(rank, tuple(shards)),
+        Placement(rank, tuple(shards[li] for li in data), tuple(partial)),
+        tuple(shape),
+        uneven,
+        tuple(data),
+    )
+
+
+def _compute_facts(tv: TensorView) -> _Facts:
+    return _facts_of(_signature(tv))
+
+
+def _facts(tv: TensorView) -> _Facts:
+    return derived("sharding facts", tv, _compute_facts, tv)
+
+
+def data_positions(tv: TensorView) -> tuple[int, ...]:
+    """tv.data_positions() as a tuple, kept while the tensor is unchanged (the axis
+    maps of pointwise ops read it for every operand)."""
+    return _facts(tv).data
+
+
 def shardings(tv: TensorView) -> Mapping[ParallelType, AxisSharding]:
     """The valid device shardings of a tensor (broadcast DIDs ignored; read-only, kept
     while the tensor is unchanged)."""
-    return derived("shardings", tv, lambda: MappingProxyType(_shardings(tv)))
-
-
-def _shardings(tv: TensorView) -> dict[ParallelType, AxisSharding]:
-    out: dict[ParallelType, AxisSharding] = {}
-    data_pos: dict[int, int] | None = None
-    for ax in tv.domain.loop:
-        if ax.parallel_type not in DEVICE_PARALLEL_TYPES or ax.is_broadcast:
-            continue
-        if sharding_problem(tv, ax) is not None:
-            continue
-        origin, depth, _ = sharding_chain(tv, ax)
-        li = tv.domain.logical.index(origin)
-        if data_pos is None:
-            data_pos = {i: k for k, i in enumerate(tv.data_positions())}
-        pt, mesh = ax.parallel_type, tv.mesh
-        out[pt] = AxisSharding(
-            pt, li, data_pos.get(li), mesh.axis_size(pt), mesh.axis_of(pt), depth
-        )
-    return out
+    return _facts(tv).shardings
 
 
 def sharded_data_axis(tv: TensorView, pt: ParallelType = ParallelType.DIDx) -> int | None:
@@ -172,26 +264,14 @@ def local_shape(tv: TensorView) -> tuple[int, ...]:
     devices is ceil(n/d), the inner extent of its split (as nvFuser allocates it); a
     device's own rows, fewer on trailing devices where d does not divide n, are
     fuserlite.runtime.shards.device_shape's."""
-    return derived("local_shape", tv, lambda: _local_shape(tv))
-
-
-def _local_shape(tv: TensorView) -> tuple[int, ...]:
-    shape = list(tv.shape)
-    for s in shardings(tv).values():
-        if s.data_index is not None:  # nested: ceil(ceil(n/a)/b) = ceil(n/(a*b))
-            shape[s.data_index] = ceil_div(shape[s.data_index], s.num_devices)
-    return tuple(shape)
+    return _facts(tv).local_shape
 
 
 def is_uneven(tv: TensorView) -> bool:
     """True when a mesh axis does not divide the extent it splits (the logical axis, or
     the chunk of an outer sharding): trailing devices hold fewer rows than the
     ceil(n/d) every device allocates."""
-    return any(
-        sharding_chain(tv, ax)[2].extent % tv.mesh.axis_size(ax.parallel_type)
-        for ax in tv.domain.loop
-        if ax.parallel_type in shardings(tv) and not ax.is_reduction
-    )
+    return _facts(tv).uneven
 
 
 def local_nbytes(tv: TensorView) -> int:
@@ -201,7 +281,8 @@ def local_nbytes(tv: TensorView) -> int:
 
 def same_sharding(a: TensorView, b: TensorView) -> bool:
     """Same mesh and the same placement on every mesh axis (b == bDIDx)."""
-    return a.mesh == b.mesh and placement(a) == placement(b)
+    pa, pb = placement(a), placement(b)  # the same object when laid out alike
+    return a.mesh == b.mesh and (pa is pb or pa == pb)
 
 
 def _nestings(tv: TensorView) -> dict[int, tuple[AxisSharding, ...]]:
@@ -229,33 +310,15 @@ def describe_sharding(tv: TensorView) -> str:
 
 
 # -- placements: where a tensor's values are ---------------------------------------
-def _rank(tv: TensorView) -> int:
-    return tv.mesh.rank if tv.mesh is not None else 1
-
-
 def logical_placement(tv: TensorView) -> Placement:
     """The sharding on tv's logical axes: each axis's mesh axes, outer to inner (partial
     mesh axes as shards of their reduction axes)."""
-    return derived("logical placement", tv, lambda: _logical_placement(tv))
-
-
-def _logical_placement(tv: TensorView) -> Placement:
-    shards = [()] * len(tv.domain.logical)
-    for li, nest in _nestings(tv).items():
-        shards[li] = tuple(s.mesh_axis for s in nest)
-    return Placement(_rank(tv), tuple(shards))
+    return _facts(tv).logical
 
 
 def placement(tv: TensorView) -> Placement:
     """The planner's view: shards on tv's data axes, partial mesh axes as `partial`."""
-    return derived("placement", tv, lambda: _placement(tv))
-
-
-def _placement(tv: TensorView) -> Placement:
-    logical = logical_placement(tv)
-    data = tv.data_positions()
-    partial = sorted(a for li, axes in enumerate(logical.shards) if li not in data for a in axes)
-    return Placement(logical.mesh_rank, tuple(logical.shards[li] for li in data), tuple(partial))
+    return _facts(tv).placement
 
 
 def mesh_placement(tv: TensorView) -> MeshPlacement:

@@ -97,9 +97,10 @@ def version(tv: Any) -> int:
     return a if a > b else b
 
 
-def derived(question: Hashable, tv: Any, compute: Callable[[], T]) -> T:
-    """compute(), a fact about TensorView `tv` that reads only `tv` (its mesh, domain
-    and axes), computed once per version of `tv`."""
+def derived(question: Hashable, tv: Any, compute: Callable[..., T], *args: Any) -> T:
+    """compute(*args), a fact about TensorView `tv` that reads only `tv` (its mesh,
+    domain and axes), computed once per version of `tv` (a module-level `compute` and
+    its `args` spare the caller a lambda per question: asked millions of times)."""
     facts = tv._facts
     v, d = tv._stamp, tv.domain._stamp  # version(tv), inlined: asked millions of times
     if d > v:
@@ -107,7 +108,7 @@ def derived(question: Hashable, tv: Any, compute: Callable[[], T]) -> T:
     hit = facts.get(question)
     if hit is not None and hit[0] == v:
         return hit[1]
-    value = compute()
+    value = compute(*args)
     facts[question] = (v, value)
     return value
 

@@ -20,7 +20,8 @@ an op needs a definition, not a class.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
-from fuserlite.ir.readonly import remembered
+from fuserlite.ir.sharding import data_positions
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ReductionOpType
 
@@ -78,17 +79,23 @@ class Param:
 
 
 # (expr, operand position) -> {the operand's logical index: the output's}; by position,
-# not by tensor: matmul(x, x) reads x's axes one way as `a`, another as `b`.
-AxisMap = Callable[[Expr, int], dict[int, int]]
+# not by tensor: matmul(x, x) reads x's axes one way as `a`, another as `b`. Read only:
+# a map may be shared.
+AxisMap = Callable[[Expr, int], Mapping[int, int]]
 # An op with several outputs maps each operand onto each: (expr, position, output).
-OutputsAxisMap = Callable[[Expr, int, TensorView], dict[int, int]]
+OutputsAxisMap = Callable[[Expr, int, TensorView], Mapping[int, int]]
 
 
-def positional(expr: Expr, position: int) -> dict[int, int]:
+def positional(expr: Expr, position: int) -> Mapping[int, int]:
     """The operand's data axes onto the output's logical axes, position by position
-    (pointwise ops, sets, reductions, expands)."""
-    operand = expr.inputs[position]
-    return dict(zip(operand.data_positions(), range(len(expr.output.domain.logical))))
+    (pointwise ops, sets, reductions, expands): one read-only map per (operand data
+    positions, output rank), shared by every expression alike."""
+    return _positional(data_positions(expr.inputs[position]), len(expr.output.domain.logical))
+
+
+@functools.lru_cache(maxsize=1024)
+def _positional(data: tuple[int, ...], rank: int) -> Mapping[int, int]:
+    return MappingProxyType(dict(zip(data, range(rank))))
 
 
 @dataclass(frozen=True)
@@ -326,7 +333,7 @@ def compute_dtype(expr: Expr) -> DType:
 
 def operand_to_output(
     expr: Expr, position: int, output: TensorView | None = None
-) -> dict[int, int]:
+) -> Mapping[int, int]:
     """{logical index of operand `position` (of expr.inputs): logical index of `output`}
     for the axes the op maps; `output` is one of the expression's outputs (None: the
     first).
@@ -336,17 +343,11 @@ def operand_to_output(
     and the CUDA emitter all read an op through it. It is keyed by the operand's
     position, so a tensor read twice (matmul(x, x)) is mapped once per role.
     Pointwise ops, sets, reductions and expands map data axes position by position;
-    each op with another map names it in its definition."""
-    output = expr.output if output is None else output
-    return remembered(
-        ("axis map", position, id(output)), expr, lambda: _axis_map(expr, position, output)
-    )
-
-
-def _axis_map(expr: Expr, position: int, output: TensorView) -> dict[int, int]:
+    each op with another map names it in its definition. Read only: a map may be
+    shared (positional's are, by signature)."""
     d = definition_of(expr)
     if d.outputs_axis_map is not None:
-        return d.outputs_axis_map(expr, position, output)
-    if output is not expr.output:
+        return d.outputs_axis_map(expr, position, expr.output if output is None else output)
+    if output is not None and output is not expr.output:
         raise FusionError(f"{output.name} is not the output of {expr!r}")
     return d.axis_map(expr, position)

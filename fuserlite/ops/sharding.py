@@ -16,7 +16,6 @@ from fuserlite.ir.sharding import (
     MeshPlacement,
     is_resharding,
     logical_placement,
-    mesh_placement,
     placement,
     shardings,
 )
@@ -35,16 +34,34 @@ def needed_placement(expr: Expr, target: TensorView, position: int) -> MeshPlace
     locally: on every mesh axis, sharded where it maps to an axis of `target` that mesh
     axis shards (unless broadcast; nesting kept), whole elsewhere. On the operand's
     logical axes."""
-    producer = expr.inputs[position]
     wanted = logical_placement(target)
+    return target.mesh, Placement(wanted.mesh_rank, _needed_shards(expr, target, position))
+
+
+def _needed_shards(expr: Expr, target: TensorView, position: int) -> tuple[tuple[int, ...], ...]:
+    """needed_placement's shards (no Placement made: non_local_inputs only compares)."""
+    producer = expr.inputs[position]
+    wanted = logical_placement(target).shards
     shards: list[tuple[int, ...]] = [()] * len(producer.domain.logical)
-    if any(wanted.shards):
+    if any(wanted):
         back = {c: p for p, c in operand_to_output(expr, position, target).items()}
-        for c, axes in enumerate(wanted.shards):
+        for c, axes in enumerate(wanted):
             p = back.get(c)
             if axes and p is not None and not producer.domain.logical[p].is_broadcast:
                 shards[p] = axes
-    return target.mesh, Placement(wanted.mesh_rank, tuple(shards))
+    return tuple(shards)
+
+
+def _placed_as_needed(expr: Expr, target: TensorView, position: int) -> bool:
+    """mesh_placement(operand) == needed_placement(expr, target, position)."""
+    p = expr.inputs[position]
+    have, wanted = logical_placement(p), logical_placement(target)
+    return (
+        p.mesh == target.mesh
+        and have.mesh_rank == wanted.mesh_rank
+        and not have.partial
+        and have.shards == _needed_shards(expr, target, position)
+    )
 
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
@@ -157,7 +174,7 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
     wrong = [
         p
         for k, p in enumerate(expr.inputs)
-        if any(mesh_placement(p) != needed_placement(expr, out, k) for out in expr.outputs)
+        if not all(_placed_as_needed(expr, out, k) for out in expr.outputs)
     ]
     return list(dict.fromkeys(wrong))  # a tensor read twice is named once
 
