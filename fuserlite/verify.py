@@ -16,6 +16,7 @@ from operator import attrgetter, is_
 from typing import Any
 
 from fuserlite.ir import args
+from fuserlite.ir.domain import Merge, Split
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -27,7 +28,7 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.stamps import checked, mark_checked, tick, version
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import MAX_THREADS, ParallelType
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, ParallelType
 from fuserlite.ops.sharding import broadcast_sums, non_local_inputs
 from fuserlite.printer import Namer
 
@@ -107,10 +108,63 @@ def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[
     v = version(tv)
     if checked(tv, question, v):
         return []
-    problems = ownership_problems(tv) + _domain_problems(tv, namer, mesh_inferable)
+    if _plainly_valid(tv, mesh_inferable):
+        problems = []
+    else:  # the checks one by one, for their messages
+        problems = ownership_problems(tv) + _domain_problems(tv, namer, mesh_inferable)
     if not problems:
         mark_checked(tv, question, v)
     return problems
+
+
+_THREAD_TYPES = frozenset(map(id, (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)))
+_DEVICE_TYPES = frozenset(map(id, DEVICE_PARALLEL_TYPES))
+
+
+def _plainly_valid(tv: TensorView, mesh_inferable: bool) -> bool:
+    """True only if ownership_problems and _domain_problems find nothing: the checks of
+    a changed tensor in one walk, building no message (every tensor is new or changed
+    after schedule-pointwise). False: ask them."""
+    dom = tv.domain
+    logical, loop = dom.logical, dom.loop
+    for ax in logical:
+        if ax.owner is not tv:
+            return False
+    if dom.transforms:
+        leaves = set(map(id, logical))
+        for t in dom.transforms:
+            if type(t) is Split:
+                leaves.discard(id(t.input))
+                new = (t.outer, t.inner)
+            elif type(t) is Merge:
+                leaves.discard(id(t.outer))
+                leaves.discard(id(t.inner))
+                new = (t.output,)
+            else:
+                return False
+            for ax in new:
+                if ax.owner is not tv:
+                    return False
+                leaves.add(id(ax))
+        # the loop is the transforms' leaves, so its axes are owned too
+        if len(loop) != len(leaves) or set(map(id, loop)) != leaves:
+            return False
+    elif loop != logical:
+        return False
+    types: set[int] = set()
+    for ax in loop:
+        pt = ax.parallel_type
+        if pt is SERIAL:
+            continue
+        if id(pt) in types:
+            return False
+        types.add(id(pt))
+        if id(pt) in _THREAD_TYPES and ax.extent > MAX_THREADS:
+            return False
+        device = id(pt) in _DEVICE_TYPES and not (tv.mesh is None and mesh_inferable)
+        if device and sharding_problem(tv, ax) is not None:
+            return False
+    return True
 
 
 def _domain_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[str]:
@@ -215,10 +269,11 @@ def fusion_problems(fusion: Fusion, namer: Namer, require_mesh: bool) -> list[st
 # TensorDomains, Exprs: any write to one, or to an IterDomain a tensor owns, moves its
 # stamp), and the lists that hold the IR together, which carry no stamp (a fusion's
 # inputs and outputs, a program's steps, a kernel's expressions): of those a record keeps
-# the contents. A record made at clock time T holds while every node it lists is stamped
-# before T and every list holds the same nodes: then the IR reachable from it is the same
-# graph in the same state (a new node is reachable only through a changed node or list),
-# and so is every verdict about it.
+# the contents. A record made at clock time T holds while every list holds the same nodes
+# and every node reachable from them is stamped before T: then the IR is the same graph
+# in the same state (a new node is reachable only through a changed node or list), and so
+# is every verdict about it. Where the clock has not moved at all since the record was
+# last found to hold, no node can have changed, and none is read.
 _STAMP = attrgetter("_stamp")
 
 
@@ -244,19 +299,27 @@ class _Record:
     question: object
     time: int  # the clock when the check began: every node it read is stamped before
     lists: list[tuple]
-    nodes: Sequence[Any]
+    last: int  # the clock when the record was last found to hold
 
     def holds(self, ir: Any, question: object, reads: Reads) -> bool:
         if ir is not self.ir or question != self.question:
             return False
         if not _same(reads.lists(ir), self.lists):
             return False
-        return not self.nodes or max(map(_STAMP, self.nodes)) < self.time
+        now = tick()
+        if now != self.last + 1:  # the clock moved: some node somewhere changed or is new
+            # Walked now, from the same lists: while every node met is unchanged since
+            # `time`, they are the nodes the check read.
+            nodes = reads.nodes(ir)
+            if nodes and max(map(_STAMP, nodes)) >= self.time:
+                return False
+        self.last = now  # else nothing at all has changed since (the one tick is ours)
+        return True
 
 
 class Verdicts:
     """The last whole-IR check that found nothing wrong, kept while its IR is unchanged
-    (one per pipeline run: a record keeps the nodes it read alive)."""
+    (one per pipeline run)."""
 
     def __init__(self) -> None:
         self._record: _Record | None = None
@@ -276,9 +339,10 @@ class Verdicts:
         self._record = None
         start = tick()
         validate(ir)
-        # Read after the check: the lists and nodes a valid IR has (the check only reads).
         lists = [tuple(x) for x in reads.lists(ir)]
-        self._record = _Record(ir, question, start, lists, reads.nodes(ir))
+        end = tick()
+        # A tick during the check (none is expected: it only reads) leaves the stamps to say.
+        self._record = _Record(ir, question, start, lists, end if end == start + 1 else 0)
 
 
 _DOMAIN = attrgetter("domain")

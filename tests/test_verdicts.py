@@ -14,9 +14,11 @@ from test_pipeline_scaling import many_outputs
 from test_stamps import sharded_add
 
 import fuserlite as fl
+from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import VerifyError
 from fuserlite.passes.base import REGISTRY, Level, Pass
 from fuserlite.pipeline import DEFAULT_PASSES, PassFailed, Pipeline
+from fuserlite.printer import Namer
 from fuserlite.program.program import Kernel
 from fuserlite.program.verify import PROGRAM_READS, verify_program
 from fuserlite.verify import Verdicts
@@ -55,22 +57,34 @@ def program_pass():
         del REGISTRY[name]
 
 
+def _elsewhere(program) -> None:
+    """Change nothing of the program, but move the clock: build another fusion."""
+    with fl.Fusion():
+        fl.tensor([2, 3]).split(0, 2)
+
+
 def test_an_unchanged_program_is_not_walked_again(program_pass, monkeypatch):
-    """Two passes that change nothing: after the first (the record is made there) and
-    the second, the validator checks no tensor (before: every tensor, after every pass)."""
+    """Passes that change nothing of the program: after assign-layouts (the record is
+    made at lower-communications' boundary), a pass that changes nothing and one that
+    builds another fusion meanwhile, the validator checks no tensor again (before:
+    every tensor, after every pass)."""
     noop = program_pass(lambda program: None)
+    other = _program_pass(_elsewhere, "test-elsewhere")
+    REGISTRY[other.name] = other
     checked = []
     real = verify_module.tensor_problems
     monkeypatch.setattr(
         verify_module, "tensor_problems", lambda tv, *a: checked.append(tv) or real(tv, *a)
     )
-    pipeline = Pipeline([*DEFAULT_PASSES, noop])
+    pipeline = Pipeline([*DEFAULT_PASSES, noop, other.name])
     counts = []
     pipeline.progress = lambda phase, done, total, current: counts.append(len(checked))
-    pipeline.run(many_outputs(50))
-    after_noop = counts[-1] - counts[-2]
-    after_assign_layouts = counts[-2] - counts[-3]  # it changes no tensor of this program
-    assert after_noop == 0 and after_assign_layouts == 0, counts
+    try:
+        pipeline.run(many_outputs(50))
+    finally:
+        del REGISTRY[other.name]
+    # counts[k]: tensors checked before pass k runs; the last entry is the end
+    assert counts[-1] == counts[-2] == counts[-3] == counts[-4], counts
 
 
 def _kernel(program) -> Kernel:
@@ -182,3 +196,75 @@ def test_a_changed_program_checks_again_only_the_expressions_that_changed(
     Pipeline([*DEFAULT_PASSES, program_pass(touch)]).run(many_outputs(30))
     out = {id(e.output) for e in moves}
     assert len(moves) == 1 and len(local) == 1 and out == {id(local[0].output)}, (moves, local)
+
+
+# -- the one-walk check of a changed tensor ----------------------------------------------
+P = fl.ParallelType
+MESH2 = fl.DeviceMesh.for_num_devices(2)
+
+
+def _tensor(shape, mesh=MESH2):
+    with fl.Fusion() as f:
+        x = fl.tensor(shape)
+        if mesh is not None:
+            x.set_device_mesh(mesh)
+        other = fl.tensor(shape)
+    return f, x, other
+
+
+def _bad(edit, shape=(8, 16), mesh=MESH2):
+    def make():
+        f, x, other = _tensor(list(shape), mesh)
+        edit(x, other)
+        return x
+
+    return make
+
+
+def _slot(ax, pt) -> None:
+    ax.parallel_type = pt  # a slot write: the primitive would refuse most of these
+
+
+BAD_TENSORS = {
+    "two TIDx": _bad(lambda x, o: (_slot(x.axis(0), P.TIDx), _slot(x.axis(1), P.TIDx))),
+    "two DIDx after a split": _bad(
+        lambda x, o: (x.outer_split(0, 2), _slot(x.axis(0), P.DIDx), _slot(x.axis(1), P.DIDx))
+    ),
+    "TIDx over 1024": _bad(lambda x, o: _slot(x.axis(0), P.TIDx), shape=(2048,)),
+    "DIDx without a mesh": _bad(lambda x, o: _slot(x.axis(0), P.DIDx), mesh=None),
+    "DIDx on an axis of 8 over 2 devices": _bad(lambda x, o: _slot(x.axis(0), P.DIDx)),
+    "DIDy on a mesh of rank 1": _bad(lambda x, o: (x.outer_split(0, 2), _slot(x.axis(0), P.DIDy))),
+    "DIDx on a merge": _bad(lambda x, o: (x.merge(0), x.split(0, 2), _slot(x.axis(0), P.DIDx))),
+    "inner split of 10 by 6 for chunks of 5": _bad(
+        lambda x, o: (x.split(0, 6), _slot(x.axis(0), P.DIDx)), shape=(10,)
+    ),
+    "loop axis no transform made": _bad(lambda x, o: x.domain.loop.append(IterDomain(3))),
+    "loop axis dropped": _bad(lambda x, o: (x.split(0, 2), x.domain.loop.pop())),
+    "another tensor's domain": _bad(lambda x, o: setattr(x, "domain", o.domain)),
+    "a split's output owned elsewhere": _bad(
+        lambda x, o: (x.split(1, 4), setattr(x.domain.loop[1], "owner", o))
+    ),
+    "a logical axis owned by none": _bad(
+        lambda x, o: x.domain.logical.__setitem__(0, IterDomain(8))
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_TENSORS, ids=str)
+def test_the_one_walk_check_sees_every_problem_of_a_tensor(bad):
+    """verify.tensor_problems asks one walk (_plainly_valid) first and the checks one by
+    one only where it says no: it must say no wherever they find a problem."""
+    x = BAD_TENSORS[bad]()
+    namer = Namer(x.fusion)
+    problems = verify_module.ownership_problems(x) + verify_module._domain_problems(x, namer, False)
+    assert problems, "the case must be invalid"
+    assert not verify_module._plainly_valid(x, False)
+    assert verify_module.tensor_problems(x, namer, False) == problems
+
+
+def test_the_one_walk_check_finds_scheduled_tensors_valid():
+    """It is the fast path for the common case: every tensor of a scheduled program."""
+    program = fl.lower(many_outputs(5))
+    tensors = program.fusion.tensors()
+    assert any(tv.domain.transforms for tv in tensors)
+    assert all(verify_module._plainly_valid(tv, False) for tv in tensors)
