@@ -54,8 +54,8 @@ def _device_reduction(expr: Expr, out: TensorView | None = None) -> MeshPlacemen
     output's own data shardings on the other mesh axes are kept; None if it reduces no
     sharded axis."""
     out = expr.output if out is None else out
-    if out.mesh is None:
-        return None
+    if out.mesh is None or not any(ax.is_reduction for ax in out.domain.logical):
+        return None  # partial sums need a reduction axis to sit on
     partial: dict[int, tuple[int, ...]] = {}  # output reduction axis: mesh axes
     mesh = None
     for k, producer in enumerate(expr.inputs):

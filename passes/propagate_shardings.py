@@ -166,16 +166,14 @@ class PropagateShardings(Pass):
 
     def run(self, fusion: Fusion) -> None:
         exprs = fusion.exprs()
-        untouched = {
-            id(t)
-            for t in fusion.tensors(exprs)
-            if t.mesh is None and not any(ax.parallel_type.is_device for ax in t.domain.loop)
-        }
-        sharded = [
-            t
-            for t in fusion.tensors(exprs)
-            if t.mesh is None and any(ax.parallel_type.is_device for ax in t.domain.loop)
-        ]
+        untouched: set[int] = set()  # no mesh and no sharding: they inherit one
+        sharded = []  # sharded without a mesh: they must fit the mesh they inherit
+        for t in fusion.tensors(exprs):
+            if t.mesh is None:
+                if any(ax.parallel_type.is_device for ax in t.domain.loop):
+                    sharded.append(t)
+                else:
+                    untouched.add(id(t))
         _propagate_meshes(exprs)
         for t in sharded:
             _check_inherited(t)
