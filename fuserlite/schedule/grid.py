@@ -62,7 +62,7 @@ def kernel_grid(tensors: list[TensorView]) -> list[GridAxis]:
 
     It reads the tensors' domains and meshes only: one tensor of each domain signature
     and mesh stands for the others (the first, so a message names the same tensor)."""
-    tensors = one_per_signature(tensors, mesh=True)
+    tensors = one_per_signature(tensors)
     depth = max((len(grid_axes(tv)) for tv in tensors), default=0)
     extents = [1] * depth
     types: list[ParallelType | None] = [None] * depth

@@ -114,10 +114,10 @@ def _by_preference(candidates: list[TensorView], keys: dict[tuple, tuple]) -> li
     return sorted(candidates, key=key, reverse=True)  # stable: first on ties
 
 
-def _local_like(tv: TensorView, made: dict[Signature, Replayed]) -> TensorView:
-    """A new local tensor with tv's logical axes and sharding (b == bDIDx, so a device
-    type on a broadcast axis is dropped). `made`: the sharding splits given to a local
-    of each signature before, which a local of the same signature is given alike."""
+def _local_like(tv: TensorView) -> tuple[TensorView, dict[int, IterDomain]]:
+    """A new local tensor with tv's logical axes (b == bDIDx, so a device type on a
+    broadcast axis is dropped), and {id(axis of tv): the local's axis}; _shard_like
+    gives it tv's sharding once it is linked in."""
     # A Set drops reduction axes: a reduction output of an earlier segment is
     # cached as its data axes only.
     new_of: dict[int, IterDomain] = {}
@@ -132,19 +132,27 @@ def _local_like(tv: TensorView, made: dict[Signature, Replayed]) -> TensorView:
     contiguity = [None if ax.is_broadcast else True for ax in axes]
     out = TensorView(tv.fusion, axes, tv.dtype, contiguity, MemoryType.LOCAL)
     out.mesh = tv.mesh
+    return out, new_of
+
+
+def _shard_like(
+    local: TensorView, tv: TensorView, new_of: dict[int, IterDomain], made: dict
+) -> None:
+    """Give `local` (made by _local_like(tv)) tv's sharding splits; `made`: what was given
+    to a local of each signature of tv before, given alike. Done after the tensors are
+    linked, which changes them, so their signatures are asked once."""
     key = domain_signature(tv)
     done = made.get(key)
     if done is not None:
-        done.apply(out)
-        return out
-    before = Before.of(out)
+        done.apply(local)
+        return
+    before = Before.of(local)
     for t in tv.domain.transforms:  # copy the sharding splits, nothing else
         if is_sharding_split(t) and id(t.input) in new_of:
-            src = new_of[id(t.input)]
-            pos = out.domain.loop.index(src)
-            out.split(pos, t.factor, t.inner_split).axis(pos).parallelize(t.outer.parallel_type)
-    made[key] = Replayed.taken(out, before)
-    return out
+            pos = local.domain.loop.index(new_of[id(t.input)])
+            local.split(pos, t.factor, t.inner_split)
+            local.axis(pos).parallelize(t.outer.parallel_type)
+    made[key] = Replayed.taken(local, before)
 
 
 def _users_in(tv: TensorView, position: dict[int, int]) -> list[Expr]:
@@ -162,10 +170,11 @@ def cache_inputs(kernel: Segment) -> list[Expr]:
         users = _users_in(inp, position)
         if not users:
             continue
-        cache = _local_like(inp, made)
+        cache, new_of = _local_like(inp)
         Expr.replace_uses(inp, cache, users)
         all_broadcast = all(ax.is_broadcast for ax in data_axes(inp))
         new.append(LoadStoreOp(cache, inp, "AllLevels" if all_broadcast else "Streaming"))
+        _shard_like(cache, inp, new_of, made)
     return new
 
 
@@ -178,12 +187,13 @@ def cache_outputs(kernel: Segment) -> list[Expr]:
         d = out.definition
         if d is None or id(d) not in position:
             continue
-        local = _local_like(out, made)
+        local, new_of = _local_like(out)
         d.outputs = [local if t is out else t for t in d.outputs]
         local.definition = d
         out.definition = None
         Expr.replace_uses(out, local, _users_in(out, position))
         new.append(LoadStoreOp(out, local, "Streaming"))
+        _shard_like(local, out, new_of, made)
     return new
 
 
@@ -233,13 +243,11 @@ def _inlinable(producer: TensorView, expr: Expr, pairs: tuple[tuple[int, int], .
     return iterated_c <= {c for p, c in pairs if p in iterated_p}
 
 
-def _inline_position(tv: TensorView, inputs: set[int], outputs: set[int]) -> int:
-    """As nvFuser's pointwise scheduler: loads from and stores to global memory are
-    computed at the Unswitch axis (so they are unswitched together), the rest at
-    the innermost loop."""
-    d = tv.definition
-    is_load = d is not None and any(id(t) in inputs for t in d.inputs)
-    if is_load or id(tv) in outputs:
+def _inline_position(tv: TensorView, at_global: bool) -> int:
+    """As nvFuser's pointwise scheduler: loads from and stores to global memory
+    (`at_global`) are computed at the Unswitch axis (so they are unswitched together),
+    the rest at the innermost loop."""
+    if at_global:
         for pos, ax in enumerate(tv.domain.loop):
             if ax.parallel_type is ParallelType.Unswitch:
                 return pos + 1
@@ -251,27 +259,38 @@ def compute_inline_positions(kernel: Segment, edges: Edges | None = None) -> Non
     propagation graph whose axis maps are known, when there is one).
 
     Whether a tensor inlines into a consumer reads their domains and the axis map
-    between them only: it is decided once per (signature, signature, map)."""
+    between them only, and where, its domain and whether it is a load or a store:
+    each is decided once per signature(s)."""
     edges = Edges(()) if edges is None else edges
-    computed = [e.output for e in kernel.exprs]
-    computed_ids = {id(t) for t in computed}
+    computed_ids = {id(e.output) for e in kernel.exprs}
     expr_ids = {id(e) for e in kernel.exprs}
     inputs = {id(t) for t in kernel.inputs}
     outputs = {id(t) for t in kernel.outputs}
-    decided: dict[tuple, bool] = {}
-
-    def inlinable(tv: TensorView, e: Expr) -> bool:
-        pairs = edges.positions(e, tv)
-        key = (domain_signature(tv), domain_signature(e.output), pairs)
-        hit = decided.get(key)
-        if hit is None:
-            hit = decided[key] = _inlinable(tv, e, pairs)
-        return hit
-
-    for tv in computed:
-        users = [e for e in dict.fromkeys(tv.uses) if id(e) in expr_ids]
-        inline = all(inlinable(tv, e) for e in users)
-        tv.compute_at_pos = _inline_position(tv, inputs, outputs) if inline else 0
+    inlinable: dict[tuple, bool] = {}
+    position: dict[tuple, int] = {}
+    for e in kernel.exprs:
+        tv = e.output
+        sig = domain_signature(tv)
+        inline = True
+        for use in tv.uses:
+            if id(use) not in expr_ids:
+                continue
+            pairs = edges.positions(use, tv)
+            key = (sig, domain_signature(use.output), pairs)
+            ok = inlinable.get(key)
+            if ok is None:
+                ok = inlinable[key] = _inlinable(tv, use, pairs)
+            if not ok:
+                inline = False
+                break
+        pos = 0
+        if inline:
+            at_global = id(tv) in outputs or any(id(t) in inputs for t in e.inputs)
+            pos = position.get((sig, at_global), -1)
+            if pos < 0:
+                pos = position[sig, at_global] = _inline_position(tv, at_global)
+        if tv.compute_at_pos != pos:
+            tv.compute_at_pos = pos
     for e in kernel.exprs:
         producers = [t for t in e.inputs if id(t) in computed_ids]
         e.output.produce_pos = max((t.compute_at_pos for t in producers), default=0)
@@ -280,9 +299,10 @@ def compute_inline_positions(kernel: Segment, edges: Edges | None = None) -> Non
 def check_grid(kernel: Segment) -> None:
     """Every tensor the kernel computes (those made from another segment's tensors
     included) must fit one loop nest, as the kernel runner and codegen will need."""
-    computed = [e.output for e in kernel.exprs]
+    # Both read the tensors' domains (and kernel_grid their meshes) only.
+    computed = one_per_signature([e.output for e in kernel.exprs])
     kernel_grid(computed)
-    for tv in one_per_signature(computed):  # what else index lowering would reject
+    for tv in computed:  # what else index lowering would reject
         ax = unbound_loop_axis(tv)
         if ax is not None:
             raise ScheduleError(

@@ -39,7 +39,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ParallelType
 from fuserlite.ops.registry import operand_to_output
 from fuserlite.printer import axis_text
-from fuserlite.schedule.signature import Before, Replayed, domain_signature, one_per_signature
+from fuserlite.schedule.signature import Before, Replayed, domain_signature
 
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
@@ -288,27 +288,29 @@ def propagate(
     to_ref: dict[int, RefMap] = {}
     order: list[TensorView] = []
     replays: dict[tuple, Replayed] = {}
+    copies: set[int] = set()  # tensors given a replay made for another
     heap: list[tuple[int, int, TensorView, RefMap]] = []
     counter = itertools.count()
     start = tuple(range(len(reference.domain.logical)))
     heapq.heappush(heap, (-len(start), next(counter), reference, start))
+    neighbours, positions = edges.of, edges.positions  # the loop runs once per tensor
     while heap:
         _, _, tv, ref_map = heapq.heappop(heap)
         if id(tv) in to_ref:
             _check_agrees(reference, tv, to_ref[id(tv)], ref_map)
             continue
         to_ref[id(tv)] = ref_map
-        if tv is not reference:
-            _replay_once(reference, tv, ref_map, replays)
+        if tv is not reference and _replay_once(reference, tv, ref_map, replays):
+            copies.add(id(tv))
         order.append(tv)
-        for other, expr, other_is_consumer in edges.of(tv):
+        for other, expr, other_is_consumer in neighbours(tv):
             other_map = [-1] * len(other.domain.logical)
             if other_is_consumer:
-                for p, c in edges.positions(expr, tv):
+                for p, c in positions(expr, tv):
                     if ref_map[p] >= 0:
                         other_map[c] = ref_map[p]
             else:
-                for p, c in edges.positions(expr, other):
+                for p, c in positions(expr, other):
                     if ref_map[c] >= 0:
                         other_map[p] = ref_map[c]
             reached = tuple(other_map)
@@ -317,24 +319,27 @@ def propagate(
                 continue
             mapped = len(reached) - reached.count(-1)
             heapq.heappush(heap, (-mapped, next(counter), other, reached))
-    check_parallel_types(one_per_signature(order))
+    # A tensor given a replay made for another has its parallel types: check the first.
+    check_parallel_types(t for t in order if id(t) not in copies)
     return order
 
 
 def _replay_once(
     reference: TensorView, tv: TensorView, ref_map: RefMap, replays: dict[tuple, Replayed]
-) -> None:
+) -> bool:
     """replay(reference, tv, ...), decided once per (tv's domain signature, axis map): it
-    reads nothing else of tv, so a tensor like one replayed before is given the same."""
+    reads nothing else of tv, so a tensor like one replayed before is given the same.
+    True if it was (tv is a copy)."""
     key = (domain_signature(tv), ref_map)
     done = replays.get(key)
     if done is not None:
         done.apply(tv)
-        return
+        return True
     before = Before.of(tv)
     ref_axes, axes = reference.domain.logical, tv.domain.logical
     replay(reference, tv, {ref_axes[r]: axes[k] for k, r in enumerate(ref_map) if r >= 0})
     replays[key] = Replayed.taken(tv, before)
+    return False
 
 
 def _check_agrees(reference: TensorView, tv: TensorView, got: RefMap, other: RefMap) -> None:

@@ -145,13 +145,14 @@ class Replayed:
         derived("domain_signature", tv, lambda: self.signature)
 
 
-def one_per_signature(tensors: Iterable[TensorView], mesh: bool = False) -> list[TensorView]:
-    """The first tensor of each domain signature (and mesh, if `mesh`), in order: the
-    ones a check that reads only their domains (and meshes) needs to see."""
+def one_per_signature(tensors: Iterable[TensorView]) -> list[TensorView]:
+    """The first tensor of each (domain signature, mesh), in order: all that a check
+    reading only the tensors' domains and meshes needs to see (it names the same
+    tensor: the first that fails)."""
     seen: set[tuple] = set()
     out = []
     for tv in tensors:
-        key = (domain_signature(tv), tv.mesh) if mesh else domain_signature(tv)
+        key = (domain_signature(tv), tv.mesh)
         if key not in seen:
             seen.add(key)
             out.append(tv)
