@@ -9,7 +9,7 @@ import pytest
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
 from fuserlite.runtime.kernel_grid import GridCache
-from fuserlite.runtime.kernel_runner import plan_kernel
+from fuserlite.runtime.kernel_plan import plan_kernel
 from fuserlite.schedule.shard import shard_axis
 
 

@@ -115,3 +115,61 @@ def test_the_worst_element_is_found_across_blocks(monkeypatch):
     out[[3, 40]] += [1, 5]
     worst = mismatch(out, ref, TOLERANCES[fl.DType.float32])
     assert (worst.index, worst.got, worst.count) == ((40,), "45.0", 2)
+
+
+def many_outputs(n: int, dtype: str = "float32", shape=(4, 8)) -> fl.Fusion:
+    """`x + k` for k < n: outputs of one shape, dtype and tolerance, compared stacked."""
+    with fl.Fusion() as f:
+        x = fl.tensor(list(shape), dtype)
+        f.add_input(x)
+        for k in range(n):
+            f.add_output(x + k)
+    return f
+
+
+def test_outputs_alike_are_compared_stacked_and_the_first_that_differs_is_reported(
+    monkeypatch,
+):
+    f = many_outputs(50)
+    inputs = fl.random_inputs(f, 2)
+    ref = fl.evaluate(f, inputs)
+    calls: list[int] = []
+    compare = validate_module.mismatch
+    monkeypatch.setattr(validate_module, "mismatch", lambda *a: calls.append(1) or compare(*a))
+    assert fl.validate(f, inputs, ref) == [0.0] * 50
+    assert calls == []  # one stacked comparison, no per-output one
+    got = [r.copy() for r in ref]
+    got[37][2, 5] += 1.0
+    got[20][1, 1] = np.nan
+    with pytest.raises(fl.ValidationError) as info:
+        fl.validate(f, inputs, got)
+    assert str(info.value).startswith(f"output {f.outputs[20].name} differs from the reference")
+    assert "at [1, 1]: got nan" in str(info.value)
+    got[20] = ref[20]
+    with pytest.raises(fl.ValidationError, match=rf"output {f.outputs[37].name} .* at \[2, 5\]"):
+        fl.validate(f, inputs, got)
+
+
+def test_stacked_outputs_keep_their_own_max_errors_nans_and_exact_integers():
+    f = many_outputs(6)
+    inputs = fl.random_inputs(f, 2)
+    got = [r.copy() for r in fl.evaluate(f, inputs)]
+    for k, g in enumerate(got):
+        g[0, k] += 1e-6 * k  # within float32's tolerance, one error per output
+    got[4][3, 3] = np.inf  # an infinity only where expected: must fail
+    with pytest.raises(fl.ValidationError, match=rf"{f.outputs[4].name} .* at \[3, 3\]: got inf"):
+        fl.validate(f, inputs, got)
+    got[4] = fl.evaluate(f, inputs)[4]
+    got[4][0, 4] += 4e-6
+    errors = fl.validate(f, inputs, got)
+    assert errors == validate_module.max_errors(got, fl.evaluate(f, inputs))
+    assert errors[0] == 0.0 and all(e > 0 for e in errors[1:])
+    ints = many_outputs(5, "int64")
+    x = np.full((4, 8), 2**62, np.int64)
+    wrong = fl.evaluate(ints, [x])
+    wrong[3][1, 2] -= 1  # equal once converted to float64
+    with pytest.raises(fl.ValidationError, match=rf"{ints.outputs[3].name} .* at \[1, 2\]"):
+        fl.validate(ints, [x], wrong)
+    scalars = many_outputs(4, shape=())  # 0-d outputs: one element each
+    inputs = fl.random_inputs(scalars)
+    assert fl.validate(scalars, inputs, fl.evaluate(scalars, inputs)) == [0.0] * 4

@@ -35,7 +35,8 @@ from fuserlite.kernel.indexing import device_indices
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.kernel_grid import GridCache
 from fuserlite.runtime.kernel_memory import poison
-from fuserlite.runtime.kernel_runner import KernelPlan, device_values, plan_kernel, run_kernel
+from fuserlite.runtime.kernel_plan import KernelPlan, plan_kernel
+from fuserlite.runtime.kernel_runner import device_values, run_kernel
 
 COMPUTE = ("compiled", "interpret", "numpy")
 

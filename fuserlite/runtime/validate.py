@@ -17,6 +17,7 @@ from fuserlite.ir import args
 from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import ExecutionError, ValidationError
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
 from fuserlite.runtime.magnitude import magnitudes
@@ -51,12 +52,32 @@ def output_tolerances(fusion: Fusion) -> list[Tolerance]:
     A float32 output computed from a half intermediate carries that intermediate's
     rounding (where the executor stores it), so it is compared with half's tolerance.
     """
-    upstream: dict[TensorView, frozenset[DType]] = {t: frozenset() for t in fusion.inputs}
+    none: frozenset[DType] = frozenset()
+    grown: dict[tuple[frozenset[DType], DType], frozenset[DType]] = {}
+
+    def plus(seen: frozenset[DType], dtype: DType) -> frozenset[DType]:
+        """seen | {dtype}, one set per distinct value (20000 outputs share a few)."""
+        if dtype in seen:
+            return seen
+        hit = grown.get((seen, dtype))
+        if hit is None:
+            hit = grown[(seen, dtype)] = seen | {dtype}
+        return hit
+
+    upstream: dict[TensorView, frozenset[DType]] = {t: none for t in fusion.inputs}
     for expr in fusion.exprs():
-        seen = frozenset().union(*(upstream.get(t, frozenset()) for t in expr.inputs))
+        sets = [upstream.get(t, none) for t in expr.inputs]
+        seen = sets[0] if len(sets) == 1 else none.union(*sets)
         for out in expr.outputs:
-            upstream[out] = seen | {out.dtype}
-    return [tolerance(upstream.get(t, frozenset()) | {t.dtype}) for t in fusion.outputs]
+            upstream[out] = plus(seen, out.dtype)
+    found: dict[frozenset[DType], Tolerance] = {}
+    tolerances = []
+    for t in fusion.outputs:
+        dtypes = plus(upstream.get(t, none), t.dtype)
+        if dtypes not in found:
+            found[dtypes] = tolerance(dtypes)
+        tolerances.append(found[dtypes])
+    return tolerances
 
 
 @dataclass(frozen=True)
@@ -161,7 +182,9 @@ def validate(
 ) -> list[float]:
     """Raise ValidationError unless `outputs` equal evaluate(fusion, inputs) element by
     element within their tolerance (see output_tolerances); returns the max errors."""
-    with COLLECTOR_PAUSE:  # one comparison per output: 20000 outputs are many small objects
+    # One comparison per output: 20000 outputs are many small objects. The IR is only
+    # read: its expressions are listed once for the reference and the tolerances.
+    with COLLECTOR_PAUSE, reading_only():
         return _validate(fusion, inputs, outputs)
 
 
@@ -173,23 +196,68 @@ def _validate(
     args.instance(outputs, (list, tuple), "validate", "outputs", accepted, ExecutionError)
     if len(outputs) != len(reference):
         raise ValidationError(f"expected {len(reference)} outputs, got {len(outputs)}")
-    scales = None
-    tolerances = output_tolerances(fusion)
-    for k, (tv, out, ref, tol) in enumerate(zip(fusion.outputs, outputs, reference, tolerances)):
+    arrays = []
+    for tv, out, ref in zip(fusion.outputs, outputs, reference):
         out = np.asarray(out)
         if out.shape != ref.shape or out.dtype != ref.dtype:
             raise ValidationError(
                 f"output {tv.name}: {out.dtype}{list(out.shape)}, the reference is "
                 f"{ref.dtype}{list(ref.shape)}"
             )
-        worst = mismatch(out, ref, tol)
-        if worst is not None and tol is not None:
-            # Near-cancellations carry the error of their terms: allow that, and pay for
-            # the magnitudes only when |ref| alone was not enough.
-            scales = scales or magnitudes(fusion, inputs)
-            worst = mismatch(out, ref, tol, scales[k])
-        if worst is not None:
-            raise ValidationError(
-                f"output {tv.name} differs from the reference {worst.describe(tol)}"
-            )
-    return max_errors(outputs, reference)
+        arrays.append(out)
+    tolerances = output_tolerances(fusion)
+    scales = None
+    errors: list[float] = []
+    for run in _runs(arrays, tolerances):
+        outs, refs, tol = arrays[run], reference[run], tolerances[run.start]
+        suspects, worst = _compare(outs, refs, tol)
+        for k in suspects:  # in order: the first output that differs is the one reported
+            i = run.start + k
+            bad = mismatch(arrays[i], reference[i], tol)
+            if bad is not None and tol is not None:
+                # Near-cancellations carry the error of their terms: allow that, and pay
+                # for the magnitudes only when |ref| alone was not enough.
+                scales = scales or magnitudes(fusion, inputs)
+                bad = mismatch(arrays[i], reference[i], tol, scales[i])
+            if bad is not None:
+                raise ValidationError(
+                    f"output {fusion.outputs[i].name} differs from the reference "
+                    f"{bad.describe(tol)}"
+                )
+        errors.extend(worst)
+    return errors
+
+
+def _runs(arrays: list[np.ndarray], tolerances: list[Tolerance]) -> list[slice]:
+    """The outputs as runs of consecutive ones of one shape, dtype and tolerance and at
+    most BLOCK elements together (compared as one stacked array), or alone."""
+    runs: list[slice] = []
+    start, size = 0, 0
+    for i, (a, tol) in enumerate(zip(arrays, tolerances)):
+        first = arrays[start]
+        alike = a.shape == first.shape and a.dtype == first.dtype and tol == tolerances[start]
+        if i > start and not (alike and size + a.size <= BLOCK):
+            runs.append(slice(start, i))
+            start, size = i, 0
+        size += a.size
+    if arrays:
+        runs.append(slice(start, len(arrays)))
+    return runs
+
+
+def _compare(
+    outs: list[np.ndarray], refs: list[np.ndarray], tol: Tolerance
+) -> tuple[list[int], list[float]]:
+    """(the outputs of a run with an element outside `tol`, each output's max error); a
+    single output is compared block by block, a run of several as one stacked block."""
+    if len(outs) == 1:
+        out, ref = outs[0], refs[0]
+        return ([] if mismatch(out, ref, tol) is None else [0]), max_errors([out], [ref])
+    shape = (len(outs), outs[0].size)  # not -1: outputs of no elements have no rows to infer
+    o, r = np.stack(outs).reshape(shape), np.stack(refs).reshape(shape)
+    bad, _ = _errors(o.reshape(-1), r.reshape(-1), tol, None)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf
+        error = np.abs(o.astype(np.float64) - r.astype(np.float64))
+    worst = np.where(np.isfinite(error), error, -np.inf).max(axis=1, initial=-np.inf)
+    suspects = np.flatnonzero(bad.reshape(shape).any(axis=1))
+    return [int(k) for k in suspects], [max(0.0, float(w)) for w in worst]

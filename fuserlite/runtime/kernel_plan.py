@@ -1,0 +1,253 @@
+"""Planning a scheduled kernel for the kernel runner: its grid, its passes over the
+grid, and each pass's steps lowered to index expressions (fuserlite.runtime.kernel_runner
+runs them).
+
+A step is a batch: consecutive expressions of a pass that lower alike (the same op,
+attributes, dtypes, schedule signature, operand accesses; `_batch_key`) and read none
+of each other's outputs are lowered once and evaluated as one numpy step, one row per
+expression, each with its own operands and scalars. 20 000 outputs `x + k` are two
+steps (the adds, the stores), not 40 000.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.sharding import local_shape
+from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.indexing import (
+    Ix,
+    TensorIndex,
+    device_indices,
+    global_index,
+    schedule_signature,
+)
+from fuserlite.ops.registry import compute_dtype, definition, is_indexed
+from fuserlite.program.program import Kernel
+from fuserlite.runtime.kernel_grid import Grid, GridCache
+from fuserlite.runtime.liveness import dead_after
+from fuserlite.schedule.grid import GridAxis, grid_axes, kernel_grid
+from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
+
+
+def is_inlined(tv: TensorView) -> bool:
+    """True if consumers read `tv`'s register at their own grid point."""
+    return tv.compute_at_pos > 0
+
+
+def _access_key(expr: Expr, producer: TensorView, consumer_key: tuple) -> tuple:
+    """What the producer offsets depend on: the consumer's schedule and the axis map."""
+    c_pos = {id(ax): k for k, ax in enumerate(data_axes(expr.output))}
+    mapping = {id(p): c_pos[id(c)] for p, c in axis_pairs(expr, producer)}
+    axes = tuple(-1 if ax.is_broadcast else mapping.get(id(ax), -1) for ax in data_axes(producer))
+    return consumer_key, local_shape(producer), axes
+
+
+@dataclass(eq=False)
+class Step:
+    """One expression of a kernel as a pass over the grid evaluates it."""
+
+    expr: Expr
+    store: bool  # write its output to memory in this pass
+
+
+def _passes(kernel: Kernel) -> list[list[Step]]:
+    """The kernel's expressions grouped into passes over the grid.
+
+    Chunk by chunk, a pass evaluates its expressions in kernel order. A tensor read
+    by index (not inlined) must be complete before it is read, as if the whole grid
+    had run each expression in turn; so its readers go to a later pass than the one
+    that writes it. An inlined tensor is a register: it is computed in every pass
+    that reads it (its readers' chunk holds the same grid points), as generated code
+    recomputes a value each thread needs."""
+    inputs = {id(t) for t in kernel.inputs}
+    outputs = {id(t) for t in kernel.outputs}
+    level: dict[int, int] = {}
+    inlined: dict[int, bool] = {}
+    for expr in kernel.exprs:
+        lv = 0
+        for inp in expr.inputs:
+            if id(inp) in inputs:
+                continue
+            at = level.get(id(inp))
+            if at is None:
+                raise ExecutionError(
+                    f"run_kernel: {expr.output.name} reads {inp.name}, which is neither a kernel "
+                    "input nor computed earlier in the kernel"
+                )
+            lv = max(lv, at if inlined[id(inp)] else at + 1)
+        level[id(expr.output)] = lv
+        inlined[id(expr.output)] = is_inlined(expr.output)
+    # Bit lv of needed[t]: t is computed in pass lv. A stored tensor (a kernel output,
+    # or not inlined) in its own pass; an inlined one in every pass that reads it.
+    needed: dict[int, int] = {}
+    for expr in reversed(kernel.exprs):
+        out = id(expr.output)
+        bits = needed.get(out, 0)
+        if out in outputs or not inlined[out]:
+            bits |= 1 << level[out]
+        needed[out] = bits
+        for inp in expr.inputs:
+            if bits and inlined.get(id(inp)):
+                needed[id(inp)] = needed.get(id(inp), 0) | bits
+    return [
+        [
+            Step(
+                e,
+                (id(e.output) in outputs or not inlined[id(e.output)])
+                and level[id(e.output)] == lv,
+            )
+            for e in kernel.exprs
+            if needed[id(e.output)] >> lv & 1
+        ]
+        for lv in range(max(level.values(), default=-1) + 1)
+    ]
+
+
+@dataclass(eq=False)
+class Lowered:
+    """A batch of steps with what their evaluation needs on every chunk: expressions
+    that lower alike (`_batch_key`), evaluated as one numpy step of one row each."""
+
+    batch: list[Expr]  # in kernel order; one, unless several lower alike
+    key: tuple
+    index: TensorIndex
+    # Per operand: None for a register, else (offsets key, shape, coordinates) to gather.
+    reads: list[tuple[tuple, tuple[int, ...], list] | None]
+    # Per operand, each member's tensor (one tensor where every member reads the same).
+    operands: list[list[TensorView]]
+    # Per scalar position, a column of the members' scalars (None: the expression's own).
+    scalars: dict[int, np.ndarray] | None
+    register: bool  # consumers read its values at their own grid point
+    store: tuple[tuple, list] | None  # (offsets key, coordinates) where it is written
+    position: Ix | None  # an indexed op's global linear index (OpDef.indexed), else None
+
+    @property
+    def expr(self) -> Expr:
+        return self.batch[0]
+
+
+Pass = tuple[list[Lowered], list[list[TensorView]]]  # steps, registers dead after each
+
+
+@dataclass(eq=False)
+class KernelPlan:
+    """What running a kernel takes that depends on its IR alone."""
+
+    grid: list[GridAxis]
+    passes: list[Pass]
+    devices: list[str]  # the device indices the kernel's tensors read (device_indices)
+
+
+def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
+    """The kernel's grid and passes, lowered in batches, with the registers each batch
+    is the last to read."""
+    computed = [e.output for e in kernel.exprs]
+    axes = kernel_grid(_grid_representatives(computed))
+    grid = grids.grid(axes)
+    registers = {id(t) for t in computed if is_inlined(t)}
+    plan = KernelPlan(axes, [], device_indices([*kernel.inputs, *computed]))
+    for steps in _passes(kernel):
+        lowered = [_lower(grid, batch, registers) for batch in _batches(steps, registers)]
+        # A register is dropped after its last reader in the pass: a chunk holds a few.
+        dead = dead_after(
+            lowered,
+            lambda p: [t for ts, access in zip(p.operands, p.reads) if access is None for t in ts],
+            lambda p: [e.output for e in p.batch] if p.register else [],
+        )
+        plan.passes.append((lowered, dead))
+    return plan
+
+
+def _grid_representatives(tensors: list[TensorView]) -> list[TensorView]:
+    """The first tensor of each distinct grid binding: kernel_grid reads a tensor's grid
+    axes (extent, parallel type) and whether it holds one element, so the others add
+    nothing to its grid and pass its checks as their representative did."""
+    first: dict[tuple, TensorView] = {}
+    for tv in tensors:
+        key = (
+            tuple((ax.extent, ax.parallel_type) for ax in grid_axes(tv)),
+            math.prod(local_shape(tv)) == 1,
+        )
+        first.setdefault(key, tv)
+    return list(first.values())
+
+
+def _batch_key(step: Step, registers: set[int]) -> tuple | None:
+    """Everything a step's lowering and numpy row depend on but its operands' values and
+    its scalars; None for a step evaluated alone (an indexed op, one of several
+    outputs, unhashable attributes)."""
+    expr, out = step.expr, step.expr.output
+    d = definition(expr)
+    if d is None or d.indexed or len(expr.outputs) != 1:
+        return None
+    try:
+        attrs = tuple(sorted(expr.attributes().items()))
+        hash(attrs)
+    except TypeError:
+        return None
+    sig = schedule_signature(out)
+    reads = tuple(
+        (inp.dtype, None if id(inp) in registers else _access_key(expr, inp, sig))
+        for inp in expr.inputs
+    )
+    scalars = tuple(getattr(expr, "scalars", {}))
+    where = (step.store, id(out) in registers, local_shape(out))
+    return (
+        expr.op_name,
+        type(expr),
+        attrs,
+        scalars,
+        compute_dtype(expr),
+        out.dtype,
+        sig,
+        where,
+        reads,
+    )
+
+
+def _batches(steps: list[Step], registers: set[int]) -> list[list[Step]]:
+    """Runs of consecutive steps of one batch key none of which reads another's output."""
+    batches: list[list[Step]] = []
+    last, made = None, set()
+    for step in steps:
+        key = _batch_key(step, registers)
+        if key is not None and key == last and not any(id(t) in made for t in step.expr.inputs):
+            batches[-1].append(step)
+        else:
+            batches.append([step])
+            last, made = key, set()
+        made.add(id(step.expr.output))
+    return batches
+
+
+def _lower(grid: Grid, batch: list[Step], registers: set[int]) -> Lowered:
+    step = batch[0]
+    expr, out = step.expr, step.expr.output
+    key, ti = grid.lower(out)
+    coords = [ix for ix, ax in zip(ti.logical, out.domain.logical) if not ax.is_reduction]
+    reads = [
+        None
+        if id(inp) in registers
+        else (_access_key(expr, inp, key), local_shape(inp), producer_coords(expr, inp, coords))
+        for inp in expr.inputs
+    ]
+    exprs = [s.expr for s in batch]
+    operands = []
+    for k, inp in enumerate(expr.inputs):
+        tensors = [e.inputs[k] for e in exprs]
+        operands.append([inp] if all(t is inp for t in tensors) else tensors)
+    scalars = None
+    if len(exprs) > 1 and getattr(expr, "scalars", None):
+        dtype = compute_dtype(expr).numpy  # as numpy_ops converts each expression's own
+        scalars = {
+            k: np.asarray([e.scalars[k] for e in exprs], dtype).reshape(-1, 1) for k in expr.scalars
+        }
+    store = ((key, local_shape(out), "self"), coords) if step.store else None
+    position = global_index(out, coords) if is_indexed(expr) else None
+    return Lowered(exprs, key, ti, reads, operands, scalars, id(out) in registers, store, position)
