@@ -201,6 +201,10 @@ PARTIAL_REDUCTIONS = {
         ((), (X,)),
         ((Y,),),
     ),
+    # partial -> sharded on another mesh axis, uneven: 5 rows over DIDy's 2 (3 2), over
+    # DIDx's 4 (2 2 1 0)
+    "sum 2x3 reduce-scattered while partial": ("sum", [2, 3], [5, 6], ((), (Y, X)), ((Y,), (X,))),
+    "max 2x4 reduce-scattered while partial": ("max", [2, 4], [5, 8], ((), (Y, X)), ((X,), (Y,))),
 }
 # Their communications: (kind, placements, teams, bytes per device); an Allreduce of n
 # floats over teams of D sends 2(D-1) ceil(n/D) * 4 B.
@@ -232,6 +236,18 @@ PARTIAL_COMMUNICATIONS = {
         ("Allreduce", "(R,P,P)->(R,R,P)", [(0, 2), (1, 3), (4, 6), (5, 7)], 24),
         ("LocalSlice", "(R,R,P)->(R,S0,P)", [(0, 2), (1, 3), (4, 6), (5, 7)], 0),
         ("Allreduce", "(R,S0,P)->(R,S0,R)", [(0, 1), (2, 3), (4, 5), (6, 7)], 16),
+    ],
+    # (P,P) -> (S0,P): a ReduceScatter on DIDy padded to 3 rows, (2-1) * 3 * 4 B; the
+    # Allreduce over DIDx of those 3, 2(3-1) ceil(3/3) * 4 B; then gathered for neg
+    "sum 2x3 reduce-scattered while partial": [
+        ("ReduceScatter", "(P,P)->(S0,P)", DIDY_2x3, 12),
+        ("Allreduce", "(S0,P)->(S0,R)", DIDX_2x3, 16),
+        ("Allgather", "(S0,R)->(R,R)", DIDY_2x3, 12),
+    ],
+    "max 2x4 reduce-scattered while partial": [
+        ("ReduceScatter", "(P,P)->(P,S0)", DIDX_2x4, 24),
+        ("Allreduce", "(P,S0)->(R,S0)", DIDY_2x4, 8),
+        ("Allgather", "(R,S0)->(R,R)", DIDX_2x4, 24),
     ],
 }
 
