@@ -78,6 +78,15 @@ class StepKind(str, Enum):
         return self in (StepKind.Broadcast, StepKind.Scatter, StepKind.Gather, StepKind.Reduce)
 
 
+# The kinds a step on one mesh is (every other kind moves between meshes or permutes).
+ONE_MESH_KINDS = (
+    StepKind.LocalSlice,
+    StepKind.Allgather,
+    StepKind.AllToAll,
+    StepKind.Allreduce,
+    StepKind.ReduceScatter,
+)
+
 # The order plans are compared in on ties: a local slice first, then the collectives.
 _ORDER = {
     k: i

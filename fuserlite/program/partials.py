@@ -20,17 +20,8 @@ from fuserlite.ir.sharding import is_partial, placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.sharding import partial_op
-from fuserlite.plan.steps import Step
-from fuserlite.program.communication import CommKind, Communication
-
-# The kinds that are one planner step on one mesh (plan.steps).
-PLANNER_KINDS = (
-    CommKind.LocalSlice,
-    CommKind.Allgather,
-    CommKind.AllToAll,
-    CommKind.Allreduce,
-    CommKind.ReduceScatter,
-)
+from fuserlite.plan.steps import ONE_MESH_KINDS, Step
+from fuserlite.program.communication import Communication
 
 
 def partial_op_of(tv: TensorView) -> ReductionOpType:
@@ -48,7 +39,7 @@ def partial_op_of(tv: TensorView) -> ReductionOpType:
 def recorded_step(comm: Communication) -> Step | None:
     """The planner step a Communication on one mesh records (its kind over the teams of
     `group`, moving `axes`), or None for any other (a move between meshes, a permute)."""
-    if comm.kind not in PLANNER_KINDS or not comm.group or comm.input.mesh != comm.output.mesh:
+    if comm.kind not in ONE_MESH_KINDS or not comm.group or comm.input.mesh != comm.output.mesh:
         return None
     return Step(comm.kind, comm.group, *comm.axes)
 
