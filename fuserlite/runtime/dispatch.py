@@ -20,7 +20,7 @@ from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import local_shape, placement
 from fuserlite.plan.blocks import Box
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
-from fuserlite.plan.steps import Step, StepKind, moves
+from fuserlite.plan.steps import ONE_MESH_KINDS, Step, StepKind, moves
 from fuserlite.program.communication import CommKind, Communication, Sizing, permuted
 from fuserlite.runtime.communicator import (
     Buffers,
@@ -37,13 +37,7 @@ from fuserlite.runtime.plan_steps import Chunks, mesh_teams, run_step
 from fuserlite.runtime.shards import device_box, device_shape
 
 # Kinds that run on one mesh: the planner's steps (fuserlite.runtime.plan_steps)
-ONE_MESH = (
-    CommKind.LocalSlice,
-    CommKind.Allgather,
-    CommKind.AllToAll,
-    CommKind.Allreduce,
-    CommKind.ReduceScatter,
-)
+ONE_MESH = ONE_MESH_KINDS
 
 
 def step_of(comm: Communication) -> Step:
