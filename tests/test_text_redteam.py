@@ -209,6 +209,7 @@ def printed_line(path: Path, kind: str) -> tuple[str, str]:
         ("CollectivePermute", "sources=(3 0 1 2), ", "", "shows its sources=(...)"),
         ("CollectivePermute", "3->0 [3:4, 0:2]", "3->1 [3:4, 0:2]", "are not the move planned"),
         ("CollectivePermute", "team=(0 1 2 3)", "team=(0 1 2 3 4)", "team=(0 1 2 3)"),
+        ("CollectivePermute", "bytes_per_device=8)", "bytes_per_device=9)", "sends at most 8"),
     ],
 )
 def test_a_communication_line_that_contradicts_its_tensors(tmp_path, kind, old, new, fragment):

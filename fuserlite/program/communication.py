@@ -291,6 +291,13 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
             )
         move = lambda: permuted(inp, axis, values["sources"])[0]  # noqa: E731
         derived["transfers"] = _transfers(inp, out, move, shown["transfers"], fail)
+        sent = max(move().sent().values(), default=0)  # explain shows it as one block's bytes
+        if values["bytes_per_device"] != sent:
+            raise fail(
+                f"bytes_per_device={values['bytes_per_device']}, but each device of this "
+                f"CollectivePermute sends at most {sent}",
+                "bytes_per_device",
+            )
     return derived
 
 
