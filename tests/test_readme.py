@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -32,8 +33,13 @@ def test_readme_points_nowhere_outside_the_repository():
     assert "../shared" not in text and "DESIGN.md" not in text
 
 
+def _stages(line: str) -> list[list[str]]:
+    """A README command line's pipeline: each `fuserlite ...` stage's arguments."""
+    return [stage.split()[1:] for stage in line.split("#", 1)[0].split(" | ")]
+
+
 COMMANDS = [
-    line.split("#", 1)[0].split()[1:]
+    _stages(line)
     for block in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     for line in block.splitlines()
     if line.startswith("fuserlite ")
@@ -44,9 +50,17 @@ def test_readme_has_commands():
     assert len(COMMANDS) >= 10
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
-def test_readme_command_succeeds(argv, monkeypatch, capsys):
+@pytest.mark.parametrize("stages", COMMANDS, ids=lambda st: " | ".join(map(" ".join, st)))
+def test_readme_command_succeeds(stages, monkeypatch, capsys):
+    """Each command, a pipe's stages in turn, each reading the one before as its stdin."""
     from fuserlite import cli
 
     monkeypatch.chdir(ROOT)
-    assert cli.main(argv) == 0, capsys.readouterr().err
+    out = None
+    for argv in stages:
+        if out is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(out.encode())))
+        code = cli.main(argv)
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        out = captured.out
