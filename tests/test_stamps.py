@@ -208,3 +208,61 @@ def test_an_unchanged_program_is_checked_again_at_a_fraction_of_the_cost():
     warm = calls(lambda: verify_program(program))
     cold = calls(lambda: verify_program(fresh))
     assert warm < 0.4 * cold, f"{warm} calls unchanged vs {cold} for a fresh copy"
+
+
+# -- a fusion's expression order is kept while the graph is unchanged ------------------
+def _set_definition(f):
+    y = f.outputs[0]
+    y.definition.detach()  # y becomes a leaf: its add is no longer reached
+
+
+def _inputs_assigned(f):
+    e = f.outputs[0].definition
+    e.inputs = [f.outputs[1]]  # now reads x * 2: the mul comes first
+
+
+def _inputs_in_place(f):
+    f.outputs[0].definition.inputs[0] = f.outputs[1]
+
+
+def _new_expression(f):
+    z = f.outputs[1]
+    f.outputs[1] = fl.neg(z)  # an output replaced in the list, in place
+
+
+GRAPH_CHANGES = {
+    "a definition": _set_definition,
+    "inputs assigned": _inputs_assigned,
+    "inputs in place": _inputs_in_place,
+    "replace_input": lambda f: f.outputs[0].definition.replace_input(f.inputs[0], f.outputs[1]),
+    "outputs appended in place": lambda f: f.outputs.append(fl.neg(f.inputs[1])),
+    "outputs assigned": lambda f: setattr(f, "outputs", list(reversed(f.outputs))),
+    "outputs replaced in place": _new_expression,
+}
+
+
+def _input_added(f):
+    f.add_input(fl.tensor([3]))  # read by nothing: printed first
+
+
+@pytest.mark.parametrize("change", [*GRAPH_CHANGES, "inputs"])
+def test_the_expression_and_tensor_orders_are_worked_out_again_after_every_change(change):
+    f = sharded_add()
+    exprs, tensors = f.exprs(), f.tensors()
+    assert f.exprs() == exprs and f.tensors() == tensors  # kept: the same orders
+    with f:
+        GRAPH_CHANGES.get(change, _input_added)(f)
+    fresh = f._exprs()
+    assert f.exprs() == fresh and f.tensors() == f._tensors(fresh)
+    assert f.tensors() != tensors
+    if change != "inputs":
+        assert fresh != exprs
+
+
+def test_the_kept_orders_are_copies_for_each_caller_and_other_lists_are_their_own():
+    f = sharded_add()
+    first, shown = f.exprs(), f.tensors()
+    first.clear()
+    shown.clear()
+    assert len(f.exprs()) == 3 and len(f.tensors()) == 5
+    assert f.tensors(f.exprs()[:1]) == f._tensors(f.exprs()[:1])  # not the fusion's order

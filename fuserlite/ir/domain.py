@@ -229,6 +229,7 @@ class TensorDomain:
     Its lists are TrackedLists: assigning or changing one in place stamps the domain."""
 
     __slots__ = ("logical", "loop", "allocation", "contiguity", "transforms", "_stamp")
+    in_graph = False  # its changes are its tensor's, never the graph's
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, tracked(self, value))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuserlite.ir.stamps import TrackedList, tick, tracked
+from fuserlite.ir.stamps import TrackedList, graph_changed, tick, tracked
 
 if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
@@ -23,6 +23,7 @@ class Expr:
     output list changed in place (TrackedLists), so the validator checks it again."""
 
     op_name = "expr"
+    in_graph = True  # every change to it may change the graph (ir.stamps.graph_time)
 
     def __init__(self, inputs: list[TensorView], outputs: list[TensorView]) -> None:
         self.__dict__.update(
@@ -38,7 +39,8 @@ class Expr:
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, tracked(self, value))
-        self.__dict__["_stamp"] = tick()
+        t = self.__dict__["_stamp"] = tick()
+        graph_changed(t)
 
     def copy_between(self, mapping: dict) -> Expr:
         """A copy of this expression between the copies (`mapping`) of its tensors,
@@ -55,6 +57,7 @@ class Expr:
             t.__dict__["definition"] = e  # a new tensor, stamped when it was made
         for t in inputs:
             t.uses.append(e)
+        graph_changed(e._stamp)
         return e
 
     def forget_derived(self) -> None:

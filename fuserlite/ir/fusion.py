@@ -9,6 +9,7 @@ from fuserlite.ir import args
 from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.readonly import remembered
+from fuserlite.ir.stamps import graph_time
 from fuserlite.ir.types import MemoryType
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class Fusion:
         self.inputs = []
         self.outputs = []
         self._next_number = 0
+        # exprs() and tensors() and what they were worked out for (see _kept_order)
+        self._order: tuple[tuple, list[Expr]] | None = None
+        self._shown: tuple[tuple, list[TensorView]] | None = None
 
     # Inputs and outputs are lists; a set of their ids beside each keeps add_input /
     # add_output's duplicate check O(1) (a fusion may have 20 000 outputs).
@@ -146,7 +150,17 @@ class Fusion:
     def exprs(self) -> list[Expr]:
         """Expressions reachable from the outputs, in a deterministic topological order
         (while the IR is only read, one list serves every caller: do not change it)."""
-        return remembered("exprs", self, self._exprs)
+        return remembered("exprs", self, lambda: list(self._kept_order()))
+
+    def _kept_order(self) -> list[Expr]:
+        """The order itself (not a copy), worked out again only when the graph or the
+        outputs changed since (ir.stamps.graph_time): passes and the validator ask in
+        turn, and most passes change no expression."""
+        key = (graph_time(), tuple(map(id, self._outputs)))
+        hit = self._order
+        if hit is None or hit[0] != key:
+            hit = self._order = (key, self._exprs())
+        return hit[1]
 
     def _exprs(self) -> list[Expr]:
         order: list[Expr] = []
@@ -174,8 +188,18 @@ class Fusion:
         """Tensors in printing order: the inputs no expression reads, then per expression
         its unseen inputs and outputs, then the outputs not seen yet (`exprs`: a
         precomputed `self.exprs()`). Only the expressions the outputs need count, so
-        the order depends on nothing a print leaves out."""
-        exprs = exprs if exprs is not None else self.exprs()
+        the order depends on nothing a print leaves out. Kept, as the expression order
+        is, while the graph, the inputs and the outputs are unchanged."""
+        order = self._kept_order()
+        if exprs is not None and exprs != order:  # another list than the fusion's own
+            return self._tensors(exprs)
+        key = (self._order[0], tuple(map(id, self._inputs)))
+        hit = self._shown
+        if hit is None or hit[0] != key:
+            hit = self._shown = (key, self._tensors(order))
+        return list(hit[1])
+
+    def _tensors(self, exprs: list[Expr]) -> list[TensorView]:
         seen: set[int] = set()
         out: list[TensorView] = []
 

@@ -33,9 +33,29 @@ _clock = itertools.count(1)
 tick: Callable[[], int] = _clock.__next__  # the next time of the clock
 
 
+# The time of the last change to the graph anywhere: an expression changed (its inputs
+# or outputs, in place or assigned, or any attribute) or a tensor given a definition.
+# A fusion's expression order (Fusion.exprs) reads nothing else but its outputs, so it
+# is kept while this time stands still.
+_graph = [0]
+
+
+def graph_changed(time: int) -> None:
+    """Record that the graph changed at `time` (a tick of the clock)."""
+    _graph[0] = time
+
+
+def graph_time() -> int:
+    """The time of the last change to any expression or any tensor's definition."""
+    return _graph[0]
+
+
 def stamp(node: Any) -> None:
     """Record a change to `node` (a TensorView, a TensorDomain or an Expr)."""
-    object.__setattr__(node, "_stamp", tick())
+    t = tick()
+    object.__setattr__(node, "_stamp", t)
+    if node.in_graph:  # an expression: its inputs or outputs may have changed
+        _graph[0] = t
 
 
 class TrackedList(list):

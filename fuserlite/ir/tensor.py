@@ -9,7 +9,7 @@ from fuserlite.ir import args
 from fuserlite.ir.domain import IterDomain, Merge, Split, TensorDomain, adopt
 from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.stamps import tick
+from fuserlite.ir.stamps import graph_changed, tick
 from fuserlite.ir.types import MAX_FACTOR, DType, IterType, MemoryType, ParallelType
 
 if TYPE_CHECKING:
@@ -58,11 +58,15 @@ class TensorView:
         adopt(logical, self)
         self.number = fusion.register_tensor(self, number)
 
+    in_graph = False  # a change to its definition changes the graph; the rest does not
+
     def __setattr__(self, name: str, value: object) -> None:
         # Any change stamps the tensor (ir.stamps): its derived facts and the
         # validator's marks are computed again.
         object.__setattr__(self, name, value)
-        self.__dict__["_stamp"] = tick()
+        t = self.__dict__["_stamp"] = tick()
+        if name == "definition":
+            graph_changed(t)
 
     def copy_into(self, fusion: Fusion, mapping: dict) -> TensorView:
         """A copy of this tensor in `fusion` with a copy of its domain (`mapping` is
