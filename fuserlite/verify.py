@@ -366,13 +366,24 @@ FUSION_READS = Reads(
 )
 
 
-def expr_state(e: Expr) -> tuple:
-    """What a check of `e` reads: its own stamp and the versions of its tensors."""
-    return (e._stamp, *map(version, e.inputs), *map(version, e.outputs))
+def expr_state(e: Expr) -> int:
+    """The state of what a check of `e` reads: the latest stamp of `e`, its tensors and
+    their domains. A change to any of them takes a tick later than every stamp before
+    it (a tensor put in another's place stamps `e`), so the state moves whenever one
+    changes; one number, as every expression is asked at every changed boundary."""
+    state = e._stamp
+    for tensors in (e.inputs, e.outputs):
+        for t in tensors:
+            a, b = t._stamp, t.domain._stamp  # version(t), inlined
+            if a > state:
+                state = a
+            if b > state:
+                state = b
+    return state
 
 
 def marked_problems(
-    e: Expr, question: str, state: tuple, problems_of: Callable[[Expr, str], list[str]], fix: str
+    e: Expr, question: str, state: int, problems_of: Callable[[Expr, str], list[str]], fix: str
 ) -> list[str]:
     """problems_of(e, fix), or none without asking when `e` was found valid for
     `question` in `state` (its expr_state): an unchanged expression is not checked again."""

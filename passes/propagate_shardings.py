@@ -67,11 +67,14 @@ def _sweep(exprs: list[Expr], todo: list[int] | None, forward: bool, next_of) ->
     return changed
 
 
-def _propagate_meshes(exprs: list[Expr]) -> None:
+def _propagate_meshes(exprs: list[Expr], missing: int) -> None:
     """Forward from producers, backward from consumers, until nothing changes (a
     mesh found going backward can open a new forward path to a sibling). After the
     first two, a sweep visits only the expressions next to a tensor that got a mesh
-    since: the result of repeated full sweeps, with each tensor changed once."""
+    since: the result of repeated full sweeps, with each tensor changed once.
+    `missing`: how many tensors have no mesh; once that many got one, none is left."""
+    if len(_sweep(exprs, None, True, None)) == missing:
+        return  # the common case: meshes flow from the inputs to every tensor
     readers: dict[int, list[int]] = {}
     writer: dict[int, list[int]] = {}
     for k, e in enumerate(exprs):
@@ -86,7 +89,6 @@ def _propagate_meshes(exprs: list[Expr]) -> None:
     def writing(t: TensorView) -> list[int]:
         return writer.get(id(t), [])
 
-    got = _sweep(exprs, None, True, reading)
     got = _sweep(exprs, None, False, writing)
     while got:
         got = _sweep(exprs, [k for t in got for k in reading(t)], True, reading)
@@ -174,7 +176,7 @@ class PropagateShardings(Pass):
                     sharded.append(t)
                 else:
                     untouched.add(id(t))
-        _propagate_meshes(exprs)
+        _propagate_meshes(exprs, len(untouched) + len(sharded))
         for t in sharded:
             _check_inherited(t)
         for expr in exprs:

@@ -144,7 +144,8 @@ def test_meshes_propagate_as_repeated_full_sweeps_would():
         spec, _ = fusion.clone()
         ours, _ = fusion.clone()
         _full_sweeps(spec.exprs())
-        _propagate_meshes(ours.exprs())
+        exprs = ours.exprs()
+        _propagate_meshes(exprs, sum(t.mesh is None for t in ours.tensors(exprs)))
         assert [t.mesh for t in ours.tensors_created] == [t.mesh for t in spec.tensors_created]
     lowered = fl.Pipeline(["propagate-shardings"]).run(zigzag)
     assert lowered.outputs[1].mesh == fl.DeviceMesh([0, 1])  # b: from y, found going backward
