@@ -214,3 +214,22 @@ def test_a_replayed_tensor_has_the_signature_its_domain_gives() -> None:
     ex = fl.FusionExecutor(f, compute="interpret")
     for tv in ex.program.tensors():
         assert domain_signature(tv) == Signature(signature._domain_key(tv)), tv.name
+
+
+def test_a_signature_follows_every_change_of_the_domain() -> None:
+    """domain_signature is a fact on change stamps: a split, a parallel type, a new loop
+    order each give the tensor a new one (and two tensors alike again share one)."""
+    with fl.Fusion():
+        a, b = fl.tensor([8, 16]), fl.tensor([8, 16])
+    assert domain_signature(a) == domain_signature(b)
+    for change in (
+        lambda t: t.split(1, 4),
+        lambda t: t.axis(0).parallelize(fl.ParallelType.BIDx),
+        lambda t: t.reorder({0: 1}),
+    ):
+        before = domain_signature(a)
+        change(a)
+        assert domain_signature(a) != before
+        assert domain_signature(a) == Signature(signature._domain_key(a))
+        change(b)
+        assert domain_signature(a) == domain_signature(b)

@@ -344,8 +344,10 @@ def schedule_pointwise(
     # (for parts that reach no output) the best tensor not yet reached.
     produced = {id(e.output) for e in exprs}
     outputs = [t for t in kernel.outputs if id(t) in produced]
-    keys: dict[int, tuple] = {}
-    candidates = _by_preference(outputs, keys) + _by_preference([e.output for e in exprs], keys)
+    output_ids = {id(t) for t in outputs}  # all reached once the outputs were tried
+    rest = [e.output for e in exprs if id(e.output) not in output_ids]
+    keys: dict[Signature, tuple] = {}
+    candidates = _by_preference(outputs, keys) + _by_preference(rest, keys)
     edges = propagation_edges(exprs)
     reached: set[int] = set()
     reference = None
