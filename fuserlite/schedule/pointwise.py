@@ -152,6 +152,8 @@ def _shard_like(
             pos = local.domain.loop.index(new_of[id(t.input)])
             local.split(pos, t.factor, t.inner_split)
             local.axis(pos).parallelize(t.outer.parallel_type)
+            # a nested sharding splits the part one device holds of the outer one
+            new_of[id(t.inner)] = local.domain.transforms[-1].inner
     made[key] = Replayed.taken(local, before)
 
 
