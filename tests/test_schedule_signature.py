@@ -51,28 +51,28 @@ def broadcast_device_type() -> fl.Fusion:
     return f
 
 
-def two_extents() -> fl.Fusion:
-    """x[8, 16] + 1 and y[8, 32] + 1 in one kernel: only the extent of one axis differs."""
+def _each_plus_one(shapes: list[list[int]], shard_first: bool = False) -> fl.Fusion:
+    """x + 1 and y + 1 in one kernel, x sharded on axis 0 if asked (y then replicated)."""
     with fl.Fusion() as f:
-        x, y = fl.tensor([8, 16], name="x"), fl.tensor([8, 32], name="y")
-        f.add_input(x)
-        f.add_input(y)
+        x, y = (fl.tensor(shape, name=name) for shape, name in zip(shapes, "xy"))
+        for t in (x, y):
+            f.add_input(t)
+        if shard_first:
+            shard_axis(x, 0, MESH)
+            y.set_device_mesh(MESH)
         f.add_output(x + 1.0)
         f.add_output(y + 1.0)
     return f
 
 
+def two_extents() -> fl.Fusion:
+    """x[8, 16] + 1 and y[8, 32] + 1 in one kernel: only the extent of one axis differs."""
+    return _each_plus_one([[8, 16], [8, 32]])
+
+
 def sharded_and_not() -> fl.Fusion:
-    """x sharded on axis 0, w alike but replicated: one axis's sharding differs."""
-    with fl.Fusion() as f:
-        x, w = fl.tensor([8, 16], name="x"), fl.tensor([8, 16], name="w")
-        f.add_input(x)
-        f.add_input(w)
-        shard_axis(x, 0, MESH)
-        w.set_device_mesh(MESH)
-        f.add_output(x + 1.0)
-        f.add_output(w + 2.0)
-    return f
+    """x sharded on axis 0, y alike but replicated: one axis's sharding differs."""
+    return _each_plus_one([[8, 16], [8, 16]], shard_first=True)
 
 
 def broadcast_or_not() -> fl.Fusion:
