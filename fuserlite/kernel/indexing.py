@@ -334,23 +334,28 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
 
 
 def schedule_signature(tv: TensorView) -> tuple:
-    """A key equal for two tensors whose index lowering is identical."""
+    """A key equal for two tensors whose index lowering is identical and whose axes are
+    parallelized alike: on one mesh they also have one grid binding (grid_axes) and one
+    local shape, which the kernel runner plans once per key (fuserlite.runtime.kernel_plan)."""
     return derived("schedule_signature", tv, lambda: _schedule_signature(tv))
 
 
 def _schedule_signature(tv: TensorView) -> tuple:
     ids = tv.domain.ids_between_logical_and_loop()
     pos = {id(ax): k for k, ax in enumerate(ids)}
-    logical = [(ax.extent, ax.iter_type, ax.is_device_parallel) for ax in tv.domain.logical]
+    # a logical axis with a definition (from a root domain) would be bound to the grid
+    logical = [
+        (ax.extent, ax.iter_type, ax.parallel_type, ax.definition is None)
+        for ax in tv.domain.logical
+    ]
     transforms = [
-        (t.factor, t.inner_split, pos[id(t.input)])
+        (t.factor, t.inner_split, pos[id(t.input)], t.outer.parallel_type)
         if isinstance(t, Split)
         else (pos[id(t.outer)], pos[id(t.inner)])
         for t in tv.domain.transforms
     ]
-    # the parallel type too: an uneven sharding's predicate reads that mesh axis's index
-    loop = [
-        (pos[id(ax)], ax.parallel_type if ax.is_device_parallel else None) for ax in tv.domain.loop
-    ]
+    # every parallel type: an uneven sharding's predicate reads that mesh axis's index,
+    # and the grid binds blockIdx and threadIdx axes to its positions
+    loop = [(pos[id(ax)], ax.parallel_type) for ax in tv.domain.loop]
     # and the device indices its TensorIndex reads (an iota's, even where its sharding is)
     return tuple(logical), tuple(transforms), tuple(loop), tuple(device_indices([tv]))

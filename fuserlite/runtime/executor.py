@@ -157,13 +157,14 @@ class FusionExecutor:
         steps = program.steps
         self._dead = dead_after(steps, _reads, _writes, keep=program.outputs)
         self._needed = read_anywhere(steps, _reads) | set(program.outputs)
-        self._dead_in_kernel = {
-            id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
-            for k in program.kernels
-        }
         self.grids = GridCache()  # the kernel runner's index arrays, reused across runs
         # How scheduled kernels run; None: op by op, as unscheduled ones always do.
         self._kernels = kernel_path(self.compute, compiler, program.kernels, self.grids)
+        self._dead_in_kernel = {  # for the kernels run op by op
+            id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
+            for k in program.kernels
+            if not (k.scheduled and self._kernels is not None)
+        }
         # Multi-process backends check their world and build team communicators here,
         # on every process, before any communication.
         self.backend.prepare(self.devices, self.communications)
@@ -202,12 +203,16 @@ class FusionExecutor:
 
     @functools.cached_property
     def devices(self) -> list[int]:
-        """Every device any tensor of the lowered program lives on (found once: every run
+        """Every device any tensor of the lowered program lives on: the inputs' (dead code
+        reads them too) and those of every tensor a step computes (found once: every run
         asks, and the walk over the program took most of a 1000-op chain's run)."""
-        devs: set[int] = set()
-        for tv in (*self.program.inputs, *self.program.tensors()):  # inputs dead code reads too
-            devs.update(mesh_of(tv).devices)
-        return sorted(devs)
+        meshes = {id(m): m for m in map(mesh_of, self.program.inputs)}
+        for step in self.program.steps:  # the steps compute every other tensor
+            for e in step.exprs if isinstance(step, Kernel) else [step]:
+                for tv in e.outputs:
+                    if id(tv.mesh) not in meshes:
+                        meshes[id(tv.mesh)] = mesh_of(tv)
+        return sorted({d for m in meshes.values() for d in m.devices})
 
     def run_per_device(self, inputs: Sequence[np.ndarray]) -> dict[int, list[np.ndarray | None]]:
         """Each hosted device's local output shards (None where it holds none)."""

@@ -11,7 +11,6 @@ steps (the adds, the stores), not 40 000.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +30,7 @@ from fuserlite.ops.registry import compute_dtype, definition, is_indexed
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.kernel_grid import Grid, GridCache
 from fuserlite.runtime.liveness import dead_after
-from fuserlite.schedule.grid import GridAxis, grid_axes, kernel_grid
+from fuserlite.schedule.grid import GridAxis, kernel_grid
 from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
 
@@ -148,12 +147,13 @@ def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
     """The kernel's grid and passes, lowered in batches, with the registers each batch
     is the last to read."""
     computed = [e.output for e in kernel.exprs]
-    axes = kernel_grid(_grid_representatives(computed))
+    layouts = _layouts(computed)
+    axes = kernel_grid(list(dict.fromkeys(first for first, _ in layouts.values())))
     grid = grids.grid(axes)
     registers = {id(t) for t in computed if is_inlined(t)}
     plan = KernelPlan(axes, [], device_indices([*kernel.inputs, *computed]))
     for steps in _passes(kernel):
-        lowered = [_lower(grid, batch, registers) for batch in _batches(steps, registers)]
+        lowered = [_lower(grid, b, registers) for b in _batches(steps, registers, layouts)]
         # A register is dropped after its last reader in the pass: a chunk holds a few.
         dead = dead_after(
             lowered,
@@ -164,66 +164,72 @@ def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
     return plan
 
 
-def _grid_representatives(tensors: list[TensorView]) -> list[TensorView]:
-    """The first tensor of each distinct grid binding: kernel_grid reads a tensor's grid
-    axes (extent, parallel type) and whether it holds one element, so the others add
-    nothing to its grid and pass its checks as their representative did."""
+def _layouts(tensors: list[TensorView]) -> dict[int, tuple[TensorView, tuple]]:
+    """Per tensor (by id): the first tensor of its layout, and the layout, its schedule
+    signature on its mesh. Tensors of one layout lower, bind the grid and allocate alike
+    (schedule_signature), so kernel_grid and local_shape ask only the first: the others
+    add nothing to the grid and pass its checks as that one did."""
     first: dict[tuple, TensorView] = {}
+    layouts = {}
     for tv in tensors:
-        key = (
-            tuple((ax.extent, ax.parallel_type) for ax in grid_axes(tv)),
-            math.prod(local_shape(tv)) == 1,
-        )
-        first.setdefault(key, tv)
-    return list(first.values())
+        key = (schedule_signature(tv), tv.mesh)
+        layouts[id(tv)] = (first.setdefault(key, tv), key)
+    return layouts
 
 
-def _batch_key(step: Step, registers: set[int]) -> tuple | None:
+def _batch_key(step: Step, registers: set[int], layouts: dict) -> tuple | None:
     """Everything a step's lowering and numpy row depend on but its operands' values and
-    its scalars; None for a step evaluated alone (an indexed op, one of several
-    outputs, unhashable attributes)."""
-    expr, out = step.expr, step.expr.output
+    its scalars; None for a step evaluated alone (an indexed op, or one of several
+    outputs)."""
+    expr = step.expr
     d = definition(expr)
     if d is None or d.indexed or len(expr.outputs) != 1:
         return None
-    try:
-        attrs = tuple(sorted(expr.attributes().items()))
-        hash(attrs)
-    except TypeError:
-        return None
-    sig = schedule_signature(out)
+    out = expr.outputs[0]
+    layout = layouts[id(out)][1]
     reads = tuple(
-        (inp.dtype, None if id(inp) in registers else _access_key(expr, inp, sig))
+        (inp.dtype, None if id(inp) in registers else _access_key(expr, inp, layout[0]))
         for inp in expr.inputs
     )
-    scalars = tuple(getattr(expr, "scalars", {}))
-    where = (step.store, id(out) in registers, local_shape(out))
     return (
         expr.op_name,
         type(expr),
-        attrs,
-        scalars,
-        compute_dtype(expr),
+        tuple(expr.attributes().items()),
+        tuple(getattr(expr, "scalars", ())),  # their positions; the values are each its own
+        None if d.compute is None else d.compute(expr),  # else the output's dtype's
         out.dtype,
-        sig,
-        where,
+        layout,
+        step.store,
+        id(out) in registers,
         reads,
     )
 
 
-def _batches(steps: list[Step], registers: set[int]) -> list[list[Step]]:
+def _batches(steps: list[Step], registers: set[int], layouts: dict) -> list[list[Step]]:
     """Runs of consecutive steps of one batch key none of which reads another's output."""
     batches: list[list[Step]] = []
     last, made = None, set()
     for step in steps:
-        key = _batch_key(step, registers)
-        if key is not None and key == last and not any(id(t) in made for t in step.expr.inputs):
+        key = _batch_key(step, registers, layouts)
+        if (
+            key is not None
+            and _equal(key, last)
+            and not any(id(t) in made for t in step.expr.inputs)
+        ):
             batches[-1].append(step)
         else:
             batches.append([step])
             last, made = key, set()
         made.add(id(step.expr.output))
     return batches
+
+
+def _equal(a: tuple, b: tuple | None) -> bool:
+    """a == b, False where an attribute does not compare as one value (an array)."""
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
 
 
 def _lower(grid: Grid, batch: list[Step], registers: set[int]) -> Lowered:
