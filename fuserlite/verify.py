@@ -117,8 +117,7 @@ def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[
     return problems
 
 
-_THREAD_TYPES = frozenset(map(id, (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)))
-_DEVICE_TYPES = frozenset(map(id, DEVICE_PARALLEL_TYPES))
+_THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
 
 
 def _plainly_valid(tv: TensorView, mesh_inferable: bool) -> bool:
@@ -131,37 +130,39 @@ def _plainly_valid(tv: TensorView, mesh_inferable: bool) -> bool:
         if ax.owner is not tv:
             return False
     if dom.transforms:
-        leaves = set(map(id, logical))
+        leaves = set(logical)  # axes hash by identity, in C (no id() per axis)
         for t in dom.transforms:
             if type(t) is Split:
-                leaves.discard(id(t.input))
-                new = (t.outer, t.inner)
+                leaves.discard(t.input)
+                outer, inner = t.outer, t.inner
+                if outer.owner is not tv or inner.owner is not tv:
+                    return False
+                leaves.add(outer)
+                leaves.add(inner)
             elif type(t) is Merge:
-                leaves.discard(id(t.outer))
-                leaves.discard(id(t.inner))
-                new = (t.output,)
+                leaves.discard(t.outer)
+                leaves.discard(t.inner)
+                if t.output.owner is not tv:
+                    return False
+                leaves.add(t.output)
             else:
                 return False
-            for ax in new:
-                if ax.owner is not tv:
-                    return False
-                leaves.add(id(ax))
         # the loop is the transforms' leaves, so its axes are owned too
-        if len(loop) != len(leaves) or set(map(id, loop)) != leaves:
+        if len(loop) != len(leaves) or set(loop) != leaves:
             return False
     elif loop != logical:
         return False
-    types: set[int] = set()
+    seen = []  # parallel types: compared by identity (tuple and list lookups do, in C)
     for ax in loop:
         pt = ax.parallel_type
         if pt is SERIAL:
             continue
-        if id(pt) in types:
+        if pt in seen:
             return False
-        types.add(id(pt))
-        if id(pt) in _THREAD_TYPES and ax.extent > MAX_THREADS:
+        seen.append(pt)
+        if pt in _THREAD_TYPES and ax.extent > MAX_THREADS:
             return False
-        device = id(pt) in _DEVICE_TYPES and not (tv.mesh is None and mesh_inferable)
+        device = pt in DEVICE_PARALLEL_TYPES and not (tv.mesh is None and mesh_inferable)
         if device and sharding_problem(tv, ax) is not None:
             return False
     return True

@@ -244,6 +244,9 @@ BAD_TENSORS = {
     "a split's output owned elsewhere": _bad(
         lambda x, o: (x.split(1, 4), setattr(x.domain.loop[1], "owner", o))
     ),
+    "a merge's output owned elsewhere": _bad(
+        lambda x, o: (x.merge(0), setattr(x.domain.loop[0], "owner", o))
+    ),
     "a logical axis owned by none": _bad(
         lambda x, o: x.domain.logical.__setitem__(0, IterDomain(8))
     ),
