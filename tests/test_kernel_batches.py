@@ -64,6 +64,12 @@ def test_outputs_of_one_signature_with_different_constants_get_their_own_values(
         ("operand tensors", lambda x, y, z: [x + y, x + z, y + z], ("float32",) * 3),
         ("reads its neighbour", lambda x: (lambda a: [a, a + 1.0, x + 3.0])(x + 1.0), ("float32",)),
         ("comparison", lambda x: [fl.lt(x, 0.5), fl.lt(x, -0.5), x + 0.5], ("float32",)),
+        # a batch reading one row of another batch's block of registers
+        (
+            "one register row",
+            lambda x: (lambda a, b: [a, b, b * 2.0, b * 3.0])(x + 1.0, x + 2.0),
+            ("float32",),
+        ),
     ],
 )
 def test_expressions_that_differ_in_one_detail_get_their_own_values(name, body, dtypes) -> None:
@@ -93,3 +99,29 @@ def test_a_tensor_binding_the_grid_otherwise_than_its_batch_is_still_rejected() 
     axis.parallelize(ParallelType.BIDy)
     with pytest.raises(fl.ScheduleError, match=rf"{odd.name} loop axis .* but another tensor"):
         plan_kernel(kernel, GridCache())
+
+
+def test_a_batch_too_large_for_a_chunk_is_split_and_keeps_its_values(monkeypatch) -> None:
+    import fuserlite.runtime.kernel_plan as kernel_plan
+
+    fusion = sharded([8, 16], 2, lambda x: [x + float(k) for k in range(7)])
+    (kernel,) = fl.lower(fusion).kernels
+    points = GridCache().grid(plan_kernel(kernel, GridCache()).grid).size  # one chunk
+    monkeypatch.setattr(kernel_plan, "MAX_BATCH_POINTS", 3 * points)
+    assert largest_batch(fusion) == 3
+    got, want = run_interpreted(fusion)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_tensors_of_one_shape_on_meshes_of_other_sizes_get_their_own_boxes() -> None:
+    from fuserlite.runtime.shards import device_shape, device_slices
+
+    held = {}
+    for devices in (2, 4):
+        with fl.Fusion():
+            x = fl.tensor([8, 16])
+            shard_axis(x, 0, fl.DeviceMesh.for_num_devices(devices))
+        held[devices] = (device_shape(x, 1), device_slices(x, 1))
+    assert held[2] == ((4, 16), (slice(4, 8), slice(0, 16)))
+    assert held[4] == ((2, 16), (slice(2, 4), slice(0, 16)))

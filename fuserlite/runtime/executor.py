@@ -47,7 +47,13 @@ from fuserlite.runtime.kernel_runner import device_coordinates
 from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_outputs, store
 from fuserlite.runtime.reference import check_inputs
-from fuserlite.runtime.shards import device_box, device_shape, device_slices, is_sharded
+from fuserlite.runtime.shards import (
+    device_box,
+    device_shape,
+    device_slices,
+    is_sharded,
+    layout,
+)
 
 SINGLE_DEVICE = DeviceMesh([0])
 
@@ -74,11 +80,12 @@ def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
     devices of a team along an unsharded mesh axis hold the same box)."""
     mesh = mesh_of(tv)
     first = shards[mesh.devices[0]]
-    if not is_sharded(tv):
+    parts = layout(tv)
+    if not parts.sharded:
         return first
-    whole = np.empty(tv.shape, first.dtype)
-    for d in mesh.devices:
-        whole[device_slices(tv, d)] = shards[d]
+    whole = np.empty(parts.shape, first.dtype)
+    for d, where in zip(mesh.devices, parts.slices):
+        whole[where] = shards[d]
     return whole
 
 
@@ -306,12 +313,16 @@ class FusionExecutor:
         ceil(n/d) rows of an uneven axis: a short chunk is padded in and its rows taken
         out, the kernel's predicates (the device's mesh coordinates) guarding the rest;
         a device whose chunks are empty runs nothing."""
-        shapes = {t: device_shape(t, device) for t in kernel.outputs}
-        if all(0 in s for s in shapes.values()):
-            return {t: np.empty(s, t.dtype.numpy) for t, s in shapes.items()}
+        shapes = [device_shape(t, device) for t in kernel.outputs]
+        if all(0 in s for s in shapes):
+            return {t: np.empty(s, t.dtype.numpy) for t, s in zip(kernel.outputs, shapes)}
         inputs = {t: pad_to(local[t], local_shape(t)) for t in kernel.inputs}
         out = self._kernels.run(kernel, inputs, device_coordinates(mesh, device))
-        return {t: a[tuple(slice(0, n) for n in shapes[t])] for t, a in out.items()}
+        return {
+            t: a if a.shape == s else a[tuple(slice(0, n) for n in s)]
+            for t, s in zip(kernel.outputs, shapes)
+            for a in (out[t],)
+        }
 
     def _run_communication(self, comm: Communication, values) -> None:
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}

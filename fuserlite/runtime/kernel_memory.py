@@ -1,10 +1,10 @@
 """The kernel runner's global memory: reading a tensor at a chunk's offsets, and
 writing the tensors a step stores, chunk by chunk in grid order.
 
-A store holds a batch of tensors (fuserlite.runtime.kernel_runner: expressions
-that lower alike are evaluated together, one row of values each) written at the
-same offsets under the same predicate; each tensor keeps its own array and its own
-mask, so one of them can be freed before the others.
+A store holds a batch of tensors (fuserlite.runtime.kernel_plan: expressions that
+lower alike are evaluated together, one row of values each) written at the same
+offsets under the same predicate: one block of rows, each tensor's array one row
+(kernel_plan bounds a batch, so a block stays a few MiB however many tensors).
 """
 
 from __future__ import annotations
@@ -55,15 +55,9 @@ def gather(
     return value, ok
 
 
-def rows(values: np.ndarray, count: int) -> list[np.ndarray] | np.ndarray:
-    """A batch's values per member: the rows of a [count, points] array, or one
-    [points] array that every member shares."""
-    return values if values.ndim == 2 else [values] * count
-
-
 class Store:
-    """Tensors a step writes to memory, all of one shape and layout (a batch), filled
-    chunk by chunk in grid order.
+    """Tensors a step writes to memory, all of one shape and layout (a batch: one row
+    of a block each), filled chunk by chunk in grid order.
 
     While every chunk so far wrote the elements of its own grid points in order (the
     identity layout: grid point k writes element k) the elements written are a
@@ -78,11 +72,11 @@ class Store:
         self.shape = local_shape(tvs[0])
         self.dtype = tvs[0].dtype.compute.numpy
         self.n = math.prod(self.shape)
-        self.data = [np.empty(self.n, dtype=self.dtype) for _ in tvs]
+        self.data = np.empty((len(tvs), self.n), dtype=self.dtype)
         self.prefix = 0  # while `mask` is None: elements [0, prefix) are written
-        # ... of which these flat indices are not valid, per tensor
-        self.invalid: list[list[np.ndarray]] = [[] for _ in tvs]
-        self.mask: list[np.ndarray] | None = None
+        # ... but for these (rows, flat indices), which are not valid
+        self.invalid: list[tuple[np.ndarray, np.ndarray]] = []
+        self.mask: np.ndarray | None = None
 
     def write(self, chunk: GridChunk, value: np.ndarray, valid: np.ndarray, pred) -> None:
         """Store the chunk's values where the predicate holds (invalid ones as poison);
@@ -91,20 +85,17 @@ class Store:
         value = value.astype(self.dtype, copy=False)
         if valid is not pred:
             value = np.where(valid, value, poison(self.dtype))
-        count = len(self.tvs)
-        values, valids = rows(value, count), rows(valid, count)
         lo, m = off.start, off.within
         if off.identity and pred[:m].all() and not pred[m:].any():
-            for data, v in zip(self.data, values):
-                data[lo : lo + m] = v[:m]
+            self.data[:, lo : lo + m] = value[..., :m]
             if self.mask is not None:
-                for mask, ok in zip(self.mask, valids):
-                    mask[lo : lo + m] = ok[:m]
+                self.mask[:, lo : lo + m] = valid[..., :m]
                 return
             if valid is not pred:
-                for invalid, ok in zip(self.invalid, valids):
-                    if not ok[:m].all():
-                        invalid.append(lo + np.flatnonzero(~ok[:m]))
+                bad = ~np.broadcast_to(valid[..., :m], (len(self.tvs), m))
+                if bad.any():
+                    where, at = np.nonzero(bad)
+                    self.invalid.append((where, lo + at))
             if m:
                 self.prefix = lo + m
             return
@@ -115,27 +106,24 @@ class Store:
                 f"run_kernel: {self.tvs[0].name} is written out of bounds (flat index "
                 f"{sel.max()} of {off.n}); its schedule does not match its shape"
             )
-        for data, mask, v, ok in zip(self.data, self.mask, values, valids):
-            data[sel] = v[pred]
-            mask[sel] = ok[pred]
+        self.data[:, sel] = value[..., pred]
+        self.mask[:, sel] = valid[..., pred]
 
     def _start_mask(self) -> None:
         if self.mask is not None:
             return
-        self.mask = []
-        for data, invalid in zip(self.data, self.invalid):
-            mask = np.zeros(self.n, dtype=bool)
-            mask[: self.prefix] = True
-            for where in invalid:
-                mask[where] = False
-            data[self.prefix :] = poison(self.dtype)
-            self.mask.append(mask)
+        self.mask = np.zeros(self.data.shape, dtype=bool)
+        self.mask[:, : self.prefix] = True
+        for where, at in self.invalid:
+            self.mask[where, at] = False
+        self.data[:, self.prefix :] = poison(self.dtype)
 
     def finish(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Per tensor (flat data, mask of the valid elements, or None when every element
-        was written)."""
+        was written): rows of the batch's block."""
         if self.mask is None and self.prefix < self.n:
             self._start_mask()  # a grid smaller than the tensor
         if self.mask is None:
             return [(data, None) for data in self.data]
-        return [(data, None if m.all() else m) for data, m in zip(self.data, self.mask)]
+        whole = self.mask.all(axis=1)
+        return [(d, None if w else m) for d, m, w in zip(self.data, self.mask, whole)]

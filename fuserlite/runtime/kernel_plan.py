@@ -11,6 +11,7 @@ steps (the adds, the stores), not 40 000.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,7 @@ def _passes(kernel: Kernel) -> list[list[Step]]:
     outputs = {id(t) for t in kernel.outputs}
     level: dict[int, int] = {}
     inlined: dict[int, bool] = {}
+    read: set[int] = set()  # the tensors computed here that an expression reads
     for expr in kernel.exprs:
         lv = 0
         for inp in expr.inputs:
@@ -79,9 +81,17 @@ def _passes(kernel: Kernel) -> list[list[Step]]:
                     f"run_kernel: {expr.output.name} reads {inp.name}, which is neither a kernel "
                     "input nor computed earlier in the kernel"
                 )
+            read.add(id(inp))
             lv = max(lv, at if inlined[id(inp)] else at + 1)
         level[id(expr.output)] = lv
         inlined[id(expr.output)] = is_inlined(expr.output)
+    deepest = max(level.values(), default=-1)
+    if deepest == 0 and all(o in read or o in outputs or not r for o, r in inlined.items()):
+        # One pass, and every register feeds another expression: each is in it (a
+        # forward path from it ends at a tensor no one reads, which is stored).
+        return [
+            [Step(e, id(e.output) in outputs or not inlined[id(e.output)]) for e in kernel.exprs]
+        ]
     # Bit lv of needed[t]: t is computed in pass lv. A stored tensor (a kernel output,
     # or not inlined) in its own pass; an inlined one in every pass that reads it.
     needed: dict[int, int] = {}
@@ -104,8 +114,19 @@ def _passes(kernel: Kernel) -> list[list[Step]]:
             for e in kernel.exprs
             if needed[id(e.output)] >> lv & 1
         ]
-        for lv in range(max(level.values(), default=-1) + 1)
+        for lv in range(deepest + 1)
     ]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a step reads a register operand: the register under `key` as it is (`rows`
+    None: one value every member reads, or the block of rows of the batch that wrote
+    it, whose members the step's members read in order), its row `rows[0]` for every
+    member, or (`key` None) per member the (key, row) of its own register, stacked."""
+
+    key: int | None
+    rows: tuple | None
 
 
 @dataclass(eq=False)
@@ -118,11 +139,12 @@ class Lowered:
     index: TensorIndex
     # Per operand: None for a register, else (offsets key, shape, coordinates) to gather.
     reads: list[tuple[tuple, tuple[int, ...], list] | None]
-    # Per operand, each member's tensor (one tensor where every member reads the same).
-    operands: list[list[TensorView]]
+    # Per operand: a register's Source, or each member's tensor to gather (one tensor
+    # where every member reads the same).
+    sources: list[Source | list[TensorView]]
     # Per scalar position, a column of the members' scalars (None: the expression's own).
     scalars: dict[int, np.ndarray] | None
-    register: bool  # consumers read its values at their own grid point
+    register: int | None  # its register's key, if consumers read its values in registers
     store: tuple[tuple, list] | None  # (offsets key, coordinates) where it is written
     position: Ix | None  # an indexed op's global linear index (OpDef.indexed), else None
 
@@ -131,7 +153,12 @@ class Lowered:
         return self.batch[0]
 
 
-Pass = tuple[list[Lowered], list[list[TensorView]]]  # steps, registers dead after each
+Pass = tuple[list[Lowered], list[list[int]]]  # steps, register keys dead after each
+
+# A batch's values on a chunk are [members, chunk points], its stores [members, elements]:
+# at most these many, so that batches of large tensors stay a few MiB.
+MAX_BATCH_POINTS = 2**20
+MAX_BATCH_ELEMENTS = 2**22
 
 
 @dataclass(eq=False)
@@ -148,20 +175,41 @@ def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
     is the last to read."""
     computed = [e.output for e in kernel.exprs]
     layouts = _layouts(computed)
-    axes = kernel_grid(list(dict.fromkeys(first for first, _ in layouts.values())))
+    firsts = list(dict.fromkeys(first for first, _ in layouts.values()))
+    axes = kernel_grid(firsts)
     grid = grids.grid(axes)
+    points = min(grid.size, grid.chunk_points)
     registers = {id(t) for t in computed if is_inlined(t)}
-    plan = KernelPlan(axes, [], device_indices([*kernel.inputs, *computed]))
+    # a tensor's device indices are part of its signature: its layout's first has them
+    plan = KernelPlan(axes, [], device_indices([*kernel.inputs, *firsts]))
     for steps in _passes(kernel):
-        lowered = [_lower(grid, b, registers) for b in _batches(steps, registers, layouts)]
+        owner: dict[int, tuple[int, int | None, int]] = {}  # register: (key, row, rows)
+        lowered = []
+        for batch in _batches(steps, registers, layouts, points):
+            p = _lower(grid, batch, registers, owner)
+            lowered.append(p)
+            if p.register is not None:
+                for row, e in enumerate(p.batch):
+                    owner[id(e.output)] = (
+                        p.register,
+                        None if len(p.batch) == 1 else row,
+                        len(p.batch),
+                    )
         # A register is dropped after its last reader in the pass: a chunk holds a few.
-        dead = dead_after(
-            lowered,
-            lambda p: [t for ts, access in zip(p.operands, p.reads) if access is None for t in ts],
-            lambda p: [e.output for e in p.batch] if p.register else [],
-        )
-        plan.passes.append((lowered, dead))
+        plan.passes.append((lowered, dead_after(lowered, _register_reads, _register_writes)))
     return plan
+
+
+def _register_reads(p: Lowered) -> list[int]:
+    keys = []
+    for source, access in zip(p.sources, p.reads):
+        if access is None:
+            keys.extend([source.key] if source.key is not None else [k for k, _ in source.rows])
+    return keys
+
+
+def _register_writes(p: Lowered) -> list[int]:
+    return [] if p.register is None else [p.register]
 
 
 def _layouts(tensors: list[TensorView]) -> dict[int, tuple[TensorView, tuple]]:
@@ -205,21 +253,29 @@ def _batch_key(step: Step, registers: set[int], layouts: dict) -> tuple | None:
     )
 
 
-def _batches(steps: list[Step], registers: set[int], layouts: dict) -> list[list[Step]]:
-    """Runs of consecutive steps of one batch key none of which reads another's output."""
+def _batches(
+    steps: list[Step], registers: set[int], layouts: dict, points: int
+) -> list[list[Step]]:
+    """Runs of consecutive steps of one batch key none of which reads another's output,
+    of at most MAX_BATCH_POINTS values per chunk and MAX_BATCH_ELEMENTS stored."""
     batches: list[list[Step]] = []
-    last, made = None, set()
+    last, made, most = None, set(), 1
     for step in steps:
         key = _batch_key(step, registers, layouts)
         if (
             key is not None
             and _equal(key, last)
+            and len(batches[-1]) < most
             and not any(id(t) in made for t in step.expr.inputs)
         ):
             batches[-1].append(step)
         else:
             batches.append([step])
             last, made = key, set()
+            most = MAX_BATCH_POINTS // max(points, 1)
+            if step.store:
+                stored = math.prod(local_shape(layouts[id(step.expr.output)][0]))
+                most = min(most, MAX_BATCH_ELEMENTS // max(stored, 1))
         made.add(id(step.expr.output))
     return batches
 
@@ -232,7 +288,9 @@ def _equal(a: tuple, b: tuple | None) -> bool:
         return False
 
 
-def _lower(grid: Grid, batch: list[Step], registers: set[int]) -> Lowered:
+def _lower(grid: Grid, batch: list[Step], registers: set[int], owner: dict) -> Lowered:
+    """A batch lowered (its first step's lowering serves all): `owner` says which
+    register key and row holds each register written so far in the pass."""
     step = batch[0]
     expr, out = step.expr, step.expr.output
     key, ti = grid.lower(out)
@@ -244,10 +302,14 @@ def _lower(grid: Grid, batch: list[Step], registers: set[int]) -> Lowered:
         for inp in expr.inputs
     ]
     exprs = [s.expr for s in batch]
-    operands = []
+    sources: list[Source | list[TensorView]] = []
     for k, inp in enumerate(expr.inputs):
         tensors = [e.inputs[k] for e in exprs]
-        operands.append([inp] if all(t is inp for t in tensors) else tensors)
+        same = all(t is inp for t in tensors)
+        if reads[k] is not None:
+            sources.append([inp] if same else tensors)
+        else:
+            sources.append(_source(tensors, same, owner))
     scalars = None
     if len(exprs) > 1 and getattr(expr, "scalars", None):
         dtype = compute_dtype(expr).numpy  # as numpy_ops converts each expression's own
@@ -256,4 +318,22 @@ def _lower(grid: Grid, batch: list[Step], registers: set[int]) -> Lowered:
         }
     store = ((key, local_shape(out), "self"), coords) if step.store else None
     position = global_index(out, coords) if is_indexed(expr) else None
-    return Lowered(exprs, key, ti, reads, operands, scalars, id(out) in registers, store, position)
+    register = id(out) if id(out) in registers else None
+    return Lowered(exprs, key, ti, reads, sources, scalars, register, store, position)
+
+
+def _source(tensors: list[TensorView], same: bool, owner: dict) -> Source:
+    """Where a batch reads a register operand (`tensors`: each member's)."""
+    try:
+        owners = [owner[id(t)] for t in tensors]
+    except KeyError:
+        missing = next(t for t in tensors if id(t) not in owner)
+        raise ExecutionError(
+            f"run_kernel: {missing.name} is read as a register before the kernel computes it"
+        ) from None
+    key, row, rows = owners[0]
+    if same:
+        return Source(key, None if row is None else (row,))
+    if rows == len(tensors) and all(o[0] == key and o[1] == g for g, o in enumerate(owners)):
+        return Source(key, None)  # the block of the batch that wrote them, in order
+    return Source(None, tuple((k, r) for k, r, _ in owners))

@@ -39,8 +39,8 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.indexing import device_index
 from fuserlite.program.program import Kernel, Program
 from fuserlite.runtime.kernel_grid import Grid, GridCache, Offset
-from fuserlite.runtime.kernel_memory import Store, gather, rows
-from fuserlite.runtime.kernel_plan import KernelPlan, Lowered, plan_kernel
+from fuserlite.runtime.kernel_memory import Store, gather
+from fuserlite.runtime.kernel_plan import KernelPlan, Lowered, Source, plan_kernel
 from fuserlite.runtime.numpy_ops import eval_at_points, store
 from fuserlite.runtime.shards import device_slices
 
@@ -81,23 +81,25 @@ def run_kernel(
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
     device = device_values(kernel, plan.devices, device)
+    shapes: dict[int, tuple[int, ...]] = {}  # of the tensors stored, as their batch's
     for steps, dead in plan.passes:
-        _run_pass(grid, steps, dead, arrays, written, device)
+        _run_pass(grid, steps, dead, arrays, written, shapes, device)
     grids.trim()
     result = {}
     for tv in kernel.outputs:
         if id(tv) not in arrays:
             raise ExecutionError(f"run_kernel: kernel output {tv.name} was never written")
-        result[tv] = store(tv, arrays[id(tv)].reshape(local_shape(tv)))
+        result[tv] = store(tv, arrays[id(tv)].reshape(shapes.get(id(tv)) or local_shape(tv)))
     return result
 
 
 def _run_pass(
     grid: Grid,
     steps: list[Lowered],
-    dead: list[list[TensorView]],
+    dead: list[list[int]],
     arrays: dict,
     written: dict,
+    shapes: dict,
     device: dict[str, int],
 ) -> None:
     """Evaluate `steps` chunk by chunk; the tensors they store join `arrays`."""
@@ -105,48 +107,62 @@ def _run_pass(
         None if p.store is None else Store([e.output for e in p.batch], *p.store) for p in steps
     ]
     for chunk in grid.chunks():
+        # Registers by Lowered.register key: one value, or a batch's block of rows.
         regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for p, drop, to in zip(steps, dead, stores):
             pred = chunk.pred(p.key, p.index, device)
             args, valid = [], pred
-            for access, tensors in zip(p.reads, p.operands):
-                off = None if access is None else chunk.offset(*access)
-                value, ok = _operand(tensors, off, pred, regs, arrays, written)
+            for access, source in zip(p.reads, p.sources):
+                if access is None:
+                    value, ok = _register(source, regs)
+                else:
+                    value, ok = _gathered(source, chunk.offset(*access), pred, arrays, written)
                 args.append(value)
                 if ok is not pred and ok is not valid:
                     valid = valid & ok
             index = None if p.position is None else chunk.values(p.position, device)
             value = eval_at_points(p.expr, args, index, p.scalars)
-            if p.register:
-                if len(p.batch) == 1:
-                    regs[id(p.expr.output)] = (value, valid)
-                else:
-                    count = len(p.batch)
-                    for e, v, ok in zip(p.batch, rows(value, count), rows(valid, count)):
-                        regs[id(e.output)] = (v, ok)
+            if p.register is not None:
+                regs[p.register] = (value, valid)
             if to is not None:
                 to.write(chunk, value, valid, pred)
-            for t in drop:
-                regs.pop(id(t), None)
+            for key in drop:
+                regs.pop(key, None)
         chunk.done()
     for p, to in zip(steps, stores):
         if to is not None:
             for e, (data, mask) in zip(p.batch, to.finish()):
                 arrays[id(e.output)], written[id(e.output)] = data, mask
+                shapes[id(e.output)] = to.shape
 
 
-def _operand(
-    tensors: list[TensorView], off: Offset | None, pred: np.ndarray, regs, arrays, written
+def _row(a: np.ndarray, row: int | None) -> np.ndarray:
+    """Row `row` of a batch's block of values (a value all rows share is its own row)."""
+    return a if row is None or a.ndim == 1 else a[row]
+
+
+def _register(source: Source, regs) -> tuple[np.ndarray, np.ndarray]:
+    """A register operand's values and where they are valid (see kernel_plan.Source)."""
+    if source.rows is None:
+        return regs[source.key]
+    if source.key is not None:
+        value, ok = regs[source.key]
+        return _row(value, source.rows[0]), _row(ok, source.rows[0])
+    got = [(_row(v, r), _row(ok, r)) for (v, ok), r in ((regs[k], r) for k, r in source.rows)]
+    return _stacked(got)
+
+
+def _gathered(
+    tensors: list[TensorView], off: Offset, pred: np.ndarray, arrays, written
 ) -> tuple[np.ndarray, np.ndarray]:
-    """An operand's values at a chunk's points and where they are valid: its register
-    (`off` None) or its elements at `off`; for a batch whose members read different
-    tensors, one row per member."""
-    got = [
-        regs[id(t)] if off is None else gather(arrays[id(t)], written[id(t)], off, pred)
-        for t in tensors
-    ]
-    if len(got) == 1:
-        return got[0]
+    """An operand read at a chunk's offsets, one row per member where the members of a
+    batch read different tensors."""
+    got = [gather(arrays[id(t)], written[id(t)], off, pred) for t in tensors]
+    return got[0] if len(got) == 1 else _stacked(got)
+
+
+def _stacked(got: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The members' values as rows of one block, and where they are valid."""
     oks = [ok for _, ok in got]
     first = oks[0]
     ok = first if all(o is first for o in oks) else np.stack(oks)

@@ -8,29 +8,30 @@ reads it; what the caller must return (`keep`) is never dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import TypeVar
 
 from fuserlite.ir.tensor import TensorView
 
 Step = TypeVar("Step")
+Value = TypeVar("Value", bound=Hashable)  # a tensor, or a key naming a value
 
 
 def dead_after(
     steps: Sequence[Step],
-    reads: Callable[[Step], Iterable[TensorView]],
-    writes: Callable[[Step], Iterable[TensorView]],
-    keep: Collection[TensorView] = (),
-) -> list[list[TensorView]]:
+    reads: Callable[[Step], Iterable[Value]],
+    writes: Callable[[Step], Iterable[Value]],
+    keep: Collection[Value] = (),
+) -> list[list[Value]]:
     """Per step, the tensors it reads or writes that no later step reads (not in `keep`):
     the values to drop once that step has run. A value written and never read is
     dropped right after the step that wrote it."""
-    last: dict[TensorView, int] = {}
+    last: dict[Value, int] = {}
     for i, step in enumerate(steps):
         for t in (*reads(step), *writes(step)):
             last[t] = i
     kept = set(keep)
-    dead: list[list[TensorView]] = [[] for _ in steps]
+    dead: list[list[Value]] = [[] for _ in steps]
     for t, i in last.items():
         if t not in kept:
             dead[i].append(t)

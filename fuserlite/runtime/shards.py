@@ -11,6 +11,10 @@ plan.blocks' chunks directly). The buffer a device allocates is `local_shape`
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
+from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import placement
 from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
@@ -23,27 +27,60 @@ def mesh_shape(tv: TensorView) -> MeshShape:
     return tuple(tv.mesh.shape) if tv.mesh is not None else (1,)
 
 
-def device_boxes(tv: TensorView) -> list[Box]:
+@dataclass(frozen=True)
+class Layout:
+    """Every device's part of a tensor's data, in mesh (row-major device) order."""
+
+    shape: tuple[int, ...]  # the global shape
+    sharded: bool  # some data axis is cut between devices (not replicated or partial)
+    boxes: tuple[Box, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    slices: tuple[tuple[slice, ...], ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(shape: tuple[int, ...], mesh: MeshShape, p: Placement) -> Layout:
+    """A function of its (immutable) arguments alone: the tensors of one shape and
+    placement on one mesh shape (20000 outputs of a kernel) share one."""
+    boxes = tuple(blocks(shape, mesh, p))
+    return Layout(
+        shape,
+        any(p.shards),
+        boxes,
+        tuple(tuple(stop - start for start, stop in box) for box in boxes),
+        tuple(tuple(slice(start, stop) for start, stop in box) for box in boxes),
+    )
+
+
+def layout(tv: TensorView) -> Layout:
+    """tv's layout over the devices of its mesh."""
+    return derived("layout", tv, lambda: _layout(tuple(tv.shape), mesh_shape(tv), placement(tv)))
+
+
+def device_boxes(tv: TensorView) -> tuple[Box, ...]:
     """Every device's box of tv's data, in mesh (row-major device) order."""
-    return derived("device boxes", tv, lambda: blocks(tv.shape, mesh_shape(tv), placement(tv)))
+    return layout(tv).boxes
 
 
 def is_sharded(tv: TensorView) -> bool:
     """True when some data axis of tv is cut between devices (not replicated or partial)."""
-    return any(placement(tv).shards)
+    return layout(tv).sharded
+
+
+def _index(tv: TensorView, device: int) -> int:
+    return tv.mesh.index(device) if tv.mesh is not None else 0
 
 
 def device_box(tv: TensorView, device: int) -> Box:
     """The box of tv's global data that `device` holds."""
-    index = tv.mesh.index(device) if tv.mesh is not None else 0
-    return device_boxes(tv)[index]
+    return layout(tv).boxes[_index(tv, device)]
 
 
 def device_shape(tv: TensorView, device: int) -> tuple[int, ...]:
     """The shape of the rows `device` holds of tv (0 rows on an empty chunk)."""
-    return tuple(stop - start for start, stop in device_box(tv, device))
+    return layout(tv).shapes[_index(tv, device)]
 
 
 def device_slices(tv: TensorView, device: int) -> tuple[slice, ...]:
     """numpy slices of tv's global data that `device` holds."""
-    return tuple(slice(start, stop) for start, stop in device_box(tv, device))
+    return layout(tv).slices[_index(tv, device)]
