@@ -83,15 +83,17 @@ def _passes(kernel: Kernel) -> list[list[Step]]:
                 )
             read.add(id(inp))
             lv = max(lv, at if inlined[id(inp)] else at + 1)
-        level[id(expr.output)] = lv
-        inlined[id(expr.output)] = is_inlined(expr.output)
+        out = expr.outputs[0]
+        level[id(out)] = lv
+        inlined[id(out)] = is_inlined(out)
     deepest = max(level.values(), default=-1)
     if deepest == 0 and all(o in read or o in outputs or not r for o, r in inlined.items()):
         # One pass, and every register feeds another expression: each is in it (a
         # forward path from it ends at a tensor no one reads, which is stored).
-        return [
-            [Step(e, id(e.output) in outputs or not inlined[id(e.output)]) for e in kernel.exprs]
+        stored = [
+            not inlined[id(e.outputs[0])] or id(e.outputs[0]) in outputs for e in kernel.exprs
         ]
+        return [list(map(Step, kernel.exprs, stored))]
     # Bit lv of needed[t]: t is computed in pass lv. A stored tensor (a kernel output,
     # or not inlined) in its own pass; an inlined one in every pass that reads it.
     needed: dict[int, int] = {}
@@ -219,9 +221,12 @@ def _layouts(tensors: list[TensorView]) -> dict[int, tuple[TensorView, tuple]]:
     add nothing to the grid and pass its checks as that one did."""
     first: dict[tuple, TensorView] = {}
     layouts = {}
+    last: tuple | None = None
     for tv in tensors:
         key = (schedule_signature(tv), tv.mesh)
-        layouts[id(tv)] = (first.setdefault(key, tv), key)
+        if key != last:  # neighbours share a layout mostly: comparing costs less than hashing
+            rep, last = first.setdefault(key, tv), key
+        layouts[id(tv)] = (rep, key)
     return layouts
 
 
