@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -234,6 +234,13 @@ def _compute_facts(tv: TensorView) -> _Facts:
 
 def _facts(tv: TensorView) -> _Facts:
     return derived("sharding facts", tv, _compute_facts, tv)
+
+
+def signature_facts(tv: TensorView) -> Hashable:
+    """A key for facts that read only tv's signature (mesh shape, logical extents and
+    iteration types, device-parallel loop axes): one object is never shared by tensors
+    of two signatures (compared by identity, kept while the tensor is unchanged)."""
+    return _facts(tv)
 
 
 def data_positions(tv: TensorView) -> tuple[int, ...]:
