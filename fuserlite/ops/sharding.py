@@ -18,6 +18,7 @@ from fuserlite.ir.sharding import (
     logical_placement,
     placement,
     shardings,
+    signature_facts,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
@@ -26,6 +27,7 @@ from fuserlite.ops.registry import (
     definition_of,
     is_indexed,
     operand_to_output,
+    positional,
 )
 
 
@@ -167,16 +169,45 @@ def movement_text(expr: Expr) -> str:
 def non_local_inputs(expr: Expr) -> list[TensorView]:
     """The inputs a non-Set expression cannot compute its output from locally (none for
     a block permutation: it is a communication)."""
-    if isinstance(expr, LoadStoreOp) or block_permutation(expr) is not None:
+    if isinstance(expr, LoadStoreOp):
         return []
+    op = definition(expr)
+    if (
+        op is None
+        or op.axis_map is not positional
+        or op.outputs_axis_map is not None
+        or op.sharding.permutes is not None
+    ):
+        wrong = _non_local(expr)
+    else:
+        # A positional op that never permutes reads only its tensors' signatures: one
+        # answer per (op, each tensor's mesh and signature), found once for 20k `x + k`.
+        key = (
+            op,
+            tuple((t.mesh, signature_facts(t)) for t in expr.inputs),
+            tuple((t.mesh, signature_facts(t)) for t in expr.outputs),
+        )
+        wrong = _LOCALITY.get(key)
+        if wrong is None:
+            if len(_LOCALITY) >= _LOCALITY_SIZE:
+                _LOCALITY.clear()  # bounded: a long process sees many signatures
+            wrong = _LOCALITY[key] = _non_local(expr)
+    return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once
+
+
+_LOCALITY: dict[tuple, tuple[int, ...]] = {}
+_LOCALITY_SIZE = 4096
+
+
+def _non_local(expr: Expr) -> tuple[int, ...]:
+    """The operand positions of `expr` (not a Set) not placed to compute its outputs."""
+    positions = range(len(expr.inputs))
+    if block_permutation(expr) is not None:
+        return ()
     if any(has_unmapped_sharding(expr, out) for out in expr.outputs):
-        return list(dict.fromkeys(expr.inputs))
-    wrong = [
-        p
-        for k, p in enumerate(expr.inputs)
-        if not all(_placed_as_needed(expr, out, k) for out in expr.outputs)
-    ]
-    return list(dict.fromkeys(wrong))  # a tensor read twice is named once
+        return tuple(positions)
+    outs = expr.outputs
+    return tuple(k for k in positions if not all(_placed_as_needed(expr, o, k) for o in outs))
 
 
 def propagation_sources(expr: Expr) -> list[int]:

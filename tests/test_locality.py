@@ -1,0 +1,72 @@
+"""non_local_inputs decides once per signature: expressions alike but for one detail
+(asked one after the other, the first answer cached) each get their own answer."""
+
+from __future__ import annotations
+
+import pytest
+
+import fuserlite as fl
+from fuserlite.ops.sharding import non_local_inputs
+from fuserlite.schedule.shard import shard_axis
+
+MESH = fl.DeviceMesh.for_num_devices(2)
+OTHER = fl.DeviceMesh([2, 3])  # the same shape, other devices
+TALL = fl.DeviceMesh([[0], [1]])  # the same devices, another shape
+
+
+def _add(x_axis, out_axis, x_mesh=MESH, out_mesh=MESH, same=False):
+    """(x + w or x + x, x, w): x[8, 16] and w sharded on x_axis (None: replicated) on
+    x_mesh, the output on out_axis on out_mesh."""
+    with fl.Fusion():
+        x, w = fl.tensor([8, 16]), fl.tensor([8, 16])
+        for t in (x, w):
+            if x_axis is None:
+                t.set_device_mesh(x_mesh)
+            else:
+                shard_axis(t, x_axis, x_mesh)
+        y = x + (x if same else w)
+        if out_axis is None:
+            y.set_device_mesh(out_mesh)
+        else:
+            shard_axis(y, out_axis, out_mesh)
+    return y.definition, x, w
+
+
+@pytest.mark.parametrize(
+    "local, other",
+    [
+        ({"x_axis": 0, "out_axis": 0}, {"x_axis": 1, "out_axis": 0}),  # operand sharding
+        ({"x_axis": 0, "out_axis": 0}, {"x_axis": 0, "out_axis": 1}),  # output sharding
+        ({"x_axis": None, "out_axis": None}, {"x_axis": 0, "out_axis": None}),
+        ({"x_axis": 0, "out_axis": 0}, {"x_axis": 0, "out_axis": 0, "out_mesh": OTHER}),
+        ({"x_axis": 0, "out_axis": 0}, {"x_axis": 0, "out_axis": 0, "x_mesh": OTHER}),
+        ({"x_axis": None, "out_axis": None}, {"x_axis": None, "out_axis": None, "x_mesh": TALL}),
+    ],
+    ids=["operand-axis", "output-axis", "replicated", "output-mesh", "operand-mesh", "mesh-shape"],
+)
+def test_one_differing_detail_gets_its_own_answer(local, other):
+    """The first expression is local (and cached); the second differs in one detail
+    and is not: both inputs are named."""
+    expr, _, _ = _add(**local)
+    assert non_local_inputs(expr) == []
+    expr, x, w = _add(**other)
+    assert non_local_inputs(expr) == [x, w]
+    expr, _, _ = _add(**local)
+    assert non_local_inputs(expr) == []  # the other answer did not replace the first
+
+
+def test_a_tensor_read_twice_is_named_once():
+    """x + w and x + x share every signature; x + x names x once."""
+    expr, x, w = _add(1, 0)
+    assert non_local_inputs(expr) == [x, w]
+    expr, x, _ = _add(1, 0, same=True)
+    assert non_local_inputs(expr) == [x]
+
+
+def test_a_tensor_changed_in_place_is_asked_again():
+    """x found local, then its sharding changed in place (a pass's edit): its signature
+    moves with its stamp, so the expression is now not local."""
+    expr, x, w = _add(None, None)
+    assert non_local_inputs(expr) == []
+    shard_axis(x, 0, MESH)
+    assert non_local_inputs(expr) == [x]
