@@ -38,6 +38,7 @@ from fuserlite.ir.types import ParallelType
 from fuserlite.ops.registry import is_indexed
 from fuserlite.printer import axis_text
 from fuserlite.schedule.grid import GridAxis, grid_axes, unbound_loop_axis
+from fuserlite.schedule.signature import domain_signature
 
 
 @dataclass(frozen=True, eq=False)
@@ -341,21 +342,10 @@ def schedule_signature(tv: TensorView) -> tuple:
 
 
 def _schedule_signature(tv: TensorView) -> tuple:
-    ids = tv.domain.ids_between_logical_and_loop()
-    pos = {id(ax): k for k, ax in enumerate(ids)}
-    # a logical axis with a definition (from a root domain) would be bound to the grid
-    logical = [
-        (ax.extent, ax.iter_type, ax.parallel_type, ax.definition is None)
-        for ax in tv.domain.logical
-    ]
-    transforms = [
-        (t.factor, t.inner_split, pos[id(t.input)], t.outer.parallel_type)
-        if isinstance(t, Split)
-        else (pos[id(t.outer)], pos[id(t.inner)])
-        for t in tv.domain.transforms
-    ]
-    # every parallel type: an uneven sharding's predicate reads that mesh axis's index,
-    # and the grid binds blockIdx and threadIdx axes to its positions
-    loop = [(pos[id(ax)], ax.parallel_type) for ax in tv.domain.loop]
-    # and the device indices its TensorIndex reads (an iota's, even where its sharding is)
-    return tuple(logical), tuple(transforms), tuple(loop), tuple(device_indices([tv]))
+    # The domain's structure (every axis's extent, iteration and parallel type: an
+    # uneven sharding's predicate reads that mesh axis's index, and the grid binds
+    # blockIdx and threadIdx axes to its positions), whether each logical axis has a
+    # definition (from a root domain it would be bound to the grid), and the device
+    # indices its TensorIndex reads (an iota's, even where its sharding is).
+    definitions = tuple([ax.definition is None for ax in tv.domain.logical])
+    return domain_signature(tv), definitions, tuple(device_indices([tv]))
