@@ -22,6 +22,7 @@ from fuserlite.plan.blocks import Box
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 from fuserlite.plan.steps import ONE_MESH_KINDS, Step, StepKind, moves
 from fuserlite.program.communication import CommKind, Communication, Sizing, permuted
+from fuserlite.program.partials import recorded_step
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
@@ -51,9 +52,9 @@ def step_of(comm: Communication) -> Step:
             f"on {inp.mesh} and {out.name} on {out.mesh}"
         )
     kind, before, after = comm.kind, placement(inp), placement(out)
-    if not comm.group:
+    step = recorded_step(comm)
+    if step is None:
         return _step(before, after, kind, inp, out)
-    step = Step(kind, comm.group, *comm.axes)
     if step.apply(before) != after:
         raise ExecutionError(
             f"{step.describe(inp.mesh.rank)} of {inp.name} -> {out.name} does not take "
