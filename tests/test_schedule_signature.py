@@ -233,3 +233,23 @@ def test_a_signature_follows_every_change_of_the_domain() -> None:
         assert domain_signature(a) == Signature(signature._domain_key(a))
         change(b)
         assert domain_signature(a) == domain_signature(b)
+
+
+def test_the_signatures_the_scheduler_built_reach_the_runtime(monkeypatch) -> None:
+    """A replayed copy's signature is a fact of its domain: setting the tensor's inline
+    position afterwards keeps it, so the executor does not work it out again for each of
+    the tensors (it did for all of them: the stamps had moved)."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16])
+        f.add_input(x)
+        shard_axis(x, 0, MESH)
+        for k in range(50):
+            f.add_output(x + float(k))
+    ex = fl.FusionExecutor(f, compute="interpret")
+    worked_out = []
+    key = signature._domain_key
+    monkeypatch.setattr(signature, "_domain_key", lambda tv: worked_out.append(tv) or key(tv))
+    inputs = fl.random_inputs(f)
+    out = ex.run(inputs)
+    assert len(worked_out) <= 4, [tv.name for tv in worked_out]
+    fl.validate(f, inputs, out)

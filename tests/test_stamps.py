@@ -19,7 +19,7 @@ from test_pipeline_scaling import calls, many_outputs
 import fuserlite as fl
 from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.sharding import shardings
-from fuserlite.ir.stamps import version
+from fuserlite.ir.stamps import domain_derived, version
 from fuserlite.passes.base import REGISTRY, Level, Pass
 from fuserlite.pipeline import DEFAULT_PASSES, PassFailed, Pipeline
 from fuserlite.program.verify import verify_program
@@ -73,6 +73,58 @@ def test_a_derived_fact_is_computed_again_after_a_change():
     assert fl.ParallelType.DIDx in shardings(x)
     x.domain.loop[0].parallel_type = fl.ParallelType.Serial  # no parallelize() call
     assert shardings(x) == {}
+
+
+DOMAIN_CHANGES = {k: v for k, v in CHANGES.items() if k not in ("mesh", "domain replaced")}
+DOMAIN_CHANGES["another domain"] = lambda tv: setattr(tv, "domain", tv.domain.copy_for(tv, {}))
+TENSOR_ONLY_CHANGES = {
+    "mesh": CHANGES["mesh"],
+    "inline position": lambda tv: setattr(tv, "compute_at_pos", 1),
+    "user name": lambda tv: setattr(tv, "_user_name", "x1"),
+    "its own domain again": CHANGES["domain replaced"],
+}
+
+
+def counting_fact(tv):
+    """A domain fact of tv that says how many times it was worked out."""
+    asked = []
+
+    def fact():
+        return domain_derived("test question", tv, lambda: asked.append(1) or len(asked))
+
+    return fact
+
+
+@pytest.mark.parametrize("change", DOMAIN_CHANGES, ids=str)
+def test_a_domain_fact_is_computed_again_after_every_change_to_the_domain(change):
+    f = sharded_add()
+    x = f.inputs[0]
+    fact = counting_fact(x)
+    assert fact() == 1 and fact() == 1
+    DOMAIN_CHANGES[change](x)
+    assert fact() == 2
+
+
+@pytest.mark.parametrize("change", TENSOR_ONLY_CHANGES, ids=str)
+def test_a_domain_fact_outlives_a_change_to_the_tensor_alone(change):
+    f = sharded_add()
+    x = f.inputs[0]
+    fact = counting_fact(x)
+    assert fact() == 1
+    before = version(x)
+    TENSOR_ONLY_CHANGES[change](x)
+    assert version(x) > before  # the tensor's own facts are derived again
+    assert fact() == 1
+
+
+def test_an_axis_given_to_another_tensor_stamps_both_domains():
+    f = sharded_add()
+    x, w = f.inputs
+    for tv in (x, w):
+        domain_derived("test question", tv, lambda: "first")
+    x.domain.logical[1].owner = w
+    assert domain_derived("test question", x, lambda: "again") == "again"
+    assert domain_derived("test question", w, lambda: "again") == "again"
 
 
 def test_expression_changes_move_its_stamp():

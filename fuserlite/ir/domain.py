@@ -55,8 +55,9 @@ _SET_EXTENT, _SET_ITER, _SET_PT, _SET_DEF, _SET_OWNER = _SET.values()
 class IterDomain(_AxisFields):
     """One axis: extent, iteration type and parallel type.
 
-    Every change to an axis stamps the tensor that owns it (ir.stamps), so what was
-    derived from that tensor, or checked about it, is computed again."""
+    Every change to an axis stamps the domain of the tensor that owns it (ir.stamps),
+    so what was derived from that tensor or its domain, or checked about it, is
+    computed again."""
 
     __slots__ = ()
 
@@ -77,10 +78,10 @@ class IterDomain(_AxisFields):
         if setter is None:
             raise AttributeError(f"IterDomain has no attribute {name!r}")
         if name == "owner" and self.owner is not None:
-            stamp(self.owner)  # its domain may still hold this axis: check it again
+            stamp(self.owner.domain)  # it may still hold this axis: check it again
         setter(self, value)
         if self.owner is not None:
-            stamp(self.owner)
+            stamp(self.owner.domain)
 
     @property
     def is_broadcast(self) -> bool:

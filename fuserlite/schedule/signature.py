@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fuserlite.ir.domain import IterDomain, Merge, Split, adopt
-from fuserlite.ir.stamps import derived
+from fuserlite.ir.stamps import domain_derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 
@@ -49,7 +49,11 @@ def domain_signature(tv: TensorView) -> Signature:
     """tv's domain up to identity: per axis (logical ones, then each transform's outputs)
     its extent, iteration and parallel type; each transform by the positions of its
     axes; the loop domain as positions."""
-    return derived("domain_signature", tv, lambda: Signature(_domain_key(tv)))
+    return domain_derived("domain_signature", tv, _signature, tv)
+
+
+def _signature(tv: TensorView) -> Signature:
+    return Signature(_domain_key(tv))
 
 
 def _domain_key(tv: TensorView) -> tuple:
@@ -142,7 +146,7 @@ class Replayed:
             dom.transforms.extend(made)
         dom.loop = [ids[k] for k in self.loop]
         # The structure built is the one the replay left: its signature is known.
-        derived("domain_signature", tv, lambda: self.signature)
+        domain_derived("domain_signature", tv, lambda: self.signature)
 
 
 def one_per_signature(tensors: Iterable[TensorView]) -> list[TensorView]:
