@@ -7,7 +7,10 @@ input axis), so it computes locally. Where an input differs, a Set to the
 needed sharding is inserted before the expression; that Set is the only
 place data moves. A reduction over a device-parallel axis becomes a local
 partial reduction (output axis rDIDx) followed by a Set to the final sharding
-(on the same mesh, or on a one-device mesh: a Reduce to that root).
+(on the same mesh, or on a one-device mesh: a Reduce to that root). Where the
+output itself is partial over mesh axes its input's reduced axes are not sharded on
+(the user's rDIDy), the reduction makes those partial values too, from its input
+resharded first: a redistribution only ever combines partial values.
 An input several expressions need resharded the same way is resharded once.
 A linear with a bias is one op; where it would write partial sums, the bias
 is split off and added once to the completed value (`add(out, bias)` takes
@@ -35,7 +38,6 @@ from fuserlite.ir.sharding import (
     logical_placement,
     mesh_placement,
     on_data_axes,
-    placement,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
@@ -50,9 +52,9 @@ from fuserlite.verify import LazyNamer, non_local_problems, partial_output_probl
 def _device_reduction(expr: Expr, out: TensorView | None = None) -> MeshPlacement | None:
     """The mesh and placement (on its logical axes) of the partial tensor `expr` must write
     into `out` (one of its outputs; None: the first) because it reduces axes its inputs
-    shard: the reduced axes carry those mesh axes (rDIDx ...), and on the same mesh the
-    output's own data shardings on the other mesh axes are kept; None if it reduces no
-    sharded axis."""
+    shard: the reduced axes carry those mesh axes (rDIDx ...), and on the same mesh also
+    the mesh axes `out` itself is partial over, and the output's own data shardings on
+    the other mesh axes; None if that is `out`'s own placement."""
     out = expr.output if out is None else out
     if out.mesh is None or not any(ax.is_reduction for ax in out.domain.logical):
         return None  # partial sums need a reduction axis to sit on
@@ -71,19 +73,33 @@ def _device_reduction(expr: Expr, out: TensorView | None = None) -> MeshPlacemen
                     continue
                 partial.setdefault(target, axes)
                 mesh = producer.mesh
-    already = set(placement(out).partial)
-    partial = {li: axes for li, axes in partial.items() if not set(axes) <= already}
-    if not partial:
+    if mesh is None:
         return None
-    used = {a for axes in partial.values() for a in axes}
     shards = [()] * len(out.domain.logical)
     if mesh == out.mesh:
+        _add_own_partials(out, partial)
+        used = {a for axes in partial.values() for a in axes}
         for li, axes in enumerate(logical_placement(out).shards):
             if li in out.data_positions() and not used & set(axes):
                 shards[li] = axes
     for li, axes in partial.items():
         shards[li] = axes
-    return mesh, Placement(mesh.rank, tuple(shards))
+    wanted = Placement(mesh.rank, tuple(shards))
+    return None if (mesh, wanted) == mesh_placement(out) else (mesh, wanted)
+
+
+def _add_own_partials(out: TensorView, partial: dict[int, tuple[int, ...]]) -> None:
+    """Add to `partial` (reduction axis: mesh axes its input shards) the mesh axes `out`
+    is partial over that its input does not shard (the user's rDIDy where the input is
+    whole or sharded elsewhere on DIDy), nested inside: a partial value is made only by
+    the reduction, from its input sliced (or moved) over them, and never by the
+    redistribution after it, which can only combine partial values."""
+    used = {a for axes in partial.values() for a in axes}
+    for li, axes in enumerate(logical_placement(out).shards):
+        extra = tuple(a for a in axes if a not in used)
+        if extra and out.domain.logical[li].is_reduction:
+            partial[li] = partial.get(li, ()) + extra
+            used.update(extra)
 
 
 def _write_instead(expr: Expr, k: int, written: TensorView) -> TensorView:

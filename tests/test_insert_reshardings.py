@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from random_reductions import outcome
 
 import fuserlite as fl
 from fuserlite import models
@@ -316,3 +317,31 @@ def test_one_resharding_serves_every_expression_that_needs_it():
     inputs = fl.random_inputs(f)
     fl.validate(f, inputs, ex.run(inputs))
     assert [c.kind.value for c in ex.communications] == ["AllToAll"]
+
+
+# -- partial values over mesh axes the input is not sharded on -------------------
+def test_random_reductions_partial_where_their_input_is_not_sharded_lower_and_validate():
+    """tests/random_reductions.py: s = sum/max(x) sharded at random, its reduction axes
+    too. The planner never makes partial values, so where s was partial over a mesh axis
+    that x's reduced axes are not sharded on, the Set after the reduction was refused
+    (seeds 29, 62, 66, 77, 82, 87 here; 6.3% of 1000); x is resharded first instead."""
+    failed = {seed: got for seed in range(90) if (got := outcome(seed)) != "ok"}
+    assert not failed, failed
+
+
+def test_partial_values_of_another_reduced_axis_on_the_same_mesh_axis_move_no_data():
+    """x's axis 1 on DIDx, s = sum(x, [1, 2]) partial over DIDx on axis 2: x's partial
+    sums are already s's (the same mesh axis), so they are copied onto s's axis, not x
+    moved by an AllToAll to shard axis 2 instead."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([4, 6, 8], name="x")
+        f.add_input(x)
+        shard_axis(x, 1, mesh)
+        s = fl.sum(x, [1, 2])
+        shard_axis(s, 2, mesh)
+        f.add_output(fl.neg(s))
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f, 0)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert [(c.kind.value, c.bytes_per_device) for c in ex.communications] == [("Allreduce", 16)]

@@ -141,7 +141,8 @@ def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
         # uneven N-D shardings, nested too (test_nd_uneven.MOVES), and random N-D cases
         assert sum(name.startswith("uneven N-D move ") for name in results) == 5
         # reductions completed in stages through partial targets (PARTIAL_REDUCTIONS)
-        assert sum(name.startswith("partial target ") for name in results) == 8
+        assert sum(name.startswith("partial target ") for name in results) == 13
+        assert sum(name.startswith("random reduction ") for name in results) == 6
         assert sum(name.startswith("random N-D case ") for name in results) >= 5
     assert ("program on {0 2}" if n == 4 else "program on {1 3 5 7}") in results
     # ppermute as point-to-point messages (Isend/Irecv): the documented values, sim's bits

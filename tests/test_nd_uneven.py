@@ -170,7 +170,8 @@ def test_the_predicate_of_an_uneven_outer_sharding_reads_the_nested_device_index
 def partially_reduced(op: str, shape: list[int], n: list[int], xs, ss, ys=((),)) -> fl.Fusion:
     """x [n], s = op(x, 1), y = neg(s), each axis of each over the mesh axes `xs`, `ss`
     and `ys` give it (nested, outer first): s's reduction axis over fewer mesh axes than
-    x's axis 1, so insert-reshardings reduces locally and asks for s's partial placement."""
+    x's axis 1, so insert-reshardings reduces locally and asks for s's partial placement,
+    or over others, so it reshards x first."""
     with fl.Fusion() as f:
         mesh = fl.DeviceMesh.for_shape(shape)
         x = fl.tensor(n, name="x")
@@ -205,9 +206,24 @@ PARTIAL_REDUCTIONS = {
     # DIDx's 4 (2 2 1 0)
     "sum 2x3 reduce-scattered while partial": ("sum", [2, 3], [5, 6], ((), (Y, X)), ((Y,), (X,))),
     "max 2x4 reduce-scattered while partial": ("max", [2, 4], [5, 8], ((), (Y, X)), ((X,), (Y,))),
+    # s partial over a mesh axis x's axis 1 is not sharded on: only the reduction makes
+    # partial values, so x is resharded first (sliced, or moved off another axis), and
+    # the partial values x's own sharding adds are combined by the Set after it
+    "sum 2x2 made partial from x whole": ("sum", [2, 2], [4, 6], ((X,), ()), ((X,), (Y,))),
+    "sum 2x2 made partial from x rows": ("sum", [2, 2], [4, 6], ((Y,), ()), ((), (Y,))),
+    "sum 2x2 made partial on DIDy, x's on DIDx": ("sum", [2, 2], [4, 6], ((), (X,)), ((), (Y,))),
+    "max 2x3 made partial on DIDx, x's on DIDy": ("max", [2, 3], [5, 6], ((), (Y,)), ((Y,), (X,))),
+    "sum 2x4 made partial on DIDy, x's on DIDx": (
+        "sum",
+        [2, 4],
+        [4, 8],
+        ((Y,), (X,)),
+        ((X,), (Y,)),
+    ),
 }
 # Their communications: (kind, placements, teams, bytes per device); an Allreduce of n
 # floats over teams of D sends 2(D-1) ceil(n/D) * 4 B.
+DIDY_2x2, DIDX_2x2 = [(0, 2), (1, 3)], [(0, 1), (2, 3)]
 DIDY_2x3, DIDX_2x3 = [(0, 3), (1, 4), (2, 5)], [(0, 1, 2), (3, 4, 5)]
 DIDY_2x4, DIDX_2x4 = [(0, 4), (1, 5), (2, 6), (3, 7)], [(0, 1, 2, 3), (4, 5, 6, 7)]
 PARTIAL_COMMUNICATIONS = {
@@ -249,6 +265,37 @@ PARTIAL_COMMUNICATIONS = {
         ("Allreduce", "(P,S0)->(R,S0)", DIDY_2x4, 8),
         ("Allgather", "(R,S0)->(R,R)", DIDX_2x4, 24),
     ],
+    # x's axis 1 sliced over DIDy: s (P,S0) locally, no data moved
+    "sum 2x2 made partial from x whole": [
+        ("LocalSlice", "(R,S0)->(S1,S0)", DIDY_2x2, 0),
+        ("Allreduce", "(P,S0)->(R,S0)", DIDY_2x2, 8),
+        ("Allgather", "(R,S0)->(R,R)", DIDX_2x2, 8),
+    ],
+    # x's DIDy moves from axis 0 to axis 1: (2-1) * 2 * 3 floats
+    "sum 2x2 made partial from x rows": [
+        ("AllToAll", "(S0,R)->(S1,R)", DIDY_2x2, 24),
+        ("Allreduce", "(P,R)->(R,R)", DIDY_2x2, 16),
+    ],
+    # x's axis 1 sliced again over DIDy (nested inside DIDx), so s is made (P,P) and
+    # the Set to s's (P,R) combines DIDx's partial values, leaving DIDy's
+    "sum 2x2 made partial on DIDy, x's on DIDx": [
+        ("LocalSlice", "(R,S1)->(S1.1,S1.0)", DIDY_2x2, 0),
+        ("Allreduce", "(P,P)->(P,R)", DIDX_2x2, 16),
+        ("Allreduce", "(P,R)->(R,R)", DIDY_2x2, 16),
+    ],
+    "max 2x3 made partial on DIDx, x's on DIDy": [
+        ("LocalSlice", "(S1,R)->(S1,S1)", DIDX_2x3, 0),
+        ("ReduceScatter", "(P,P)->(S0,P)", DIDY_2x3, 12),
+        ("Allreduce", "(S0,P)->(S0,R)", DIDX_2x3, 16),
+        ("Allgather", "(S0,R)->(R,R)", DIDY_2x3, 12),
+    ],
+    # x's rows on DIDy move onto its axis 1 (inside DIDx): an AllToAll on DIDy
+    "sum 2x4 made partial on DIDy, x's on DIDx": [
+        ("AllToAll", "(S0,S1)->(S1.1,S1.0)", DIDY_2x4, 8),
+        ("ReduceScatter", "(P,P)->(P,S0)", DIDX_2x4, 12),
+        ("Allreduce", "(P,S0)->(R,S0)", DIDY_2x4, 8),
+        ("Allgather", "(R,S0)->(R,R)", DIDX_2x4, 12),
+    ],
 }
 
 
@@ -259,7 +306,10 @@ def test_a_reduction_sharded_over_fewer_mesh_axes_than_its_input_lowers(name):
     Allreduce over the others gives it, in the reduction's op (a max stays a max), and
     a later one completes s for neg. The plan refused partial targets ('a redistribution
     produces complete values'), and the second Allreduce could not name the op of the
-    first one's partial output."""
+    first one's partial output. Where s is partial over a mesh axis x's axis 1 is not
+    sharded on ('made partial'), x is resharded first so that the reduction makes those
+    partial values: the planner refused the Set after it ('a redistribution combines
+    partial values, it never makes them')."""
     f = partially_reduced(*PARTIAL_REDUCTIONS[name])
     ex = fl.FusionExecutor(f)
     comms = ex.program.communications

@@ -90,9 +90,11 @@ def ppermutes(size: int) -> dict[str, tuple]:
 
 def nd_uneven() -> dict[str, tuple[fl.Fusion, None]]:
     """Uneven N-D shardings, nested ones included: tests/test_nd_uneven.py's moves and
-    reductions completed in stages (partial targets), and the first N-D cases of the
-    differential generator that lower (8 ranks)."""
+    reductions completed in stages (partial targets), random reductions partial where
+    their input is not sharded, and the first N-D cases of the differential generator
+    that lower (8 ranks)."""
     from random_nd import is_nd_case
+    from random_reductions import reduction_case
     from random_sharded import build_case
     from test_nd_uneven import MOVES, PARTIAL_REDUCTIONS, moved, partially_reduced
 
@@ -101,6 +103,8 @@ def nd_uneven() -> dict[str, tuple[fl.Fusion, None]]:
     }
     for name, case in PARTIAL_REDUCTIONS.items():
         runs[f"partial target {name}"] = (partially_reduced(*case), None)
+    for seed in REFUSED_REDUCTIONS:
+        runs[f"random reduction {seed}"] = (reduction_case(seed), None)
     for seed in (s for s in range(60) if is_nd_case(s)):
         fusion = build_case(seed).fusion
         try:
@@ -109,6 +113,11 @@ def nd_uneven() -> dict[str, tuple[fl.Fusion, None]]:
             continue  # a clear rejection: test_differential's business
         runs[f"random N-D case {seed}"] = (fusion, None)
     return runs
+
+
+# Seeds of tests/random_reductions.py whose partial values the planner was asked to make
+# (refused before insert-reshardings resharded the reduction's input first).
+REFUSED_REDUCTIONS = (29, 62, 66, 77, 82, 87)
 
 
 def run_programs(world, rank: int, runs: dict, compute: str | None = None) -> dict[str, str]:
