@@ -271,6 +271,37 @@ def axis_index(axis: object = None) -> TensorView:
     return trace.bind(None, Local(index, (pt,)))
 
 
+def _sources(perm: object, size: int, pt: ParallelType, what: str) -> dict[int, int]:
+    """{destination: source} of ppermute's `perm` over `size` devices of `pt`: a
+    permutation, as JAX requires (each source and each destination at most once), that
+    gives every device a value."""
+    if not args.is_sequence(perm):
+        raise args.fail(what, "perm", "a list of (source, destination) pairs", perm)
+    src_of: dict[int, int] = {}
+    for p in perm:
+        pair = args.integers(p, what, "perm", scalar_ok=False) if args.is_sequence(p) else None
+        if pair is None or len(pair) != 2 or not all(0 <= i < size for i in pair):
+            raise FusionError(
+                f"{what}: perm must be (source, destination) pairs of devices 0..{size - 1} "
+                f"of {pt.name}, got {args.given(perm)}"
+            )
+        if pair[1] in src_of or pair[0] in src_of.values():
+            role, device = ("destination", pair[1]) if pair[1] in src_of else ("source", pair[0])
+            raise FusionError(
+                f"{what}: perm must be a permutation, each source and each destination at "
+                f"most once (as in JAX's ppermute), got {args.given(perm)}: {role} {device} "
+                "appears twice"
+            )
+        src_of[pair[1]] = pair[0]
+    missing = [d for d in range(size) if d not in src_of]
+    if missing:
+        raise FusionError(
+            f"{what}: perm {args.given(perm)} gives device(s) {missing} of {pt.name} no "
+            "value; give every device a source (fuserlite has no zero fill)"
+        )
+    return src_of
+
+
 @collective
 def ppermute(t: TensorView, axis: object, perm: Sequence[tuple[int, int]]) -> TensorView:
     """Device dst of the axis gets the local value of device src, for each (src, dst)
@@ -279,28 +310,7 @@ def ppermute(t: TensorView, axis: object, perm: Sequence[tuple[int, int]]) -> Te
     what = "ppermute"
     trace, v, pt = _enter(t, axis, what)
     size = axis_size(trace.mesh, pt)
-    if not args.is_sequence(perm):
-        raise args.fail(what, "perm", "a list of (source, destination) pairs", perm)
-    src_of: dict[int, int] = {}
-    for p in perm:
-        pair = args.integers(p, what, "perm", scalar_ok=False) if args.is_sequence(p) else None
-        if (
-            pair is None
-            or len(pair) != 2
-            or not all(0 <= i < size for i in pair)
-            or pair[1] in src_of
-        ):
-            raise FusionError(
-                f"{what}: perm {perm!r} must be (source, destination) pairs of devices "
-                f"0..{size - 1} of {pt.name}, each destination once"
-            )
-        src_of[pair[1]] = pair[0]
-    missing = [d for d in range(size) if d not in src_of]
-    if missing:
-        raise FusionError(
-            f"{what}: perm {perm!r} gives device(s) {missing} of {pt.name} no value; give "
-            "every device a source (fuserlite has no zero fill)"
-        )
+    src_of = _sources(perm, size, pt, what)
     j = v.varying.index(pt)
     labels = list(range(len(v.tensor.shape)))
     front = [j, *(x for x in labels if x != j)]

@@ -206,6 +206,13 @@ def _traced(fn, in_specs=((DIDx,),), out_specs=((DIDx,),), shape=(8,)):
         (lambda t: fl.reduce_scatter(t, scatter_dim=0), "divisible by the 4 devices"),
         (lambda t: fl.psum(t, "DIDy"), "axis must be a mesh axis"),
         (lambda t: fl.ppermute(t, None, [(0, 1), (1, 0)]), r"device\(s\) \[2, 3\]"),
+        # JAX rejects a source used twice (block 0 to devices 1 and 2): not a permutation
+        (
+            lambda t: fl.ppermute(t, None, [(0, 1), (0, 2), (2, 3), (1, 0)]),
+            r"perm must be a permutation, each source and each destination at most once "
+            r".*got \[\(0, 1\), \(0, 2\), \(2, 3\), \(1, 0\)\]: source 0 appears twice",
+        ),
+        (lambda t: fl.ppermute(t, None, [(0, 1), (1, 1)]), "destination 1 appears twice"),
         (lambda t: fl.tensor([2]), "made a new tensor"),
         (lambda t: fl.all_gather(fl.all_gather(t)) and None, "must return a local tensor"),
     ],
