@@ -281,7 +281,15 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
         )
     derived["group"] = _group(inp, out, shown, fail)
     if permutes:
-        axis = values.get("in_axis") or 0
+        axis = values.get("in_axis")
+        if axis is None:  # no default: axis 0 would silently permute the wrong axis
+            after_output = ("out_axis", "transfers", "layout", "chunks", "bytes_per_device")
+            at = min(i for f in after_output if (i := text.find(f", {f}=")) >= 0)
+            raise ParseError(
+                "a CollectivePermute shows in_axis=N, the tensor axis whose blocks it "
+                "permutes, after its output=",
+                column=at + 1,
+            )
         sharding = before.shards[axis] if axis < len(before.shards) else ()
         if derived["group"] != sharding:
             raise fail(

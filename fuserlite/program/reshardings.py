@@ -121,7 +121,7 @@ def derive_reshardings(
         if len(chain) > 1:
             out.append(_marked_plan(program, chain, planners, marked, fail))
         elif first.kind is CommKind.CollectivePermute:
-            move = permuted(first.input, first.in_axis or 0, first.sources)[0]
+            move = permuted(first.input, first.in_axis, first.sources)[0]
             out.append(_record(program, [first], move=move))
         elif first.input.mesh != first.output.mesh:
             out.append(_record(program, [first], move=planned_move(first.input, first.output)))
