@@ -142,6 +142,7 @@ class _Lowering:
                 f"{describe_sharding(inp)} to {describe_sharding(out)}: {exc}"
             ) from None
         record.needed_by = needed_by
+        record.latency_bytes = self.planners.latency_bytes
         self.program.reshardings.append(record)
         return record.communications
 

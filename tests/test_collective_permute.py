@@ -75,6 +75,46 @@ def test_explain_gives_the_permute_and_the_gather_it_replaces():
     assert "rejected: via replicate: Allgather + take + LocalSlice, 24 B/device" in text
 
 
+def _nested_swap() -> fl.Fusion:
+    """x [8, 8] rows over DIDy then DIDx of a 2x3 mesh (chunks 2 2 0 | 2 2 0), y =
+    take(x) swapping the first two chunks of each DIDy row: one CollectivePermute whose
+    rejected gather is one Allgather at the default latency, two by bytes alone."""
+    mesh = fl.DeviceMesh.for_shape([2, 3])
+    nested = Placement.parse("(S0.0,S0.1)", 2)
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 8], name="x")
+        f.add_input(x)
+        shard_as(x, mesh, nested)
+        y = fl.take(x, [2, 3, 0, 1, 6, 7, 4, 5])
+        shard_as(y, mesh, nested)
+        f.add_output(fl.neg(y))
+    return f
+
+
+@pytest.mark.parametrize(
+    ("latency", "planner_line", "rejected"),
+    [
+        (None, None, "Allgather + take + LocalSlice, 320 B/device"),
+        (0, "Planner: latency_bytes=0", "Allgather + Allgather + take + LocalSlice, 256 B/device"),
+    ],
+)
+def test_the_rejected_gather_of_a_permute_is_planned_at_the_lowerings_latency(
+    latency, planner_line, rejected
+):
+    """explain planned it at the default latency whatever the lowering's, and a program
+    of permutes alone printed no `Planner:` line to read it back from: it is recorded,
+    and printed where it is not the default (the parser's without a line)."""
+    program = fl.lower(_nested_swap(), **({} if latency is None else {"latency_bytes": latency}))
+    assert [c.kind.value for c in program.communications] == ["CollectivePermute"]
+    text = fl.explain(program)
+    assert f"rejected: via replicate: {rejected}\n" in text
+    printed = str(program)
+    first = printed.splitlines()[0]
+    assert first == planner_line if planner_line else not first.startswith("Planner:")
+    back = fl.explain(parse_printed(printed))
+    assert back == text.replace("x (T0)", "T0")  # the printed dialect shows no names
+
+
 def _global_take(n: int, devices: int, indices: list[int], out_sharded: bool = True):
     """x[n, 3] row-sharded on `devices`, y = take(x, indices) sharded alike (or not)."""
     mesh = fl.DeviceMesh.for_num_devices(devices)

@@ -87,7 +87,7 @@ def _explain_permute(r: Resharding, comm: Communication) -> str:
     src, mesh, before = r.source, r.source.mesh, comm.before
     names = tuple(pt.name for pt in mesh.parallel_types)
     gathered = Placement(before.mesh_rank, ((), *before.shards[1:]), before.partial)
-    via = Planner(src.shape, src.dtype.itemsize, mesh.shape).plan(before, gathered)
+    via = Planner(src.shape, src.dtype.itemsize, mesh.shape, r.latency_bytes).plan(before, gathered)
     kinds = " + ".join([*(s.step.kind.value for s in via.steps), "take", "LocalSlice"])
     moved = len(r.move.transfers) if r.move is not None else len(comm.transfers or ())
     return "\n".join(

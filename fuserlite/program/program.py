@@ -16,6 +16,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.plan.cross_mesh import Move
 from fuserlite.plan.search import Plan
 from fuserlite.program.communication import Communication
@@ -73,7 +74,9 @@ class Resharding:
     `plan` is the planner's plan on one mesh (its steps are the communications, and
     it knows its cheapest rejected alternative), `move` the transfers of a move
     between two meshes; one of them is set, except for communications read from text
-    that are no plan of the planner (fuserlite.program.reshardings).
+    that are no plan of the planner (fuserlite.program.reshardings). `latency_bytes` is
+    the latency the planner planned at, its plan's or, for a CollectivePermute, the
+    one explain plans the rejected gather at.
     """
 
     source: TensorView
@@ -82,6 +85,7 @@ class Resharding:
     communications: list[Communication]
     plan: Plan | None = None
     move: Move | None = None
+    latency_bytes: int = DEFAULT_LATENCY_BYTES
 
 
 class Program:

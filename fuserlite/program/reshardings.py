@@ -62,15 +62,27 @@ def needed_by(tv: TensorView, program: Program) -> str:
 
 
 def plans_latency(program: Program) -> int | None:
-    """The latency_bytes every plan of `program`'s reshardings was chosen at (None if it
-    has no plan); a LoweringError if they were chosen at different ones."""
-    found = {r.plan.latency_bytes for r in program.reshardings if r.plan is not None}
+    """The latency_bytes `program`'s reshardings were planned at, where its printed form
+    must say it: where it has a plan, and where a CollectivePermute's rejected gather
+    (explain plans it) was planned at another than the default, which a program read
+    without a `Planner:` line gets; None elsewhere. A LoweringError if they were planned
+    at different ones."""
+    found = {
+        r.plan.latency_bytes if r.plan is not None else r.latency_bytes
+        for r in program.reshardings
+        if r.plan is not None or (_permutes(r) and r.latency_bytes != DEFAULT_LATENCY_BYTES)
+    }
     if len(found) > 1:
         raise LoweringError(
             f"the program's plans were chosen at different latency_bytes ({sorted(found)}); "
             "one lower-communications run plans them all at one"
         )
     return found.pop() if found else None
+
+
+def _permutes(r: Resharding) -> bool:
+    """Whether `r` is one CollectivePermute."""
+    return r.communications[0].kind is CommKind.CollectivePermute
 
 
 def plan_intermediates(program: Program) -> dict[int, Resharding]:
@@ -122,13 +134,15 @@ def derive_reshardings(
             out.append(_marked_plan(program, chain, planners, marked, fail))
         elif first.kind is CommKind.CollectivePermute:
             move = permuted(first.input, first.in_axis, first.sources)[0]
-            out.append(_record(program, [first], move=move))
+            out.append(_record(program, planners, [first], move=move))
         elif first.input.mesh != first.output.mesh:
-            out.append(_record(program, [first], move=planned_move(first.input, first.output)))
+            out.append(
+                _record(program, planners, [first], move=planned_move(first.input, first.output))
+            )
         else:
             plan = planners.plan_or_none(first.input, first.output)
             how = {"plan": plan} if plan is not None and _is_plan(plan, [first]) else {}
-            out.append(_record(program, [first], **how))
+            out.append(_record(program, planners, [first], **how))
     return out
 
 
@@ -179,12 +193,13 @@ def _marked_plan(
             chain[0].output,
             f"{steps} from {src.name} to {dst.name} is marked one plan, but {planned}",
         )
-    return _record(program, chain, plan=plan)
+    return _record(program, planners, chain, plan=plan)
 
 
-def _record(program: Program, comms: list[Communication], **how) -> Resharding:
-    target = comms[-1].output
-    return Resharding(comms[0].input, target, needed_by(target, program), comms, **how)
+def _record(program: Program, planners: Planners, comms: list[Communication], **how) -> Resharding:
+    target, latency = comms[-1].output, planners.latency_bytes
+    reads = needed_by(target, program)
+    return Resharding(comms[0].input, target, reads, comms, **how, latency_bytes=latency)
 
 
 def _continues(prev: Communication, nxt: Communication, outputs: set[int]) -> bool:
