@@ -274,6 +274,59 @@ def eval_outputs(
     return results
 
 
+def stack_key(expr: Expr) -> tuple | None:
+    """What evaluating `expr` in a stack of like expressions (eval_stacked) depends on but
+    its scalars' values, its output's shape last; None unless it is a positional
+    pointwise op of one output that takes scalars and no attributes. Expressions of one
+    key read the very same tensors: they stack whatever their scalars."""
+    if not getattr(expr, "scalars", None) or len(expr.outputs) != 1:
+        return None
+    d = definition_of(expr)
+    if (
+        d.category is not Category.POINTWISE
+        or d.axis_map is not positional
+        or d.converts
+        or d.indexed
+        or expr.attributes()
+    ):
+        return None
+    out = expr.output
+    return (
+        expr.op_name,
+        type(expr),
+        tuple(map(id, expr.inputs)),
+        tuple(expr.scalars),  # their positions
+        None if d.compute is None else d.compute(expr),  # else the output dtype's
+        out.dtype,
+        out.shape,
+    )
+
+
+def eval_stacked(
+    exprs: list[Expr], args: list[np.ndarray], out_shape: tuple[int, ...]
+) -> list[np.ndarray]:
+    """eval_expr of each of `exprs`, expressions of one stack_key (their scalars differ)
+    reading `args`: one numpy step over a column of each scalar position's values, one
+    row per expression, each the value its expression alone gives, element by element."""
+    expr = exprs[0]
+    dtype = _operand_dtype(expr, None)
+    rank = max((a.ndim for a in args), default=0)  # the rows' rank, as a 0-d scalar leaves it
+    column = (len(exprs),) + (1,) * rank
+    with np.errstate(all="ignore"):
+        scalars = {
+            k: np.asarray([e.scalars[k] for e in exprs], dtype).reshape(column)
+            for k in expr.scalars
+        }
+        out = _row(expr)(*_operands(expr, args, dtype, scalars))
+    out = np.asarray(out).astype(expr.output.dtype.compute.numpy, copy=False)
+    if out.shape != (len(exprs), *out_shape):
+        raise ExecutionError(
+            f"{expr!r} produced shape {out.shape[1:]}, expected {tuple(out_shape)} for "
+            f"{expr.output.name}"
+        )
+    return [out[i, ...] for i in range(len(exprs))]  # arrays, 0-d ones too (not scalars)
+
+
 def _operand_dtype(expr: Expr, dtype: np.dtype | None) -> np.dtype:
     """What an expression's operands are computed in: `dtype` if given, else its op's
     compute dtype (a comparison's operands in their own, not in bool)."""

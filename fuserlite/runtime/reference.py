@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
@@ -14,7 +15,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.runtime.liveness import dead_after
-from fuserlite.runtime.numpy_ops import blocks, eval_outputs, store
+from fuserlite.runtime.numpy_ops import BLOCK, blocks, eval_outputs, eval_stacked, stack_key, store
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -72,7 +73,8 @@ def _evaluate(
     exprs = fusion.exprs()
     # Free each intermediate after its last reader: memory stays near the working set.
     dead = dead_after(exprs, attrgetter("inputs"), attrgetter("outputs"), keep=fusion.outputs)
-    for expr, drop in zip(exprs, dead):
+    for run in stacks(exprs):
+        expr = exprs[run.start]
         missing = [t.name for t in expr.inputs if t not in values]
         if missing:
             raise ExecutionError(
@@ -80,15 +82,40 @@ def _evaluate(
                 "neither a fusion input nor computed; add it with fusion.add_input"
             )
         operands = [values[t] for t in expr.inputs]
-        made = eval_outputs(expr, operands, [t.shape for t in expr.outputs])
-        values.update(zip(expr.outputs, made))
-        if visit is not None:
-            visit(expr, operands, made)
+        if run.stop - run.start == 1:
+            made = [eval_outputs(expr, operands, [t.shape for t in expr.outputs])]
+        else:
+            made = [[row] for row in eval_stacked(exprs[run], operands, expr.output.shape)]
+        for e, values_of_e in zip(exprs[run], made):
+            values.update(zip(e.outputs, values_of_e))
+            if visit is not None:
+                visit(e, operands, values_of_e)
         del made
         del operands
-        for t in drop:
-            del values[t]
+        # The members of a run read the same tensors: none dies before the last one.
+        for drop in dead[run]:
+            for t in drop:
+                del values[t]
     return [store(t, values[t]) for t in fusion.outputs]
+
+
+def stacks(exprs: list[Expr]) -> list[slice]:
+    """The expressions as runs, each evaluated as one numpy step: consecutive ones of one
+    numpy_ops.stack_key (one op, operand tensors, scalar positions, dtypes and shape;
+    their scalars alone differ: 20 000 `x + k`), at most BLOCK elements together; every
+    other expression alone."""
+    runs: list[list[int]] = []  # [start, stop) of each run
+    last, size = None, 0
+    for i, expr in enumerate(exprs):
+        key = stack_key(expr)
+        n = 0 if key is None else math.prod(key[-1])
+        if key is not None and key == last and size + n <= BLOCK:
+            runs[-1][1] = i + 1
+            size += n
+        else:
+            runs.append([i, i + 1])
+            last, size = key, n
+    return [slice(a, b) for a, b in runs]
 
 
 MAX_INPUT_BYTES = 2**32  # 4 GiB of random inputs in all: more is a typo, not a test

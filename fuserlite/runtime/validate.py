@@ -255,6 +255,8 @@ def _compare(
         return ([] if mismatch(out, ref, tol) is None else [0]), max_errors([out], [ref])
     shape = (len(outs), outs[0].size)  # not -1: outputs of no elements have no rows to infer
     o, r = np.stack(outs).reshape(shape), np.stack(refs).reshape(shape)
+    if np.array_equal(o, r):  # every element equal (what _errors counts as no error)
+        return [], [0.0] * len(outs)
     bad, _ = _errors(o.reshape(-1), r.reshape(-1), tol, None)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf
         error = np.abs(o.astype(np.float64) - r.astype(np.float64))
