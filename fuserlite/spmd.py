@@ -277,19 +277,19 @@ def _sources(perm: object, size: int, pt: ParallelType, what: str) -> dict[int, 
     gives every device a value."""
     if not args.is_sequence(perm):
         raise args.fail(what, "perm", "a list of (source, destination) pairs", perm)
+    accepted = (
+        f"(source, destination) pairs of devices 0..{size - 1} of {pt.name}, each source "
+        "once and each destination once (a permutation, as in JAX's ppermute)"
+    )
     src_of: dict[int, int] = {}
     for p in perm:
         pair = args.integers(p, what, "perm", scalar_ok=False) if args.is_sequence(p) else None
         if pair is None or len(pair) != 2 or not all(0 <= i < size for i in pair):
-            raise FusionError(
-                f"{what}: perm must be (source, destination) pairs of devices 0..{size - 1} "
-                f"of {pt.name}, got {args.given(perm)}"
-            )
+            raise args.fail(what, "perm", accepted, perm)
         if pair[1] in src_of or pair[0] in src_of.values():
             role, device = ("destination", pair[1]) if pair[1] in src_of else ("source", pair[0])
             raise FusionError(
-                f"{what}: perm must be a permutation, each source and each destination at "
-                f"most once (as in JAX's ppermute), got {args.given(perm)}: {role} {device} "
+                f"{what}: perm must be {accepted}, got {args.given(perm)}: {role} {device} "
                 "appears twice"
             )
         src_of[pair[1]] = pair[0]

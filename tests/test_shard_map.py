@@ -209,8 +209,9 @@ def _traced(fn, in_specs=((DIDx,),), out_specs=((DIDx,),), shape=(8,)):
         # JAX rejects a source used twice (block 0 to devices 1 and 2): not a permutation
         (
             lambda t: fl.ppermute(t, None, [(0, 1), (0, 2), (2, 3), (1, 0)]),
-            r"perm must be a permutation, each source and each destination at most once "
-            r".*got \[\(0, 1\), \(0, 2\), \(2, 3\), \(1, 0\)\]: source 0 appears twice",
+            r"perm must be .* each source once and each destination once \(a permutation, "
+            r"as in JAX's ppermute\), got \[\(0, 1\), \(0, 2\), \(2, 3\), \(1, 0\)\]: "
+            "source 0 appears twice",
         ),
         (lambda t: fl.ppermute(t, None, [(0, 1), (1, 1)]), "destination 1 appears twice"),
         (lambda t: fl.tensor([2]), "made a new tensor"),
