@@ -1,4 +1,4 @@
-"""Whole-IR verdicts (fuserlite.verify.Verdicts): between passes the validator skips an IR
+"""Whole-IR verdicts (fuserlite.verdicts.Verdicts): between passes the validator skips an IR
 that nothing has changed since it was found valid, and a change of any kind, to a
 stamped node or to one of the unstamped lists that hold the IR together, is still
 caught (the bad passes of tests/test_stamps.py change nodes; these change lists)."""
@@ -21,7 +21,7 @@ from fuserlite.pipeline import DEFAULT_PASSES, PassFailed, Pipeline
 from fuserlite.printer import Namer
 from fuserlite.program.program import Kernel
 from fuserlite.program.verify import PROGRAM_READS, verify_program
-from fuserlite.verify import Verdicts
+from fuserlite.verdicts import Verdicts
 
 verify_module = importlib.import_module("fuserlite.verify")  # fl.verify is its function
 

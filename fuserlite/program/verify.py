@@ -18,11 +18,9 @@ from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.partials import communication_problems
 from fuserlite.program.program import Kernel, Program
+from fuserlite.verdicts import FUSION_READS, Reads, expr_nodes
 from fuserlite.verify import (
-    FUSION_READS,
     LazyNamer,
-    Reads,
-    expr_nodes,
     expr_state,
     fusion_problems,
     marked_problems,
@@ -167,5 +165,5 @@ def _program_nodes(program: Program) -> list:
     return expr_nodes([*exprs, *upstream], (*fusion.inputs, *fusion.outputs, *tensors))
 
 
-# What verify_program(program) reads (fuserlite.verify.Verdicts).
+# What verify_program(program) reads (fuserlite.verdicts.Verdicts).
 PROGRAM_READS = Reads(lists=_program_lists, nodes=_program_nodes)
