@@ -19,7 +19,7 @@ from test_pipeline_scaling import calls, many_outputs
 import fuserlite as fl
 from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.sharding import shardings
-from fuserlite.ir.stamps import domain_derived, version
+from fuserlite.ir.stamps import domain_derived, domain_known, version
 from fuserlite.passes.base import REGISTRY, Level, Pass
 from fuserlite.pipeline import DEFAULT_PASSES, PassFailed, Pipeline
 from fuserlite.program.verify import verify_program
@@ -125,6 +125,22 @@ def test_an_axis_given_to_another_tensor_stamps_both_domains():
     x.domain.logical[1].owner = w
     assert domain_derived("test question", x, lambda: "again") == "again"
     assert domain_derived("test question", w, lambda: "again") == "again"
+
+
+@pytest.mark.parametrize("change", DOMAIN_CHANGES, ids=str)
+def test_a_known_domain_fact_is_known_only_while_the_domain_is_unchanged(change):
+    """domain_known peeks at what domain_derived keeps: nothing before it is worked out,
+    the fact while the domain is unchanged (a tensor-only change keeps it), nothing
+    once the domain changes; it never works the fact out itself."""
+    f = sharded_add()
+    x = f.inputs[0]
+    assert domain_known("test question", x) is None
+    domain_derived("test question", x, lambda: "fact")
+    TENSOR_ONLY_CHANGES["mesh"](x)
+    assert domain_known("test question", x) == "fact"
+    DOMAIN_CHANGES[change](x)
+    assert domain_known("test question", x) is None
+    assert domain_known("test question", x) is None  # still not worked out
 
 
 def test_expression_changes_move_its_stamp():

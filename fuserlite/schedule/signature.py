@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fuserlite.ir.domain import IterDomain, Merge, Split, adopt
-from fuserlite.ir.stamps import domain_derived
+from fuserlite.ir.stamps import domain_derived, domain_known
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 
@@ -50,6 +50,12 @@ def domain_signature(tv: TensorView) -> Signature:
     its extent, iteration and parallel type; each transform by the positions of its
     axes; the loop domain as positions."""
     return domain_derived("domain_signature", tv, _signature, tv)
+
+
+def known_domain_signature(tv: TensorView) -> Signature | None:
+    """domain_signature(tv) where it was worked out (or a replay gave it) for the domain
+    as it is now, else None (nothing is worked out)."""
+    return domain_known("domain_signature", tv)
 
 
 def _signature(tv: TensorView) -> Signature:
