@@ -23,6 +23,7 @@ from fuserlite.ir.sharding import (
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.registry import (
+    OpDef,
     definition,
     definition_of,
     is_indexed,
@@ -166,22 +167,28 @@ def movement_text(expr: Expr) -> str:
     return f"{expr.output.name} = {name}({expr.inputs[0].name})"
 
 
+def reads_signatures_only(op: OpDef | None) -> bool:
+    """True for an op whose expressions' locality (non_local_inputs, moves_data) reads
+    only their tensors' meshes and sharding signatures: a positional op, one axis map
+    for all its outputs, that never permutes blocks."""
+    return (
+        op is not None
+        and op.axis_map is positional
+        and op.outputs_axis_map is None
+        and op.sharding.permutes is None
+    )
+
+
 def non_local_inputs(expr: Expr) -> list[TensorView]:
     """The inputs a non-Set expression cannot compute its output from locally (none for
     a block permutation: it is a communication)."""
     if isinstance(expr, LoadStoreOp):
         return []
     op = definition(expr)
-    if (
-        op is None
-        or op.axis_map is not positional
-        or op.outputs_axis_map is not None
-        or op.sharding.permutes is not None
-    ):
+    if not reads_signatures_only(op):
         wrong = _non_local(expr)
     else:
-        # A positional op that never permutes reads only its tensors' signatures: one
-        # answer per (op, each tensor's mesh and signature), found once for 20k `x + k`.
+        # One answer per (op, each tensor's mesh and signature), found once for 20k `x + k`.
         key = (
             op,
             tuple((t.mesh, signature_facts(t)) for t in expr.inputs),
