@@ -28,6 +28,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, ParallelType
 from fuserlite.ops.sharding import broadcast_sums, non_local_inputs
 from fuserlite.printer import Namer
+from fuserlite.structures import structure
 
 SERIAL = ParallelType.Serial
 
@@ -101,12 +102,18 @@ def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[
     checked again until it changes (ir.stamps)."""
     # mesh_inferable only matters to a tensor without a mesh: the verdict on one with a
     # mesh holds at both levels (a program's validator finds the fusion's marks).
-    question = ("valid tensor", mesh_inferable and tv.mesh is None)
+    inferable = mesh_inferable and tv.mesh is None
+    question = ("valid tensor", inferable)
     v = version(tv)
     if checked(tv, question, v):
         return []
-    if _plainly_valid(tv, mesh_inferable):
+    alike = structure(tv)  # decided once per structure (fuserlite.structures)
+    if alike is not None and inferable in alike.valid:
         problems = []
+    elif _plainly_valid(tv, mesh_inferable):
+        problems = []
+        if alike is not None:
+            alike.valid.add(inferable)
     else:  # the checks one by one, for their messages
         problems = ownership_problems(tv) + _domain_problems(tv, namer, mesh_inferable)
     if not problems:
@@ -308,12 +315,17 @@ def partial_output_problems(outputs: list[TensorView], namer: Namer) -> list[str
     """A fusion output is a complete value, never partial sums."""
     problems = []
     for out in outputs:
-        for s in shardings(out).values():
-            if s.is_partial:
-                ax = out.device_axes()[s.parallel_type]
-                problems.append(
-                    f"output {out.name} reduction axis {s.logical_index} ({namer.id(ax)}) holds "
-                    "partial results, one per device; a fusion output must be complete: "
-                    "run insert-reshardings, which completes it with a communication"
-                )
+        alike = structure(out)
+        if alike is not None and alike.complete:
+            continue  # fuserlite.structures: 20 000 outputs alike, one answer
+        partial = [s for s in shardings(out).values() if s.is_partial]
+        if not partial and alike is not None and alike.sharded:
+            alike.complete = True
+        for s in partial:
+            ax = out.device_axes()[s.parallel_type]
+            problems.append(
+                f"output {out.name} reduction axis {s.logical_index} ({namer.id(ax)}) holds "
+                "partial results, one per device; a fusion output must be complete: "
+                "run insert-reshardings, which completes it with a communication"
+            )
     return problems

@@ -182,20 +182,25 @@ def test_a_changed_program_checks_again_only_the_expressions_that_changed(
 ):
     """One tensor changes (to the same memory type: a stamp, a valid program): the
     validator walks the program again, but asks whether data moves, and whether it is
-    local, only of the expressions that read or write that tensor."""
+    local, at most of the expressions that read or write that tensor (none here: its
+    structure is unchanged, so program.verify.locality_key decides them)."""
     program_verify = importlib.import_module("fuserlite.program.verify")
     moves = _counting(monkeypatch, program_verify, "moves_data")
     local = _counting(monkeypatch, verify_module, "non_local_inputs")
 
+    tensor = None
+
     def touch(program):
-        out = program.fusion.outputs[3]
+        nonlocal tensor
+        tensor = out = program.fusion.outputs[3]
         out.memory_type = out.memory_type
         moves.clear()
         local.clear()
 
     Pipeline([*DEFAULT_PASSES, program_pass(touch)]).run(many_outputs(30))
-    out = {id(e.output) for e in moves}
-    assert len(moves) == 1 and len(local) == 1 and out == {id(local[0].output)}, (moves, local)
+    touched = {id(e) for e in tensor.uses} | {id(tensor.definition)}
+    assert len(moves) <= 1 and len(local) <= 1, (moves, local)
+    assert all(id(e) in touched for e in (*moves, *local)), (moves, local)
 
 
 # -- the one-walk check of a changed tensor ----------------------------------------------

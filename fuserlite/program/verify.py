@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
-from fuserlite.ir.expr import Expr
+from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding
-from fuserlite.ops.sharding import movement_text, moves_data
+from fuserlite.ops.registry import definition
+from fuserlite.ops.sharding import movement_text, moves_data, reads_signatures_only
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.partials import communication_problems
 from fuserlite.program.program import Kernel, Program
+from fuserlite.structures import structure
 from fuserlite.verdicts import FUSION_READS, Reads, expr_nodes
 from fuserlite.verify import (
     LazyNamer,
@@ -85,16 +87,50 @@ def layout_problems(comms: list[Communication]) -> list[str]:
 
 
 def locality_problems(program: Program) -> list[str]:
-    """Every expression of a kernel computes from local shards (each checked again only
-    once it or one of its tensors has changed)."""
+    """Every expression of a kernel computes from local shards and moves no data:
+    decided once per locality_key, else checked again only once it or one of its
+    tensors has changed."""
     problems = []
     fix = "run insert-reshardings before segment"
     for kernel in program.kernels:
         for e in kernel.exprs:
-            state = expr_state(e)
-            problems.extend(marked_problems(e, "moves no data", state, movement_problems, fix))
-            problems.extend(marked_problems(e, "local", state, non_local_text, fix))
+            key = locality_key(e)
+            if key is not None and key in _LOCAL:
+                continue
+            state = expr_state(e)  # two questions: "local" is insert-reshardings' too
+            found = marked_problems(e, "moves no data", state, movement_problems, fix)
+            found += marked_problems(e, "local", state, non_local_text, fix)
+            if key is not None and not found:
+                if len(_LOCAL) >= _LOCAL_SIZE:
+                    _LOCAL.clear()  # bounded: a long process sees many structures
+                _LOCAL.add(key)
+            problems.extend(found)
     return problems
+
+
+# locality_keys of kernel expressions found local and moving no data
+_LOCAL: set[tuple] = set()
+_LOCAL_SIZE = 4096
+
+
+def locality_key(e: Expr) -> tuple | None:
+    """What the locality checks of `e` in a kernel (movement_problems, non_local_text)
+    read, where that is only e's kind and its tensors' structures: a Set (it moves data
+    iff its input and output are sharded differently) or an op that
+    reads_signatures_only, each tensor of a structure that is `sharded` as one; else None."""
+    op = definition(e)
+    if isinstance(e, LoadStoreOp):
+        if op is not None and op.sharding.permutes is not None:
+            return None
+    elif not reads_signatures_only(op):
+        return None
+    key = [type(e), op, len(e.inputs)]
+    for t in (*e.inputs, *e.outputs):
+        alike = structure(t)
+        if alike is None or not alike.sharded:
+            return None
+        key.append(alike)
+    return tuple(key)
 
 
 def movement_problems(e: Expr, fix: str) -> list[str]:
