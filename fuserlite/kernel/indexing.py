@@ -32,7 +32,7 @@ import numpy as np
 
 from fuserlite.ir.domain import Split, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
-from fuserlite.ir.stamps import derived
+from fuserlite.ir.stamps import domain_derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ops.registry import is_indexed
@@ -213,12 +213,25 @@ def device_indices(tensors: list[TensorView]) -> list[str]:
     global index (`global_index`)."""
     used: set[str] = set()
     for tv in tensors:
-        for t in tv.domain.transforms:
-            if is_sharding_split(t) and not t.divisible and not t.input.is_broadcast:
-                used.update(device_index(s.outer.parallel_type) for s in _nested(tv, t))
-        if tv.definition is not None and is_indexed(tv.definition):
-            used.update(name for start in shard_start(tv) for name in variables(start))
+        used.update(_sharding_devices(tv))
+        used.update(_global_index_devices(tv))
     return sorted(used)
+
+
+def _sharding_devices(tv: TensorView) -> set[str]:
+    """The device indices of tv's uneven shardings' predicates: its domain's alone."""
+    used: set[str] = set()
+    for t in tv.domain.transforms:
+        if is_sharding_split(t) and not t.divisible and not t.input.is_broadcast:
+            used.update(device_index(s.outer.parallel_type) for s in _nested(tv, t))
+    return used
+
+
+def _global_index_devices(tv: TensorView) -> set[str]:
+    """The device indices an indexed op's global index reads (none for another tensor)."""
+    if tv.definition is None or not is_indexed(tv.definition):
+        return set()
+    return {name for start in shard_start(tv) for name in variables(start)}
 
 
 def _nested(tv: TensorView, split: Split) -> list[Split]:
@@ -337,15 +350,23 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
 def schedule_signature(tv: TensorView) -> tuple:
     """A key equal for two tensors whose index lowering is identical and whose axes are
     parallelized alike: on one mesh they also have one grid binding (grid_axes) and one
-    local shape, which the kernel runner plans once per key (fuserlite.runtime.kernel_plan)."""
-    return derived("schedule_signature", tv, lambda: _schedule_signature(tv))
+    local shape, which the kernel runner plans once per key (fuserlite.runtime.kernel_plan).
+
+    Its domain's part is kept per stamp of the domain, so it outlives the inline position
+    the scheduler gives 40 000 tensors after their domains are done; the definition is
+    the tensor's own, read each time."""
+    structure = domain_derived("schedule_signature", tv, _structure, tv)
+    if tv.definition is None or not is_indexed(tv.definition):
+        return structure
+    # An iota's values read the device indices of its sharding, even an even one.
+    return (*structure, tuple(sorted(_global_index_devices(tv))))
 
 
-def _schedule_signature(tv: TensorView) -> tuple:
+def _structure(tv: TensorView) -> tuple:
     # The domain's structure (every axis's extent, iteration and parallel type: an
     # uneven sharding's predicate reads that mesh axis's index, and the grid binds
-    # blockIdx and threadIdx axes to its positions), whether each logical axis has a
-    # definition (from a root domain it would be bound to the grid), and the device
-    # indices its TensorIndex reads (an iota's, even where its sharding is).
-    definitions = tuple([ax.definition is None for ax in tv.domain.logical])
-    return domain_signature(tv), definitions, tuple(device_indices([tv]))
+    # blockIdx and threadIdx axes to its positions) and whether each logical axis has
+    # a definition (from a root domain it would be bound to the grid). The device
+    # indices its shardings' predicates read (_sharding_devices) follow from the
+    # structure: two tensors of one key read the same ones.
+    return domain_signature(tv), tuple([ax.definition is None for ax in tv.domain.logical])

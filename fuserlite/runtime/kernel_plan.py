@@ -73,16 +73,20 @@ def _passes(kernel: Kernel) -> list[list[Step]]:
     for expr in kernel.exprs:
         lv = 0
         for inp in expr.inputs:
-            if id(inp) in inputs:
+            i = id(inp)
+            if i in inputs:
                 continue
-            at = level.get(id(inp))
+            at = level.get(i)
             if at is None:
                 raise ExecutionError(
                     f"run_kernel: {expr.output.name} reads {inp.name}, which is neither a kernel "
                     "input nor computed earlier in the kernel"
                 )
-            read.add(id(inp))
-            lv = max(lv, at if inlined[id(inp)] else at + 1)
+            read.add(i)
+            if not inlined[i]:
+                at += 1
+            if at > lv:
+                lv = at
         out = expr.outputs[0]
         level[id(out)] = lv
         inlined[id(out)] = is_inlined(out)
@@ -182,7 +186,7 @@ def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
     grid = grids.grid(axes)
     points = min(grid.size, grid.chunk_points)
     registers = {id(t) for t in computed if is_inlined(t)}
-    # a tensor's device indices are part of its signature: its layout's first has them
+    # a tensor's device indices follow from its schedule signature: its layout's first has them
     plan = KernelPlan(axes, [], device_indices([*kernel.inputs, *firsts]))
     for steps in _passes(kernel):
         owner: dict[int, tuple[int, int | None, int]] = {}  # register: (key, row, rows)
@@ -219,14 +223,15 @@ def _layouts(tensors: list[TensorView]) -> dict[int, tuple[TensorView, tuple]]:
     signature on its mesh. Tensors of one layout lower, bind the grid and allocate alike
     (schedule_signature), so kernel_grid and local_shape ask only the first: the others
     add nothing to the grid and pass its checks as that one did."""
-    first: dict[tuple, TensorView] = {}
+    first: dict[tuple, tuple[TensorView, tuple]] = {}  # layout: (its first tensor, it)
     layouts = {}
     last: tuple | None = None
     for tv in tensors:
         key = (schedule_signature(tv), tv.mesh)
         if key != last:  # neighbours share a layout mostly: comparing costs less than hashing
-            rep, last = first.setdefault(key, tv), key
-        layouts[id(tv)] = (rep, key)
+            entry, last = first.setdefault(key, (tv, key)), key
+        # One entry per layout: batch keys holding its layout compare it by identity.
+        layouts[id(tv)] = entry
     return layouts
 
 
@@ -241,8 +246,10 @@ def _batch_key(step: Step, registers: set[int], layouts: dict) -> tuple | None:
     out = expr.outputs[0]
     layout = layouts[id(out)][1]
     reads = tuple(
-        (inp.dtype, None if id(inp) in registers else _access_key(expr, inp, layout[0]))
-        for inp in expr.inputs
+        [
+            (inp.dtype, None if id(inp) in registers else _access_key(expr, inp, layout[0]))
+            for inp in expr.inputs
+        ]
     )
     return (
         expr.op_name,
