@@ -366,6 +366,27 @@ def test_clone_prints_identically() -> None:
     assert str(copy) == str(fusion)
 
 
+def test_a_clone_keeps_the_orders_of_its_original_until_it_changes() -> None:
+    """A clone is given its original's expression and tensor orders (mapped): they are
+    the orders its own graph gives, and they move once the clone's graph changes."""
+    with fl.Fusion() as fusion:
+        x, w, unread = fl.tensor([4]), fl.tensor([4]), fl.tensor([4])
+        for t in (x, w, unread):
+            fusion.add_input(t)
+        dead = fl.neg(x)  # no output needs it: in neither order
+        y = fl.add(fl.exp(w), x)
+        fusion.add_output(y)
+        fusion.add_output(fl.relu(y))
+    fusion.tensors()  # the original's tensor order, worked out before the clone
+    copy, mapping = fusion.clone()
+    assert copy.exprs() == copy._exprs() == [mapping[e] for e in fusion._exprs()]
+    assert copy.tensors() == copy._tensors(copy._exprs())
+    assert mapping[dead] not in copy.tensors()
+    extra = fl.neg(copy.outputs[1])  # the clone changes: its orders follow
+    copy.add_output(extra)
+    assert copy.exprs()[-1] is extra.definition and copy.tensors()[-1] is extra
+
+
 def test_readme_python_example_runs(capsys, monkeypatch) -> None:
     monkeypatch.chdir(REPO)
     readme = (REPO / "README.md").read_text()

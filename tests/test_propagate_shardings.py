@@ -168,3 +168,102 @@ def test_a_tensor_sharded_without_a_mesh_that_its_inherited_mesh_cannot_hold_is_
         fl.LoweringError, match=r"y \(T\d+\) axis 1 is DIDx, but y \(T\d+\) has no mesh"
     ):
         fl.Pipeline(["propagate-shardings"]).run(f)
+
+
+# -- one decision per signature: outputs alike but for one detail get their own ------
+MESH = fl.DeviceMesh.for_num_devices(2)
+OTHER = fl.DeviceMesh([2, 3])  # the same shape, other devices
+
+
+def _layout(tv):
+    """What propagation gave a tensor: its mesh, placement and loop axes."""
+    from fuserlite.ir.sharding import logical_placement
+
+    loop = [(ax.extent, ax.iter_type, ax.parallel_type) for ax in tv.domain.loop]
+    return tv.mesh, logical_placement(tv), loop, len(tv.domain.transforms)
+
+
+def _alone(build):
+    """The layout `build(x)` gets when it is the only output: no decision to share."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16])
+        f.add_input(x)
+        shard_axis(x, 0, MESH)
+        y = build(x)
+        f.add_output(y)
+    PropagateShardings().run(f)
+    return _layout(y)
+
+
+def _sum1(x):
+    return fl.sum(x, 1)
+
+
+def _sum0(x):
+    return fl.sum(x, 0)
+
+
+@pytest.mark.parametrize("order", [(_sum1, _sum0), (_sum0, _sum1)], ids=["kept-first", "kept-last"])
+def test_outputs_reduced_on_other_axes_get_their_own_sharding(order):
+    """sum(x, 1) inherits x's DIDx on axis 0; sum(x, 0), the same op on the same input
+    but for its output's axis types, must not (DID onto a reduction axis)."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16])
+        f.add_input(x)
+        shard_axis(x, 0, MESH)
+        outs = [build(x) for build in order for _ in range(2)]
+        for y in outs:
+            f.add_output(y)
+    run_pass(f)
+    for k, y in enumerate(outs):
+        assert _layout(y) == _alone(order[k // 2])
+    assert sharded_data_axis(outs[2 * order.index(_sum1)]) == 0
+
+
+def test_operands_sharded_on_other_axes_give_their_own_sharding():
+    with fl.Fusion() as f:
+        a, b = fl.tensor([8, 16]), fl.tensor([8, 16])
+        f.add_input(a)
+        f.add_input(b)
+        shard_axis(a, 0, MESH)
+        shard_axis(b, 1, MESH)
+        ys = [a + 1.0, b + 1.0, a + 2.0]
+        for y in ys:
+            f.add_output(y)
+    run_pass(f)
+    assert [sharded_data_axis(y) for y in ys] == [0, 1, 0]
+
+
+def test_an_operand_on_another_mesh_than_the_output_gives_no_sharding():
+    """v + x with v replicated and x sharded: the output takes v's mesh. With v on x's
+    mesh it inherits x's sharding; with v on another mesh of that shape (the same
+    signature, another mesh) it must not (x is on another mesh than the output)."""
+    with fl.Fusion() as f:
+        x, v, u = fl.tensor([8, 16]), fl.tensor([8, 16]), fl.tensor([8, 16])
+        for t in (x, v, u):
+            f.add_input(t)
+        shard_axis(x, 0, MESH)
+        v.set_device_mesh(MESH)
+        u.set_device_mesh(OTHER)
+        same, other = v + x, u + x
+        f.add_output(same)
+        f.add_output(other)
+    PropagateShardings().run(f)
+    assert same.mesh == MESH and sharded_data_axis(same) == 0
+    assert other.mesh == OTHER and not any(ax.parallel_type.is_device for ax in other.domain.loop)
+
+
+def test_an_output_the_user_scheduled_is_sharded_on_its_own():
+    """y2's axis 1 is split before the pass: its domain is not the signature's, so its
+    sharding is worked out for it (its split kept), not copied from y1's."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16])
+        f.add_input(x)
+        shard_axis(x, 0, MESH)
+        y1, y2, y3 = x + 1.0, x + 2.0, x + 3.0
+        y2.split(1, 4)
+        for y in (y1, y2, y3):
+            f.add_output(y)
+    run_pass(f)
+    assert _layout(y1) == _layout(y3) == _alone(lambda x: x + 1.0)
+    assert _layout(y2) == _alone(lambda x: (x + 2.0).split(1, 4))

@@ -193,11 +193,18 @@ class Fusion:
         order = self._kept_order()
         if exprs is not None and exprs != order:  # another list than the fusion's own
             return self._tensors(exprs)
-        key = (self._order[0], tuple(map(id, self._inputs)))
-        hit = self._shown
-        if hit is None or hit[0] != key:
-            hit = self._shown = (key, self._tensors(order))
+        hit = self._kept_shown()
+        if hit is None:
+            hit = self._shown = (self._shown_key(), self._tensors(order))
         return list(hit[1])
+
+    def _shown_key(self) -> tuple:
+        return self._order[0], tuple(map(id, self._inputs))
+
+    def _kept_shown(self) -> tuple[tuple, list[TensorView]] | None:
+        """The kept tensor order, if it still holds (the expression order is current)."""
+        hit = self._shown
+        return hit if hit is not None and hit[0] == self._shown_key() else None
 
     def _tensors(self, exprs: list[Expr]) -> list[TensorView]:
         seen: set[int] = set()
@@ -241,15 +248,22 @@ class Fusion:
             tv = mapping[old] = old.copy_into(new, mapping)
             new.tensors_created.append(tv)
         new._next_number = self._next_number
-        for expr in self._all_exprs():
+        order = self._kept_order()  # before copying: the copies move the graph's time
+        shown = self._kept_shown()
+        for expr in self._all_exprs(order):
             mapping[expr] = expr.copy_between(mapping)
         new.inputs = [mapping[t] for t in self.inputs]
         new.outputs = [mapping[t] for t in self.outputs]
+        # The copy's graph is the original's, so are its orders: kept for its first pass
+        # (20 000 outputs would otherwise be walked again).
+        new._order = ((graph_time(), tuple(map(id, new._outputs))), [mapping[e] for e in order])
+        if shown is not None:
+            new._shown = (new._shown_key(), [mapping[t] for t in shown[1]])
         return new, mapping
 
-    def _all_exprs(self) -> list[Expr]:
-        """Every expression defining a created tensor, in topological order."""
-        exprs = self.exprs()
+    def _all_exprs(self, exprs: list[Expr]) -> list[Expr]:
+        """Every expression defining a created tensor, in topological order (`exprs`:
+        the fusion's expression order)."""
         seen = {id(e) for e in exprs}
         extra = []
         for tv in self.tensors_created:

@@ -165,6 +165,11 @@ class DeviceMesh:
             )
         object.__setattr__(self, "devices", devs)
         object.__setattr__(self, "shape", shape)
+        # Hashed once: a mesh keys the per-signature decisions of passes, asked per tensor.
+        object.__setattr__(self, "_hash", hash((devs, shape)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def for_num_devices(cls, n: int) -> DeviceMesh:

@@ -184,22 +184,31 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
     a block permutation: it is a communication)."""
     if isinstance(expr, LoadStoreOp):
         return []
-    op = definition(expr)
-    if not reads_signatures_only(op):
+    key = signature_key(expr)
+    if key is None:
         wrong = _non_local(expr)
-    else:
-        # One answer per (op, each tensor's mesh and signature), found once for 20k `x + k`.
-        key = (
-            op,
-            tuple((t.mesh, signature_facts(t)) for t in expr.inputs),
-            tuple((t.mesh, signature_facts(t)) for t in expr.outputs),
-        )
+    else:  # one answer per signature: found once for 20k `x + k`
         wrong = _LOCALITY.get(key)
         if wrong is None:
             if len(_LOCALITY) >= _LOCALITY_SIZE:
                 _LOCALITY.clear()  # bounded: a long process sees many signatures
             wrong = _LOCALITY[key] = _non_local(expr)
     return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once
+
+
+def signature_key(expr: Expr, outputs: bool = True) -> tuple | None:
+    """(op, each input's (mesh, signature_facts), each output's): everything a sharding
+    question about `expr` reads when its op is positional and never permutes (its axis
+    map then reads only its tensors' signatures), so one answer serves every expression
+    of the key; None for other ops, whose maps read the expression itself. Without
+    `outputs`, the op and the inputs only (the caller keys the outputs itself)."""
+    op = definition(expr)
+    if not reads_signatures_only(op):
+        return None
+    inputs = tuple([(t.mesh, signature_facts(t)) for t in expr.inputs])
+    if not outputs:
+        return op, inputs
+    return op, inputs, tuple([(t.mesh, signature_facts(t)) for t in expr.outputs])
 
 
 _LOCALITY: dict[tuple, tuple[int, ...]] = {}
