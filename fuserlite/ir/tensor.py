@@ -56,7 +56,7 @@ class TensorView:
         self.definition: Expr | None
         self.uses: list[Expr]
         adopt(logical, self)
-        self.number = fusion.register_tensor(self, number)
+        self.__dict__["number"] = fusion.register_tensor(self, number)  # stamped just now
 
     in_graph = False  # a change to its definition changes the graph; the rest does not
 

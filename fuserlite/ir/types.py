@@ -110,11 +110,16 @@ class DType(Enum):
     @property
     def largest(self) -> int | float:
         """The largest finite value (numpy's finfo does not know bfloat16; ml_dtypes' does)."""
-        if self.is_float:
-            return float(ml_dtypes.finfo(self.numpy).max)
-        if self is DType.bool:
-            return True
-        return int(np.iinfo(self.numpy).max)
+        value = _LARGEST.get(self)
+        if value is None:  # asked of every scalar operand: finfo once per dtype
+            if self.is_float:
+                value = float(ml_dtypes.finfo(self.numpy).max)
+            elif self is DType.bool:
+                value = True
+            else:
+                value = int(np.iinfo(self.numpy).max)
+            _LARGEST[self] = value
+        return value
 
     @property
     def lowest(self) -> int | float | bool:
@@ -169,6 +174,7 @@ _NUMPY = {
 }
 
 
+_LARGEST: dict[DType, int | float] = {}
 _COMPUTE = {DType.float16: DType.float32, DType.bfloat16: DType.float32}
 
 # torch's type promotion: categories bool < integer < floating; within one, by rank.

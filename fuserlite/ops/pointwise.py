@@ -13,7 +13,9 @@ import builtins
 import numpy as np
 
 from fuserlite.ir import args
+from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FusionError
+from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType, result_type, scalar_dtype
 from fuserlite.ops.common import (
@@ -23,7 +25,6 @@ from fuserlite.ops.common import (
     data_axes,
     fusion_of,
     like,
-    new_axis,
     shape_text,
 )
 from fuserlite.ops.forms import Template, binary_call, call, infix
@@ -111,7 +112,23 @@ def silu(x: TensorView) -> TensorView:
 
 # -- binary -----------------------------------------------------------------------
 def promote(a: Operand, b: Operand, name: str) -> DType:
-    """The result dtype of a binary op (torch's promotion; true division gives a float)."""
+    """The result dtype of a binary op (torch's promotion; true division gives a float),
+    decided once per (op, each operand's dtype or Python scalar type): all it reads."""
+    key = (name, _kind(a), _kind(b))
+    dtype = _PROMOTED.get(key)
+    if dtype is None:
+        dtype = _PROMOTED[key] = _promote(a, b, name)
+    return dtype
+
+
+def _kind(x: Operand) -> DType | type:
+    return x.dtype if isinstance(x, TensorView) else type(x)
+
+
+_PROMOTED: dict[tuple, DType] = {}  # a few dozen: op names x dtypes and scalar types
+
+
+def _promote(a: Operand, b: Operand, name: str) -> DType:
     tensors = [t.dtype for t in (a, b) if isinstance(t, TensorView)]
     dtype = result_type(tensors, [x for x in (a, b) if not isinstance(x, TensorView)])
     if name == "div" and not dtype.is_float:
@@ -165,30 +182,63 @@ def _align_ranks(*tensors: TensorView) -> list[TensorView]:
 def _broadcast_output(name: str, operands: list[Operand], dtype: DType) -> tuple[TensorView, list]:
     """The output of a pointwise op over operands that broadcast (numpy's rule), and the
     operands with the tensors aligned to its rank; shapes are checked before anything
-    is added to the fusion."""
+    is added to the fusion. Checks and output axes are decided once per tuple of the
+    tensors' data signatures (all they read): 20 000 `x + k` share one."""
     tensors = [x for x in operands if isinstance(x, TensorView)]
-    for k, a in enumerate(tensors):
-        for b in tensors[k + 1 :]:
-            _check_broadcastable(name, a, b)
-    aligned = iter(_align_ranks(*tensors))
-    operands = [next(aligned) if isinstance(x, TensorView) else x for x in operands]
-    tensors = [x for x in operands if isinstance(x, TensorView)]
-    axes = []
-    for column in zip(*(data_axes(t) for t in tensors)):
-        data = [ax for ax in column if not ax.is_broadcast]
-        if data:
-            axes.append(new_axis(data[0].extent))
-        else:
-            axes.append(new_axis(builtins.max(ax.extent for ax in column), IterType.BROADCAST))
+    key = tuple([_data_signature(t) for t in tensors])
+    shape = _BROADCASTS.get(key)
+    if shape is None:
+        for k, a in enumerate(tensors):
+            for b in tensors[k + 1 :]:
+                _check_broadcastable(name, a, b)
+        if len(_BROADCASTS) >= _BROADCASTS_SIZE:
+            _BROADCASTS.clear()  # bounded: a long process sees many shapes
+        shape = _BROADCASTS[key] = _broadcast_shape(key)
+    if any(len(data) != len(shape) for data in key):
+        aligned = iter(_align_ranks(*tensors))
+        operands = [next(aligned) if isinstance(x, TensorView) else x for x in operands]
+    axes = [IterDomain(extent, iter_type) for extent, iter_type in shape]
     return TensorView(tensors[0].fusion, axes, dtype), operands
+
+
+_BROADCASTS: dict[tuple, tuple[tuple[int, IterType], ...]] = {}
+_BROADCASTS_SIZE = 4096
+_PADDING = (1, IterType.BROADCAST)  # a leading axis numpy's rule adds to a lower rank
+
+
+def _data_signature(tv: TensorView) -> tuple[tuple[int, IterType], ...]:
+    """(extent, iteration type) per data axis: what broadcasting reads of a tensor (kept
+    while the tensor is unchanged)."""
+    return derived("pointwise data axes", tv, _data_axes_of, tv)
+
+
+def _data_axes_of(tv: TensorView) -> tuple[tuple[int, IterType], ...]:
+    return tuple([(ax.extent, ax.iter_type) for ax in data_axes(tv)])
+
+
+def _broadcast_shape(
+    signatures: tuple[tuple[tuple[int, IterType], ...], ...],
+) -> tuple[tuple[int, IterType], ...]:
+    """The output axes of operands of these data signatures (broadcastable, checked):
+    per trailing-aligned column, the data extent, or a broadcast of the largest."""
+    rank = builtins.max(len(s) for s in signatures)
+    padded = [(_PADDING,) * (rank - len(s)) + s for s in signatures]
+    shape = []
+    for column in zip(*padded):
+        data = [extent for extent, it in column if it is not IterType.BROADCAST]
+        if data:
+            shape.append((data[0], IterType.ITERATION))
+        else:
+            shape.append((builtins.max(extent for extent, _ in column), IterType.BROADCAST))
+    return tuple(shape)
 
 
 def _operands(name: str, a: object, b: object) -> tuple[Operand, Operand]:
     """Tensors as they are, Python/numpy numbers as Python numbers; one must be a tensor."""
-    a, b = (
-        x if isinstance(x, TensorView) else args.scalar(x, name, n) for x, n in ((a, "a"), (b, "b"))
-    )
-    if not isinstance(a, TensorView) and not isinstance(b, TensorView):
+    a_tensor, b_tensor = isinstance(a, TensorView), isinstance(b, TensorView)
+    a = a if a_tensor else args.scalar(a, name, "a")
+    b = b if b_tensor else args.scalar(b, name, "b")
+    if not a_tensor and not b_tensor:
         raise FusionError(f"{name}: a and b are both numbers ({a!r}, {b!r}); one must be a tensor")
     return a, b
 

@@ -193,6 +193,9 @@ class OpDef:
         return self.expr_class(*outputs, *operands, **attrs)
 
 
+_NOTHING: Mapping = MappingProxyType({})  # no scalars, no attributes: one shared
+
+
 class Op(Expr):
     """An expression of a registered op: `op_name` names its OpDef; operands are
     tensors or, where the op takes them, Python scalars; attributes are read-only."""
@@ -200,11 +203,17 @@ class Op(Expr):
     def __init__(
         self, op_name: str, outputs: list[TensorView], operands: Sequence[Operand], **attrs
     ) -> None:
-        super().__init__([x for x in operands if not is_scalar(x)], outputs)
-        self.op_name = op_name
+        # A new expression: its attributes are set before its first stamp (Expr.__init__).
         # Read-only: Fusion.clone copies expressions shallowly, so clones share these.
-        self.scalars = MappingProxyType({k: x for k, x in enumerate(operands) if is_scalar(x)})
-        self.attrs = MappingProxyType(dict(attrs))
+        scalars = {k: x for k, x in enumerate(operands) if is_scalar(x)}
+        self.__dict__.update(
+            op_name=op_name,
+            scalars=MappingProxyType(scalars) if scalars else _NOTHING,
+            attrs=MappingProxyType(attrs) if attrs else _NOTHING,  # **attrs: a new dict
+        )
+        super().__init__(
+            [x for x in operands if not is_scalar(x)] if scalars else operands, outputs
+        )
 
     def operands(self) -> list[Operand]:
         tensors = iter(self.inputs)
