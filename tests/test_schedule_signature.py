@@ -253,3 +253,18 @@ def test_the_signatures_the_scheduler_built_reach_the_runtime(monkeypatch) -> No
     out = ex.run(inputs)
     assert len(worked_out) <= 4, [tv.name for tv in worked_out]
     fl.validate(f, inputs, out)
+
+
+def test_a_replayed_copy_owns_its_new_axes() -> None:
+    """Replayed.apply builds the new axes directly: they are the copy's (changing one
+    stamps it: its signature follows) and equal to the replayed tensor's."""
+    with fl.Fusion():
+        a, b = fl.tensor([8, 16]), fl.tensor([8, 16])
+    before = signature.Before.of(a)
+    a.merge(0).split(0, 32).axis(1).parallelize(fl.ParallelType.TIDx)
+    signature.Replayed.taken(a, before).apply(b)
+    assert str(b.domain.loop) == str(a.domain.loop)
+    assert domain_signature(b) == domain_signature(a) == Signature(signature._domain_key(b))
+    assert all(ax.owner is b for ax in b.domain.ids_between_logical_and_loop())
+    b.axis(0).parallelize(fl.ParallelType.BIDx)
+    assert domain_signature(b) == Signature(signature._domain_key(b)) != domain_signature(a)

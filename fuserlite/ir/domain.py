@@ -141,6 +141,26 @@ class IterDomain(_AxisFields):
         return f"<IterDomain {self.iter_type.value}{self.parallel_type.value}{{{self.extent}}}>"
 
 
+def _axis(
+    extent: int,
+    iter_type: IterType,
+    parallel_type: ParallelType,
+    definition: Split | Merge,
+    owner: TensorView,
+) -> IterDomain:
+    """A new transform output, given its owner directly: nothing to stamp yet."""
+    ax = _NEW(IterDomain)
+    _SET_EXTENT(ax, extent)
+    _SET_ITER(ax, iter_type)
+    _SET_PT(ax, parallel_type)
+    _SET_DEF(ax, definition)
+    _SET_OWNER(ax, owner)
+    return ax
+
+
+_NEW = object.__new__
+
+
 def adopt(axes: Iterable[IterDomain], tv: TensorView) -> None:
     """Make `tv` the owner of `axes`: a new axis is given its owner directly (the
     tensor's own change, a new domain or loop list, stamps it), another one through
@@ -216,6 +236,10 @@ class Merge:
 
 
 Transform = Split | Merge
+# A transform by positions in a domain's growing axis list (TensorDomain.extend_for):
+# (kind, input or outer, factor or inner, inner_split or None, its outputs' (extent,
+# iter type, parallel type)).
+Step = tuple[str, int, int, bool | None, tuple[tuple[int, IterType, ParallelType], ...]]
 
 
 def is_sharding_split(t: Transform) -> bool:
@@ -286,6 +310,36 @@ class TensorDomain:
         init(dom, "transforms", TrackedList(dom, transforms))
         init(dom, "_stamp", tick())
         return dom
+
+    def extend_for(self, owner: TensorView, steps: Iterable[Step], loop: Iterable[int]) -> None:
+        """Append the transforms `steps` describe, owned by `owner`, then set the loop
+        domain by positions; both by positions in ids_between_logical_and_loop(), which
+        the new axes extend. A split step is ("split", input, factor, inner_split,
+        (outer axis, inner axis)), a merge ("merge", outer, inner, None, (output axis,)),
+        each new axis as (extent, iter type, parallel type). No check: the steps were
+        taken from a domain of the same structure, where split and merge checked them;
+        the axes are built directly and the domain stamped once (a schedule replayed onto
+        20 000 tensors alike)."""
+        ids = self.ids_between_logical_and_loop()
+        made: list[Transform] = []
+        for kind, a, b, inner_split, axes in steps:
+            if kind == "split":
+                t = _NEW(Split)
+                t.input, t.factor, t.inner_split = ids[a], b, inner_split
+                (e, it, pt), (e2, it2, pt2) = axes
+                t.outer, t.inner = _axis(e, it, pt, t, owner), _axis(e2, it2, pt2, t, owner)
+                ids += (t.outer, t.inner)
+            else:
+                t = _NEW(Merge)
+                t.outer, t.inner = ids[a], ids[b]
+                ((e, it, pt),) = axes
+                t.output = _axis(e, it, pt, t, owner)
+                ids.append(t.output)
+            made.append(t)
+        # In place, untracked: one stamp for the whole change.
+        list.extend(self.transforms, made)
+        list.__setitem__(self.loop, slice(None), [ids[k] for k in loop])
+        object.__setattr__(self, "_stamp", tick())
 
     def ids_between_logical_and_loop(self) -> list[IterDomain]:
         """Every IterDomain of this domain: logical ones first, then transform outputs."""

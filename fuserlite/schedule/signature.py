@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fuserlite.ir.domain import IterDomain, Merge, Split, adopt
+from fuserlite.ir.domain import IterDomain, Split, Step
 from fuserlite.ir.stamps import domain_derived, domain_known
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
@@ -59,7 +59,17 @@ def known_domain_signature(tv: TensorView) -> Signature | None:
 
 
 def _signature(tv: TensorView) -> Signature:
-    return Signature(_domain_key(tv))
+    sig = Signature(_domain_key(tv))
+    # Equal signatures as one object: a lookup keyed by one (the 20 000 `x + k` outputs'
+    # alike) then compares identities, not key tuples.
+    interned = _INTERNED.setdefault(sig, sig)
+    if len(_INTERNED) > _INTERNED_SIZE:
+        _INTERNED.clear()  # bounded: equal signatures made later still compare equal
+    return interned
+
+
+_INTERNED: dict[Signature, Signature] = {}
+_INTERNED_SIZE = 1 << 14
 
 
 def _domain_key(tv: TensorView) -> tuple:
@@ -96,17 +106,13 @@ class Before:
         return Before(len(tv.domain.transforms), tuple(ax.parallel_type for ax in ids))
 
 
-# A new transform by positions in the growing axis list: ("split", input, factor,
-# inner_split) or ("merge", outer, inner, None).
-_Step = tuple[str, int, int, bool | None]
-
-
 @dataclass(frozen=True)
 class Replayed:
-    """What a replay did to one tensor, by positions (its new transforms, its loop order,
-    the parallel types it gave), to do to another tensor of the same signature."""
+    """What a replay did to one tensor, by positions (its new transforms and their axes,
+    its loop order, the parallel types it gave axes it had), to do to another tensor of
+    the same signature."""
 
-    steps: tuple[_Step, ...]
+    steps: tuple[Step, ...]
     parallel: tuple[tuple[int, ParallelType], ...]  # (axis position, type) that changed
     loop: tuple[int, ...]
     signature: Signature  # the domain_signature the replay left
@@ -116,17 +122,21 @@ class Replayed:
         """What was done to `tv` since `before` was taken of it."""
         ids = tv.domain.ids_between_logical_and_loop()
         pos = {id(ax): k for k, ax in enumerate(ids)}
+
+        def made(axes: tuple[IterDomain, ...]) -> tuple:
+            return tuple((ax.extent, ax.iter_type, ax.parallel_type) for ax in axes)
+
         steps = tuple(
-            ("split", pos[id(t.input)], t.factor, t.inner_split)
+            ("split", pos[id(t.input)], t.factor, t.inner_split, made(t.outputs))
             if isinstance(t, Split)
-            else ("merge", pos[id(t.outer)], pos[id(t.inner)], None)
+            else ("merge", pos[id(t.outer)], pos[id(t.inner)], None, made(t.outputs))
             for t in tv.domain.transforms[before.transforms :]
         )
-        old = before.parallel_types + (ParallelType.Serial,) * (
-            len(ids) - len(before.parallel_types)
-        )
+        old = before.parallel_types
         parallel = tuple(
-            (k, ax.parallel_type) for k, ax in enumerate(ids) if ax.parallel_type is not old[k]
+            (k, ax.parallel_type)
+            for k, ax in enumerate(ids[: len(old)])
+            if ax.parallel_type is not old[k]
         )
         loop = tuple(pos[id(ax)] for ax in tv.domain.loop)
         return Replayed(steps, parallel, loop, domain_signature(tv))
@@ -136,23 +146,22 @@ class Replayed:
 
         The checks of split, merge and parallelize passed on a domain of that structure,
         so they hold here: the transforms are built directly."""
-        dom = tv.domain
-        ids = dom.ids_between_logical_and_loop()
-        first_new = len(ids)
-        made: list[Split | Merge] = []
-        for kind, a, b, inner_split in self.steps:
-            t = Split(ids[a], b, inner_split) if kind == "split" else Merge(ids[a], ids[b])
-            made.append(t)
-            ids.extend(t.outputs)
-        new: list[IterDomain] = ids[first_new:]
-        for k, pt in self.parallel:
-            ids[k].parallel_type = pt  # a new axis has no owner yet: nothing stamped
-        adopt(new, tv)
-        if made:
-            dom.transforms.extend(made)
-        dom.loop = [ids[k] for k in self.loop]
+        if self.parallel:
+            ids = tv.domain.ids_between_logical_and_loop()
+            for k, pt in self.parallel:
+                ids[k].parallel_type = pt
+        tv.domain.extend_for(tv, self.steps, self.loop)
         # The structure built is the one the replay left: its signature is known.
-        domain_derived("domain_signature", tv, lambda: self.signature)
+        remember_signature(tv, self.signature)
+
+
+def remember_signature(tv: TensorView, sig: Signature) -> None:
+    """Record `sig`, known to be tv's domain signature now, as that derived fact."""
+    domain_derived("domain_signature", tv, _given, sig)
+
+
+def _given(value: Signature) -> Signature:
+    return value
 
 
 def one_per_signature(tensors: Iterable[TensorView]) -> list[TensorView]:
