@@ -24,7 +24,12 @@ from typing import ClassVar
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.program import Kernel, Program
-from fuserlite.schedule.pointwise import check_block_size, schedule_pointwise, unsupported_reason
+from fuserlite.schedule.pointwise import (
+    check_block_size,
+    schedule_pointwise,
+    schedule_supported,
+    unsupported_reason,
+)
 from fuserlite.schedule.shard import has_schedule
 
 __all__ = ["SchedulePointwise", "schedule_pointwise"]
@@ -65,7 +70,7 @@ class SchedulePointwise(Pass):
                 continue
             snapshot = _Snapshot(kernel)
             try:
-                schedule_pointwise(kernel, self.block_size, self.vectorize)
+                schedule_supported(kernel, self.block_size, self.vectorize)
             except ScheduleError as exc:
                 if any(id(tv) in user for tv in kernel.tensors):
                     raise  # the user's own schedule cannot be propagated: say so

@@ -129,7 +129,20 @@ def many_then_permuted() -> fl.Fusion:
     return f
 
 
+def two_dtypes() -> fl.Fusion:
+    """x + 1 and cast(x, double) + 1, one domain signature: only the dtype differs (the
+    locals written to each output keep their own)."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16], name="x")
+        f.add_input(x)
+        shard_axis(x, 0, MESH)
+        f.add_output(x + 1.0)
+        f.add_output(fl.cast(x, "float64") + 1.0)
+    return f
+
+
 CASES = [
+    two_dtypes,
     transposed_plus_other,
     broadcast_device_type,
     two_extents,
@@ -255,6 +268,40 @@ def test_the_signatures_the_scheduler_built_reach_the_runtime(monkeypatch) -> No
     fl.validate(f, inputs, out)
 
 
+def test_locals_alike_but_for_the_mesh_keep_their_own() -> None:
+    """Outputs of one domain signature on two meshes: each local is on its output's mesh
+    and has its output's sharding, as when made alone."""
+    with fl.Fusion():
+        a, b = fl.tensor([8, 16], name="a"), fl.tensor([8, 16], name="b")
+    shard_axis(a, 0, MESH)
+    shard_axis(b, 0, fl.DeviceMesh([1, 0]))
+    assert domain_signature(a) == domain_signature(b)
+    made = pointwise._Locals()
+    la, lb = made.like(a), made.like(b)
+    assert (la.mesh, lb.mesh) == (a.mesh, b.mesh)
+    alone = pointwise._local_like(b)
+    assert domain_signature(lb) == domain_signature(alone) == domain_signature(la)
+
+
+def test_a_copied_local_is_a_tensor_of_its_own() -> None:
+    """Locals made alike are new tensors, each with its own axes, owned by it: changing
+    one changes neither the first made nor its signature."""
+    with fl.Fusion() as f:
+        a, b = fl.tensor([8, 16], name="a"), fl.tensor([8, 16], name="b")
+    for t in (a, b):
+        shard_axis(t, 0, MESH)
+    made = pointwise._Locals()
+    la, lb = made.like(a), made.like(b)
+    sig_a = domain_signature(la)
+    assert domain_signature(lb) is sig_a and la is not lb and lb in f.tensors_created
+    assert lb.number == la.number + 1
+    axes_a = set(map(id, la.domain.ids_between_logical_and_loop()))
+    axes_b = lb.domain.ids_between_logical_and_loop()
+    assert not axes_a & set(map(id, axes_b)) and all(ax.owner is lb for ax in axes_b)
+    lb.split(1, 2)
+    assert domain_signature(la) == sig_a != domain_signature(lb)
+
+
 def test_a_replayed_copy_owns_its_new_axes() -> None:
     """Replayed.apply builds the new axes directly: they are the copy's (changing one
     stamps it: its signature follows) and equal to the replayed tensor's."""
@@ -268,3 +315,21 @@ def test_a_replayed_copy_owns_its_new_axes() -> None:
     assert all(ax.owner is b for ax in b.domain.ids_between_logical_and_loop())
     b.axis(0).parallelize(fl.ParallelType.BIDx)
     assert domain_signature(b) == Signature(signature._domain_key(b)) != domain_signature(a)
+
+
+def test_positional_maps_alike_but_for_an_iteration_type_are_their_own() -> None:
+    """Set(p) of [iS{8}, rS{16}] and of [rS{16}, iS{8}] onto alike [iS{8}]: the axis
+    maps, shared per pair of signatures, differ by the producer's reduction axis."""
+    from fuserlite.ir.expr import LoadStoreOp
+    from fuserlite.ir.types import IterType
+
+    red = IterType.REDUCTION
+    with fl.Fusion() as f:
+        p1 = TensorView(f, [IterDomain(8), IterDomain(16, red)])
+        p2 = TensorView(f, [IterDomain(16, red), IterDomain(8)])
+        c1, c2 = TensorView(f, [IterDomain(8)]), TensorView(f, [IterDomain(8)])
+    e1, e2 = LoadStoreOp(c1, p1), LoadStoreOp(c2, p2)
+    assert domain_signature(c1) == domain_signature(c2)
+    edges = propagate.Edges([e1, e2])
+    assert edges.positions(e1, p1) == ((0, 0),)
+    assert edges.positions(e2, p2) == ((1, 0),)

@@ -47,11 +47,10 @@ from fuserlite.schedule.propagate import (
     propagation_edges,
 )
 from fuserlite.schedule.signature import (
-    Before,
-    Replayed,
     Signature,
     domain_signature,
     one_per_signature,
+    remember_signature,
 )
 
 VECTOR_WIDTH = 4
@@ -114,10 +113,9 @@ def _by_preference(candidates: list[TensorView], keys: dict[tuple, tuple]) -> li
     return sorted(candidates, key=key, reverse=True)  # stable: first on ties
 
 
-def _local_like(tv: TensorView) -> tuple[TensorView, dict[int, IterDomain]]:
+def _local_like(tv: TensorView) -> TensorView:
     """A new local tensor with tv's logical axes (b == bDIDx, so a device type on a
-    broadcast axis is dropped), and {id(axis of tv): the local's axis}; _shard_like
-    gives it tv's sharding once it is linked in."""
+    broadcast axis is dropped) and tv's sharding splits, nothing else of its schedule."""
     # A Set drops reduction axes: a reduction output of an earlier segment is
     # cached as its data axes only.
     new_of: dict[int, IterDomain] = {}
@@ -130,23 +128,8 @@ def _local_like(tv: TensorView) -> tuple[TensorView, dict[int, IterDomain]]:
         new_of[id(ax)] = new
     axes = list(new_of.values())
     contiguity = [None if ax.is_broadcast else True for ax in axes]
-    out = TensorView(tv.fusion, axes, tv.dtype, contiguity, MemoryType.LOCAL)
-    out.mesh = tv.mesh
-    return out, new_of
-
-
-def _shard_like(
-    local: TensorView, tv: TensorView, new_of: dict[int, IterDomain], made: dict
-) -> None:
-    """Give `local` (made by _local_like(tv)) tv's sharding splits; `made`: what was given
-    to a local of each signature of tv before, given alike. Done after the tensors are
-    linked, which changes them, so their signatures are asked once."""
-    key = domain_signature(tv)
-    done = made.get(key)
-    if done is not None:
-        done.apply(local)
-        return
-    before = Before.of(local)
+    local = TensorView(tv.fusion, axes, tv.dtype, contiguity, MemoryType.LOCAL)
+    local.mesh = tv.mesh
     for t in tv.domain.transforms:  # copy the sharding splits, nothing else
         if is_sharding_split(t) and id(t.input) in new_of:
             pos = local.domain.loop.index(new_of[id(t.input)])
@@ -154,11 +137,37 @@ def _shard_like(
             local.axis(pos).parallelize(t.outer.parallel_type)
             # a nested sharding splits the part one device holds of the outer one
             new_of[id(t.inner)] = local.domain.transforms[-1].inner
-    made[key] = Replayed.taken(local, before)
+    return local
+
+
+class _Locals:
+    """Makes the locals of a kernel's tensors: _local_like reads a tensor's domain,
+    fusion, dtype and mesh only, so the first local of each (domain signature, dtype,
+    mesh) is made by it and the others are copies of that one's domain, each its own
+    tensor (20 000 `x + k` outputs: one decision, 20 000 direct builds)."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple, tuple[TensorView, Signature]] = {}
+
+    def like(self, tv: TensorView) -> TensorView:
+        """A new local like `tv`, as _local_like makes it."""
+        key = (domain_signature(tv), tv.dtype, tv.mesh, tv.fusion)
+        done = self._made.get(key)
+        if done is None:
+            local = _local_like(tv)
+            self._made[key] = (local, domain_signature(local))
+            return local
+        first, sig = done
+        local = first.copy_into(first.fusion, {})  # unlinked, nothing derived
+        local.number = first.fusion.register_tensor(local)
+        remember_signature(local, sig)  # a copy: the first one's structure
+        return local
 
 
 def _users_in(tv: TensorView, position: dict[int, int]) -> list[Expr]:
     """The expressions of a kernel (`position`: id -> index in it) that read `tv`, in order."""
+    if not tv.uses:
+        return []
     users = {id(e): e for e in tv.uses if id(e) in position}
     return sorted(users.values(), key=lambda e: position[id(e)])
 
@@ -167,16 +176,15 @@ def cache_inputs(kernel: Segment) -> list[Expr]:
     """`cache = Set( input )` for each kernel input; the kernel's reads use the cache."""
     new = []
     position = {id(e): k for k, e in enumerate(kernel.exprs)}
-    made: dict[Signature, Replayed] = {}
+    locals_ = _Locals()
     for inp in kernel.inputs:
         users = _users_in(inp, position)
         if not users:
             continue
-        cache, new_of = _local_like(inp)
+        cache = locals_.like(inp)
         Expr.replace_uses(inp, cache, users)
         all_broadcast = all(ax.is_broadcast for ax in data_axes(inp))
         new.append(LoadStoreOp(cache, inp, "AllLevels" if all_broadcast else "Streaming"))
-        _shard_like(cache, inp, new_of, made)
     return new
 
 
@@ -184,18 +192,19 @@ def cache_outputs(kernel: Segment) -> list[Expr]:
     """Each kernel output computed here is written from a new local: `out = Set( local )`."""
     new = []
     position = {id(e): k for k, e in enumerate(kernel.exprs)}
-    made: dict[Signature, Replayed] = {}
+    locals_ = _Locals()
     for out in kernel.outputs:
         d = out.definition
         if d is None or id(d) not in position:
             continue
-        local, new_of = _local_like(out)
+        local = locals_.like(out)
         d.outputs = [local if t is out else t for t in d.outputs]
         local.definition = d
         out.definition = None
-        Expr.replace_uses(out, local, _users_in(out, position))
+        users = _users_in(out, position)
+        if users:
+            Expr.replace_uses(out, local, users)
         new.append(LoadStoreOp(out, local, "Streaming"))
-        _shard_like(local, out, new_of, made)
     return new
 
 
@@ -264,38 +273,44 @@ def compute_inline_positions(kernel: Segment, edges: Edges | None = None) -> Non
     between them only, and where, its domain and whether it is a load or a store:
     each is decided once per signature(s)."""
     edges = Edges(()) if edges is None else edges
-    computed_ids = {id(e.output) for e in kernel.exprs}
-    expr_ids = {id(e) for e in kernel.exprs}
+    positions = edges.positions
+    exprs = kernel.exprs
+    computed_ids = {id(e.outputs[0]) for e in exprs}
+    expr_ids = {id(e) for e in exprs}
     inputs = {id(t) for t in kernel.inputs}
     outputs = {id(t) for t in kernel.outputs}
     inlinable: dict[tuple, bool] = {}
     position: dict[tuple, int] = {}
-    for e in kernel.exprs:
-        tv = e.output
+    for e in exprs:  # once per tensor: a lookup per decision
+        tv = e.outputs[0]
         sig = domain_signature(tv)
         inline = True
         for use in tv.uses:
             if id(use) not in expr_ids:
                 continue
-            pairs = edges.positions(use, tv)
-            key = (sig, domain_signature(use.output), pairs)
+            key = (sig, domain_signature(use.outputs[0]), positions(use, tv))
             ok = inlinable.get(key)
             if ok is None:
-                ok = inlinable[key] = _inlinable(tv, use, pairs)
+                ok = inlinable[key] = _inlinable(tv, use, key[2])
             if not ok:
                 inline = False
                 break
         pos = 0
         if inline:
-            at_global = id(tv) in outputs or any(id(t) in inputs for t in e.inputs)
+            at_global = id(tv) in outputs or not inputs.isdisjoint(map(id, e.inputs))
             pos = position.get((sig, at_global), -1)
             if pos < 0:
                 pos = position[sig, at_global] = _inline_position(tv, at_global)
         if tv.compute_at_pos != pos:
             tv.compute_at_pos = pos
-    for e in kernel.exprs:
-        producers = [t for t in e.inputs if id(t) in computed_ids]
-        e.output.produce_pos = max((t.compute_at_pos for t in producers), default=0)
+    for e in exprs:
+        produce = 0
+        for t in e.inputs:
+            if id(t) in computed_ids and t.compute_at_pos > produce:
+                produce = t.compute_at_pos
+        out = e.outputs[0]
+        if out.produce_pos != produce:
+            out.produce_pos = produce
 
 
 def check_grid(kernel: Segment) -> None:
@@ -330,6 +345,12 @@ def schedule_pointwise(
     if why is not None:
         raise ScheduleError(f"schedule-pointwise cannot schedule this kernel: {why}")
     check_block_size(block_size)
+    return schedule_supported(kernel, block_size, vectorize)
+
+
+def schedule_supported(kernel: Segment, block_size: int, vectorize: bool) -> TensorView:
+    """schedule_pointwise of a kernel unsupported_reason accepts, with a block size
+    check_block_size accepts (the pass asked both already)."""
     loads = cache_inputs(kernel)
     stores = cache_outputs(kernel)
     kernel.exprs = loads + list(kernel.exprs) + stores
@@ -341,24 +362,24 @@ def schedule_pointwise(
         for t in kernel.inputs
         if t.definition is not None or any(id(u) not in inside for u in t.uses)
     }
-    exprs = [e for e in kernel.exprs if not any(id(t) in frozen for t in e.inputs)]
+    exprs = [e for e in kernel.exprs if frozen.isdisjoint(map(id, e.inputs))]
     # One reference per connected part: the best kernel output not yet reached, then
     # (for parts that reach no output) the best tensor not yet reached.
-    produced = {id(e.output) for e in exprs}
+    produced = {id(e.outputs[0]) for e in exprs}
     outputs = [t for t in kernel.outputs if id(t) in produced]
-    output_ids = {id(t) for t in outputs}  # all reached once the outputs were tried
-    rest = [e.output for e in exprs if id(e.output) not in output_ids]
     keys: dict[Signature, tuple] = {}
-    candidates = _by_preference(outputs, keys) + _by_preference(rest, keys)
     edges = propagation_edges(exprs)
     reached: set[int] = set()
     reference = None
-    for ref in candidates:
-        if id(ref) in reached:
-            continue
-        schedule_reference(ref, block_size, vectorize)
-        reached.update(id(t) for t in propagate(ref, exprs, edges))
-        reference = reference or ref
+    for part in (outputs, None):
+        if part is None:  # every output was reached: only what they did not reach is left
+            part = [t for e in exprs if id(t := e.outputs[0]) not in reached]
+        for ref in _by_preference(part, keys):
+            if id(ref) in reached:
+                continue
+            schedule_reference(ref, block_size, vectorize)
+            reached.update(id(t) for t in propagate(ref, exprs, edges))
+            reference = reference or ref
     for inp in kernel.inputs:  # nvFuser leaves global inputs unparallelized
         if id(inp) in frozen:
             continue

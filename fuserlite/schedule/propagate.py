@@ -37,9 +37,9 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ParallelType
-from fuserlite.ops.registry import operand_to_output
+from fuserlite.ops.registry import definition, operand_to_output, positional
 from fuserlite.printer import axis_text
-from fuserlite.schedule.signature import Before, Replayed, domain_signature
+from fuserlite.schedule.signature import Before, Replayed, Signature, domain_signature
 
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
@@ -248,6 +248,7 @@ class Edges:
                 self._neighbours.setdefault(id(p), []).append((e.output, e, True))
                 self._neighbours.setdefault(id(e.output), []).append((p, e, False))
         self._positions: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._positional: dict[tuple[Signature, Signature], tuple[tuple[int, int], ...]] = {}
 
     def of(self, tv: TensorView) -> list[tuple[TensorView, Expr, bool]]:
         """tv's neighbours: (neighbour, expression, neighbour is the consumer)."""
@@ -258,7 +259,20 @@ class Edges:
         key = (id(expr), id(producer))
         hit = self._positions.get(key)
         if hit is None:
-            hit = self._positions[key] = axis_positions(expr, producer)
+            hit = self._positions[key] = self._mapped(expr, producer)
+        return hit
+
+    def _mapped(self, expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
+        op = definition(expr)
+        if op is None or op.axis_map is not positional or op.outputs_axis_map is not None:
+            return axis_positions(expr, producer)
+        # A positional map reads the operand's data positions and the output's rank, and
+        # the check the output's reduction axes: one answer per pair of domain signatures
+        # (the 20 000 `x + k` of one kernel: one). Kept per graph, while its tensors live.
+        key = (domain_signature(producer), domain_signature(expr.output))
+        hit = self._positional.get(key)
+        if hit is None:
+            hit = self._positional[key] = axis_positions(expr, producer)
         return hit
 
 
@@ -294,6 +308,9 @@ def propagate(
     start = tuple(range(len(reference.domain.logical)))
     heapq.heappush(heap, (-len(start), next(counter), reference, start))
     neighbours, positions = edges.of, edges.positions  # the loop runs once per tensor
+    # What crossing an expression does to a map onto the reference reads only the map,
+    # the expression's axis map (shared per signatures), the direction and the rank.
+    moves: dict[tuple, tuple[RefMap, int]] = {}
     while heap:
         _, _, tv, ref_map = heapq.heappop(heap)
         if id(tv) in to_ref:
@@ -304,24 +321,34 @@ def propagate(
             copies.add(id(tv))
         order.append(tv)
         for other, expr, other_is_consumer in neighbours(tv):
-            other_map = [-1] * len(other.domain.logical)
-            if other_is_consumer:
-                for p, c in positions(expr, tv):
-                    if ref_map[p] >= 0:
-                        other_map[c] = ref_map[p]
-            else:
-                for p, c in positions(expr, other):
-                    if ref_map[c] >= 0:
-                        other_map[p] = ref_map[c]
-            reached = tuple(other_map)
+            pairs = positions(expr, tv) if other_is_consumer else positions(expr, other)
+            key = (ref_map, pairs, other_is_consumer, len(other.domain.logical))
+            move = moves.get(key)
+            if move is None:
+                move = moves[key] = _moved(*key)
+            reached, mapped = move
             if id(other) in to_ref:
                 _check_agrees(reference, other, to_ref[id(other)], reached)
                 continue
-            mapped = len(reached) - reached.count(-1)
             heapq.heappush(heap, (-mapped, next(counter), other, reached))
     # A tensor given a replay made for another has its parallel types: check the first.
     check_parallel_types(t for t in order if id(t) not in copies)
     return order
+
+
+def _moved(
+    ref_map: RefMap, pairs: tuple[tuple[int, int], ...], to_consumer: bool, rank: int
+) -> tuple[RefMap, int]:
+    """The map onto the reference of a neighbour of rank `rank` reached through an
+    expression (`pairs`: its axis positions, producer's and consumer's) from a tensor
+    mapped by `ref_map`, and how many of the neighbour's axes it maps."""
+    other_map = [-1] * rank
+    for p, c in pairs:
+        if to_consumer and ref_map[p] >= 0:
+            other_map[c] = ref_map[p]
+        elif not to_consumer and ref_map[c] >= 0:
+            other_map[p] = ref_map[c]
+    return tuple(other_map), rank - other_map.count(-1)
 
 
 def _replay_once(
