@@ -91,14 +91,16 @@ class _Snapshot:
         self.tensors = []
         for tv in kernel.tensors:
             dom = tv.domain
-            ids = dom.ids_between_logical_and_loop()
+            loop = list(dom.loop)
             self.tensors.append(
                 (
                     tv,
                     tv.definition,
                     list(tv.uses),
-                    (list(dom.loop), list(dom.transforms), dom.allocation, list(dom.contiguity)),
-                    [(ax, ax.parallel_type) for ax in ids],
+                    (loop, list(dom.transforms), dom.allocation, list(dom.contiguity)),
+                    # Only loop axes are given parallel types, and an axis that leaves
+                    # the loop never comes back: the loop's are all that can change.
+                    [(ax, ax.parallel_type) for ax in loop],
                     (tv.compute_at_pos, tv.produce_pos),
                 )
             )

@@ -333,3 +333,22 @@ def test_positional_maps_alike_but_for_an_iteration_type_are_their_own() -> None
     edges = propagate.Edges([e1, e2])
     assert edges.positions(e1, p1) == ((0, 0),)
     assert edges.positions(e2, p2) == ((1, 0),)
+
+
+def test_an_op_alike_but_for_its_kind_is_refused_on_its_own() -> None:
+    """x + 1 and expand(b) have one output signature: whether the scheduler takes an
+    expression is decided per (op, output signature), so the expand is still refused."""
+    from fuserlite.program.program import Kernel
+
+    with fl.Fusion() as f:
+        x, b = fl.tensor([8, 16]), fl.tensor([1, 16])
+        f.add_input(x)
+        f.add_input(b)
+        y, z = x + 1.0, fl.expand(b, [8, 16])
+        f.add_output(y)
+        f.add_output(z)
+    assert domain_signature(y) == domain_signature(z)
+    kernel = Kernel(f.exprs(), f.inputs, f.outputs, None)
+    assert pointwise.unsupported_reason(kernel) == (
+        f"{z.name} = expand(...) is not a pointwise, broadcast or set"
+    )

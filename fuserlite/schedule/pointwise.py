@@ -71,13 +71,22 @@ def unsupported_reason(kernel: Segment) -> str | None:
     """Why the pointwise scheduler cannot take this kernel (None if it can)."""
     if not kernel.exprs:
         return "the kernel has no expressions"
+    # The answer reads the op (its name and class), the number of outputs and the
+    # output's logical axes: once per (op, class, output signature).
+    taken: set[tuple] = set()
     for e in kernel.exprs:
-        if not is_pointwise(e) or len(e.outputs) != 1:
+        if len(e.outputs) != 1:
+            return f"{e.output.name} = {e.op_name}(...) is not a pointwise, broadcast or set"
+        key = (e.op_name, type(e), domain_signature(e.outputs[0]))
+        if key in taken:
+            continue
+        if not is_pointwise(e):
             return f"{e.output.name} = {e.op_name}(...) is not a pointwise, broadcast or set"
         # Reduction outputs of earlier segments are read by index through their
         # data axes; only tensors this kernel writes must be free of reductions.
         if any(ax.is_reduction for ax in e.output.domain.logical):
             return f"{e.output.name} = {e.op_name}(...) involves a reduction axis"
+        taken.add(key)
     return None
 
 

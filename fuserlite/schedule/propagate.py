@@ -39,7 +39,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ParallelType
 from fuserlite.ops.registry import definition, operand_to_output, positional
 from fuserlite.printer import axis_text
-from fuserlite.schedule.signature import Before, Replayed, Signature, domain_signature
+from fuserlite.schedule.signature import Before, Replayed, domain_signature
 
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
@@ -242,13 +242,21 @@ class Edges:
     scheduled its logical domains and its expressions' operands do not change."""
 
     def __init__(self, exprs: Iterable[Expr]) -> None:
-        self._neighbours: dict[int, list[tuple[TensorView, Expr, bool]]] = {}
+        neighbours: dict[int, list[tuple[TensorView, Expr, bool]]] = {}
         for e in exprs:
+            out = e.outputs[0]
             for p in e.inputs:
-                self._neighbours.setdefault(id(p), []).append((e.output, e, True))
-                self._neighbours.setdefault(id(e.output), []).append((p, e, False))
+                if id(p) in neighbours:
+                    neighbours[id(p)].append((out, e, True))
+                else:
+                    neighbours[id(p)] = [(out, e, True)]
+                if id(out) in neighbours:
+                    neighbours[id(out)].append((p, e, False))
+                else:
+                    neighbours[id(out)] = [(p, e, False)]
+        self._neighbours = neighbours
         self._positions: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-        self._positional: dict[tuple[Signature, Signature], tuple[tuple[int, int], ...]] = {}
+        self._positional: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
     def of(self, tv: TensorView) -> list[tuple[TensorView, Expr, bool]]:
         """tv's neighbours: (neighbour, expression, neighbour is the consumer)."""
@@ -263,16 +271,22 @@ class Edges:
         return hit
 
     def _mapped(self, expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
-        op = definition(expr)
-        if op is None or op.axis_map is not positional or op.outputs_axis_map is not None:
-            return axis_positions(expr, producer)
         # A positional map reads the operand's data positions and the output's rank, and
-        # the check the output's reduction axes: one answer per pair of domain signatures
-        # (the 20 000 `x + k` of one kernel: one). Kept per graph, while its tensors live.
-        key = (domain_signature(producer), domain_signature(expr.output))
+        # the check the output's reduction axes: one answer per (op, class) and pair of
+        # domain signatures (the 20 000 `x + k` of one kernel: one). Kept per graph,
+        # while its tensors live.
+        key = (
+            expr.op_name,
+            type(expr),
+            domain_signature(producer),
+            domain_signature(expr.outputs[0]),
+        )
         hit = self._positional.get(key)
         if hit is None:
-            hit = self._positional[key] = axis_positions(expr, producer)
+            hit = axis_positions(expr, producer)
+            op = definition(expr)  # which the op name and class decide
+            if op is not None and op.axis_map is positional and op.outputs_axis_map is None:
+                self._positional[key] = hit
         return hit
 
 
