@@ -61,7 +61,9 @@ def _structure(tv: TensorView) -> Structure | None:
     signature = known_domain_signature(tv)
     if signature is None or not _owns_its_axes(tv):
         return None
-    key = (signature, tv.mesh)
+    # The mesh by identity (its hash is a Python call): held by the entry, an id is
+    # never another mesh's; an equal mesh of another object merely shares nothing.
+    key = (signature, id(tv.mesh))
     found = _STRUCTURES.get(key)
     if found is None:
         if len(_STRUCTURES) >= _STRUCTURES_SIZE:

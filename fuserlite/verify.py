@@ -233,7 +233,9 @@ def fusion_problems(fusion: Fusion, namer: Namer, require_mesh: bool) -> list[st
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
     problems: list[str] = []
     for tv in tensors:
-        problems.extend(located(tv, p) for p in tensor_problems(tv, namer, mesh_inferable))
+        found = tensor_problems(tv, namer, mesh_inferable)
+        if found:  # rare: no generator per tensor
+            problems.extend(located(tv, p) for p in found)
     if not fusion.outputs:
         problems.append("the fusion has no outputs; mark one with fusion.add_output")
     inputs = {id(t) for t in fusion.inputs}

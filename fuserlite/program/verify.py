@@ -115,22 +115,22 @@ _LOCAL_SIZE = 4096
 
 def locality_key(e: Expr) -> tuple | None:
     """What the locality checks of `e` in a kernel (movement_problems, non_local_text)
-    read, where that is only e's kind and its tensors' structures: a Set (it moves data
-    iff its input and output are sharded differently) or an op that
-    reads_signatures_only, each tensor of a structure that is `sharded` as one; else None."""
+    read, where that is only e's kind and its tensors' structures: each tensor of a
+    structure that is `sharded` as one, and `e` a Set (it moves data iff its input and
+    output are sharded differently) or an op that reads_signatures_only; else None."""
+    alike = []
+    for t in (*e.inputs, *e.outputs):  # first: before schedule-pointwise none is known
+        s = structure(t)
+        if s is None or not s.sharded:
+            return None
+        alike.append(s)
     op = definition(e)
     if isinstance(e, LoadStoreOp):
         if op is not None and op.sharding.permutes is not None:
             return None
     elif not reads_signatures_only(op):
         return None
-    key = [type(e), op, len(e.inputs)]
-    for t in (*e.inputs, *e.outputs):
-        alike = structure(t)
-        if alike is None or not alike.sharded:
-            return None
-        key.append(alike)
-    return tuple(key)
+    return (type(e), op, len(e.inputs), *alike)
 
 
 def movement_problems(e: Expr, fix: str) -> list[str]:
