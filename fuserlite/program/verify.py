@@ -119,11 +119,12 @@ def locality_key(e: Expr) -> tuple | None:
     structure that is `sharded` as one, and `e` a Set (it moves data iff its input and
     output are sharded differently) or an op that reads_signatures_only; else None."""
     alike = []
-    for t in (*e.inputs, *e.outputs):  # first: before schedule-pointwise none is known
-        s = structure(t)
-        if s is None or not s.sharded:
-            return None
-        alike.append(s)
+    for tensors in (e.inputs, e.outputs):  # first: before schedule-pointwise none is known
+        for t in tensors:
+            s = structure(t)
+            if s is None or not s.valid:  # not s.sharded, without a property call
+                return None
+            alike.append(s)
     op = definition(e)
     if isinstance(e, LoadStoreOp):
         if op is not None and op.sharding.permutes is not None:
