@@ -239,3 +239,31 @@ def test_a_fusion_that_passes_an_input_through_runs():
 def test_communication_kind_compares_to_its_name():
     (comm,) = fl.FusionExecutor(allgather_fusion()).communications
     assert comm.kind == "Allgather" and comm.bytes_per_device == 3 * 2 * 3 * 4
+
+
+@pytest.mark.parametrize("compute", ["interpret", "numpy"])
+def test_outputs_of_one_kernel_keep_their_own_device_shapes(compute):
+    """Two outputs of one scheduled kernel, one sharded unevenly (rows 4 and 3 of 7), one
+    replicated: each output's device shape is its own, on every device and every run
+    (the executor asks the outputs' layouts once per kernel)."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x, b = fl.tensor([7, 5]), fl.tensor([5])
+        for t in (x, b):
+            f.add_input(t)
+        shard_axis(x, 0, mesh)
+        b.set_device_mesh(mesh)
+        f.add_output(x + b)
+        f.add_output(b * 2.0)
+    ex = fl.FusionExecutor(f, compute=compute)
+    assert len(ex.program.kernels) == 1 and ex.program.kernels[0].scheduled
+    for seed in (0, 1):  # a second run reads what the first asked
+        inputs = fl.random_inputs(f, seed)
+        per_device = ex.run_per_device(inputs)
+        assert [[o.shape for o in per_device[d]] for d in (0, 1)] == [
+            [(4, 5), (5,)],
+            [(3, 5), (5,)],
+        ]
+        got = ex.run(inputs)
+        np.testing.assert_array_equal(got[0], inputs[0] + inputs[1])
+        np.testing.assert_array_equal(got[1], inputs[1] * np.float32(2))

@@ -165,6 +165,7 @@ class FusionExecutor:
         self._dead = dead_after(steps, _reads, _writes, keep=program.outputs)
         self._needed = read_anywhere(steps, _reads) | set(program.outputs)
         self.grids = GridCache()  # the kernel runner's index arrays, reused across runs
+        self._layouts: dict[int, list] = {}  # per scheduled kernel, its outputs' (layouts, meshes)
         # How scheduled kernels run; None: op by op, as unscheduled ones always do.
         self._kernels = kernel_path(self.compute, compiler, program.kernels, self.grids)
         self._dead_in_kernel = {  # for the kernels run op by op
@@ -313,7 +314,7 @@ class FusionExecutor:
         ceil(n/d) rows of an uneven axis: a short chunk is padded in and its rows taken
         out, the kernel's predicates (the device's mesh coordinates) guarding the rest;
         a device whose chunks are empty runs nothing."""
-        shapes = [device_shape(t, device) for t in kernel.outputs]
+        shapes = self._output_shapes(kernel, device)
         if all(0 in s for s in shapes):
             return {t: np.empty(s, t.dtype.numpy) for t, s in zip(kernel.outputs, shapes)}
         inputs = {t: pad_to(local[t], local_shape(t)) for t in kernel.inputs}
@@ -323,6 +324,22 @@ class FusionExecutor:
             for t, s in zip(kernel.outputs, shapes)
             for a in (out[t],)
         }
+
+    def _output_shapes(self, kernel: Kernel, device: int) -> list[tuple[int, ...]]:
+        """device_shape of each output of a kernel: their layouts are asked once for every
+        device and run (the lowered program never changes), a mesh's index of the
+        device once per mesh."""
+        layouts = self._layouts.get(id(kernel))
+        if layouts is None:
+            layouts = self._layouts[id(kernel)] = [(layout(t), t.mesh) for t in kernel.outputs]
+        index: dict[int, int] = {}
+        shapes = []
+        for parts, mesh in layouts:
+            k = index.get(id(mesh))
+            if k is None:
+                k = index[id(mesh)] = 0 if mesh is None else mesh.index(device)
+            shapes.append(parts.shapes[k])
+        return shapes
 
     def _run_communication(self, comm: Communication, values) -> None:
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}

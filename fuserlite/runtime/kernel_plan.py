@@ -141,6 +141,7 @@ class Lowered:
     that lower alike (`_batch_key`), evaluated as one numpy step of one row each."""
 
     batch: list[Expr]  # in kernel order; one, unless several lower alike
+    outputs: list[TensorView]  # the batch's outputs, in its order (a run reads them often)
     key: tuple
     index: TensorIndex
     # Per operand: None for a register, else (offsets key, shape, coordinates) to gather.
@@ -331,7 +332,8 @@ def _lower(grid: Grid, batch: list[Step], registers: set[int], owner: dict) -> L
     store = ((key, local_shape(out), "self"), coords) if step.store else None
     position = global_index(out, coords) if is_indexed(expr) else None
     register = id(out) if id(out) in registers else None
-    return Lowered(exprs, key, ti, reads, sources, scalars, register, store, position)
+    outputs = [e.outputs[0] for e in exprs]
+    return Lowered(exprs, outputs, key, ti, reads, sources, scalars, register, store, position)
 
 
 def _source(tensors: list[TensorView], same: bool, owner: dict) -> Source:

@@ -103,9 +103,7 @@ def _run_pass(
     device: dict[str, int],
 ) -> None:
     """Evaluate `steps` chunk by chunk; the tensors they store join `arrays`."""
-    stores = [
-        None if p.store is None else Store([e.output for e in p.batch], *p.store) for p in steps
-    ]
+    stores = [None if p.store is None else Store(p.outputs, *p.store) for p in steps]
     for chunk in grid.chunks():
         # Registers by Lowered.register key: one value, or a batch's block of rows.
         regs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -131,9 +129,9 @@ def _run_pass(
         chunk.done()
     for p, to in zip(steps, stores):
         if to is not None:
-            for e, (data, mask) in zip(p.batch, to.finish()):
-                arrays[id(e.output)], written[id(e.output)] = data, mask
-                shapes[id(e.output)] = to.shape
+            for tv, (data, mask) in zip(p.outputs, to.finish()):
+                i = id(tv)
+                arrays[i], written[i], shapes[i] = data, mask, to.shape
 
 
 def _row(a: np.ndarray, row: int | None) -> np.ndarray:
