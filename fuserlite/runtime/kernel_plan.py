@@ -70,6 +70,7 @@ def _passes(kernel: Kernel) -> list[list[Step]]:
     level: dict[int, int] = {}
     inlined: dict[int, bool] = {}
     read: set[int] = set()  # the tensors computed here that an expression reads
+    stored: list[bool] = []  # per expression, in a single pass: its output is written
     for expr in kernel.exprs:
         lv = 0
         for inp in expr.inputs:
@@ -88,15 +89,14 @@ def _passes(kernel: Kernel) -> list[list[Step]]:
             if at > lv:
                 lv = at
         out = expr.outputs[0]
-        level[id(out)] = lv
-        inlined[id(out)] = is_inlined(out)
+        o = id(out)
+        level[o] = lv
+        register = inlined[o] = is_inlined(out)
+        stored.append(not register or o in outputs)
     deepest = max(level.values(), default=-1)
     if deepest == 0 and all(o in read or o in outputs or not r for o, r in inlined.items()):
         # One pass, and every register feeds another expression: each is in it (a
         # forward path from it ends at a tensor no one reads, which is stored).
-        stored = [
-            not inlined[id(e.outputs[0])] or id(e.outputs[0]) in outputs for e in kernel.exprs
-        ]
         return [list(map(Step, kernel.exprs, stored))]
     # Bit lv of needed[t]: t is computed in pass lv. A stored tensor (a kernel output,
     # or not inlined) in its own pass; an inlined one in every pass that reads it.
@@ -180,7 +180,7 @@ class KernelPlan:
 def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
     """The kernel's grid and passes, lowered in batches, with the registers each batch
     is the last to read."""
-    computed = [e.output for e in kernel.exprs]
+    computed = [e.outputs[0] for e in kernel.exprs]
     layouts = _layouts(computed)
     firsts = list(dict.fromkeys(first for first, _ in layouts.values()))
     axes = kernel_grid(firsts)
