@@ -387,6 +387,20 @@ def test_a_clone_keeps_the_orders_of_its_original_until_it_changes() -> None:
     assert copy.exprs()[-1] is extra.definition and copy.tensors()[-1] is extra
 
 
+def test_a_clones_domains_are_its_own() -> None:
+    """A copied unscheduled domain's loop is a list of its own (not its logical list, not
+    the original's): splitting the copy leaves its logical axes and the original alone."""
+    fusion = _add_fusion()
+    copy, mapping = fusion.clone()
+    old, new = fusion.outputs[0], copy.outputs[0]
+    assert new.domain.loop == new.domain.logical and new.domain.loop is not new.domain.logical
+    assert [mapping[ax] for ax in old.domain.logical] == list(new.domain.logical)
+    assert all(ax.owner is new for ax in new.domain.logical)
+    new.split(0, 2)
+    assert len(new.domain.loop) == len(new.domain.logical) + 1
+    assert len(old.domain.loop) == len(old.domain.logical) and not old.domain.transforms
+
+
 def test_readme_python_example_runs(capsys, monkeypatch) -> None:
     monkeypatch.chdir(REPO)
     readme = (REPO / "README.md").read_text()

@@ -50,6 +50,7 @@ class _AxisFields:
 # (hundreds of thousands are made while scheduling a wide fusion).
 _SET = {name: getattr(_AxisFields, name).__set__ for name in _AxisFields.__slots__}
 _SET_EXTENT, _SET_ITER, _SET_PT, _SET_DEF, _SET_OWNER = _SET.values()
+_NEW_AXIS = object.__new__
 
 
 class IterDomain(_AxisFields):
@@ -284,7 +285,11 @@ class TensorDomain:
         dom = TensorDomain.__new__(TensorDomain)
         logical = []
         for ax in self.logical:
-            new = IterDomain(ax.extent, ax.iter_type, ax.parallel_type)
+            new = _NEW_AXIS(IterDomain)  # its fields set directly: IterDomain.__init__'s
+            _SET_EXTENT(new, ax.extent)
+            _SET_ITER(new, ax.iter_type)
+            _SET_PT(new, ax.parallel_type)
+            _SET_DEF(new, None)
             _SET_OWNER(new, owner)
             mapping[ax] = new
             logical.append(new)
@@ -301,7 +306,9 @@ class TensorDomain:
             transforms.append(nt)
         init = object.__setattr__
         init(dom, "logical", TrackedList(dom, logical))
-        init(dom, "loop", TrackedList(dom, [mapping[a] for a in self.loop]))
+        # An unscheduled domain's loop is its logical axes (most of a wide fusion's are).
+        loop = logical if not transforms and self.loop == self.logical else None
+        init(dom, "loop", TrackedList(dom, loop or [mapping[a] for a in self.loop]))
         allocation = self.allocation
         if allocation is not None:
             allocation = TrackedList(dom, [mapping[a] for a in allocation])
