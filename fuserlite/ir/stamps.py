@@ -62,13 +62,16 @@ def stamp(node: Any) -> None:
         _graph[0] = t
 
 
+_fill = list.__init__
+
+
 class TrackedList(list):
     """A list that stamps its holder (a domain or an expression) when changed in place."""
 
     __slots__ = ("_holder",)
 
     def __init__(self, holder: Any, items: object = ()) -> None:
-        super().__init__(items)  # type: ignore[call-overload]
+        _fill(self, items)  # list.__init__ itself: six lists per tensor and expression made
         self._holder = holder
 
     def _changed(self) -> None:
