@@ -12,6 +12,10 @@ output itself is partial over mesh axes its input's reduced axes are not sharded
 (the user's rDIDy), the reduction makes those partial values too, from its input
 resharded first: a redistribution only ever combines partial values.
 An input several expressions need resharded the same way is resharded once.
+An op of several outputs computes once: where its outputs need its inputs placed
+differently (sdpa's output on its heads, its logsumexp on its rows), it computes in
+the cheapest placement (passes.multi_output) and a Set after each other output
+moves it to the sharding its users asked for.
 A linear with a bias is one op; where it would write partial sums, the bias
 is split off and added once to the completed value (`add(out, bias)` takes
 out's place; the op's sharding rule, in fuserlite.ops.contraction). A fusion
@@ -26,14 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     MeshPlacement,
     completed_placement,
-    describe_sharding,
     is_partial,
     logical_placement,
     mesh_placement,
@@ -43,6 +45,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
 from fuserlite.ops.registry import definition_of, operand_to_output
 from fuserlite.ops.sharding import has_unmapped_sharding, moves_data, needed_placement
+from fuserlite.passes import multi_output
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.propagate_shardings import meshes_given
 from fuserlite.schedule.shard import shard_as
@@ -201,28 +204,45 @@ def _rewrite_if_partial(expr: Expr, new_of: dict[TensorView, TensorView]) -> lis
     return rewrite.exprs
 
 
+def _compute_in(expr: Expr, k: int, user: TensorView, computed: MeshPlacement) -> None:
+    """Make `expr` compute output k placed `computed`, a Set copying it to `user` (the
+    output its users read) where that lies otherwise; a tensor written for `user` before
+    (partial, or replicated) is dropped with its Set."""
+    if mesh_placement(expr.outputs[k]) == computed:
+        return
+    before = expr.outputs[k]
+    if before is not user:
+        user.definition.detach()  # Set(user, before)
+        before.definition = None
+        expr.outputs[k] = user
+        user.definition = expr
+    if mesh_placement(user) != computed:
+        written = like(user, keep_reductions=True)
+        shard_as(written, *computed)
+        _write_instead(expr, k, written)
+
+
 def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
     """Make `expr` compute from local shards: partial outputs, or (requested from
-    `reshardings`) its inputs resharded. An op with several outputs must need each
-    input placed one way for all of them; each operand position is placed as its
-    role needs it (matmul(x, x) may read x resharded as `b` only)."""
-    targets = []
+    `reshardings`) its inputs resharded. Where the outputs of an op need its inputs
+    placed differently, it computes in the cheapest placement (passes.multi_output)
+    and reshards each output placed otherwise after it. Each operand position is
+    placed as its role needs it (matmul(x, x) may read x resharded as `b` only)."""
+    users = list(expr.outputs)
     for k in range(len(expr.outputs)):
         target = _split_device_reduction(expr, k)
         if has_unmapped_sharding(expr, target):
-            target = _compute_replicated_then_slice(expr, k)
-        targets.append(target)
+            _compute_replicated_then_slice(expr, k)
+    if len(expr.outputs) > 1 and multi_output.differs(expr):
+        chosen = multi_output.choose(expr, users)
+        for k, computed in enumerate(chosen.computed):
+            _compute_in(expr, k, users[k], computed)
+        needs = chosen.needs
+    else:
+        needs = tuple(needed_placement(expr, expr.output, p) for p in range(len(expr.inputs)))
     for position, producer in enumerate(expr.inputs):
-        wanted = needed_placement(expr, targets[0], position)
-        for other in targets[1:]:
-            if needed_placement(expr, other, position) != wanted:
-                raise LoweringError(
-                    f"{expr!r}: its outputs {targets[0].name} ({describe_sharding(targets[0])}) "
-                    f"and {other.name} ({describe_sharding(other)}) need {producer.name} "
-                    "sharded differently; shard them alike"
-                )
-        if mesh_placement(producer) != wanted:
-            reshardings.request(expr, position, wanted)
+        if mesh_placement(producer) != needs[position]:
+            reshardings.request(expr, position, needs[position])
 
 
 @register

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from multi_output_cases import MOVES
+from multi_output_cases import cases as multi_output_cases
 
 from fuserlite import cli
 
@@ -102,6 +104,10 @@ def test_four_ranks_are_bit_identical_to_sim():
     assert (results["sdpa-batch"]["verdict"], results["sdpa-batch"]["kinds"]) == ("identical", [])
     assert results["sdpa-rows"]["verdict"] in ("identical", "close")
     assert results["sdpa-rows"]["kinds"] == ["Allreduce", "Allreduce"]  # grad_key, grad_value
+    for name in multi_output_cases(4):  # outputs of one op sharded differently
+        expected = [m[0] for m in MOVES.get((4, name), [])]
+        assert results[name]["verdict"] == "identical", (name, results[name])
+        assert not expected or results[name]["kinds"] == expected, name
     # each rank draws its own shard's random numbers: the unsharded mask, no communication
     for name in [n for n in results if n.startswith("dropout-")]:
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name

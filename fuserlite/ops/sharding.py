@@ -32,19 +32,23 @@ from fuserlite.ops.registry import (
 )
 
 
-def needed_placement(expr: Expr, target: TensorView, position: int) -> MeshPlacement:
+def needed_placement(
+    expr: Expr, target: TensorView, position: int, placed: Placement | None = None
+) -> MeshPlacement:
     """How operand `position` of `expr` must be sharded for it to compute `target`
     locally: on every mesh axis, sharded where it maps to an axis of `target` that mesh
     axis shards (unless broadcast; nesting kept), whole elsewhere. On the operand's
-    logical axes."""
-    wanted = logical_placement(target)
-    return target.mesh, Placement(wanted.mesh_rank, _needed_shards(expr, target, position))
+    logical axes; `placed`: as if `target` lay so (on its logical axes, on its mesh)."""
+    wanted = logical_placement(target) if placed is None else placed
+    return target.mesh, Placement(wanted.mesh_rank, _needed_shards(expr, target, position, placed))
 
 
-def _needed_shards(expr: Expr, target: TensorView, position: int) -> tuple[tuple[int, ...], ...]:
+def _needed_shards(
+    expr: Expr, target: TensorView, position: int, placed: Placement | None = None
+) -> tuple[tuple[int, ...], ...]:
     """needed_placement's shards (no Placement made: non_local_inputs only compares)."""
     producer = expr.inputs[position]
-    wanted = logical_placement(target).shards
+    wanted = (logical_placement(target) if placed is None else placed).shards
     shards: list[tuple[int, ...]] = [()] * len(producer.domain.logical)
     if any(wanted):
         back = {c: p for p, c in operand_to_output(expr, position, target).items()}

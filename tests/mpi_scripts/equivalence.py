@@ -23,6 +23,7 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from axis_index_cases import positions, scaled_by_index  # noqa: E402
+from multi_output_cases import cases as multi_output_cases  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite import models  # noqa: E402
@@ -257,6 +258,9 @@ def all_cases(size: int) -> dict[str, object]:
     cases |= uneven_cases(size)
     cases["sdpa-batch"] = lambda: _attention(size, 0)
     cases["sdpa-rows"] = lambda: _attention(size, 2)
+    # outputs of one op sharded differently: computed once, the others resharded after
+    for name, make in multi_output_cases(size).items():
+        cases[name] = lambda m=make: m(size)
     for axis in (0, 1):
         for dtype in ("float32", "bfloat16"):
             cases[f"dropout-axis{axis}-{dtype}"] = lambda a=axis, d=dtype: _dropout(size, a, d)
