@@ -95,8 +95,8 @@ def move_cost(tv: TensorView, source: MeshPlacement, target: MeshPlacement) -> i
     if source == target:
         return 0
     (ms, ps), (mt, pt) = source, target
-    if ms != mt:
-        return tv.nbytes + DEFAULT_LATENCY_BYTES
+    if ms != mt:  # it makes complete values (lower-communications' moves between meshes)
+        return None if _planner_view(tv, pt).partial else tv.nbytes + DEFAULT_LATENCY_BYTES
     planner = Planner(tv.shape, tv.dtype.itemsize, ms.shape)
     try:
         return planner.plan(_planner_view(tv, ps), _planner_view(tv, pt)).cost.total
@@ -169,6 +169,6 @@ def choose(expr: Expr, users: list[TensorView]) -> Computation:
     raise LoweringError(
         f"{expr!r}: its outputs need its inputs placed differently ({outputs}), and no "
         "placement of its inputs computes every output so that a resharding can move it to "
-        "its sharding (a redistribution combines partial values, it never makes them): make "
-        "the outputs partial over the same mesh axes, or shard them alike"
+        "its sharding (partial values come only from the op; a resharding only combines "
+        "them): make the outputs partial over the same mesh axes, or shard them alike"
     )

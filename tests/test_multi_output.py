@@ -61,10 +61,12 @@ def test_the_cheapest_placement_computes():
 
 
 def test_refused_differential_seeds_lower_and_match():
-    """Seeds of tests/test_differential.py the pass refused with 'need ... sharded
-    differently; shard them alike' (sdpa 3, 396; sdpa_bwd 104, 335): now each lowers
-    and matches the reference on every compute path."""
-    for seed in (3, 104, 335, 396):
+    """Seeds of tests/random_sharded.py the pass refused with 'need ... sharded
+    differently; shard them alike' (sdpa 3, 396; sdpa_bwd 104, 335), and two whose
+    cheapest-looking placement would have moved a partial grad_key between meshes (a
+    move between meshes makes complete values: 3136, 5530): each lowers and matches
+    the reference on every compute path."""
+    for seed in (3, 104, 335, 396, 3136, 5530):
         assert run_case(seed) == ("ok", ""), seed
 
 
