@@ -169,6 +169,7 @@ def choose(expr: Expr, users: list[TensorView]) -> Computation:
     raise LoweringError(
         f"{expr!r}: its outputs need its inputs placed differently ({outputs}), and no "
         "placement of its inputs computes every output so that a resharding can move it to "
-        "its sharding (partial values come only from the op; a resharding only combines "
-        "them): make the outputs partial over the same mesh axes, or shard them alike"
+        "its sharding (partial values come only from the op, on its mesh; a resharding "
+        "only combines them): put the partial outputs on one mesh, partial over the same "
+        "mesh axes, or leave all but one of them complete (its reduction axis unsharded)"
     )

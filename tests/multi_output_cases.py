@@ -102,6 +102,23 @@ def sdpa_lse_on_another_mesh(size: int = 4) -> fl.Fusion:
     return f
 
 
+def sdpa_bwd_partials_on_two_meshes(size: int = 4) -> fl.Fusion:
+    """grad_key partial on {0 1}, grad_value partial on {2 3}: computed once, on one
+    mesh, the other's partial values cannot be made (a move between meshes makes
+    complete values). Refused."""
+    with fl.Fusion() as f:
+        a, b = fl.DeviceMesh([0, 1]), fl.DeviceMesh([2, 3])
+        dout, q, k, v = _inputs(f, a, 4, [1, 2, 4, 4])
+        out, lse = fl.sdpa(q, k, v, **FLAGS)
+        dq, dk, dv = fl.sdpa_bwd(dout, q, k, v, out, lse, **FLAGS)
+        shard_axis(dk, 4, a)
+        dv.set_device_mesh(b)
+        shard_axis(dv, 4, b)
+        for t in (dq, dk, dv):
+            f.add_output(t)
+    return f
+
+
 # (kind, team, bytes per device, before, after) of each communication, in program order.
 MOVES = {
     (2, "sdpa-out-heads-lse-rows"): [("AllToAll", "DIDx teams", 8, "(S1)", "(S2)")],

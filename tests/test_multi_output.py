@@ -7,7 +7,7 @@ of what moves pinned. The mpi backend runs the same cases in tests/test_mpi.py's
 from __future__ import annotations
 
 import pytest
-from multi_output_cases import MOVES, cases
+from multi_output_cases import MOVES, cases, sdpa_bwd_partials_on_two_meshes
 from test_differential import run_case
 
 import fuserlite as fl
@@ -68,6 +68,25 @@ def test_refused_differential_seeds_lower_and_match():
     the reference on every compute path."""
     for seed in (3, 104, 335, 396, 3136, 5530):
         assert run_case(seed) == ("ok", ""), seed
+
+
+def test_partial_outputs_no_placement_makes_are_refused_naming_each_output():
+    """grad_key partial on one mesh and grad_value on another: no placement computes
+    both (computing sdpa_bwd twice is not lowering it), so the error names the op,
+    each output with its sharding, and what to change."""
+    f = sdpa_bwd_partials_on_two_meshes()
+    with pytest.raises(fl.LoweringError) as caught:
+        fl.lower(f)
+    text = str(caught.value)
+    assert "sdpa_bwd(" in text
+    for sharding in (
+        "T6 on DeviceMesh{0 1}, replicated",
+        "T7 on DeviceMesh{0 1}, partial sums over reduction axis 4 (deviceIdx.x)",
+        "T8 on DeviceMesh{2 3}, partial sums over reduction axis 4 (deviceIdx.x)",
+    ):
+        assert sharding in text, sharding
+    assert "put the partial outputs on one mesh, partial over the same mesh axes" in text
+    assert text.count("\n") <= 1  # one paragraph
 
 
 def test_the_registry_multi_output_ops_are_covered():
