@@ -50,7 +50,7 @@ class _AxisFields:
 # (hundreds of thousands are made while scheduling a wide fusion).
 _SET = {name: getattr(_AxisFields, name).__set__ for name in _AxisFields.__slots__}
 _SET_EXTENT, _SET_ITER, _SET_PT, _SET_DEF, _SET_OWNER = _SET.values()
-_NEW_AXIS = object.__new__
+_NEW = object.__new__  # a node whose fields are set directly
 
 
 class IterDomain(_AxisFields):
@@ -146,10 +146,11 @@ def _axis(
     extent: int,
     iter_type: IterType,
     parallel_type: ParallelType,
-    definition: Split | Merge,
+    definition: Split | Merge | None,
     owner: TensorView,
 ) -> IterDomain:
-    """A new transform output, given its owner directly: nothing to stamp yet."""
+    """A new axis, its fields and owner set directly (IterDomain.__init__'s and no
+    stamp: a new axis has nothing derived from it yet)."""
     ax = _NEW(IterDomain)
     _SET_EXTENT(ax, extent)
     _SET_ITER(ax, iter_type)
@@ -157,9 +158,6 @@ def _axis(
     _SET_DEF(ax, definition)
     _SET_OWNER(ax, owner)
     return ax
-
-
-_NEW = object.__new__
 
 
 def adopt(axes: Iterable[IterDomain], tv: TensorView) -> None:
@@ -285,12 +283,7 @@ class TensorDomain:
         dom = TensorDomain.__new__(TensorDomain)
         logical = []
         for ax in self.logical:
-            new = _NEW_AXIS(IterDomain)  # its fields set directly: IterDomain.__init__'s
-            _SET_EXTENT(new, ax.extent)
-            _SET_ITER(new, ax.iter_type)
-            _SET_PT(new, ax.parallel_type)
-            _SET_DEF(new, None)
-            _SET_OWNER(new, owner)
+            new = _axis(ax.extent, ax.iter_type, ax.parallel_type, None, owner)
             mapping[ax] = new
             logical.append(new)
         transforms: list[Transform] = []
