@@ -9,8 +9,9 @@ every axis of the domain is the tensor's own and made by the transform that list
 is checked per tensor (`structure` is None where it fails), in one cheap walk.
 
 The signature is the one the scheduler worked out or a replay gave the copy
-(schedule.signature.known_domain_signature); where none is known the validator
-checks the tensor axis by axis, as working one out would cost more than that.
+(schedule.signature.known_domain_signature); where none is known it is worked out
+here (and kept for the scheduler), unless a transform reads an axis outside the
+domain, which has no signature: such a tensor is checked axis by axis.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fuserlite.ir.domain import Merge, Split
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
-from fuserlite.schedule.signature import Signature, known_domain_signature
+from fuserlite.schedule.signature import Signature, domain_signature, known_domain_signature
 
 
 class Structure:
@@ -51,16 +52,22 @@ _STRUCTURES_SIZE = 4096  # bounded: a long process sees many structures
 
 
 def structure(tv: TensorView) -> Structure | None:
-    """tv's Structure where its domain signature is known and every axis of its domain is
-    its own, made by the transform that lists it (the signature's positions then say
-    what following the axes would find); else None. Kept per version of tv."""
+    """tv's Structure where every axis of its domain is its own, made by the transform
+    that lists it (the signature's positions then say what following the axes would
+    find), and the domain has a signature; else None. Kept per version of tv."""
     return derived("validator structure", tv, _structure, tv)
 
 
 def _structure(tv: TensorView) -> Structure | None:
-    signature = known_domain_signature(tv)
-    if signature is None or not _owns_its_axes(tv):
+    if not _owns_its_axes(tv):
         return None
+    signature = known_domain_signature(tv)
+    if signature is None:
+        if not _reads_its_own_axes(tv):
+            return None  # a transform of an axis outside the domain: no signature to work out
+        # Worked out once per domain, and kept for the scheduler: after propagate-shardings
+        # only the few tensors no replay made (a fusion's inputs) are not known.
+        signature = domain_signature(tv)
     # The mesh by identity (its hash is a Python call): held by the entry, an id is
     # never another mesh's; an equal mesh of another object merely shares nothing.
     key = (signature, id(tv.mesh))
@@ -70,6 +77,18 @@ def _structure(tv: TensorView) -> Structure | None:
             _STRUCTURES.clear()  # a structure still held stays right: it is a fact of its key
         found = _STRUCTURES[key] = Structure(signature, tv.mesh)
     return found
+
+
+def _reads_its_own_axes(tv: TensorView) -> bool:
+    """Every transform's inputs are axes of the domain made before it (logical ones or
+    earlier outputs), the positions domain_signature gives them."""
+    dom = tv.domain
+    made = set(dom.logical)  # axes hash by identity, in C
+    for t in dom.transforms:
+        if not made.issuperset(t.inputs):
+            return False
+        made.update(t.outputs)
+    return True
 
 
 def _owns_its_axes(tv: TensorView) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from fuserlite.ir import args
 from fuserlite.ir.domain import Merge, Split
 from fuserlite.ir.errors import VerifyError
-from fuserlite.ir.expr import Expr
+from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
@@ -26,7 +26,8 @@ from fuserlite.ir.sharding import (
 from fuserlite.ir.stamps import checked, mark_checked, version
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, ParallelType
-from fuserlite.ops.sharding import broadcast_sums, non_local_inputs
+from fuserlite.ops.registry import definition
+from fuserlite.ops.sharding import broadcast_sums, non_local_inputs, reads_signatures_only
 from fuserlite.printer import Namer
 from fuserlite.structures import structure
 
@@ -305,12 +306,58 @@ def non_local_text(e: Expr, fix: str) -> list[str]:
 
 def non_local_problems(exprs: Iterable[Expr], fix: str) -> list[str]:
     """Each expression but a Set computes from the shards it holds (`fix`: how to get
-    there); an expression found local is not checked again until it or one of its
-    tensors changes."""
+    there): decided once per locality_key, else checked again only once it or one of
+    its tensors has changed."""
     problems = []
     for e in exprs:
-        problems.extend(marked_problems(e, "local", expr_state(e), non_local_text, fix))
+        key = locality_key(e)
+        if decided(key, "local"):
+            continue
+        found = marked_problems(e, "local", expr_state(e), non_local_text, fix)
+        decide(key, "local", found)
+        problems += found
     return problems
+
+
+def locality_key(e: Expr) -> tuple | None:
+    """What the locality checks of `e` (non_local_text; in a kernel, movement_problems
+    too) read, where that is only e's kind and its tensors' structures: each tensor of a
+    structure that is `sharded` as one, and `e` a Set (it moves data iff its input and
+    output are sharded differently) or an op that reads_signatures_only; else None."""
+    alike = []
+    for tensors in (e.inputs, e.outputs):
+        for t in tensors:
+            s = structure(t)
+            if s is None or not s.valid:  # not s.sharded, without a property call
+                return None
+            alike.append(s)
+    op = definition(e)
+    if isinstance(e, LoadStoreOp):
+        if op is not None and op.sharding.permutes is not None:
+            return None
+    elif not reads_signatures_only(op):
+        return None
+    return (type(e), op, len(e.inputs), *alike)
+
+
+# locality_key -> the questions ("local", "moves no data") expressions of it passed
+_DECIDED: dict[tuple, set[str]] = {}
+_DECIDED_SIZE = 4096
+
+
+def decided(key: tuple | None, question: str) -> bool:
+    """True where an expression of locality_key `key` was found fine for `question`."""
+    return key is not None and question in _DECIDED.get(key, ())
+
+
+def decide(key: tuple | None, question: str, problems: list[str]) -> None:
+    """Remember that expressions of `key` are fine for `question`, where `problems`
+    (of one of them) is empty."""
+    if key is None or problems:
+        return
+    if len(_DECIDED) >= _DECIDED_SIZE:
+        _DECIDED.clear()  # bounded: a long process sees many structures
+    _DECIDED.setdefault(key, set()).add(question)
 
 
 def partial_output_problems(outputs: list[TensorView], namer: Namer) -> list[str]:

@@ -170,3 +170,34 @@ def test_a_kernel_copy_laid_out_as_local_ones_but_replicated_is_caught():
     domain_signature(bad)
     with pytest.raises(VerifyError, match=f"{bad.name} = Set.* moves data between devices"):
         verify_program(program)
+
+
+def test_a_tensor_whose_transform_reads_an_axis_outside_its_domain_has_no_structure():
+    """Its domain has no signature to work out (domain_signature would find no position
+    for the axis): it is checked axis by axis, which names it, and nothing crashes."""
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 16])
+        other = fl.tensor([8, 16])
+        f.add_input(x)
+        f.add_output(x + 1.0)
+    x.split(1, 4)
+    x.domain.transforms[0].input = other.domain.logical[1]  # Split is unstamped: stamp x
+    x.domain.transforms = list(x.domain.transforms)
+    assert structure(x) is None
+    with pytest.raises(VerifyError, match=f"{x.name}: loop domain does not match"):
+        fl.verify(f)
+
+
+def test_the_sharding_passes_boundaries_decide_locality_once_per_structure(monkeypatch):
+    """After propagate-shardings the outputs' signatures are known (its replays) and the
+    input's is worked out once: insert-reshardings' contract and the kernel checks after
+    segment ask non_local_inputs of a few expressions, not of each of 50."""
+    asked = []
+    real = verify_module.non_local_inputs
+    monkeypatch.setattr(verify_module, "non_local_inputs", lambda e: asked.append(e) or real(e))
+    stage = []
+    progress = lambda phase, done, total, current: stage.append((current, len(asked)))  # noqa: E731
+    fl.Pipeline.default(progress=progress).run(many_outputs(50))
+    counts = dict(stage)
+    assert counts["reorder-sharded-axis"] - counts["insert-reshardings"] <= 2  # its ensures
+    assert counts["schedule-pointwise"] - counts["segment"] <= 2  # verify_program

@@ -11,20 +11,21 @@ from __future__ import annotations
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import VerifyError
-from fuserlite.ir.expr import Expr, LoadStoreOp
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding
-from fuserlite.ops.registry import definition
-from fuserlite.ops.sharding import movement_text, moves_data, reads_signatures_only
+from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.partials import communication_problems
 from fuserlite.program.program import Kernel, Program
-from fuserlite.structures import structure
 from fuserlite.verdicts import FUSION_READS, Reads, expr_nodes
 from fuserlite.verify import (
     LazyNamer,
+    decide,
+    decided,
     expr_state,
     fusion_problems,
+    locality_key,
     marked_problems,
     non_local_text,
     partial_output_problems,
@@ -95,43 +96,15 @@ def locality_problems(program: Program) -> list[str]:
     for kernel in program.kernels:
         for e in kernel.exprs:
             key = locality_key(e)
-            if key is not None and key in _LOCAL:
+            if decided(key, "moves no data") and decided(key, "local"):
                 continue
             state = expr_state(e)  # two questions: "local" is insert-reshardings' too
-            found = marked_problems(e, "moves no data", state, movement_problems, fix)
-            found += marked_problems(e, "local", state, non_local_text, fix)
-            if key is not None and not found:
-                if len(_LOCAL) >= _LOCAL_SIZE:
-                    _LOCAL.clear()  # bounded: a long process sees many structures
-                _LOCAL.add(key)
-            problems.extend(found)
+            moves = marked_problems(e, "moves no data", state, movement_problems, fix)
+            local = marked_problems(e, "local", state, non_local_text, fix)
+            decide(key, "moves no data", moves)
+            decide(key, "local", local)
+            problems += moves + local
     return problems
-
-
-# locality_keys of kernel expressions found local and moving no data
-_LOCAL: set[tuple] = set()
-_LOCAL_SIZE = 4096
-
-
-def locality_key(e: Expr) -> tuple | None:
-    """What the locality checks of `e` in a kernel (movement_problems, non_local_text)
-    read, where that is only e's kind and its tensors' structures: each tensor of a
-    structure that is `sharded` as one, and `e` a Set (it moves data iff its input and
-    output are sharded differently) or an op that reads_signatures_only; else None."""
-    alike = []
-    for tensors in (e.inputs, e.outputs):  # first: before schedule-pointwise none is known
-        for t in tensors:
-            s = structure(t)
-            if s is None or not s.valid:  # not s.sharded, without a property call
-                return None
-            alike.append(s)
-    op = definition(e)
-    if isinstance(e, LoadStoreOp):
-        if op is not None and op.sharding.permutes is not None:
-            return None
-    elif not reads_signatures_only(op):
-        return None
-    return (type(e), op, len(e.inputs), *alike)
 
 
 def movement_problems(e: Expr, fix: str) -> list[str]:
