@@ -9,7 +9,7 @@ every axis of the domain is the tensor's own and made by the transform that list
 is checked per tensor (`structure` is None where it fails), in one cheap walk.
 
 The signature is the one the scheduler worked out or a replay gave the copy
-(schedule.signature.known_domain_signature); where none is known it is worked out
+(ir.signature.known_domain_signature); where none is known it is worked out
 here (and kept for the scheduler), unless a transform reads an axis outside the
 domain, which has no signature: such a tensor is checked axis by axis.
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from fuserlite.ir.domain import Merge, Split
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.signature import Signature, domain_signature, known_domain_signature
 from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
-from fuserlite.schedule.signature import Signature, domain_signature, known_domain_signature
 
 
 class Structure:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 import fuserlite as fl
+from fuserlite.ir.signature import domain_signature
 from fuserlite.kernel.indexing import device_indices, schedule_signature
 from fuserlite.schedule.shard import shard_axis
-from fuserlite.schedule.signature import domain_signature
 
 MESH = fl.DeviceMesh([0, 1])
 

@@ -16,11 +16,12 @@ import pytest
 from three_way import run_three_ways
 
 import fuserlite as fl
+from fuserlite.ir import signature as domain_signatures
 from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.signature import Signature, domain_signature
 from fuserlite.ir.tensor import TensorView
 from fuserlite.schedule import grid, pointwise, propagate, signature
 from fuserlite.schedule.shard import shard_axis
-from fuserlite.schedule.signature import Signature, domain_signature
 
 MESH = fl.DeviceMesh([0, 1])
 
@@ -226,7 +227,7 @@ def test_a_replayed_tensor_has_the_signature_its_domain_gives() -> None:
             f.add_output(x + float(k))
     ex = fl.FusionExecutor(f, compute="interpret")
     for tv in ex.program.tensors():
-        assert domain_signature(tv) == Signature(signature._domain_key(tv)), tv.name
+        assert domain_signature(tv) == Signature(domain_signatures._domain_key(tv)), tv.name
 
 
 def test_a_signature_follows_every_change_of_the_domain() -> None:
@@ -243,7 +244,7 @@ def test_a_signature_follows_every_change_of_the_domain() -> None:
         before = domain_signature(a)
         change(a)
         assert domain_signature(a) != before
-        assert domain_signature(a) == Signature(signature._domain_key(a))
+        assert domain_signature(a) == Signature(domain_signatures._domain_key(a))
         change(b)
         assert domain_signature(a) == domain_signature(b)
 
@@ -260,8 +261,10 @@ def test_the_signatures_the_scheduler_built_reach_the_runtime(monkeypatch) -> No
             f.add_output(x + float(k))
     ex = fl.FusionExecutor(f, compute="interpret")
     worked_out = []
-    key = signature._domain_key
-    monkeypatch.setattr(signature, "_domain_key", lambda tv: worked_out.append(tv) or key(tv))
+    key = domain_signatures._domain_key
+    monkeypatch.setattr(
+        domain_signatures, "_domain_key", lambda tv: worked_out.append(tv) or key(tv)
+    )
     inputs = fl.random_inputs(f)
     out = ex.run(inputs)
     assert len(worked_out) <= 4, [tv.name for tv in worked_out]
@@ -311,10 +314,10 @@ def test_a_replayed_copy_owns_its_new_axes() -> None:
     a.merge(0).split(0, 32).axis(1).parallelize(fl.ParallelType.TIDx)
     signature.Replayed.taken(a, before).apply(b)
     assert str(b.domain.loop) == str(a.domain.loop)
-    assert domain_signature(b) == domain_signature(a) == Signature(signature._domain_key(b))
+    assert domain_signature(b) == domain_signature(a) == Signature(domain_signatures._domain_key(b))
     assert all(ax.owner is b for ax in b.domain.ids_between_logical_and_loop())
     b.axis(0).parallelize(fl.ParallelType.BIDx)
-    assert domain_signature(b) == Signature(signature._domain_key(b)) != domain_signature(a)
+    assert domain_signature(b) == Signature(domain_signatures._domain_key(b)) != domain_signature(a)
 
 
 def test_positional_maps_alike_but_for_an_iteration_type_are_their_own() -> None:

@@ -12,9 +12,9 @@ from test_pipeline_scaling import many_outputs
 
 import fuserlite as fl
 from fuserlite.ir.errors import VerifyError
+from fuserlite.ir.signature import domain_signature
 from fuserlite.ir.types import IterType, ParallelType
 from fuserlite.program.verify import verify_program
-from fuserlite.schedule.signature import domain_signature
 from fuserlite.structures import structure
 
 verify_module = importlib.import_module("fuserlite.verify")  # fl.verify is its function

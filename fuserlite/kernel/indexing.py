@@ -32,13 +32,13 @@ import numpy as np
 
 from fuserlite.ir.domain import Split, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
+from fuserlite.ir.signature import domain_signature
 from fuserlite.ir.stamps import domain_derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ops.registry import is_indexed
 from fuserlite.printer import axis_text
 from fuserlite.schedule.grid import GridAxis, grid_axes, unbound_loop_axis
-from fuserlite.schedule.signature import domain_signature
 
 
 @dataclass(frozen=True, eq=False)

@@ -34,6 +34,7 @@ from fuserlite.ir.domain import IterDomain, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.readonly import reading_only
+from fuserlite.ir.signature import Signature, domain_signature, remember_signature
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.ops.registry import is_pointwise
@@ -46,12 +47,7 @@ from fuserlite.schedule.propagate import (
     propagate,
     propagation_edges,
 )
-from fuserlite.schedule.signature import (
-    Signature,
-    domain_signature,
-    one_per_signature,
-    remember_signature,
-)
+from fuserlite.schedule.signature import one_per_signature
 
 VECTOR_WIDTH = 4
 

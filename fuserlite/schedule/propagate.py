@@ -35,11 +35,12 @@ from fuserlite.ir.domain import IterDomain, Merge, Split, is_sharding_split
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import remembered
+from fuserlite.ir.signature import domain_signature
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ParallelType
 from fuserlite.ops.registry import definition, operand_to_output, positional
 from fuserlite.printer import axis_text
-from fuserlite.schedule.signature import Before, Replayed, domain_signature
+from fuserlite.schedule.signature import Before, Replayed
 
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
