@@ -11,6 +11,7 @@ from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.executor import shard
+from fuserlite.runtime.shards import layout, layouts_of
 from fuserlite.schedule.shard import shard_axis
 
 
@@ -267,3 +268,23 @@ def test_outputs_of_one_kernel_keep_their_own_device_shapes(compute):
         got = ex.run(inputs)
         np.testing.assert_array_equal(got[0], inputs[0] + inputs[1])
         np.testing.assert_array_equal(got[1], inputs[1] * np.float32(2))
+
+
+def test_tensors_alike_but_for_their_sharding_keep_their_own_layouts():
+    """layouts_of asks one tensor per (domain signature, mesh): x + 1 and y + 1 of one
+    shape and mesh, x sharded and y replicated, are laid out each its own way."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x, y = fl.tensor([8, 16]), fl.tensor([8, 16])
+        for t in (x, y):
+            f.add_input(t)
+        shard_axis(x, 0, mesh)
+        y.set_device_mesh(mesh)
+        for k in range(3):
+            f.add_output(x + float(k))
+            f.add_output(y + float(k))
+    outputs = fl.lower(f).outputs
+    got = layouts_of(outputs)
+    assert [lay for lay, _ in got] == [layout(t) for t in outputs]
+    assert [lay.sharded for lay, _ in got] == [True, False] * 3
+    assert [m for _, m in got] == [t.mesh for t in outputs]

@@ -48,11 +48,13 @@ from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.runtime.numpy_ops import eval_outputs, store
 from fuserlite.runtime.reference import check_inputs
 from fuserlite.runtime.shards import (
+    Layout,
     device_box,
     device_shape,
     device_slices,
     is_sharded,
     layout,
+    layouts_of,
 )
 
 SINGLE_DEVICE = DeviceMesh([0])
@@ -75,12 +77,15 @@ def shard_start(tv: TensorView, device: int) -> tuple[int, ...]:
     return tuple(start for start, _ in device_box(tv, device))
 
 
-def unshard(tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
+def unshard(
+    tv: TensorView, shards: dict[int, np.ndarray], parts: Layout | None = None
+) -> np.ndarray:
     """Assemble a global array from every device's shard (each its plan.blocks box; the
-    devices of a team along an unsharded mesh axis hold the same box)."""
+    devices of a team along an unsharded mesh axis hold the same box); `parts` is
+    layout(tv), for a caller that knows it."""
     mesh = mesh_of(tv)
     first = shards[mesh.devices[0]]
-    parts = layout(tv)
+    parts = layout(tv) if parts is None else parts
     if not parts.sharded:
         return first
     whole = np.empty(parts.shape, first.dtype)
@@ -244,16 +249,18 @@ class FusionExecutor:
         if every is None:
             return None
         outs = []
-        for i, tv in enumerate(self.program.outputs):
+        for i, (tv, (parts, _)) in enumerate(zip(self.program.outputs, self._output_layouts)):
             shards = {d: o[i] for d, o in every.items() if o[i] is not None}
-            outs.append(self._assemble(tv, shards))
+            outs.append(unshard(tv, shards, parts))
             for o in every.values():  # the shards are copied into the global array: free them
                 o[i] = None
             del shards
         return outs
 
-    def _assemble(self, tv: TensorView, shards: dict[int, np.ndarray]) -> np.ndarray:
-        return unshard(tv, shards)
+    @functools.cached_property
+    def _output_layouts(self) -> list:
+        """The program outputs' (layouts, meshes), asked once (layouts_of)."""
+        return layouts_of(self.program.outputs)
 
     # -- execution ----------------------------------------------------------
     def _execute(self, inputs: Sequence[np.ndarray]) -> dict[int, dict[TensorView, np.ndarray]]:
@@ -331,7 +338,7 @@ class FusionExecutor:
         device once per mesh."""
         layouts = self._layouts.get(id(kernel))
         if layouts is None:
-            layouts = self._layouts[id(kernel)] = [(layout(t), t.mesh) for t in kernel.outputs]
+            layouts = self._layouts[id(kernel)] = layouts_of(kernel.outputs)
         index: dict[int, int] = {}
         shapes = []
         for parts, mesh in layouts:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import placement
 from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.blocks import Box, blocks
 from fuserlite.plan.mesh_axes import MeshShape
+from fuserlite.schedule.signature import domain_signature
 
 
 def mesh_shape(tv: TensorView) -> MeshShape:
@@ -84,3 +86,21 @@ def device_shape(tv: TensorView, device: int) -> tuple[int, ...]:
 def device_slices(tv: TensorView, device: int) -> tuple[slice, ...]:
     """numpy slices of tv's global data that `device` holds."""
     return layout(tv).slices[_index(tv, device)]
+
+
+def layouts_of(tensors: list[TensorView]) -> list[tuple[Layout, DeviceMesh | None]]:
+    """(layout, mesh) of each tensor. A layout reads a tensor's shape and placement, both
+    its domain's structure on its mesh's shape, so tensors of one (domain signature,
+    mesh) share the first one's: 20 000 outputs `x + k` ask once, not each its sharding."""
+    found: dict[tuple, tuple[Layout, DeviceMesh | None]] = {}
+    entries = []
+    last: tuple | None = None
+    for tv in tensors:
+        key = (domain_signature(tv), id(tv.mesh))
+        if key != last:  # neighbours share one mostly: comparing costs less than hashing
+            entry = found.get(key)
+            if entry is None:
+                entry = found[key] = (layout(tv), tv.mesh)
+            last = key
+        entries.append(entry)
+    return entries
