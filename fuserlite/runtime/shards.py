@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import placement
+from fuserlite.ir.signature import domain_signature
 from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.blocks import Box, blocks
 from fuserlite.plan.mesh_axes import MeshShape
-from fuserlite.schedule.signature import domain_signature
 
 
 def mesh_shape(tv: TensorView) -> MeshShape:
