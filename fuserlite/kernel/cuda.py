@@ -35,8 +35,8 @@ from fuserlite.kernel.indexing import (
 from fuserlite.numerics.philox import C_SOURCE
 from fuserlite.ops.registry import compute_dtype, is_indexed, is_scalar
 from fuserlite.program.program import Kernel, Program
+from fuserlite.schedule.axis_maps import producer_coords
 from fuserlite.schedule.grid import GridAxis, kernel_grid
-from fuserlite.schedule.propagate import producer_coords
 
 C_TYPES = {
     DType.float32: "float",

@@ -31,8 +31,8 @@ from fuserlite.ops.registry import compute_dtype, definition, is_indexed
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.kernel_grid import Grid, GridCache
 from fuserlite.runtime.liveness import dead_after
+from fuserlite.schedule.axis_maps import axis_pairs, data_axes, producer_coords
 from fuserlite.schedule.grid import GridAxis, kernel_grid
-from fuserlite.schedule.propagate import axis_pairs, data_axes, producer_coords
 
 
 def is_inlined(tv: TensorView) -> bool:

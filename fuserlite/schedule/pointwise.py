@@ -39,10 +39,10 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.ops.registry import is_pointwise
 from fuserlite.printer import axis_text
+from fuserlite.schedule.axis_maps import data_axes
 from fuserlite.schedule.grid import grid_axes, kernel_grid, unbound_loop_axis
 from fuserlite.schedule.propagate import (
     Edges,
-    data_axes,
     is_device_parallel_logical,
     propagate,
     propagation_edges,
