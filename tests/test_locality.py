@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import fuserlite as fl
-from fuserlite.ops.sharding import non_local_inputs
+from fuserlite.ops import sharding as sharding_ops
+from fuserlite.ops.sharding import has_unmapped_sharding, needed_placement, non_local_inputs
 from fuserlite.schedule.shard import shard_axis
 
 MESH = fl.DeviceMesh.for_num_devices(2)
@@ -70,3 +71,55 @@ def test_a_tensor_changed_in_place_is_asked_again():
     assert non_local_inputs(expr) == []
     shard_axis(x, 0, MESH)
     assert non_local_inputs(expr) == [x]
+
+
+def _needs(expr):
+    """needed_placement of each operand of `expr` for its output, and has_unmapped_sharding."""
+    return [needed_placement(expr, expr.output, p) for p in range(len(expr.inputs))], (
+        has_unmapped_sharding(expr, expr.output)
+    )
+
+
+def _worked_out(expr):
+    """_needs without the per-signature memo."""
+    out = expr.output
+    return [sharding_ops._needed(expr, out, p) for p in range(len(expr.inputs))], (
+        sharding_ops._has_unmapped(expr, out)
+    )
+
+
+def _row_plus_matrix(out_axis):
+    """x[8, 16] + v[16] (v broadcast to [1, 16] first), x sharded on axis 0, the
+    output on out_axis: the two operands need different placements."""
+    with fl.Fusion():
+        x, v = fl.tensor([8, 16]), fl.tensor([16])
+        shard_axis(x, 0, MESH)
+        v.set_device_mesh(MESH)
+        y = x + v
+        shard_axis(y, out_axis, MESH)
+        y.definition.inputs[1].set_device_mesh(MESH)
+    return y.definition
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _add(0, 0)[0],
+        lambda: _add(0, 1)[0],  # output sharding
+        lambda: _add(1, 0)[0],  # operand sharding
+        lambda: _add(0, 0, out_mesh=OTHER)[0],  # output mesh
+        lambda: _add(None, None, x_mesh=TALL, out_mesh=TALL)[0],  # mesh shape
+        lambda: _row_plus_matrix(0),  # operand position: a broadcast operand
+        lambda: _row_plus_matrix(1),
+    ],
+)
+def test_what_an_operand_needs_is_decided_per_signature_and_position(make):
+    """needed_placement and has_unmapped_sharding answer once per signature: asked of
+    expressions one detail apart in turn, each gets what working it out gives."""
+    for other in (lambda: _add(0, 0)[0], lambda: _add(0, 1)[0], lambda: _row_plus_matrix(0)):
+        _needs(other())
+        expr = make()
+        assert _needs(expr) == _worked_out(expr)
+    expr = _row_plus_matrix(0)
+    needs, _ = _needs(expr)
+    assert needs[0] != needs[1]  # the position is part of the question

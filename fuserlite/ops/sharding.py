@@ -8,6 +8,8 @@ the queries on one tensor (shardings, placement, local shape) are the IR's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr, LoadStoreOp
@@ -31,6 +33,8 @@ from fuserlite.ops.registry import (
     positional,
 )
 
+T = TypeVar("T")
+
 
 def needed_placement(
     expr: Expr, target: TensorView, position: int, placed: Placement | None = None
@@ -39,8 +43,37 @@ def needed_placement(
     locally: on every mesh axis, sharded where it maps to an axis of `target` that mesh
     axis shards (unless broadcast; nesting kept), whole elsewhere. On the operand's
     logical axes; `placed`: as if `target` lay so (on its logical axes, on its mesh)."""
-    wanted = logical_placement(target) if placed is None else placed
-    return target.mesh, Placement(wanted.mesh_rank, _needed_shards(expr, target, position, placed))
+    if placed is None:
+        return _decided("needed_placement", expr, target, _needed, expr, target, position)
+    return target.mesh, Placement(placed.mesh_rank, _needed_shards(expr, target, position, placed))
+
+
+def _needed(expr: Expr, target: TensorView, position: int) -> MeshPlacement:
+    shards = _needed_shards(expr, target, position)
+    return target.mesh, Placement(logical_placement(target).mesh_rank, shards)
+
+
+def _decided(
+    question: str, expr: Expr, target: TensorView, compute: Callable[..., T], *args: Any
+) -> T:
+    """compute(*args), a sharding question about `expr` computing `target` (and, in
+    `args` past them, an operand position), answered once per (question, signature_key
+    of the op and its inputs, target's mesh and signature facts, the rest of `args`)
+    where the op reads only its tensors' signatures (reads_signatures_only): the 20 000
+    `x + k` of one fusion are asked once."""
+    base = signature_key(expr, outputs=False)
+    if base is None:
+        return compute(*args)
+    key = (question, base, target.mesh, signature_facts(target), args[2:])
+    hit = _DECIDED.get(key, _DECIDED)
+    if hit is _DECIDED:
+        if len(_DECIDED) >= _LOCALITY_SIZE:
+            _DECIDED.clear()  # bounded: a long process sees many signatures
+        hit = _DECIDED[key] = compute(*args)
+    return hit  # type: ignore[return-value]
+
+
+_DECIDED: dict[tuple, object] = {}
 
 
 def _needed_shards(
@@ -77,6 +110,10 @@ def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
     the op makes it from its global coordinates (iota)."""
     if target.mesh is None:
         return False
+    return _decided("has_unmapped_sharding", expr, target, _has_unmapped, expr, target)
+
+
+def _has_unmapped(expr: Expr, target: TensorView) -> bool:
     for c, axes in enumerate(logical_placement(target).shards):
         if not axes:
             continue
