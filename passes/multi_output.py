@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fuserlite.ir.errors import LoweringError, RedistributionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import MeshPlacement, describe_sharding, mesh_placement
+from fuserlite.ir.sharding import MeshPlacement, describe_sharding, mesh_placement, planner_view
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.registry import definition_of, operand_to_output
 from fuserlite.ops.sharding import needed_placement
@@ -80,26 +80,18 @@ def induced(expr: Expr, k: int, needs: tuple[MeshPlacement, ...]) -> MeshPlaceme
     return (mesh, placed) if same else None
 
 
-def _planner_view(tv: TensorView, logical: Placement) -> Placement:
-    """A placement on tv's logical axes as the planner's: data axes, partial mesh axes."""
-    data = tv.data_positions()
-    partial = [a for li, axes in enumerate(logical.shards) if li not in data for a in axes]
-    return Placement(
-        logical.mesh_rank, tuple(logical.shards[li] for li in data), tuple(sorted(partial))
-    )
-
-
 def move_cost(tv: TensorView, source: MeshPlacement, target: MeshPlacement) -> int | None:
     """plan.cost of moving `tv` (its shape and dtype) from `source` to `target`; a move
     between meshes is costed as the whole tensor in one launch; None: no plan exists."""
     if source == target:
         return 0
     (ms, ps), (mt, pt) = source, target
+    data = tv.data_positions()
     if ms != mt:  # it makes complete values (lower-communications' moves between meshes)
-        return None if _planner_view(tv, pt).partial else tv.nbytes + DEFAULT_LATENCY_BYTES
+        return None if planner_view(pt, data).partial else tv.nbytes + DEFAULT_LATENCY_BYTES
     planner = Planner(tv.shape, tv.dtype.itemsize, ms.shape)
     try:
-        return planner.plan(_planner_view(tv, ps), _planner_view(tv, pt)).cost.total
+        return planner.plan(planner_view(ps, data), planner_view(pt, data)).cost.total
     except RedistributionError:
         return None
 

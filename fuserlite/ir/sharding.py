@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -216,16 +216,25 @@ def _facts_of(signature: tuple) -> _Facts:
     for li, ss in nest.items():
         shards[li] = tuple(a.mesh_axis for a in sorted(ss, key=lambda a: a.depth))
     rank = len(mesh_shape) if mesh_shape is not None else 1
-    data_set = set(data)
-    partial = sorted(a for li, axes in enumerate(shards) if li not in data_set for a in axes)
+    logical_placed = Placement(rank, tuple(shards))
     return _Facts(
         MappingProxyType(out),
-        Placement(rank, tuple(shards)),
-        Placement(rank, tuple(shards[li] for li in data), tuple(partial)),
+        logical_placed,
+        planner_view(logical_placed, data),
         tuple(shape),
         uneven,
         tuple(data),
     )
+
+
+def planner_view(logical: Placement, data: Sequence[int]) -> Placement:
+    """A placement on a tensor's logical axes as the planner sees it: the shards of its
+    data axes (logical positions `data`), the mesh axes of its reduction axes as partial."""
+    data_set = set(data)
+    partial = sorted(
+        a for li, axes in enumerate(logical.shards) if li not in data_set for a in axes
+    )
+    return Placement(logical.mesh_rank, tuple(logical.shards[li] for li in data), tuple(partial))
 
 
 def _compute_facts(tv: TensorView) -> _Facts:
