@@ -64,16 +64,21 @@ def _decided(
     base = signature_key(expr, outputs=False)
     if base is None:
         return compute(*args)
-    key = (question, base, target.mesh, signature_facts(target), args[2:])
+    return _once((question, base, target.mesh, signature_facts(target), args[2:]), compute, *args)
+
+
+def _once(key: tuple, compute: Callable[..., T], *args: Any) -> T:
+    """compute(*args), kept under `key` (everything the answer reads), in a bounded table."""
     hit = _DECIDED.get(key, _DECIDED)
     if hit is _DECIDED:
-        if len(_DECIDED) >= _LOCALITY_SIZE:
+        if len(_DECIDED) >= _DECIDED_SIZE:
             _DECIDED.clear()  # bounded: a long process sees many signatures
         hit = _DECIDED[key] = compute(*args)
     return hit  # type: ignore[return-value]
 
 
 _DECIDED: dict[tuple, object] = {}
+_DECIDED_SIZE = 8192
 
 
 def _needed_shards(
@@ -225,15 +230,8 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
     a block permutation: it is a communication)."""
     if isinstance(expr, LoadStoreOp):
         return []
-    key = signature_key(expr)
-    if key is None:
-        wrong = _non_local(expr)
-    else:  # one answer per signature: found once for 20k `x + k`
-        wrong = _LOCALITY.get(key)
-        if wrong is None:
-            if len(_LOCALITY) >= _LOCALITY_SIZE:
-                _LOCALITY.clear()  # bounded: a long process sees many signatures
-            wrong = _LOCALITY[key] = _non_local(expr)
+    key = signature_key(expr)  # one answer per signature: found once for 20k `x + k`
+    wrong = _non_local(expr) if key is None else _once(("non_local", key), _non_local, expr)
     return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once
 
 
@@ -250,10 +248,6 @@ def signature_key(expr: Expr, outputs: bool = True) -> tuple | None:
     if not outputs:
         return op, inputs
     return op, inputs, tuple([(t.mesh, signature_facts(t)) for t in expr.outputs])
-
-
-_LOCALITY: dict[tuple, tuple[int, ...]] = {}
-_LOCALITY_SIZE = 4096
 
 
 def _non_local(expr: Expr) -> tuple[int, ...]:
