@@ -217,14 +217,20 @@ def test_the_grid_of_two_extents_covers_the_larger() -> None:
     assert [g.extent for g in grid.kernel_grid(computed)] == [2, 1, 128]
 
 
-def test_a_replayed_tensor_has_the_signature_its_domain_gives() -> None:
-    """Replayed.apply records the signature it built: it must be the one computed."""
+def x_plus_k(n: int) -> fl.Fusion:
+    """x + k for k < n, x[8, 16] sharded on axis 0: n outputs of one signature."""
     with fl.Fusion() as f:
         x = fl.tensor([8, 16])
         f.add_input(x)
         shard_axis(x, 0, MESH)
-        for k in range(4):
+        for k in range(n):
             f.add_output(x + float(k))
+    return f
+
+
+def test_a_replayed_tensor_has_the_signature_its_domain_gives() -> None:
+    """Replayed.apply records the signature it built: it must be the one computed."""
+    f = x_plus_k(4)
     ex = fl.FusionExecutor(f, compute="interpret")
     for tv in ex.program.tensors():
         assert domain_signature(tv) == Signature(domain_signatures._domain_key(tv)), tv.name
@@ -253,12 +259,7 @@ def test_the_signatures_the_scheduler_built_reach_the_runtime(monkeypatch) -> No
     """A replayed copy's signature is a fact of its domain: setting the tensor's inline
     position afterwards keeps it, so the executor does not work it out again for each of
     the tensors (it did for all of them: the stamps had moved)."""
-    with fl.Fusion() as f:
-        x = fl.tensor([8, 16])
-        f.add_input(x)
-        shard_axis(x, 0, MESH)
-        for k in range(50):
-            f.add_output(x + float(k))
+    f = x_plus_k(50)
     ex = fl.FusionExecutor(f, compute="interpret")
     worked_out = []
     key = domain_signatures._domain_key
