@@ -44,8 +44,8 @@ from collections.abc import Callable
 from _report import print_table, write_json
 
 import fuserlite as fl
-from fuserlite.runtime.kernel_grid import GridCache
-from fuserlite.runtime.kernel_runner import run_scheduled
+from fuserlite.kernel.grid_index import GridCache
+from fuserlite.kernel.runner import run_scheduled
 from fuserlite.schedule.shard import shard_axis
 
 TARGET_RATIO = 3.0

@@ -1,5 +1,6 @@
 """fuserlite: a small, readable, executable multi-device fusion compiler modelled on nvFuser."""
 
+from fuserlite import _checkout  # noqa: F401, I001 - first: finds passes/ in a checkout
 from fuserlite import ops, printer  # noqa: F401 - printer installs str(tv), str(fusion), print_math()
 from fuserlite.ir import (
     DeviceMesh,
@@ -19,9 +20,9 @@ from fuserlite.ir import (
     VerifyError,
 )
 from fuserlite.ops import *  # noqa: F403 - tensor and every op's builder (ops.__all__)
-from fuserlite.runtime.reference import evaluate, random_inputs
+from fuserlite.reference.evaluator import evaluate, random_inputs
 from fuserlite.text import parse, to_fus
-from fuserlite.verify import verify
+from fuserlite.verify.fusion import verify
 
 __version__ = "0.1.0"
 
@@ -57,8 +58,8 @@ from fuserlite.program import Program  # noqa: E402
 from fuserlite.program.explain import explain  # noqa: E402
 from fuserlite.program.parser import load  # noqa: E402 - a .fus file or printed IR
 from fuserlite.program.verify import verify_program  # noqa: E402
+from fuserlite.reference.validate import validate  # noqa: E402
 from fuserlite.runtime.executor import FusionExecutor  # noqa: E402
-from fuserlite.runtime.validate import validate  # noqa: E402
 
 __all__ += [
     "FusionExecutor",
@@ -70,9 +71,8 @@ __all__ += [
     "validate",
     "verify_program",
 ]
-from fuserlite.shard_map import shard_map  # noqa: E402
 from fuserlite.show import show_sharding  # noqa: E402
-from fuserlite.spmd import (  # noqa: E402
+from fuserlite.spmd.collectives import (  # noqa: E402
     all_gather,
     all_reduce,
     all_to_all,
@@ -83,6 +83,7 @@ from fuserlite.spmd import (  # noqa: E402
     psum_scatter,
     reduce_scatter,
 )
+from fuserlite.spmd.shard_map import shard_map  # noqa: E402
 
 __all__ += [
     "all_gather",

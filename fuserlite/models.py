@@ -14,8 +14,8 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.types import ParallelType
 from fuserlite.schedule.shard import shard_axis
-from fuserlite.shard_map import shard_map
-from fuserlite.spmd import all_gather, all_reduce, reduce_scatter
+from fuserlite.spmd.collectives import all_gather, all_reduce, reduce_scatter
+from fuserlite.spmd.shard_map import shard_map
 
 
 def add_broadcast(num_devices: int, broadcast_is_parallelized: bool) -> Fusion:

@@ -4,7 +4,7 @@ program = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouch
 
 `progress`, if given, is told about each pass before it runs (a display of long
 work hangs on it; see Progress). A pass that changes nothing its level's validator
-reads is followed by no validation walk (fuserlite.verdicts).
+reads is followed by no validation walk (fuserlite.verify.verdicts).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from fuserlite.ir.readonly import reading_only
 from fuserlite.passes.base import IR_CLASSES, REGISTRY, Level, Pass, make_pass
 from fuserlite.program.program import Program
 from fuserlite.program.verify import PROGRAM_READS, verify_program
-from fuserlite.verdicts import FUSION_READS, Reads, Verdicts
-from fuserlite.verify import verify
+from fuserlite.verify.fusion import verify
+from fuserlite.verify.verdicts import FUSION_READS, Reads, Verdicts
 
 __all__ = ["DEFAULT_PASSES", "Level", "PassFailed", "Pipeline", "Progress", "lower"]
 

@@ -49,7 +49,7 @@ from fuserlite.passes import multi_output
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.propagate_shardings import meshes_given
 from fuserlite.schedule.shard import shard_as
-from fuserlite.verify import LazyNamer, non_local_problems, partial_output_problems
+from fuserlite.verify.fusion import LazyNamer, non_local_problems, partial_output_problems
 
 
 def _device_reduction(expr: Expr, out: TensorView | None = None) -> MeshPlacement | None:

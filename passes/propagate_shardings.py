@@ -36,7 +36,7 @@ from fuserlite.ops.sharding import (
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_as
 from fuserlite.schedule.signature import Before, Replayed
-from fuserlite.verify import located
+from fuserlite.verify.fusion import located
 
 
 def _sweep(exprs: list[Expr], todo: list[int] | None, forward: bool, next_of) -> list[TensorView]:

@@ -35,7 +35,7 @@ from fuserlite.program.communication import CommKind, Communication
 from fuserlite.runtime.communicator import Buffers, BufferSpec, Communicator, Team
 from fuserlite.runtime.dispatch import run_communication, teams_of
 from fuserlite.runtime.moves import run_move, within
-from fuserlite.runtime.plan_steps import run_step
+from fuserlite.runtime.redistribute import run_step
 from fuserlite.schedule.shard import shard_as
 
 SUM, MAX = ReductionOpType.sum, ReductionOpType.max
@@ -313,7 +313,7 @@ def planner(mesh: tuple[int, ...]) -> Planner:
 
 
 def plan_case(mesh: tuple[int, ...], devices, source, target, seed: int) -> Case:
-    """The planner's plan from `source` to `target`, step by step (runtime.plan_steps),
+    """The planner's plan from `source` to `target`, step by step (runtime.redistribute),
     against tests/plan_simulator.py's numpy execution of the same steps."""
     steps = [s.step for s in planner(mesh).plan(source, target).steps]
     ids = fl.DeviceMesh(np.array(devices).reshape(mesh))

@@ -10,7 +10,7 @@ from pointwise_cases import bfloat16_chain, run_everywhere, sharded_sum, whole_k
 
 import fuserlite as fl
 from fuserlite.kernel.cuda import cuda_source
-from fuserlite.runtime.validate import TOLERANCES, ValidationError, output_tolerances
+from fuserlite.reference.validate import TOLERANCES, ValidationError, output_tolerances
 from fuserlite.schedule.pointwise import schedule_pointwise
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

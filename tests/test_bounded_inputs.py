@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
-import fuserlite.runtime.reference as reference
-from fuserlite.runtime.validate import ValidationError
+import fuserlite.reference.evaluator as reference
+from fuserlite.reference.validate import ValidationError
 
 
 def test_random_inputs_cap_is_a_total(monkeypatch):

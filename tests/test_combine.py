@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fuserlite.ir.types import ReductionOpType
-from fuserlite.runtime.communicator import canonical, combine, identity
+from fuserlite.numerics.casts import identity
+from fuserlite.runtime.communicator import canonical, combine
 
 SUM, MAX = ReductionOpType.sum, ReductionOpType.max
 FLOATS = ("float16", "bfloat16", "float32", "float64")

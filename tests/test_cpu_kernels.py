@@ -19,10 +19,10 @@ from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.kernel.cpu import PARALLEL_WORK, PRELUDE, cpu_function, cpu_source
 from fuserlite.kernel.cuda import kernel_source
+from fuserlite.kernel.runner import run_kernel, shard_slices
 from fuserlite.pipeline import default_pass_names
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.compute import CompiledKernels, default_compiler
-from fuserlite.runtime.kernel_runner import run_kernel, shard_slices
 from fuserlite.schedule.shard import shard_axis
 
 needs_compiler = pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")

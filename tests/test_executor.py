@@ -8,10 +8,10 @@ import pytest
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.program.communication import CommKind, Communication
+from fuserlite.program.shards import layout, layouts_of
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.executor import shard
-from fuserlite.runtime.shards import layout, layouts_of
 from fuserlite.schedule.shard import shard_axis
 
 

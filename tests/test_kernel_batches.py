@@ -8,8 +8,8 @@ import pytest
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
-from fuserlite.runtime.kernel_grid import GridCache
-from fuserlite.runtime.kernel_plan import plan_kernel
+from fuserlite.kernel.batches import plan_kernel
+from fuserlite.kernel.grid_index import GridCache
 from fuserlite.schedule.shard import shard_axis
 
 
@@ -102,7 +102,7 @@ def test_a_tensor_binding_the_grid_otherwise_than_its_batch_is_still_rejected() 
 
 
 def test_a_batch_too_large_for_a_chunk_is_split_and_keeps_its_values(monkeypatch) -> None:
-    import fuserlite.runtime.kernel_plan as kernel_plan
+    import fuserlite.kernel.batches as kernel_plan
 
     fusion = sharded([8, 16], 2, lambda x: [x + float(k) for k in range(7)])
     (kernel,) = fl.lower(fusion).kernels
@@ -115,7 +115,7 @@ def test_a_batch_too_large_for_a_chunk_is_split_and_keeps_its_values(monkeypatch
 
 
 def test_tensors_of_one_shape_on_meshes_of_other_sizes_get_their_own_boxes() -> None:
-    from fuserlite.runtime.shards import device_shape, device_slices
+    from fuserlite.program.shards import device_shape, device_slices
 
     held = {}
     for devices in (2, 4):

@@ -7,7 +7,7 @@ from pointwise_cases import CASES, build
 from three_way import run_three_ways
 
 import fuserlite as fl
-import fuserlite.runtime.kernel_grid as kernel_grid
+import fuserlite.kernel.grid_index as kernel_grid
 from fuserlite.kernel.cuda import launch_dims
 from fuserlite.schedule.grid import GridAxis
 from fuserlite.schedule.grid import kernel_grid as kernel_grid_of
@@ -46,7 +46,7 @@ def test_chunked_kernel_runner_equals_one_chunk(name: str, chunk_points: int, mo
 def test_registers_are_dropped_after_their_last_reader(monkeypatch):
     import weakref
 
-    import fuserlite.runtime.kernel_runner as kernel_runner
+    import fuserlite.kernel.runner as kernel_runner
 
     with fl.Fusion() as fusion:
         x = fl.tensor([64, 32])

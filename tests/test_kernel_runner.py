@@ -8,8 +8,8 @@ from pointwise_cases import CASES, build, seed004, segmented, whole_kernel
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
+from fuserlite.kernel.runner import run_kernel, run_scheduled, shard_slices
 from fuserlite.program import Kernel
-from fuserlite.runtime.kernel_runner import run_kernel, run_scheduled, shard_slices
 from fuserlite.schedule.pointwise import schedule_pointwise
 
 

@@ -142,7 +142,7 @@ def test_imports_follow_the_arrows(path: Path) -> None:
 def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
     for rel in (
         "fuserlite/ir/__init__.py",
-        "fuserlite/runtime/reference.py",
+        "fuserlite/reference/evaluator.py",
         "fuserlite/cli/__init__.py",
     ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
     probe.write_text(
         textwrap.dedent(
             """
-            import fuserlite.runtime.reference
+            import fuserlite.reference.evaluator
             from fuserlite import pipeline
             from ..passes import segment
             def f():
@@ -164,7 +164,7 @@ def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
                 import passes.segment
             from typing import TYPE_CHECKING
             if TYPE_CHECKING:
-                from fuserlite.runtime import reference
+                from fuserlite.reference import evaluator as reference
             from fuserlite.ir import probe
             import numpy
             """
@@ -172,12 +172,12 @@ def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
     )
     found = dict(imported_modules(probe, tmp_path))
     assert found == {
-        2: "fuserlite.runtime.reference",
+        2: "fuserlite.reference.evaluator",
         3: "fuserlite.pipeline",
         4: "fuserlite.passes.segment",
         6: "fuserlite.cli",
         7: "passes.segment",
-        10: "fuserlite.runtime.reference",
+        10: "fuserlite.reference.evaluator",
         11: "fuserlite.ir.probe",
     }
 

@@ -12,9 +12,9 @@ import pytest
 from three_way import PATHS
 
 import fuserlite as fl
-import fuserlite.runtime.magnitude as magnitude
-import fuserlite.runtime.reference as reference
-from fuserlite.runtime.liveness import dead_after, peak_live
+import fuserlite.reference.evaluator as reference
+import fuserlite.reference.magnitude as magnitude
+from fuserlite.ir.liveness import dead_after, peak_live
 from fuserlite.schedule.shard import shard_axis
 
 

@@ -18,9 +18,9 @@ from fuserlite.ir.types import ReductionOpType
 from fuserlite.kernel.indexing import device_indices
 from fuserlite.plan.blocks import blocks
 from fuserlite.program.communication import CommKind, Communication, Sizing
+from fuserlite.program.shards import device_slices
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.dispatch import run_communication
-from fuserlite.runtime.shards import device_slices
 from fuserlite.schedule.shard import shard_axis
 
 X, Y, Z = fl.ParallelType.DIDx, fl.ParallelType.DIDy, fl.ParallelType.DIDz

@@ -20,8 +20,8 @@ from fuserlite.ops import registry
 from fuserlite.ops.forms import Template, build_from_printed, match_body, print_body, tensor_name
 from fuserlite.ops.registry import Category, OpDef, all_composites, all_ops, definition
 from fuserlite.printer import Namer
-from fuserlite.runtime.magnitude import MAGNITUDE
-from fuserlite.runtime.numpy_ops import NUMPY
+from fuserlite.reference.magnitude import MAGNITUDE
+from fuserlite.reference.numpy_ops import NUMPY
 from fuserlite.schedule.pointwise import schedule_pointwise
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from three_way import bits_differ, precompile, run_three_ways
 import fuserlite as fl
 from fuserlite.kernel.cuda import cuda_source
 from fuserlite.kernel.indexing import evaluate, shard_start
-from fuserlite.runtime.kernel_runner import device_coordinates
-from fuserlite.runtime.shards import device_box, device_shape
+from fuserlite.kernel.runner import device_coordinates
+from fuserlite.program.shards import device_box, device_shape
 from fuserlite.schedule.shard import shard_axis
 
 DIDx, DIDy = fl.ParallelType.DIDx, fl.ParallelType.DIDy

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
-from fuserlite.runtime import reference
-from fuserlite.runtime.magnitude import magnitudes
+from fuserlite.reference import evaluator as reference
+from fuserlite.reference.magnitude import magnitudes
 
 
 def fusion_of(body, dtypes=("float32",), shape=(4, 8)) -> fl.Fusion:

@@ -252,7 +252,7 @@ def test_specs_are_checked():
 
 def test_every_op_has_a_local_rule():
     from fuserlite.ops.registry import Category, all_ops, lookup
-    from fuserlite.shard_map_trace import LOCAL_RULES
+    from fuserlite.spmd.trace import LOCAL_RULES
 
     assert sorted(LOCAL_RULES) == sorted(d.name for d in all_ops())
     # The generic rule (the leading axes are batch axes) only for pointwise ops.

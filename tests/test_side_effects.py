@@ -104,7 +104,7 @@ def test_production_code_reads_no_environment_variables() -> None:
 
 
 def test_the_kernel_runner_s_index_cache_belongs_to_its_executor() -> None:
-    import fuserlite.runtime.kernel_grid as kernel_grid
+    import fuserlite.kernel.grid_index as kernel_grid
 
     assert not hasattr(kernel_grid, "_GRIDS")  # no module-level cache
     fusion = models.add_broadcast(2, True)
@@ -134,7 +134,7 @@ def test_running_and_evaluating_pause_the_collector_and_restore_it() -> None:
 
 
 def test_validating_pauses_the_collector_and_restores_it(monkeypatch) -> None:
-    from fuserlite.runtime import validate
+    from fuserlite.reference import validate
 
     gc.enable()
     fusion = models.add_broadcast(2, True)

@@ -1,5 +1,5 @@
 """The validator decides a tensor's structural checks, and a kernel expression's locality,
-once per structure (fuserlite.structures): tensors alike share the answer, and a tensor that
+once per structure (fuserlite.verify.structures): tensors alike share the answer, and a tensor that
 differs from a valid one in any detail the answer reads, or in its identity, which the
 structure leaves out, is still caught and named."""
 
@@ -15,9 +15,9 @@ from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.signature import domain_signature
 from fuserlite.ir.types import IterType, ParallelType
 from fuserlite.program.verify import verify_program
-from fuserlite.structures import structure
+from fuserlite.verify.structures import structure
 
-verify_module = importlib.import_module("fuserlite.verify")  # fl.verify is its function
+verify_module = importlib.import_module("fuserlite.verify.fusion")  # fl.verify is its function
 program_verify = importlib.import_module("fuserlite.program.verify")
 
 

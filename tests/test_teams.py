@@ -13,7 +13,7 @@ from fuserlite.plan.mesh_axes import groups
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.communicator import Team
 from fuserlite.runtime.moves import run_move
-from fuserlite.runtime.plan_steps import mesh_teams
+from fuserlite.runtime.redistribute import mesh_teams
 
 CASES = all_cases()
 
@@ -27,7 +27,7 @@ def test_every_kind_over_every_group_equals_the_numpy_model(case):
 @pytest.mark.parametrize("mesh", PLAN_MESHES, ids=lambda m: "x".join(map(str, m[0])) + str(m[1]))
 def test_planner_plans_run_step_by_step_as_the_plan_simulator_says(mesh):
     """All pairs of placements of a [8, 8, 16] tensor on 2x2 and 2x4 (a sample on 2x2x2
-    and on a 2x2 mesh of devices {3 1 0 2}): each plan's steps through runtime.plan_steps
+    and on a 2x2 mesh of devices {3 1 0 2}): each plan's steps through runtime.redistribute
     on sim leave every device the numpy simulation's arrays, the target's blocks."""
     cases = plan_cases(mesh)
     assert len(cases) >= 100

@@ -8,7 +8,7 @@ import pytest
 
 import fuserlite as fl
 from fuserlite import models
-from fuserlite.runtime.magnitude import magnitudes
+from fuserlite.reference.magnitude import magnitudes
 
 MEGATRON_SP = ["Allgather", "ReduceScatter", "Allgather", "ReduceScatter"]
 

@@ -16,6 +16,7 @@ from three_way import HAVE_COMPILER
 import fuserlite as fl
 from fuserlite import cli, models
 from fuserlite.kernel.cuda import cuda_source
+from fuserlite.kernel.runner import run_kernel
 from fuserlite.passes.chunking import uneven_bytes
 from fuserlite.pipeline import default_pass_names
 from fuserlite.plan.blocks import axis_rows, blocks
@@ -23,7 +24,6 @@ from fuserlite.plan.placement import Placement
 from fuserlite.program.communication import Sizing
 from fuserlite.program.parser import parse_printed
 from fuserlite.runtime.compute import CompiledKernels, default_compiler
-from fuserlite.runtime.kernel_runner import run_kernel
 from fuserlite.schedule.shard import shard_axis
 
 D = 4

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
-import fuserlite.runtime.validate as validate_module
+import fuserlite.reference.validate as validate_module
 from fuserlite import models
-from fuserlite.runtime.validate import TOLERANCES, mismatch, output_tolerances
+from fuserlite.reference.validate import TOLERANCES, mismatch, output_tolerances
 from fuserlite.schedule.shard import shard_axis
 
 

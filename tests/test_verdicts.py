@@ -1,4 +1,4 @@
-"""Whole-IR verdicts (fuserlite.verdicts.Verdicts): between passes the validator skips an IR
+"""Whole-IR verdicts (fuserlite.verify.verdicts.Verdicts): between passes the validator skips an IR
 that nothing has changed since it was found valid, and a change of any kind, to a
 stamped node or to one of the unstamped lists that hold the IR together, is still
 caught (the bad passes of tests/test_stamps.py change nodes; these change lists)."""
@@ -21,9 +21,9 @@ from fuserlite.pipeline import DEFAULT_PASSES, PassFailed, Pipeline
 from fuserlite.printer import Namer
 from fuserlite.program.program import Kernel
 from fuserlite.program.verify import PROGRAM_READS, verify_program
-from fuserlite.verdicts import Verdicts
+from fuserlite.verify.verdicts import Verdicts
 
-verify_module = importlib.import_module("fuserlite.verify")  # fl.verify is its function
+verify_module = importlib.import_module("fuserlite.verify.fusion")  # fl.verify is its function
 
 
 def _program_pass(change, pass_name: str = "test-change"):

@@ -27,11 +27,11 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.pipeline import Pipeline
 from fuserlite.program.communication import Communication, Sizing
+from fuserlite.reference.numpy_ops import blocks
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.compute import COMPUTE
 from fuserlite.runtime.executor import FusionExecutor
-from fuserlite.runtime.numpy_ops import blocks
 
 RANDOM_INPUTS = "random inputs"  # the phases of `run` around the passes and kernels
 VALIDATION = "validation"

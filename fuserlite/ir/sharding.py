@@ -279,7 +279,7 @@ def local_shape(tv: TensorView) -> tuple[int, ...]:
     """Shape of the buffer one device allocates for its shard: a sharded extent n over d
     devices is ceil(n/d), the inner extent of its split (as nvFuser allocates it); a
     device's own rows, fewer on trailing devices where d does not divide n, are
-    fuserlite.runtime.shards.device_shape's."""
+    fuserlite.program.shards.device_shape's."""
     return _facts(tv).local_shape
 
 

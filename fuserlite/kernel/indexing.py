@@ -350,7 +350,7 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
 def schedule_signature(tv: TensorView) -> tuple:
     """A key equal for two tensors whose index lowering is identical and whose axes are
     parallelized alike: on one mesh they also have one grid binding (grid_axes) and one
-    local shape, which the kernel runner plans once per key (fuserlite.runtime.kernel_plan).
+    local shape, which the kernel runner plans once per key (fuserlite.kernel.batches).
 
     Its domain's part is kept per stamp of the domain, so it outlives the inline position
     the scheduler gives 40 000 tensors after their domains are done; the definition is

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from fuserlite.ir.types import DType, ReductionOpType
+
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 _NARROW = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
@@ -60,3 +62,8 @@ def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
         x = to_odd_float32(x.astype(F64))  # float64, integers, bools: exact in float64 or odd
     with np.errstate(all="ignore"):
         return x.astype(dtype)
+
+
+def identity(dtype: np.dtype, op: ReductionOpType) -> np.generic:
+    """The neutral element of `op` (ReductionOpType.identity) as a numpy scalar of `dtype`."""
+    return dtype.type(op.identity(DType.from_numpy(dtype)))

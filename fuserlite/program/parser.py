@@ -60,7 +60,7 @@ from fuserlite.program.verify import verify_program
 from fuserlite.text.parser import check_source, read_source
 from fuserlite.text.parser import parse as parse_fus
 from fuserlite.text.source import Source
-from fuserlite.verify import verify
+from fuserlite.verify.fusion import verify
 
 
 def parse_printed(text: str, filename: str = "<string>") -> Fusion | Program:

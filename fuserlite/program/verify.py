@@ -18,8 +18,7 @@ from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.partials import communication_problems
 from fuserlite.program.program import Kernel, Program
-from fuserlite.verdicts import FUSION_READS, Reads, expr_nodes
-from fuserlite.verify import (
+from fuserlite.verify.fusion import (
     LazyNamer,
     decide,
     decided,
@@ -31,6 +30,7 @@ from fuserlite.verify import (
     partial_output_problems,
     problems_text,
 )
+from fuserlite.verify.verdicts import FUSION_READS, Reads, expr_nodes
 
 
 def verify_program(program: Program) -> None:
@@ -175,5 +175,5 @@ def _program_nodes(program: Program) -> list:
     return expr_nodes([*exprs, *upstream], (*fusion.inputs, *fusion.outputs, *tensors))
 
 
-# What verify_program(program) reads (fuserlite.verdicts.Verdicts).
+# What verify_program(program) reads (fuserlite.verify.verdicts.Verdicts).
 PROGRAM_READS = Reads(lists=_program_lists, nodes=_program_nodes)

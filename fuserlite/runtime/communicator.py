@@ -3,7 +3,7 @@
 A backend moves numpy buffers between devices. Every method takes and returns
 {device: array} for the devices this process hosts (all of them for `sim`,
 one for `mpi`), and works on axis 0: its callers (runtime.dispatch, which runs a
-program's Communications, runtime.plan_steps, runtime.moves) first move the
+program's Communications, runtime.redistribute, runtime.moves) first move the
 axis a collective splits or joins to the front.
 
 A collective runs over several teams at once (the teams of a group of mesh
@@ -202,11 +202,6 @@ def canonical(a: np.ndarray) -> np.ndarray:
 def is_float(dtype: np.dtype) -> bool:
     """True for float dtypes, bfloat16 included (an ml_dtypes type: numpy kind 'V')."""
     return DType.from_numpy(dtype).is_float
-
-
-def identity(dtype: np.dtype, op: ReductionOpType) -> np.generic:
-    """The neutral element of `op` (ReductionOpType.identity) as a numpy scalar of `dtype`."""
-    return dtype.type(op.identity(DType.from_numpy(dtype)))
 
 
 def split_rows(a: np.ndarray, rows: Sequence[int]) -> list[np.ndarray]:

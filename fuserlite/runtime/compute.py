@@ -29,14 +29,14 @@ from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.batches import KernelPlan, plan_kernel
 from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler
 from fuserlite.kernel.cpu import cpu_function, prelude
+from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.indexing import device_indices
+from fuserlite.kernel.memory import poison
+from fuserlite.kernel.runner import device_values, run_kernel
 from fuserlite.program.program import Kernel
-from fuserlite.runtime.kernel_grid import GridCache
-from fuserlite.runtime.kernel_memory import poison
-from fuserlite.runtime.kernel_plan import KernelPlan, plan_kernel
-from fuserlite.runtime.kernel_runner import device_values, run_kernel
 
 COMPUTE = ("compiled", "interpret", "numpy")
 

@@ -1,6 +1,6 @@
 """How each Communication of a program runs on a Communicator, on meshes of any rank.
 
-A same-mesh kind is a planner step (`runtime.plan_steps`) over the teams of its
+A same-mesh kind is a planner step (`runtime.redistribute`) over the teams of its
 group of mesh axes: the step the lowering recorded (group, axes), or for a 1-D
 Communication without one the one step of its kind between its tensors'
 placements (`ir.sharding.placement`); either way checked against them. A move
@@ -23,6 +23,7 @@ from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 from fuserlite.plan.steps import ONE_MESH_KINDS, Step, StepKind, moves
 from fuserlite.program.communication import CommKind, Communication, Sizing, permuted
 from fuserlite.program.partials import recorded_step
+from fuserlite.program.shards import device_box, device_shape
 from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
@@ -34,10 +35,9 @@ from fuserlite.runtime.communicator import (
     unpad,
 )
 from fuserlite.runtime.moves import run_move
-from fuserlite.runtime.plan_steps import Chunks, mesh_teams, run_step
-from fuserlite.runtime.shards import device_box, device_shape
+from fuserlite.runtime.redistribute import Chunks, mesh_teams, run_step
 
-# Kinds that run on one mesh: the planner's steps (fuserlite.runtime.plan_steps)
+# Kinds that run on one mesh: the planner's steps (fuserlite.runtime.redistribute)
 ONE_MESH = ONE_MESH_KINDS
 
 

@@ -26,6 +26,7 @@ from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
@@ -34,20 +35,12 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.compile import KernelCompiler
+from fuserlite.kernel.grid_index import GridCache
+from fuserlite.kernel.runner import device_coordinates
 from fuserlite.pipeline import Level, Pipeline, Progress
 from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program
-from fuserlite.program.verify import verify_program
-from fuserlite.runtime.backends import BACKENDS, make_backend
-from fuserlite.runtime.communicator import Communicator, pad_to
-from fuserlite.runtime.compute import kernel_path, resolve_compute
-from fuserlite.runtime.dispatch import run_communication
-from fuserlite.runtime.kernel_grid import GridCache
-from fuserlite.runtime.kernel_runner import device_coordinates
-from fuserlite.runtime.liveness import dead_after, peak_live, read_anywhere
-from fuserlite.runtime.numpy_ops import eval_outputs, store
-from fuserlite.runtime.reference import check_inputs
-from fuserlite.runtime.shards import (
+from fuserlite.program.shards import (
     Layout,
     device_box,
     device_shape,
@@ -56,6 +49,13 @@ from fuserlite.runtime.shards import (
     layout,
     layouts_of,
 )
+from fuserlite.program.verify import verify_program
+from fuserlite.reference.evaluator import check_inputs
+from fuserlite.reference.numpy_ops import eval_outputs, store
+from fuserlite.runtime.backends import BACKENDS, make_backend
+from fuserlite.runtime.communicator import Communicator, pad_to
+from fuserlite.runtime.compute import kernel_path, resolve_compute
+from fuserlite.runtime.dispatch import run_communication
 
 SINGLE_DEVICE = DeviceMesh([0])
 

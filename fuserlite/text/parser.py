@@ -45,7 +45,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import sharding_problem
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ParallelType
-from fuserlite.spmd import COLLECTIVES
+from fuserlite.spmd.collectives import COLLECTIVES
 from fuserlite.text.calls import Arg, call_op
 from fuserlite.text.regions import Block, call_collective, run_block
 from fuserlite.text.source import Source, syntax_error

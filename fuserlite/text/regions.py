@@ -8,11 +8,11 @@
 
 Inside a block an argument's name means its local value (each device's block, as
 its spec says; `T0 [] as l1` calls it l1, for a tensor given twice under two specs);
-the statements are op calls and collectives (fuserlite.spmd) on local values, each
+the statements are op calls and collectives (fuserlite.spmd.collectives) on local values, each
 defining new local names; `return`, last, names the results, which the header's
 outputs receive as global tensors. A spec lists one mesh axis or `none` per tensor
 axis (`[]`: replicated). The writer writes each traced shard_map call
-(shard_map_trace.regions) this way, in place of the global ops it built.
+(spmd.trace.regions) this way, in place of the global ops it built.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from fuserlite.ir.errors import FuserliteError, ParseError
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
-from fuserlite.shard_map import shard_map
-from fuserlite.shard_map_trace import Region
-from fuserlite.spmd import COLLECTIVES
+from fuserlite.spmd.collectives import COLLECTIVES
+from fuserlite.spmd.shard_map import shard_map
+from fuserlite.spmd.trace import Region
 from fuserlite.text.calls import Arg
 from fuserlite.text.source import Source
 

@@ -20,7 +20,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, MemoryType, ParallelType
 from fuserlite.ops.registry import Param, definition
-from fuserlite.shard_map_trace import regions
+from fuserlite.spmd.trace import regions
 from fuserlite.text.regions import write_region
 
 

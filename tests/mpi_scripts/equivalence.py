@@ -29,7 +29,7 @@ import fuserlite as fl  # noqa: E402
 from fuserlite import models  # noqa: E402
 from fuserlite.models import resharding as build  # noqa: E402
 from fuserlite.pipeline import default_pass_names  # noqa: E402
-from fuserlite.runtime.validate import TOLERANCES, mismatch  # noqa: E402
+from fuserlite.reference.validate import TOLERANCES, mismatch  # noqa: E402
 from fuserlite.schedule.shard import shard_axis  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

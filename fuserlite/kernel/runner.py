@@ -3,7 +3,7 @@
 The grid is the kernel's loop nest (`blockIdx x Unswitch x threadIdx`, see
 fuserlite.schedule.grid.kernel_grid); every grid point is one GPU thread
 iteration, evaluated as numpy arrays a chunk of whole blocks at a time
-(fuserlite.runtime.kernel_grid), so memory beyond the kernel's tensors stays a
+(fuserlite.kernel.grid_index), so memory beyond the kernel's tensors stays a
 few MiB. Device-parallel loop axes take index 0: the arrays are one device's
 local shards.
 
@@ -36,13 +36,13 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.batches import KernelPlan, Lowered, Source, plan_kernel
+from fuserlite.kernel.grid_index import Grid, GridCache, Offset
 from fuserlite.kernel.indexing import device_index
+from fuserlite.kernel.memory import Store, gather
 from fuserlite.program.program import Kernel, Program
-from fuserlite.runtime.kernel_grid import Grid, GridCache, Offset
-from fuserlite.runtime.kernel_memory import Store, gather
-from fuserlite.runtime.kernel_plan import KernelPlan, Lowered, Source, plan_kernel
-from fuserlite.runtime.numpy_ops import eval_at_points, store
-from fuserlite.runtime.shards import device_slices
+from fuserlite.program.shards import device_slices
+from fuserlite.reference.numpy_ops import eval_at_points, store
 
 
 def run_kernel(
@@ -140,7 +140,7 @@ def _row(a: np.ndarray, row: int | None) -> np.ndarray:
 
 
 def _register(source: Source, regs) -> tuple[np.ndarray, np.ndarray]:
-    """A register operand's values and where they are valid (see kernel_plan.Source)."""
+    """A register operand's values and where they are valid (see batches.Source)."""
     if source.rows is None:
         return regs[source.key]
     if source.key is not None:

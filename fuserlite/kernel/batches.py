@@ -1,5 +1,5 @@
 """Planning a scheduled kernel for the kernel runner: its grid, its passes over the
-grid, and each pass's steps lowered to index expressions (fuserlite.runtime.kernel_runner
+grid, and each pass's steps lowered to index expressions (fuserlite.kernel.runner
 runs them).
 
 A step is a batch: consecutive expressions of a pass that lower alike (the same op,
@@ -18,8 +18,10 @@ import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
+from fuserlite.ir.liveness import dead_after
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.grid_index import Grid, GridCache
 from fuserlite.kernel.indexing import (
     Ix,
     TensorIndex,
@@ -29,8 +31,6 @@ from fuserlite.kernel.indexing import (
 )
 from fuserlite.ops.registry import compute_dtype, definition, is_indexed
 from fuserlite.program.program import Kernel
-from fuserlite.runtime.kernel_grid import Grid, GridCache
-from fuserlite.runtime.liveness import dead_after
 from fuserlite.schedule.axis_maps import axis_pairs, data_axes, producer_coords
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 

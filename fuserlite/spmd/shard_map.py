@@ -9,7 +9,7 @@ those axes, one row per device; the local axes follow. A value *invariant* over 
 axis (every device of it holds the same) has no leading axis for it and is replicated
 there. Each local op is replayed on the global tensors with its axes shifted past the
 leading ones, so it acts on each device's own value; the only cross-device ops are the
-collectives of fuserlite.spmd, which build the sets and reductions that the usual
+collectives of fuserlite.spmd.collectives, which build the sets and reductions that the usual
 passes lower to communications. in_specs and out_specs (one entry per tensor axis: the
 mesh axis sharding it, or None) say how global arguments become local values and back.
 """
@@ -26,7 +26,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ops.common import fusion_of
-from fuserlite.shard_map_trace import (
+from fuserlite.spmd.trace import (
     Local,
     Region,
     Trace,

@@ -13,9 +13,16 @@ from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.liveness import dead_after
 from fuserlite.ir.tensor import TensorView
-from fuserlite.runtime.liveness import dead_after
-from fuserlite.runtime.numpy_ops import BLOCK, blocks, eval_outputs, eval_stacked, stack_key, store
+from fuserlite.reference.numpy_ops import (
+    BLOCK,
+    blocks,
+    eval_outputs,
+    eval_stacked,
+    stack_key,
+    store,
+)
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

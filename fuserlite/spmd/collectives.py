@@ -2,7 +2,7 @@
 
 Each takes a local value of the shard_map being traced and the mesh axis it runs
 over (`axis=`: a ParallelType or its name; on a 1-D mesh the only axis by default),
-and builds ordinary IR on the value's global tensor (fuserlite.shard_map.Local):
+and builds ordinary IR on the value's global tensor (fuserlite.spmd.shard_map.Local):
 a set that changes a sharding, a reduction over a leading (device) axis, views
 that move the leading axis. The passes lower them to Allgather, Allreduce,
 ReduceScatter and AllToAll like any other resharding; there is no second code
@@ -20,7 +20,7 @@ from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ParallelType
-from fuserlite.shard_map_trace import (
+from fuserlite.spmd.trace import (
     Local,
     Trace,
     active_trace,

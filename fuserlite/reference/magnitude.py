@@ -26,11 +26,11 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.liveness import dead_after
 from fuserlite.numerics import attention
 from fuserlite.ops.registry import is_scalar
-from fuserlite.runtime.liveness import dead_after
-from fuserlite.runtime.numpy_ops import eval_expr
-from fuserlite.runtime.reference import evaluate
+from fuserlite.reference.evaluator import evaluate
+from fuserlite.reference.numpy_ops import eval_expr
 
 F64 = np.dtype(np.float64)
 
@@ -172,7 +172,7 @@ def magnitudes(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]
     """m per fusion output (float64), evaluated alongside the reference's values.
 
     An input's m is made when an expression first reads it and, like every m, dropped
-    after the last one that does, as the reference drops values (runtime/liveness.py)."""
+    after the last one that does, as the reference drops values (ir/liveness.py)."""
     given = dict(zip(fusion.inputs, inputs))
     mags: dict = {}
     exprs = fusion.exprs()

@@ -29,6 +29,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.types import ReductionOpType
+from fuserlite.numerics.casts import identity
 from fuserlite.plan.blocks import Box, chunk_bounds
 from fuserlite.plan.mesh_axes import Group, teams
 from fuserlite.plan.steps import Step, StepKind
@@ -39,7 +40,6 @@ from fuserlite.runtime.communicator import (
     back,
     contiguous,
     front,
-    identity,
     pad_rows,
     pad_to,
     split_rows,

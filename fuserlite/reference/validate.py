@@ -20,9 +20,9 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
-from fuserlite.runtime.magnitude import magnitudes
-from fuserlite.runtime.numpy_ops import blocks
-from fuserlite.runtime.reference import evaluate
+from fuserlite.reference.evaluator import evaluate
+from fuserlite.reference.magnitude import magnitudes
+from fuserlite.reference.numpy_ops import blocks
 
 # (rtol, atol) per float dtype; every other dtype is compared exactly. The executor
 # sums and multiplies in other orders than the reference (per-device partial sums,
@@ -134,7 +134,7 @@ def mismatch(
 ) -> Mismatch | None:
     """The element of `out` farthest from `ref` among those outside `tol` (None: must be
     equal), or None if every element matches. The error allowed at an element is
-    atol + rtol * scale, where scale is |ref| unless given (see fuserlite.runtime.magnitude)."""
+    atol + rtol * scale, where scale is |ref| unless given (see fuserlite.reference.magnitude)."""
     out, ref = np.asarray(out), np.asarray(ref)
     o, r = out.reshape(-1), ref.reshape(-1)
     s = None if scale is None else np.broadcast_to(scale, out.shape).reshape(-1)

@@ -1,10 +1,10 @@
 """The kernel runner's global memory: reading a tensor at a chunk's offsets, and
 writing the tensors a step stores, chunk by chunk in grid order.
 
-A store holds a batch of tensors (fuserlite.runtime.kernel_plan: expressions that
+A store holds a batch of tensors (fuserlite.kernel.batches: expressions that
 lower alike are evaluated together, one row of values each) written at the same
 offsets under the same predicate: one block of rows, each tensor's array one row
-(kernel_plan bounds a batch, so a block stays a few MiB however many tensors).
+(kernel.batches bounds a batch, so a block stays a few MiB however many tensors).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
-from fuserlite.runtime.kernel_grid import GridChunk, Offset
+from fuserlite.kernel.grid_index import GridChunk, Offset
 
 
 def poison(dtype: np.dtype) -> object:
@@ -63,7 +63,7 @@ class Store:
     identity layout: grid point k writes element k) the elements written are a
     prefix and no mask is kept; the first chunk that writes otherwise fills the rest
     with poison and starts a mask of the elements written (and valid). Values are
-    held in the tensors' compute dtype (see fuserlite.runtime.numpy_ops.store)."""
+    held in the tensors' compute dtype (see fuserlite.reference.numpy_ops.store)."""
 
     def __init__(self, tvs: list[TensorView], key: tuple, coords: list) -> None:
         self.tvs = tvs

@@ -5,7 +5,7 @@ tensor and axis at fault. The pipeline runs it after every fusion pass (and
 fuserlite.program.verify, which builds on it, after every program pass): a tensor or
 expression found valid is checked again only once it has changed (ir.stamps), and an
 IR nothing has changed in since it was found valid is not walked at all
-(fuserlite.verdicts).
+(fuserlite.verify.verdicts).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, ParallelType
 from fuserlite.ops.registry import definition
 from fuserlite.ops.sharding import broadcast_sums, non_local_inputs, reads_signatures_only
 from fuserlite.printer import Namer
-from fuserlite.structures import structure
+from fuserlite.verify.structures import structure
 
 SERIAL = ParallelType.Serial
 
@@ -108,7 +108,7 @@ def tensor_problems(tv: TensorView, namer: Namer, mesh_inferable: bool) -> list[
     v = version(tv)
     if checked(tv, question, v):
         return []
-    alike = structure(tv)  # decided once per structure (fuserlite.structures)
+    alike = structure(tv)  # decided once per structure (fuserlite.verify.structures)
     if alike is not None and inferable in alike.valid:
         problems = []
     elif _plainly_valid(tv, mesh_inferable):
@@ -366,7 +366,7 @@ def partial_output_problems(outputs: list[TensorView], namer: Namer) -> list[str
     for out in outputs:
         alike = structure(out)
         if alike is not None and alike.complete:
-            continue  # fuserlite.structures: 20 000 outputs alike, one answer
+            continue  # fuserlite.verify.structures: 20 000 outputs alike, one answer
         partial = [s for s in shardings(out).values() if s.is_partial]
         if not partial and alike is not None and alike.sharded:
             alike.complete = True

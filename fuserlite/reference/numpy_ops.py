@@ -19,6 +19,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.numerics import attention, casts, nn, philox
+from fuserlite.numerics.casts import identity
 from fuserlite.numerics.philox import Block
 from fuserlite.ops.reductions import reduced_axes
 from fuserlite.ops.registry import (
@@ -28,7 +29,6 @@ from fuserlite.ops.registry import (
     operand_to_output,
     positional,
 )
-from fuserlite.runtime.communicator import identity
 
 BLOCK = 1 << 18  # elements a pass over a whole array takes at a time
 
