@@ -5,9 +5,11 @@
 
 Builds fuserlite.models.transformer_block (layer_norm, q/k/v projections, causal
 attention with dropout, output projection, dropout, residual, layer_norm, MLP with
-gelu, dropout, residual), lowers it, runs it, prints what moved between devices
-(exactly Megatron-SP's two Allgathers and two ReduceScatters) and validates the
-output against the unsharded reference with bfloat16's tolerance.
+gelu, dropout, residual), whose inputs it shards with DTensor's placements
+(`fl.distribute(w, mesh, [fl.Shard(0)])`), lowers it, runs it, prints the sharded
+inputs' placements and what moved between devices (exactly Megatron-SP's two
+Allgathers and two ReduceScatters) and validates the output against the unsharded
+reference with bfloat16's tolerance.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     errors = fl.validate(fusion, inputs, outputs)
     print(f"transformer block, {options.dtype}, {options.devices} {options.backend} devices:")
+    sharded = [t for t in fusion.inputs if t.placements != (fl.Replicate(),)]
+    print("  placements: " + ", ".join(f"{t.user_name} {t.placements[0]}" for t in sharded))
     for c in executor.communications:
         print(f"  {c.kind.value} of {c.input.name}{list(c.input.shape)}")
     kinds = ", ".join(c.kind.value for c in executor.communications)

@@ -71,6 +71,13 @@ __all__ += [
     "validate",
     "verify_program",
 ]
+from fuserlite.schedule.placements import (  # noqa: E402 - installs tv.placements
+    Partial,
+    Replicate,
+    Shard,
+    distribute,
+    redistribute,
+)
 from fuserlite.show import show_sharding  # noqa: E402
 from fuserlite.spmd.collectives import (  # noqa: E402
     all_gather,
@@ -86,6 +93,11 @@ from fuserlite.spmd.collectives import (  # noqa: E402
 from fuserlite.spmd.shard_map import shard_map  # noqa: E402
 
 __all__ += [
+    "Partial",
+    "Replicate",
+    "Shard",
+    "distribute",
+    "redistribute",
     "all_gather",
     "all_reduce",
     "all_to_all",

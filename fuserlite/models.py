@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import fuserlite.ops as fl
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.placement import Replicate, Shard
 from fuserlite.ir.types import ParallelType
+from fuserlite.schedule.placements import distribute
 from fuserlite.schedule.shard import shard_axis
 from fuserlite.spmd.collectives import all_gather, all_reduce, reduce_scatter
 from fuserlite.spmd.shard_map import shard_map
@@ -102,17 +104,16 @@ def tensor_parallel_mlp(
         w2 = fl.tensor([hidden, 4 * hidden])
         b2 = fl.tensor([hidden])
         for t in (x, w1, b1, w2, b2):
-            t.set_device_mesh(mesh)
             fusion.add_input(t)
-        shard_axis(w1, 0, mesh)
-        shard_axis(b1, 0, mesh)
-        shard_axis(w2, 1, mesh)
-        if sequence_parallel:
-            shard_axis(x, 1, mesh)
+        distribute(x, mesh, [Shard(1) if sequence_parallel else Replicate()])
+        distribute(w1, mesh, [Shard(0)])  # column-parallel
+        distribute(b1, mesh, [Shard(0)])
+        distribute(w2, mesh, [Shard(1)])  # row-parallel
+        distribute(b2, mesh, [Replicate()])
         h = fl.gelu(fl.linear(x, w1, b1))
         y = fl.linear(h, w2)
-        if sequence_parallel:
-            shard_axis(y, 1, mesh)
+        if sequence_parallel:  # its partial sums reduce-scattered over the sequence
+            distribute(y, mesh, [Shard(1)])
         fusion.add_output(fl.add(y, b2))
     return fusion
 
@@ -155,21 +156,18 @@ def transformer_block(
         shapes |= {"bq": [h], "bk": [h], "bv": [h], "w1": [4 * h, h], "b1": [4 * h]}
         shapes |= {"w2": [h, 4 * h]}
         t = {n: fl.tensor(shapes.get(n, [h]), dtype, name=n) for n in names}
-        for tv in t.values():
-            tv.set_device_mesh(mesh)
+        placements = {"x": [Shard(1)]}  # sequence parallel
+        placements |= {n: [Shard(0)] for n in ("wq", "bq", "wk", "bk", "wv", "bv", "w1", "b1")}
+        placements |= {"wo": [Shard(1)], "w2": [Shard(1)]}  # row-parallel
+        for n, tv in t.items():  # column-parallel (output features) above, the rest whole
             fusion.add_input(tv)
-        shard_axis(t["x"], 1, mesh)  # sequence parallel
-        for n in ("wq", "bq", "wk", "bk", "wv", "bv", "w1", "b1"):  # column-parallel
-            shard_axis(t[n], 0, mesh)
-        for n in ("wo", "w2"):  # row-parallel
-            shard_axis(t[n], 1, mesh)
+            distribute(tv, mesh, placements.get(n, [Replicate()]))
 
         def heads_first(y):  # [B, S, H] -> [B, heads, S, head_dim]
             return fl.permute(fl.reshape(y, [b, s, heads, head_dim]), [0, 2, 1, 3])
 
         def row_parallel(y, w, bias):  # partial sums reduce-scattered over the sequence
-            out = fl.linear(y, w)
-            shard_axis(out, 1, mesh)
+            out = distribute(fl.linear(y, w), mesh, [Shard(1)])
             return fl.add(out, bias)
 
         x = t["x"]

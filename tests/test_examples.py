@@ -25,6 +25,7 @@ KEY_LINES = {
         "validation ok",
     ],
     "transformer_block.py": [
+        "placements: x Shard(dim=1), wq Shard(dim=0), bq Shard(dim=0),",
         "communications: Allgather, ReduceScatter, Allgather, ReduceScatter; validation ok",
     ],
     "tp_mlp.py": [

@@ -14,7 +14,12 @@ each of its entries with its depth, 0 outermost: (1, 0) on tensor axis 0 of a
 
 The IR's sharding queries (fuserlite.ir.sharding) read a TensorView's
 placement in this form, and the redistribution planner (fuserlite.plan)
-plans between two of them: one type for both.
+plans between two of them: one type for both. Users write the per-mesh-axis
+values `Shard(dim)`, `Replicate()` and `Partial("sum" | "max")` as DTensor spells
+them (`fl.distribute`, `tv.placements`: fuserlite.schedule.placements), which
+`Placement.from_dtensor` and `of_mesh_axis` convert to and from this form. A
+placement's `partial` says which mesh axes hold addends, not how they combine:
+that is the reduction's op, which `tv.placements` reads off the tensor.
 """
 
 from __future__ import annotations
@@ -28,9 +33,15 @@ from fuserlite.ir.errors import RedistributionError
 
 @dataclass(frozen=True)
 class Shard:
-    """DTensor's Shard(dim): this mesh axis splits tensor axis `dim`."""
+    """DTensor's Shard(dim): this mesh axis splits tensor axis `dim` (torch.chunk's chunks)."""
 
     dim: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int):
+            raise RedistributionError(
+                f"Shard(dim): dim is the tensor axis the mesh axis splits, an int; got {self.dim!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -38,9 +49,27 @@ class Replicate:
     """DTensor's Replicate(): every device of this mesh axis holds the same data."""
 
 
+# How a Partial's addends combine: DTensor's reduce_op names, as the reductions' names
+# (ir.types.ReductionOpType) spell them.
+PARTIAL_OPS = ("sum", "max")
+
+
 @dataclass(frozen=True)
 class Partial:
-    """DTensor's Partial(): the devices of this mesh axis hold addends of the value."""
+    """DTensor's Partial(reduce_op): the devices of this mesh axis hold addends of the
+    value, combined by `reduce_op` ("sum", the default, or "max")."""
+
+    reduce_op: str = "sum"
+
+    def __repr__(self) -> str:
+        return f"Partial({self.reduce_op})"  # as DTensor prints it
+
+    def __post_init__(self) -> None:
+        if self.reduce_op not in PARTIAL_OPS:
+            raise RedistributionError(
+                f"Partial({self.reduce_op!r}): reduce_op is how the devices' values combine, "
+                f"one of {', '.join(map(repr, PARTIAL_OPS))}"
+            )
 
 
 MeshAxisPlacement = Shard | Replicate | Partial
@@ -122,7 +151,8 @@ class Placement:
         )
 
     def of_mesh_axis(self, axis: int) -> MeshAxisPlacement:
-        """What mesh axis `axis` does: Shard(t), Partial() or Replicate()."""
+        """What mesh axis `axis` does: Shard(t), Partial() or Replicate() (a Partial of
+        "sum": how the addends combine is the reduction's, not the placement's)."""
         if axis in self.partial:
             return Partial()
         for t, axes in enumerate(self.shards):

@@ -16,6 +16,7 @@ docs/fus-format.md)::
     merge x axes 1 2                      # merge two loop axes
     reorder x {0: 1, 1: 0}                # move loop axes {old: new}
     parallelize x axis 0 DIDx             # or deviceIdx.x, TIDx, threadIdx.x, Unswitch, ...
+    place x on m (S0, R)                  # fl.distribute: one placement per mesh axis
 
 Statements run in order. Names are the writer's (x, y); the fusion numbers its
 tensors T0, T1, ... in creation order. Every mistake is a ParseError with
@@ -45,6 +46,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import sharding_problem
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ParallelType
+from fuserlite.schedule.placements import distribute
 from fuserlite.spmd.collectives import COLLECTIVES
 from fuserlite.text.calls import Arg, call_op
 from fuserlite.text.regions import Block, call_collective, run_block
@@ -416,6 +418,31 @@ class _Builder:
         ax = tv.axis(self._int(axis, "an axis"))
         ax.parallelize(pt)
         self._check_sharding(tv, ax)
+
+    def _place(self, name: Token, ref: Token | Tree, *items: Tree) -> None:
+        tv = self._tensor(name)
+        mesh = self._mesh(ref)
+        written = []
+        for item in items:
+            head, *tail = item.children
+            text = str(head) + "".join(str(t) for t in tail)
+            if not re.fullmatch(r"S\d+(\.\d+)?|R|P", text) or (
+                tail and tail[0].column != head.end_column
+            ):
+                raise self._fail(
+                    f"{text} is not a placement: write S<d> (Shard(d): this mesh axis splits "
+                    "tensor axis d), R (Replicate) or P (Partial), one per mesh axis",
+                    head,
+                )
+            if text.startswith("S") and int(text[1:].split(".")[0]) >= len(tv.shape):
+                raise self._fail(
+                    f"{text}: {tv.name} has {len(tv.shape)} data axes"
+                    f"{f' (0..{len(tv.shape) - 1})' if tv.shape else ''}, so it has no axis "
+                    f"{text[1:].split('.')[0]} to shard",
+                    head,
+                )
+            written.append(text)
+        distribute(tv, mesh, "(" + ",".join(written) + ")")
 
     def _check_sharding(self, tv: TensorView, ax: IterDomain) -> None:
         # Without a mesh the tensor inherits one during propagation; verify() checks it then.

@@ -4,7 +4,9 @@ Tensors are written in creation order under their printed names (T0, T1, ...),
 so the re-parsed fusion numbers its tensors and IterDomains the same way. Each
 tensor's transforms are replayed in the order they were applied, at the loop
 positions they had then; a final `reorder` restores the loop order, and parallel
-types are given last (or just before a transform consumes the axis).
+types are given last (or just before a transform consumes the axis). A tensor
+whose schedule is exactly its sharding, as `fl.distribute` writes it, is one
+`place T0 on m0 (S0, R)` line instead.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.sharding import logical_placement, placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, MemoryType, ParallelType
+from fuserlite.ops.common import new_axis
 from fuserlite.ops.registry import Param, definition
+from fuserlite.schedule.shard import shard_as
 from fuserlite.spmd.trace import regions
 from fuserlite.text.regions import write_region
 
@@ -132,14 +137,31 @@ def _check(tv: TensorView) -> None:
             raise _cannot(tv, f"has contiguity {tv.domain.contiguity}")
 
 
-def _parallelize(tv: TensorView, pos: int, ax: IterDomain) -> list[str]:
+def _parallelize(name: str, pos: int, ax: IterDomain) -> list[str]:
     if ax.parallel_type is ParallelType.Serial:
         return []
-    return [f"parallelize {tv.ir_name} axis {pos} {ax.parallel_type.name}"]
+    return [f"parallelize {name} axis {pos} {ax.parallel_type.name}"]
 
 
-def _schedule(tv: TensorView) -> list[str]:
-    """Directives that rebuild tv's transforms, loop order and parallel types."""
+def _placed(tv: TensorView, mesh_name: str) -> str | None:
+    """`place T0 on m0 (S0, R)` where that line (fl.distribute) rebuilds tv's transforms
+    and parallel types exactly, else None: tv is sharded, and sharding an unscheduled
+    copy of it by its placement writes the directives tv's own schedule needs."""
+    p, logical = placement(tv), logical_placement(tv)
+    reductions = sum(ax.is_reduction for ax in tv.domain.logical)
+    if not any(logical.shards) or (p.partial and reductions != 1):
+        return None
+    probe = TensorView(Fusion(), [new_axis(ax.extent, ax.iter_type) for ax in tv.domain.logical])
+    shard_as(probe, tv.mesh, logical)
+    if _schedule(probe, tv.ir_name) != _schedule(tv):
+        return None
+    return f"place {tv.ir_name} on {mesh_name} ({str(p)[1:-1].replace(',', ', ')})"
+
+
+def _schedule(tv: TensorView, name: str | None = None) -> list[str]:
+    """Directives that rebuild tv's transforms, loop order and parallel types (written for
+    the tensor called `name`, tv's own by default)."""
+    name = tv.ir_name if name is None else name
     loop = list(tv.domain.logical)
 
     def pos(ax: IterDomain) -> int:
@@ -151,14 +173,14 @@ def _schedule(tv: TensorView) -> list[str]:
     lines: list[str] = []
     for t in tv.domain.transforms:
         for ax in t.inputs:  # give the type while the axis is still in the loop domain
-            lines += _parallelize(tv, pos(ax), ax)
+            lines += _parallelize(name, pos(ax), ax)
         if isinstance(t, Split):
             k = pos(t.input)
             verb = "split" if t.inner_split else "outer_split"
-            lines.append(f"{verb} {tv.ir_name} axis {k} by {t.factor}")
+            lines.append(f"{verb} {name} axis {k} by {t.factor}")
             loop[k : k + 1] = [t.outer, t.inner]
         else:
-            lines.append(f"merge {tv.ir_name} axes {pos(t.outer)} {pos(t.inner)}")
+            lines.append(f"merge {name} axes {pos(t.outer)} {pos(t.inner)}")
             del loop[pos(t.inner)]  # the merged axis takes the outer axis's place
             loop[pos(t.outer)] = t.output
     if len(loop) != len(tv.domain.loop):
@@ -166,9 +188,9 @@ def _schedule(tv: TensorView) -> list[str]:
     order = {pos(ax): k for k, ax in enumerate(tv.domain.loop) if pos(ax) != k}
     if order:
         pairs = ", ".join(f"{old}: {new}" for old, new in order.items())
-        lines.append(f"reorder {tv.ir_name} {{{pairs}}}")
+        lines.append(f"reorder {name} {{{pairs}}}")
     for k, ax in enumerate(tv.domain.loop):
-        lines += _parallelize(tv, k, ax)
+        lines += _parallelize(name, k, ax)
     return lines
 
 
@@ -211,9 +233,13 @@ def to_fus(fusion: Fusion) -> str:
         else:
             call = _call(tv, written)
             body += [call] if call is not None else []
-            if tv.mesh is not None:
-                directives.append(f"set_mesh {tv.ir_name} {meshes[tv.mesh]}")
         written.add(id(tv))
+        place = None if tv.mesh is None else _placed(tv, meshes[tv.mesh])
+        if place is not None:
+            directives.append(place)
+            continue
+        if tv.mesh is not None and tv.definition is not None:
+            directives.append(f"set_mesh {tv.ir_name} {meshes[tv.mesh]}")
         directives += _schedule(tv)
     marks = [] if inline else [f"input {tv.ir_name}" for tv in fusion.inputs]
     marks += [f"output {tv.ir_name}" for tv in fusion.outputs]
