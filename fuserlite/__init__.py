@@ -20,6 +20,7 @@ from fuserlite.ir import (
     VerifyError,
 )
 from fuserlite.ops import *  # noqa: F403 - tensor and every op's builder (ops.__all__)
+from fuserlite.autodiff import grad, vjp
 from fuserlite.reference.evaluator import evaluate, random_inputs
 from fuserlite.text import parse, to_fus
 from fuserlite.verify.fusion import verify
@@ -43,11 +44,13 @@ __all__ = [
     "TensorView",
     "VerifyError",
     "evaluate",
+    "grad",
     "load",
     "parse",
     "random_inputs",
     "to_fus",
     "verify",
+    "vjp",
 ]
 __all__ += ops.__all__
 

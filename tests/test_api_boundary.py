@@ -471,6 +471,12 @@ BAD = [
     bad("verify_program int", lambda e: fl.verify_program(5), "verify_program", "program", "5"),
     bad("verify_program fusion", lambda e: fl.verify_program(e.fusion), "program", "Fusion"),
     bad("explain fusion", lambda e: fl.explain(e.fusion), "explain", "fl.lower(fusion)", "Fusion"),
+    # -- fl.grad, fl.vjp ---------------------------------------------------------------
+    bad("grad fusion", lambda e: fl.grad("f", ["x"]), "grad", "fusion", "'f'"),
+    bad("grad wrt str", lambda e: fl.grad(e.fusion, "T0"), "grad", "wrt", "'T0'"),
+    bad("grad loss not scalar", lambda e: fl.grad(e.fusion, ["T0"]), "grad", "T5", "scalar"),
+    bad("vjp unknown input", lambda e: fl.vjp(e.fusion, ["w"]), "vjp", "'w'", "T0"),
+    bad("vjp int input", lambda e: fl.vjp(e.fusion, [7]), "vjp", "7"),
 ]
 
 

@@ -14,6 +14,7 @@
     random.py        rand_like (Philox at global indices); uniform, dropout (composites)
     creation.py      iota (no tensor operands: values at the elements' global indices)
     registry.py      OpDef and the registry; forms.py: printed forms, both ways
+    gradients.py     what the ops' vjp rules (OpDef.vjp) share: constants, unbroadcast
     common.py        what builders share; sharding.py: sharding queries on expressions
 
 Importing this package registers every op and installs the operator sugar on

@@ -121,12 +121,29 @@ def _fwd_axes(expr: Expr, position: int, consumer: TensorView) -> dict[int, int]
 _LSE = {DType.float64: DType.float64}
 
 
+def _sdpa_vjp(expr, operands, outputs, grads):
+    """sdpa_bwd of the output's cotangent (the same flags, so the same dropout mask); a
+    loss that reads the logsumexp has no rule here."""
+    grad_output, grad_lse = grads
+    if grad_lse is not None:
+        raise FusionError(
+            f"sdpa ({outputs[1].name}): the gradient reaches its logsumexp output, which "
+            "sdpa's vjp rule (sdpa_bwd) does not take; differentiate a loss of the attention "
+            "output only"
+        )
+    if grad_output is None:
+        return [None, None, None]
+    query, key, value = operands
+    return list(sdpa_bwd(grad_output, query, key, value, *outputs, **expr.attributes()))
+
+
 @define(
     Template("sdpa({query},\n {key},\n {value},\n " + _FLAGS_TEXT),
     (Param("query", "tensor"), Param("key", "tensor"), Param("value", "tensor"), *_FLAGS),
     attrs=_ATTRS,
     outputs_axis_map=_fwd_axes,
     indexed=True,  # the dropout mask: drawn at the global indices of its rows
+    vjp=_sdpa_vjp,
 )
 def sdpa(
     query: TensorView,

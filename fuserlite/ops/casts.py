@@ -86,12 +86,19 @@ class CastForm:
         return {"x": m.group(2), "dtype": _TARGETS[m.group(1)]}
 
 
+def _cast_vjp(expr, operands, outputs, grads):
+    """The cotangent in the input's dtype (none for an integer or bool input)."""
+    x = operands[0]
+    return [cast(grads[0], x.dtype) if x.dtype.is_float else None]
+
+
 @define(
     CastForm(),
     (X, Param("dtype", "dtype")),
     Category.POINTWISE,
     attrs=("dtype",),
     converts=True,
+    vjp=_cast_vjp,
 )
 def cast(x: TensorView, dtype: DType | str) -> TensorView:
     """x converted to `dtype` (rounded to nearest even; float to integer truncates)."""

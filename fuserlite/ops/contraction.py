@@ -9,6 +9,8 @@ sharded batch, row or output-feature axis passes through, the axis maps say so.
 
 from __future__ import annotations
 
+import math
+
 from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
@@ -17,9 +19,12 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ReductionOpType
 from fuserlite.ops.common import X, check_tensor, data_axes, fusion_of, new_axis, shape_text
 from fuserlite.ops.forms import Template
+from fuserlite.ops.gradients import unbroadcast
+from fuserlite.ops.movement import squeeze, transpose, unsqueeze
 from fuserlite.ops.pointwise import add, promote
+from fuserlite.ops.reductions import sum as sum_of
 from fuserlite.ops.registry import Op, Param, Rewrite, Sharding, define
-from fuserlite.ops.views import broadcast
+from fuserlite.ops.views import broadcast, reshape
 
 __all__ = ["matmul", "linear"]  # the builders of its ops
 
@@ -87,12 +92,62 @@ def _linear_axes(expr: Expr, position: int) -> dict[int, int]:
 _PARTIAL_SUMS = ReductionOpType.sum
 
 
+# -- vector-Jacobian products (OpDef.vjp): (expr, operands, outputs, cotangents) ------
+def _matmul_vjp(expr, operands, outputs, grads):
+    """ga = g b^T, gb = a^T g, each summed over the batch axes its operand broadcast; a
+    1-D a is a row [1, k] (its output a row [..., 1, n]). A 2-D b read by a batched a
+    (a weight) gets its cotangent from one contraction over all of a's rows."""
+    (a, b), (g,) = operands, grads
+    vector = len(a.shape) == 1
+    if vector:
+        a, g = unsqueeze(a, 0), unsqueeze(g, -2)
+    ga = unbroadcast(matmul(g, transpose(b, -1, -2)), a.shape)
+    if len(b.shape) == 2 and len(a.shape) > 2:
+        gb = matmul(transpose(_rows(a), -1, -2), _rows(g))
+    else:
+        gb = unbroadcast(matmul(transpose(a, -1, -2), g), b.shape)
+    return [squeeze(ga, 0) if vector else ga, gb]
+
+
+def _rows(t: TensorView, keep: int = 0) -> TensorView:
+    """t with its axes between the first `keep` and the last merged into one: the rows
+    of a contraction (a reshape; an outer sharding of them stays local)."""
+    shape = list(t.shape)
+    if len(shape) - keep <= 2:
+        return t
+    return reshape(t, [*shape[:keep], math.prod(shape[keep:-1]), shape[-1]])
+
+
+def _linear_vjp(expr, operands, outputs, grads):
+    """out[wb..., xb..., n] = x[xb..., k] w[wb..., n, k]^T (+ bias[wb..., n]):
+    gx = g w summed over wb; gw = g^T x, one contraction over x's rows (xb merged, so
+    that gw is one matmul's output, placed as w); gbias = g summed over xb. A 1-D x is
+    a row [1, k]."""
+    x, w = operands[0], operands[1]
+    g = grads[0]
+    wb = len(w.shape) - 2
+    vector = len(x.shape) == 1
+    if vector:
+        x, g = unsqueeze(x, 0), unsqueeze(g, -2)
+    xb = len(x.shape) - 1  # >= 1: the rows, and any batch axes before them
+    # w's batch axes first, then broadcast over x's batch axes but its rows
+    w_rows = broadcast(w, [False] * wb + [True] * (xb - 1) + [False, False]) if wb else w
+    gx = matmul(g, w_rows)  # [wb..., xb..., k]
+    gx = sum_of(gx, list(range(wb))) if wb else gx
+    gw = matmul(transpose(_rows(g, wb), -1, -2), _rows(x))  # [wb..., n, k]
+    cotangents = [squeeze(gx, 0) if vector else gx, gw]
+    if len(operands) == 3:
+        cotangents.append(sum_of(g, list(range(wb, wb + xb))))
+    return cotangents
+
+
 @define(
     Template("matmul({a},\n          {b})"),
     (Param("a", "tensor"), Param("b", "tensor")),
     axis_map=_matmul_axes,
     # Tensor parallelism keeps weights in place and moves activations.
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,)),
+    vjp=_matmul_vjp,
 )
 def matmul(a: TensorView, b: TensorView) -> TensorView:
     """a[..., m, k] @ b[..., k, n] -> [batch..., m, n] (batch axes broadcast as in numpy;
@@ -159,6 +214,7 @@ def bias_after_partial_sums(linear: Expr) -> Rewrite | None:
     (X, Param("weight", "tensor"), Param("bias", "tensor", required=False)),
     axis_map=_linear_axes,
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,), when_partial=bias_after_partial_sums),
+    vjp=_linear_vjp,
 )
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
     """x[..., k] @ weight[..., n, k]^T (+ bias[..., n]) -> [wbatch..., ..., n]: a batched

@@ -34,12 +34,73 @@ from fuserlite.ops.common import (
     shape_text,
 )
 from fuserlite.ops.forms import Template
+from fuserlite.ops.gradients import zeros
 from fuserlite.ops.registry import AxisMap, Category, Op, Param, composite, define
 from fuserlite.ops.views import broadcast, reshape
 
 # The builders of its ops and composites.
 __all__ = ["permute", "squeeze", "select", "slice", "cat"]
 __all__ += ["transpose", "unsqueeze", "flatten", "split", "chunk"]
+
+
+# -- vector-Jacobian products (OpDef.vjp): (expr, operands, outputs, cotangents) ------
+def _permute_vjp(expr, operands, outputs, grads):
+    dims = expr.attrs["dims"]
+    return [permute(grads[0], [dims.index(k) for k in range(len(dims))])]
+
+
+def _squeeze_vjp(expr, operands, outputs, grads):
+    return [broadcast(grads[0], list(expr.attrs["flags"]))]
+
+
+def _select_vjp(expr, operands, outputs, grads):
+    (x,), (g,) = operands, grads
+    axis, index = expr.attrs["axis"], expr.attrs["index"]
+    return [_placed(unsqueeze(g, axis), axis, index, x.shape[axis])]
+
+
+def _slice_vjp(expr, operands, outputs, grads):
+    (x,), (g,) = operands, grads
+    for k, (start, _, step) in enumerate(expr.attrs["ranges"]):
+        if step > 1:  # every step-th element: zeros between them
+            spaced = list(g.shape)
+            spaced[k : k + 1] = [g.shape[k], step - 1]
+            gaps = cat([unsqueeze(g, k + 1), zeros(g, spaced)], k + 1)
+            shape = list(g.shape)
+            shape[k] *= step
+            g = _cut(reshape(gaps, shape), k, 0, min(shape[k], x.shape[k] - start))
+        g = _placed(g, k, start, x.shape[k])
+    return [g]
+
+
+def _cat_vjp(expr, operands, outputs, grads):
+    axis, g, start = expr.attrs["axis"], grads[0], 0
+    pieces = []
+    for t in operands:
+        pieces.append(_cut(g, axis, start, start + t.shape[axis]))
+        start += t.shape[axis]
+    return pieces
+
+
+def _cut(g: TensorView, axis: int, start: int, stop: int) -> TensorView:
+    """g[start:stop] on `axis` (g itself when that is all of it)."""
+    if (start, stop) == (0, g.shape[axis]):
+        return g
+    starts = [start if k == axis else 0 for k in range(len(g.shape))]
+    stops = [stop if k == axis else e for k, e in enumerate(g.shape)]
+    return slice(g, starts, stops)
+
+
+def _placed(g: TensorView, axis: int, start: int, extent: int) -> TensorView:
+    """g at `start` of an axis of `extent`, zeros before and after it."""
+    before, after = start, extent - start - g.shape[axis]
+    pieces = []
+    for size in (before, None, after):
+        if size is None:
+            pieces.append(g)
+        elif size:
+            pieces.append(zeros(g, [size if k == axis else e for k, e in enumerate(g.shape)]))
+    return cat(pieces, axis) if len(pieces) > 1 else g
 
 
 def _axis(x: TensorView, axis: object, op: str, arg: str) -> int:
@@ -65,6 +126,7 @@ def _permute_axes(expr: Expr, position: int) -> dict[int, int]:
     Category.POINTWISE,
     attrs=("dims",),
     axis_map=_permute_axes,
+    vjp=_permute_vjp,
 )
 def permute(x: TensorView, dims: Sequence[int]) -> TensorView:
     """x with its axes reordered: output axis k is x's axis dims[k] (negative from the end)."""
@@ -117,6 +179,7 @@ def _squeeze_targets(expr: Expr) -> list[int | None]:
     (X, Param("dims", "axes", read=lambda e: [i for i, f in enumerate(e.attrs["flags"]) if f])),
     attrs=("flags",),
     axis_map=_kept_map(_squeeze_targets),
+    vjp=_squeeze_vjp,
 )
 def squeeze(x: TensorView, dims: int | Sequence[int]) -> TensorView:
     """x without its extent-1 axes `dims` (negative from the end)."""
@@ -152,6 +215,7 @@ def _select_targets(expr: Expr) -> list[int | None]:
     (X, Param("axis", "int"), Param("index", "int")),
     attrs=("axis", "index"),
     axis_map=_kept_map(_select_targets),
+    vjp=_select_vjp,
 )
 def select(x: TensorView, axis: int, index: int) -> TensorView:
     """x at `index` of axis `axis`, which the output drops (negative counts from the end)."""
@@ -191,6 +255,7 @@ def _ranges_read(field: int) -> Callable[[Expr], list[int]]:
     ),
     attrs=("ranges",),
     axis_map=_kept_map(_slice_targets),
+    vjp=_slice_vjp,
 )
 def slice(  # noqa: A001 - nvFuser's name
     x: TensorView, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int] | None = None
@@ -239,6 +304,7 @@ def _cat_targets(expr: Expr) -> list[int | None]:
     (Param("tensors", "tensors"), Param("axis", "int")),
     attrs=("axis",),
     axis_map=_kept_map(_cat_targets),
+    vjp=_cat_vjp,
 )
 def cat(tensors: Sequence[TensorView], axis: int) -> TensorView:
     """The tensors joined along `axis`; every other axis must agree (dtypes promote)."""

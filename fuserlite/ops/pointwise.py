@@ -28,7 +28,17 @@ from fuserlite.ops.common import (
     shape_text,
 )
 from fuserlite.ops.forms import Template, binary_call, call, infix
-from fuserlite.ops.registry import Category, Op, Operand, Param, Scalar, define, is_scalar
+from fuserlite.ops.gradients import unbroadcast
+from fuserlite.ops.registry import (
+    Category,
+    Op,
+    Operand,
+    Param,
+    Scalar,
+    define,
+    is_scalar,
+    no_gradient,
+)
 from fuserlite.ops.views import broadcast
 
 # The builders of its ops.
@@ -50,61 +60,95 @@ def unary(name: str, x: TensorView, keep_dtype: bool = False, numbers_only: bool
     return out
 
 
-@define(Template("-{x};"), UNARY, POINTWISE)
+# -- vector-Jacobian products (OpDef.vjp): (expr, operands, outputs, cotangents) ------
+def _unary_vjp(slope):
+    """The vjp of a unary op whose derivative is slope(x, y) (y its output): g * slope."""
+
+    def vjp(expr, operands, outputs, grads):
+        return [mul(grads[0], slope(operands[0], outputs[0]))]
+
+    return vjp
+
+
+def _neg_vjp(expr, operands, outputs, grads):
+    return [neg(grads[0])]
+
+
+def _relu_vjp(expr, operands, outputs, grads):
+    return [where(lt(0, operands[0]), grads[0], 0.0)]
+
+
+def _abs_vjp(expr, operands, outputs, grads):  # sign(x) g, 0 at 0 as torch
+    (x,), (g,) = operands, grads
+    return [where(lt(x, 0), neg(g), where(lt(0, x), g, 0.0))]
+
+
+def _gelu_vjp(expr, operands, outputs, grads):
+    from fuserlite.ops.normalization import gelu_backward  # builds on these ops
+
+    return [gelu_backward(grads[0], operands[0])]
+
+
+def _silu_slope(x: TensorView, y: TensorView) -> TensorView:
+    s = sigmoid(x)  # d(x s)/dx = s (1 + x (1 - s))
+    return mul(s, add(mul(x, sub(1.0, s)), 1.0))
+
+
+@define(Template("-{x};"), UNARY, POINTWISE, vjp=_neg_vjp)
 def neg(x: TensorView) -> TensorView:
     """-x"""
     return unary("neg", x, keep_dtype=True, numbers_only=True)
 
 
-@define(call("exp"), UNARY, POINTWISE)
+@define(call("exp"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: y))
 def exp(x: TensorView) -> TensorView:
     """e**x"""
     return unary("exp", x)
 
 
-@define(call("tanh"), UNARY, POINTWISE)
+@define(call("tanh"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: sub(1.0, mul(y, y))))
 def tanh(x: TensorView) -> TensorView:
     """tanh(x)"""
     return unary("tanh", x)
 
 
-@define(call("relu"), UNARY, POINTWISE)
+@define(call("relu"), UNARY, POINTWISE, vjp=_relu_vjp)
 def relu(x: TensorView) -> TensorView:
     """max(x, 0)"""
     return unary("relu", x, keep_dtype=True)
 
 
-@define(call("abs"), UNARY, POINTWISE)
+@define(call("abs"), UNARY, POINTWISE, vjp=_abs_vjp)
 def abs(x: TensorView) -> TensorView:  # noqa: A001 - mirrors the op name
     """|x|"""
     return unary("abs", x, keep_dtype=True)
 
 
-@define(call("gelu"), UNARY, POINTWISE)
+@define(call("gelu"), UNARY, POINTWISE, vjp=_gelu_vjp)
 def gelu(x: TensorView) -> TensorView:
     """GELU, tanh approximation."""
     return unary("gelu", x)
 
 
-@define(call("sqrt"), UNARY, POINTWISE)
+@define(call("sqrt"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: div(0.5, y)))
 def sqrt(x: TensorView) -> TensorView:
     """square root"""
     return unary("sqrt", x)
 
 
-@define(call("log"), UNARY, POINTWISE)
+@define(call("log"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: div(1.0, x)))
 def log(x: TensorView) -> TensorView:
     """natural logarithm"""
     return unary("log", x)
 
 
-@define(call("sigmoid"), UNARY, POINTWISE)
+@define(call("sigmoid"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: mul(y, sub(1.0, y))))
 def sigmoid(x: TensorView) -> TensorView:
     """1 / (1 + e**-x)"""
     return unary("sigmoid", x)
 
 
-@define(call("silu"), UNARY, POINTWISE)
+@define(call("silu"), UNARY, POINTWISE, vjp=_unary_vjp(_silu_slope))
 def silu(x: TensorView) -> TensorView:
     """x * sigmoid(x)"""
     return unary("silu", x)
@@ -259,46 +303,90 @@ def binary(name: str, a: object, b: object, numbers_only: bool = False) -> Tenso
     return out
 
 
-@define(infix("+"), BINARY, POINTWISE)
+def _summed(cotangents: list, operands) -> list:
+    """Each tensor operand's cotangent summed back to its shape (broadcast axes); None
+    for a scalar operand."""
+    return [
+        unbroadcast(g, x.shape) if isinstance(x, TensorView) and g is not None else None
+        for g, x in zip(cotangents, operands)
+    ]
+
+
+def _add_vjp(expr, operands, outputs, grads):
+    return _summed([grads[0], grads[0]], operands)
+
+
+def _sub_vjp(expr, operands, outputs, grads):
+    return _summed([grads[0], neg(grads[0])], operands)
+
+
+def _mul_vjp(expr, operands, outputs, grads):
+    (a, b), (g,) = operands, grads
+    return _summed([mul(g, b), mul(g, a)], operands)
+
+
+def _div_vjp(expr, operands, outputs, grads):  # d(a/b) = da / b - y db / b
+    b, (y,), (g,) = operands[1], outputs, grads
+    ga = div(g, b)
+    return _summed([ga, neg(mul(ga, y)) if isinstance(b, TensorView) else None], operands)
+
+
+def _extremum_vjp(expr, operands, outputs, grads):
+    """maximum / minimum: g to the operand that wins, half to each at a tie (torch)."""
+    (a, b), (g,) = operands, grads
+    first, second = (a, b) if expr.op_name == "maximum" else (b, a)  # a wins: second < first
+    half = mul(g, 0.5)
+    to_a = where(lt(second, first), g, where(lt(first, second), 0.0, half))
+    to_b = where(lt(first, second), g, where(lt(second, first), 0.0, half))
+    return _summed([to_a, to_b], operands)
+
+
+@define(infix("+"), BINARY, POINTWISE, vjp=_add_vjp)
 def add(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """a + b"""
     return binary("add", a, b)
 
 
-@define(infix("-"), BINARY, POINTWISE)
+@define(infix("-"), BINARY, POINTWISE, vjp=_sub_vjp)
 def sub(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """a - b"""
     return binary("sub", a, b, numbers_only=True)
 
 
-@define(infix("*"), BINARY, POINTWISE)
+@define(infix("*"), BINARY, POINTWISE, vjp=_mul_vjp)
 def mul(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """a * b"""
     return binary("mul", a, b)
 
 
-@define(infix("/"), BINARY, POINTWISE)
+@define(infix("/"), BINARY, POINTWISE, vjp=_div_vjp)
 def div(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """a / b (true division)"""
     return binary("div", a, b)
 
 
-@define(binary_call("fmax"), BINARY, POINTWISE)
+@define(binary_call("fmax"), BINARY, POINTWISE, vjp=_extremum_vjp)
 def maximum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """Elementwise max(a, b)."""
     return binary("maximum", a, b)
 
 
-@define(binary_call("fmin"), BINARY, POINTWISE)
+@define(binary_call("fmin"), BINARY, POINTWISE, vjp=_extremum_vjp)
 def minimum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """Elementwise min(a, b)."""
     return binary("minimum", a, b)
+
+
+def _where_vjp(expr, operands, outputs, grads):
+    cond, (g,) = operands[0], grads
+    return _summed([None, where(cond, g, 0.0), where(cond, 0.0, g)], operands)
 
 
 @define(
     Template("where({cond}\n  , {a:operand}\n  , {b:operand});"),
     (Param("cond", "tensor"), *BINARY),
     POINTWISE,
+    vjp=_where_vjp,
 )
 def where(cond: TensorView, a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """a where cond is true, else b (cond bool; the three broadcast as in numpy)."""
@@ -331,7 +419,7 @@ def _compared(expr) -> DType:
     return promote(a, b, "lt")
 
 
-@define(infix("<"), BINARY, POINTWISE, compute=_compared)
+@define(infix("<"), BINARY, POINTWISE, compute=_compared, vjp=no_gradient)
 def lt(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """a < b, a bool tensor."""
     out = binary("lt", a, b, numbers_only=True)

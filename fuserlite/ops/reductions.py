@@ -13,7 +13,7 @@ from fuserlite.ir.types import DType, IterType, ReductionOpType
 from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, new_axis, shape_text
 from fuserlite.ops.forms import Template
 from fuserlite.ops.registry import Op, Param, Sharding, define
-from fuserlite.ops.views import broadcast
+from fuserlite.ops.views import broadcast, expand
 
 __all__ = ["sum", "max"]  # the builders of its ops
 
@@ -56,6 +56,31 @@ def _reduction(name: str, x: TensorView, axes, keepdim: bool) -> TensorView:
     return out
 
 
+def _spread(g: TensorView, expr: Expr) -> TensorView:
+    """The cotangent of a reduction's output broadcast back over the reduced axes."""
+    reduced = builtins.set(reduced_axes(expr))
+    rank = len(expr.output.domain.logical)
+    flags = [k in reduced for k in range(rank)]
+    return broadcast(g, flags) if any(flags) else g
+
+
+def _sum_vjp(expr, operands, outputs, grads):
+    x = operands[0]
+    return [expand(_spread(grads[0], expr), list(x.shape))]
+
+
+def _max_vjp(expr, operands, outputs, grads):
+    """g to the elements equal to the maximum, split evenly among ties (torch's amax)."""
+    from fuserlite.ops.pointwise import div, lt, mul, where
+
+    x = operands[0]
+    axes = list(reduced_axes(expr))
+    top = _spread(outputs[0], expr)
+    winners = where(lt(x, top), 0.0, 1.0)  # x <= max: not below it is equal to it
+    share = div(_spread(grads[0], expr), _spread(sum(winners, axes), expr))
+    return [mul(winners, share)]
+
+
 _PARAMS = (
     X,
     Param("axes", "axes", required=False, read=reduced_axes),
@@ -69,6 +94,7 @@ _FORM = "reduction( {{x}}, op = {op}, initial value = {{init:typed}}, allreduce 
     _PARAMS,
     attrs=("init",),
     sharding=Sharding(partial=ReductionOpType.sum),
+    vjp=_sum_vjp,
 )
 def sum(
     x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
@@ -82,6 +108,7 @@ def sum(
     _PARAMS,
     attrs=("init",),
     sharding=Sharding(partial=ReductionOpType.max),
+    vjp=_max_vjp,
 )
 def max(
     x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False

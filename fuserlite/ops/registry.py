@@ -84,6 +84,24 @@ class Param:
 AxisMap = Callable[[Expr, int], Mapping[int, int]]
 # An op with several outputs maps each operand onto each: (expr, position, output).
 OutputsAxisMap = Callable[[Expr, int, TensorView], Mapping[int, int]]
+# Its vector-Jacobian product (reverse mode, fuserlite.autodiff): (expr, its operands and
+# outputs as the backward reads them, one cotangent per output, None for zero) -> one
+# cotangent per operand (None: zero, and for a scalar operand), built with ordinary ops.
+Vjp = Callable[
+    [Expr, Sequence[Operand], Sequence[TensorView], Sequence[TensorView | None]],
+    Sequence[TensorView | None],
+]
+
+
+def no_gradient(
+    expr: Expr,
+    operands: Sequence[Operand],
+    outputs: Sequence[TensorView],
+    grads: Sequence[TensorView | None],
+) -> list[None]:
+    """The vjp of an op whose values do not vary with its operands' values (a comparison,
+    random numbers, iota): every operand's cotangent is zero."""
+    return [None] * len(operands)
 
 
 def positional(expr: Expr, position: int) -> Mapping[int, int]:
@@ -161,6 +179,9 @@ class OpDef:
     # a block of its outputs from its operands, given the block's global start
     # (attention's dropout mask: rows of the probabilities, drawn at global indices).
     indexed: bool = False
+    # Its vector-Jacobian product (Vjp); None: the op cannot be differentiated, and
+    # fl.grad of a fusion that needs it says so.
+    vjp: Vjp | None = None
 
     @property
     def doc(self) -> str:

@@ -19,12 +19,61 @@ from fuserlite.plan.permute import chunk_sources
 __all__ = ["set", "broadcast", "expand", "reshape", "take"]  # the builders of its ops
 
 
+# -- vector-Jacobian products (OpDef.vjp): (expr, operands, outputs, cotangents) ------
+def _set_vjp(expr, operands, outputs, grads):
+    return [grads[0]]  # a copy; its resharding is the backward's (the gradient's placement)
+
+
+def _broadcast_vjp(expr, operands, outputs, grads):
+    from fuserlite.ops.movement import squeeze  # movement builds on these views
+
+    flags = expr.attrs["flags"]
+    inserted = [k for k, f in enumerate(flags) if f]
+    return [squeeze(grads[0], inserted) if inserted else grads[0]]
+
+
+def _expand_vjp(expr, operands, outputs, grads):
+    from fuserlite.ops.gradients import unbroadcast
+
+    return [unbroadcast(grads[0], operands[0].shape)]
+
+
+def _reshape_vjp(expr, operands, outputs, grads):
+    return [reshape(grads[0], list(operands[0].shape))]
+
+
+def _take_vjp(expr, operands, outputs, grads):
+    """Each row of x gets the sum of the output rows taken from it: a take of the
+    cotangent's rows (a zero row appended for rows never taken) per repetition."""
+    from fuserlite.ops.gradients import zeros
+    from fuserlite.ops.movement import cat
+    from fuserlite.ops.pointwise import add
+
+    (x,), (g,) = operands, grads
+    n, indices = x.shape[0], expr.attrs["indices"]
+    taken: dict[int, list[int]] = {}
+    for k, i in enumerate(indices):
+        taken.setdefault(i, []).append(k)
+    depth = max(len(ks) for ks in taken.values())
+    if depth == 1 and len(taken) == n:  # a permutation of the rows
+        return [take(g, [taken[i][0] for i in range(n)])]
+    zero_row = len(indices)
+    padded = cat([g, zeros(g, [1, *g.shape[1:]])], 0)
+    total = None
+    for r in range(depth):
+        rows = [ks[r] if r < len(ks) else zero_row for ks in (taken.get(i, []) for i in range(n))]
+        part = take(padded, rows)
+        total = part if total is None else add(total, part)
+    return [total]
+
+
 @define(
     Template("Set( {x}[, cache_op={cache_op:ident}] )"),
     (X, Param("cache_op", "ident", required=False, choices=CACHE_OPS, keyword=True)),
     Category.POINTWISE,
     attrs=("cache_op",),
     expr_class=LoadStoreOp,
+    vjp=_set_vjp,
 )
 def set(x: TensorView, cache_op: str | None = None) -> TensorView:  # noqa: A001 - nvFuser's name
     """A copy of x; between different shardings, a resharding. `cache_op` is nvFuser's
@@ -49,6 +98,7 @@ def _broadcast_axes(expr: Expr, position: int) -> dict[int, int]:
     Category.POINTWISE,
     attrs=("flags",),
     axis_map=_broadcast_axes,
+    vjp=_broadcast_vjp,
 )
 def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     """Insert broadcast axes where flags are True; False flags consume x's axes in order."""
@@ -74,7 +124,12 @@ def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     return out
 
 
-@define(Template("expand( {x}, {shape:ints} )"), (X, Param("shape", "ints")), attrs=("shape",))
+@define(
+    Template("expand( {x}, {shape:ints} )"),
+    (X, Param("shape", "ints")),
+    attrs=("shape",),
+    vjp=_expand_vjp,
+)
 def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
     """Materialize broadcast axes to `shape` (-1 keeps an axis); other axes must match."""
     x = check_tensor(x, "expand")
@@ -146,6 +201,7 @@ def _outermost(group: list[int], shape: tuple[int, ...]) -> int:
     (X, Param("shape", "ints")),
     attrs=("shape",),
     axis_map=_reshape_axes,
+    vjp=_reshape_vjp,
 )
 def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     """View x's data with another shape (one -1 is inferred)."""
@@ -192,6 +248,7 @@ def _whole_chunks(expr: Expr) -> tuple[int, ...] | None:
     attrs=("indices",),
     axis_map=_take_axes,
     sharding=Sharding(permutes=_whole_chunks),
+    vjp=_take_vjp,
 )
 def take(x: TensorView, indices: Sequence[int]) -> TensorView:
     """Rows of x along axis 0: output row k is x[indices[k]] (numpy's take)."""
