@@ -3,12 +3,15 @@ float dtype, and the derived fusions' errors and shapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from finite_differences import gradient
 from vjp_cases import CASES, Case
 
 import fuserlite as fl
+from fuserlite.cli import main
 from fuserlite.ops.registry import all_ops, no_gradient
 
 # Error allowed against float64 central differences, relative to the largest gradient:
@@ -202,3 +205,27 @@ def test_half_gradients_are_summed_in_float_and_kept_in_the_input_dtype() -> Non
     x = np.array([1.0, 2.0, -3.0, 0.5], np.float32)
     _, got = fl.evaluate(derived, [x.astype(fl.DType.bfloat16.numpy)])
     assert got.astype(np.float32).tolist() == (3 + 2 * x).tolist()
+
+
+# -- fuserlite run --grad -----------------------------------------------------------
+LOSS_FUS = Path(__file__).resolve().parents[1] / "examples" / "tp_mlp_loss.fus"
+
+
+@pytest.mark.parametrize("devices", [[], ["--devices", "4"]])
+def test_run_grad_runs_the_training_step_of_a_fus_file(capsys, devices: list[str]) -> None:
+    code = main(["run", str(LOSS_FUS), "--grad", "w1, b1,w2,b2,x", *devices])
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(("loss", "grad_"))]
+    assert rows == ["loss", "grad_w1", "grad_b1", "grad_w2", "grad_b2", "grad_x"]
+    # Megatron's two: the forward's after the row-parallel linear, the backward's of x's
+    # gradient at the column-parallel one
+    assert [line.split()[0] for line in out.splitlines()].count("Allreduce") == 2
+    assert "validation: ok" in out
+
+
+def test_run_grad_of_an_unknown_input_is_one_paragraph(capsys) -> None:
+    code = main(["run", str(LOSS_FUS), "--grad", "w3"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "grad: 'w3' is not an input of the fusion (its inputs: x, w1, b1, w2, b2)" in err

@@ -24,6 +24,20 @@ KEY_LINES = {
         "communications: Allgather, Allgather, ReduceScatter",
         "validation ok",
     ],
+    "fsdp_train_step.py": [
+        "Allgather on DIDx teams: (S0) -> (R), 1536 B/device (forward: unshard w1)",
+        "Allgather on DIDx teams: (S0) -> (R), 1536 B/device (backward: unshard w2)",
+        "ReduceScatter on DIDx teams: (P) -> (S0), 1536 B/device (backward: reduce-scatter grad_w1)",
+        "communications: Allgather, Allgather, Allreduce, Allgather, ReduceScatter, ReduceScatter",
+        "validation ok",
+        "gradients match float64 central differences",
+    ],
+    "transformer_train_step.py": [
+        "forward: Allgather, ReduceScatter, Allgather, ReduceScatter, Allreduce",
+        "backward: Allgather, ReduceScatter, Allgather, ReduceScatter, ReduceScatter, "
+        "ReduceScatter, Allreduce, Allreduce, Allreduce, Allreduce, Allreduce, Allreduce",
+        "validation ok",
+    ],
     "transformer_block.py": [
         "placements: x Shard(dim=1), wq Shard(dim=0), bq Shard(dim=0),",
         "communications: Allgather, ReduceScatter, Allgather, ReduceScatter; validation ok",

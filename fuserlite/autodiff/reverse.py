@@ -37,7 +37,7 @@ from fuserlite.ops.pointwise import add
 from fuserlite.ops.registry import definition
 from fuserlite.ops.views import set as set_
 from fuserlite.passes.propagate_shardings import PropagateShardings
-from fuserlite.schedule.shard import shard_as
+from fuserlite.schedule.shard import shard_as, shard_axis
 
 
 def grad(fusion: Fusion, wrt: Sequence[str], *, regather: bool = True) -> Fusion:
@@ -135,10 +135,10 @@ def _place(tv: TensorView, where: Where | None) -> None:
     if where is None:
         return
     mesh, data = where
-    shards = [()] * len(tv.domain.logical)
+    tv.set_device_mesh(mesh)
     for li, axes in zip(tv.data_positions(), data.shards):
-        shards[li] = axes
-    shard_as(tv, mesh, Placement(data.mesh_rank, tuple(shards)))
+        for a in axes:  # outer splits even of an axis of the mesh's size: resizable
+            shard_axis(tv, li, mesh, mesh.parallel_types[a], whole=False)
 
 
 def _place_like(tv: TensorView, like: TensorView) -> None:
@@ -286,5 +286,6 @@ class _Backward:
         again = self.regathered.get(id(tv))
         if again is None:
             again = self.regathered[id(tv)] = set_(source)
+            again.user_name = tv.user_name  # the same value, gathered again
             shard_as(again, tv.mesh, logical_placement(tv))
         return again

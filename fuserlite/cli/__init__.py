@@ -6,7 +6,7 @@
     fuserlite opt FILE [-p a,b,c]      (FILE: .fus or printed IR; - for stdin)
     fuserlite codegen PATH [--target cuda|cpu]
     fuserlite run PATH [--devices N | --mesh AxB] [--seed N] [--compute compiled|interpret|numpy]
-                       [--cache-dir DIR]
+                       [--cache-dir DIR] [--grad NAMES]
     fuserlite passes
     fuserlite show PATH [--tensor NAME] [--after PASS | --communications] [--svg FILE]
     fuserlite explain PATH

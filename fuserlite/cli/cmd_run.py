@@ -58,6 +58,8 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite run`: lower, execute on the chosen backend (sim by default), validate."""
     names = lowering_pass_names(args)  # checks --devices before anything is built
     fusion = load_fusion(args.path)
+    if args.grad is not None:  # the training step: the loss and its gradients
+        fusion = fuserlite.grad(fusion, [n.strip() for n in args.grad.split(",")])
     backend = make_backend(args.backend)
     # Long work shows progress on a terminal (only in the process that reports).
     with ProgressDisplay(out.console if backend.is_host() else None) as progress:
@@ -163,6 +165,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     r.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument(
+        "--grad",
+        metavar="NAMES",
+        help="run the derived training step instead: the first output (a scalar loss) and "
+        "its gradients with respect to these inputs (comma-separated), sharded as they are",
+    )
     add_mesh_options(r)
     add_latency_option(r)
     r.add_argument(
