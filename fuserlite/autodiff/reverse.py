@@ -27,7 +27,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import completed_placement, is_resharding, logical_placement
+from fuserlite.ir.sharding import completed_placement, is_resharding
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, MemoryType
 from fuserlite.ops.casts import cast
@@ -37,7 +37,7 @@ from fuserlite.ops.pointwise import add
 from fuserlite.ops.registry import definition
 from fuserlite.ops.views import set as set_
 from fuserlite.passes.propagate_shardings import PropagateShardings
-from fuserlite.schedule.shard import shard_as, shard_axis
+from fuserlite.schedule.shard import shard_axis
 
 
 def grad(fusion: Fusion, wrt: Sequence[str], *, regather: bool = True) -> Fusion:
@@ -111,7 +111,7 @@ def _targets(fusion: Fusion, wrt: Sequence[str], who: str) -> list[TensorView]:
             raise FusionError(
                 f"{who}: input {t.name} is {t.dtype.name}; only float inputs have gradients"
             )
-        if t in targets:
+        if any(t is u for u in targets):
             raise FusionError(f"{who}: {name!r} is named twice in wrt")
         targets.append(t)
     return targets
@@ -287,5 +287,5 @@ class _Backward:
         if again is None:
             again = self.regathered[id(tv)] = set_(source)
             again.user_name = tv.user_name  # the same value, gathered again
-            shard_as(again, tv.mesh, logical_placement(tv))
+            _place(again, _where(tv))
         return again
