@@ -4,7 +4,7 @@
 
 The batch is split over the 4 devices, and so is every weight: each device keeps a
 quarter of w1's and w2's rows. The forward all-gathers each weight right before its
-use (a Set to the replicated placement, as FSDP's unshard). `fl.grad` derives the
+use (`fl.redistribute` to Replicate, as FSDP's unshard). `fl.grad` derives the
 loss's gradients with respect to w1 and w2, each placed as its weight, so the planner
 reduce-scatters them back to the shards. FSDP frees a gathered weight after its
 forward use and gathers it again for the backward: fl.grad's `regather=True` does the
@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 
 import fuserlite as fl
-from fuserlite.schedule.shard import shard_axis
 
 DEVICES, BATCH, HIDDEN, FFN = 4, 8, 16, 32
 
@@ -34,12 +33,11 @@ def mlp_loss(dtype: str = "float32") -> fl.Fusion:
         w2 = fl.tensor([HIDDEN, FFN], dtype, name="w2")
         for t in (x, target, w1, w2):
             fusion.add_input(t)
-            shard_axis(t, 0, mesh)  # the batch, and each weight's rows, over the devices
+            fl.distribute(t, mesh, [fl.Shard(0)])  # the batch, each weight's rows
         gathered = []
         for w in (w1, w2):  # FSDP's unshard: all-gathered right before use
-            full = fl.set(w)
+            full = fl.redistribute(w, [fl.Replicate()])
             full.user_name = f"{w.user_name}_full"
-            full.set_device_mesh(mesh)
             gathered.append(full)
         y = fl.linear(fl.gelu(fl.linear(x, gathered[0])), gathered[1])
         error = fl.sub(y, target)
@@ -79,6 +77,8 @@ def main() -> None:
     errors = fl.validate(step, inputs, outputs)  # against the reference of the step
     loss, grad_w1, grad_w2 = outputs
     print(f"loss {float(loss):.6f}; gradients {[list(g.shape) for g in (grad_w1, grad_w2)]}")
+    placed = [(g.placements, w.placements) for g, w in zip(step.outputs[1:], step.inputs[2:])]
+    print(f"gradients placed as their weights: {placed[0][0]} as {placed[0][1]}")
     print(f"validation ok (max abs error {max(errors):.3g})")
 
     # Central differences of the forward in float64 at a few elements of each weight.

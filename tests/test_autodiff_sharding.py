@@ -11,47 +11,41 @@ from __future__ import annotations
 import pytest
 
 import fuserlite as fl
-from fuserlite.plan import Placement
-from fuserlite.schedule.shard import shard_as, shard_axis
 
 B, S, H, F = 4, 8, 16, 32  # batch, sequence, hidden, MLP features (float32: 4 bytes)
 
 
+S0, S1, R = fl.Shard(0), fl.Shard(1), fl.Replicate()
+# pattern -> {input: its placements}; the others replicated
+PLACEMENTS = {
+    "dp": {"x": [S0]},  # the batch over the data axis
+    "fsdp": {"x": [S0], "w1": [S0], "w2": [S0]},  # every device keeps a slice of each weight
+    "tp": {"w1": [S0], "b1": [S0], "w2": [S1]},  # Megatron: column- then row-parallel
+    "sp": {"x": [S1], "w1": [S0], "b1": [S0], "w2": [S1]},  # and the sequence sharded
+    # the batch over DIDy, Megatron over DIDx
+    "dp_tp": {"x": [S0, R], "w1": [R, S0], "b1": [R, S0], "w2": [R, S1]},
+}
+
+
 def mlp_loss(pattern: str, mesh: fl.DeviceMesh) -> fl.Fusion:
-    """mean(y**2), y = linear(gelu(linear(x, w1, b1)), w2, b2), x [B, S, H], sharded as
-    `pattern` says (dp, fsdp, tp, sp or dp_tp on a 2-D mesh); fsdp's MLP has no biases."""
+    """mean(y**2), y = linear(gelu(linear(x, w1, b1)), w2, b2), x [B, S, H], placed as
+    PLACEMENTS[pattern] says; fsdp's MLP has no biases and gathers each weight before
+    its use."""
     biases = pattern != "fsdp"
+    placed = PLACEMENTS[pattern]
     with fl.Fusion() as fusion:
         x = fl.tensor([B, S, H], name="x")
         w1, w2 = fl.tensor([F, H], name="w1"), fl.tensor([H, F], name="w2")
         b1, b2 = fl.tensor([F], name="b1"), fl.tensor([H], name="b2")
-        params = [w1, b1, w2, b2] if biases else [w1, w2]
-        for t in (x, *params):
+        for t in (x, w1, b1, w2, b2) if biases else (x, w1, w2):
             fusion.add_input(t)
-            t.set_device_mesh(mesh)
-        used = {"w1": w1, "w2": w2}
-        if pattern in ("dp", "fsdp"):
-            shard_axis(x, 0, mesh)  # the batch over the data axis
-        if pattern == "fsdp":  # every device keeps a slice of each weight
-            for name in ("w1", "w2"):
-                shard_axis(used[name], 0, mesh)
-                used[name] = fl.set(used[name])  # all-gathered before use
-                used[name].set_device_mesh(mesh)
-        if pattern in ("tp", "sp"):  # Megatron: column- then row-parallel
-            shard_axis(w1, 0, mesh)
-            shard_axis(b1, 0, mesh)
-            shard_axis(w2, 1, mesh)
-        if pattern == "sp":
-            shard_axis(x, 1, mesh)  # the sequence
-        if pattern == "dp_tp":  # batch over DIDy, Megatron over DIDx
-            shard_as(x, mesh, Placement.parse("(S0,R)", 3))
-            shard_as(w1, mesh, Placement.parse("(R,S0)", 2))
-            shard_as(b1, mesh, Placement.parse("(R,S0)", 1))
-            shard_as(w2, mesh, Placement.parse("(R,S1)", 2))
-        h = fl.gelu(fl.linear(x, used["w1"], b1 if biases else None))
-        y = fl.linear(h, used["w2"])
-        if pattern == "sp":
-            shard_axis(y, 1, mesh)  # the partial sums reduce-scattered over the sequence
+            fl.distribute(t, mesh, placed.get(t.user_name, [R] * mesh.rank))
+        if pattern == "fsdp":  # FSDP's unshard
+            w1, w2 = fl.redistribute(w1, [R]), fl.redistribute(w2, [R])
+        h = fl.gelu(fl.linear(x, w1, b1 if biases else None))
+        y = fl.linear(h, w2)
+        if pattern == "sp":  # the partial sums reduce-scattered over the sequence
+            fl.distribute(y, mesh, [S1])
         y = fl.add(y, b2) if biases else y
         fusion.add_output(fl.mul(fl.sum(fl.mul(y, y)), 1.0 / (B * S * H)))
     return fusion
@@ -74,8 +68,12 @@ ACT, W = B * S * H, F * H  # the elements of an activation [B, S, H] and of a we
 
 
 def run_and_check(fusion: fl.Fusion) -> fl.Program:
-    """Lower the derived fusion, run it on the simulated mesh and validate it against
-    the reference evaluator of the same fusion; the lowered program."""
+    """Check that each gradient is placed as its input, lower the derived fusion, run it
+    on the simulated mesh and validate it against the reference evaluator of the same
+    fusion; the lowered program."""
+    by_name = {t.user_name: t for t in fusion.inputs}
+    for g in fusion.outputs[1:]:
+        assert g.placements == by_name[g.user_name.removeprefix("grad_")].placements
     program = fl.lower(fusion)
     inputs = fl.random_inputs(fusion, seed=3)
     outputs = fl.FusionExecutor(program).run(inputs)
