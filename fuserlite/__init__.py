@@ -58,19 +58,22 @@ __all__ += ops.__all__
 from fuserlite.ir.errors import ValidationError  # noqa: E402
 from fuserlite.pipeline import Pipeline, lower  # noqa: E402
 from fuserlite.program import Program  # noqa: E402
-from fuserlite.program.explain import explain  # noqa: E402
 from fuserlite.program.parser import load  # noqa: E402 - a .fus file or printed IR
 from fuserlite.program.verify import verify_program  # noqa: E402
 from fuserlite.reference.validate import validate  # noqa: E402
 from fuserlite.runtime.executor import FusionExecutor  # noqa: E402
+from fuserlite.timing import Timeline, timeline  # noqa: E402 - the step-time model
+from fuserlite.timing.explain import explain  # noqa: E402 - plans, costs and time
 
 __all__ += [
     "FusionExecutor",
     "Pipeline",
     "Program",
+    "Timeline",
     "ValidationError",
     "explain",
     "lower",
+    "timeline",
     "validate",
     "verify_program",
 ]

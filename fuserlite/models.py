@@ -82,6 +82,37 @@ def gather_then_reduce_on_a_2d_mesh(rows: int = 2, cols: int = 4, local: int = 4
     return fusion
 
 
+def allgather_matmul(
+    num_devices: int = 8,
+    m: int = 8192,
+    k: int = 4096,
+    n: int = 8192,
+    chunks: int = 1,
+    dtype: str = "bfloat16",
+) -> Fusion:
+    """nvFuser's Allgather + GEMM (AGMatmulTest): x [m, k] sharded on its rows over the
+    devices, all-gathered, times a replicated w [k, n], the product replicated. With
+    `chunks` > 1, x is `chunks` tensors x0.. of m / chunks rows, each all-gathered and
+    multiplied on its own: the chunks of collective-based pipelining, as separate
+    tensors (fuserlite.program.streams puts each on its stream)."""
+    with Fusion() as fusion:
+        mesh = DeviceMesh.for_num_devices(num_devices)
+        w = fl.tensor([k, n], dtype, name="w")
+        w.set_device_mesh(mesh)
+        names = ["x"] if chunks == 1 else [f"x{i}" for i in range(chunks)]
+        xs = [fl.tensor([m // chunks, k], dtype, name=name) for name in names]
+        for x in xs:
+            x.set_device_mesh(mesh)
+            fusion.add_input(x)
+            shard_axis(x, 0, mesh)
+        fusion.add_input(w)
+        for x in xs:
+            y = fl.matmul(x, w)
+            y.set_device_mesh(mesh)  # replicated: every device computes all of its rows
+            fusion.add_output(y)
+    return fusion
+
+
 def tensor_parallel_mlp(
     num_devices: int,
     batch: int = 2,

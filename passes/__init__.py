@@ -1,6 +1,7 @@
 """Passes, one module each; importing this package registers all of them."""
 
 from fuserlite.passes import (
+    allocate_and_deallocate,  # noqa: F401
     assign_layouts,  # noqa: F401
     insert_reshardings,  # noqa: F401
     lower_communications,  # noqa: F401

@@ -61,7 +61,7 @@ from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.plan.search import PlannedStep
 from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
 from fuserlite.program.partials import partial_op_of
-from fuserlite.program.program import Kernel, Program, Resharding, Step
+from fuserlite.program.program import Kernel, Program, Resharding, Step, unlowered_steps
 from fuserlite.program.reshardings import Planners
 from fuserlite.program.reshardings import needed_by as needed_by_of
 from fuserlite.schedule.shard import shard_as
@@ -337,13 +337,3 @@ def fuse_reduce_then_slice(program: Program) -> list[Step]:
         s.detach()
         dropped.add(id(s))
     return [s for s in program.steps if id(s) not in dropped]
-
-
-def unlowered_steps(program: Program) -> list[str]:
-    """Each step that is neither a kernel nor a Communication (a resharding Set)."""
-    return [
-        f"step {k}, {s.output.name} = {s.op_name}({s.input.name}), is not lowered to a "
-        "Communication"
-        for k, s in enumerate(program.steps)
-        if not isinstance(s, (Kernel, Communication))
-    ]

@@ -477,6 +477,9 @@ BAD = [
     bad("grad loss not scalar", lambda e: fl.grad(e.fusion, ["T0"]), "grad", "T5", "scalar"),
     bad("vjp unknown input", lambda e: fl.vjp(e.fusion, ["w"]), "vjp", "'w'", "T0"),
     bad("vjp int input", lambda e: fl.vjp(e.fusion, [7]), "vjp", "7"),
+    bad("explain machine", lambda e: fl.explain(e.ex.program, machine=3), "machine", "int"),
+    bad("timeline int", lambda e: fl.timeline(5), "timeline", "program", "5"),
+    bad("timeline machine", lambda e: fl.timeline(e.fusion, "tpu"), "unknown machine 'tpu'"),
 ]
 
 

@@ -44,6 +44,8 @@ def test_explain_names_the_reader_the_placements_the_steps_and_the_rejected_plan
         "  rejected: via replicate: Allgather + LocalSlice, 192 B/device in 1 launch",
         "  its cost: 1 launch x 131072 B + 192 B = 131264 B: it sends 144 B more in as many "
         "launches",
+        "  time: AllToAll 5.01 us on NVLink 4 (3.6 us + 3 steps x 470 ns + 48 B at 450 GB/s); "
+        "exposed: no compute runs beside it",
     ]
     assert (plan.bytes, alt.bytes) == (3 * 4 * 4, 3 * 16 * 4)
 
@@ -72,6 +74,8 @@ def test_explain_shows_both_terms_of_the_cost_and_why_the_latency_term_chose():
         "  rejected: fewest bytes: LocalSlice + Allreduce + Allgather, 1280 B/device in 2 launches",
         "  its cost: 2 launches x 131072 B + 1280 B = 263424 B: 256 B fewer do not pay for 1 "
         "launch more at 131072 B each",
+        "  time: Allreduce 6.42 us on NVLink 4 (3.6 us + 6 steps x 470 ns + 1.5 KiB at 450 GB/s); "
+        "exposed: no compute runs beside it",
     ]
     assert explain_tp_mlp_on_2x4(0)[2:] == [
         SLICE_REDUCE_GATHER,
@@ -79,6 +83,11 @@ def test_explain_shows_both_terms_of_the_cost_and_why_the_latency_term_chose():
         "  rejected: one mesh axis at a time: Allreduce, 1536 B/device",
         "  its cost: 1 launch x 0 B + 1536 B = 1536 B: it sends 256 B more (latency_bytes=0: "
         "launches cost nothing)",
+        # the LocalSlice takes no time; by time the fewest bytes lose (10.5 us against 6.42)
+        "  time: Allreduce 6.42 us on NVLink 4 (3.6 us + 6 steps x 470 ns + 768 B at 450 GB/s); "
+        "exposed: no compute runs beside it",
+        "  time: Allgather 4.07 us on NVLink 4 (3.6 us + 1 step x 470 ns + 512 B at 450 GB/s); "
+        "exposed: no compute runs beside it",
     ]
     # One more launch for 256 B fewer pays while a launch costs less than 256 B; at 256 the
     # costs tie and the fewer collectives win.

@@ -9,7 +9,8 @@
                        [--cache-dir DIR] [--grad NAMES]
     fuserlite passes
     fuserlite show PATH [--tensor NAME] [--after PASS | --communications] [--svg FILE]
-    fuserlite explain PATH
+    fuserlite explain PATH [--machine NAME]
+    fuserlite timeline PATH [--machine NAME] [--trace FILE.json] [--svg FILE]
 
 Each subcommand is one module `fuserlite/cli/cmd_NAME.py` with its `cmd_NAME`
 function and a `register(commands, common)` that adds its subparser; adding a
@@ -37,6 +38,7 @@ from fuserlite.cli import (
     cmd_print,
     cmd_run,
     cmd_show,
+    cmd_timeline,
 )
 from fuserlite.cli.output import (
     EXIT_BROKEN_PIPE,
@@ -51,7 +53,16 @@ from fuserlite.ir.errors import FuserliteError
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_OK", "build_parser", "main"]
 
 # In the order `fuserlite --help` lists them.
-COMMANDS = (cmd_print, cmd_opt, cmd_codegen, cmd_passes, cmd_run, cmd_show, cmd_explain)
+COMMANDS = (
+    cmd_print,
+    cmd_opt,
+    cmd_codegen,
+    cmd_passes,
+    cmd_run,
+    cmd_show,
+    cmd_explain,
+    cmd_timeline,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,11 @@ from rich.theme import Theme
 import fuserlite
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
-from fuserlite.pipeline import default_pass_names, latency_options
+from fuserlite.pipeline import Pipeline, default_pass_names, latency_options
+from fuserlite.program.parser import load_any
+from fuserlite.program.program import Program, unlowered_steps
+from fuserlite.program.reshardings import plans_latency
+from fuserlite.timing.machine import DEFAULT_MACHINE, Machine, built_in_names, machine
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -189,3 +193,66 @@ def lowering_pass_names(args: argparse.Namespace) -> list[str]:
     if mesh is not None:
         resize = [f"resize-mesh[mesh={mesh}]"]
     return resize + default_pass_names(**latency_options(getattr(args, "latency_bytes", None)))
+
+
+def _check_lowered(program: Program, args: argparse.Namespace, command: str) -> None:
+    """A printed program is taken as it is: lowered, at the latency it was planned at."""
+    name = source_name(args.path)
+    moved = "--devices" if args.devices is not None else "--mesh" if args.mesh else None
+    if moved:
+        raise UsageError(
+            f"fuserlite {command}: error: {moved} re-shards a fusion before lowering it, and "
+            f"{name} is a lowered program; give the .fus file (or a printed fusion)"
+        )
+    unlowered = unlowered_steps(program)
+    if unlowered:
+        raise UsageError(
+            f"fuserlite {command}: error: {name} is a program before lower-communications "
+            f"({unlowered[0]}); lower it first: fuserlite opt {args.path} -p "
+            f"lower-communications,assign-layouts | fuserlite {command} -"
+        )
+    latency = plans_latency(program)
+    if args.latency_bytes is not None and latency not in (None, args.latency_bytes):
+        raise UsageError(
+            f"fuserlite {command}: error: {name} was planned at latency_bytes={latency} (its "
+            f"`Planner:` line); --latency-bytes {args.latency_bytes} cannot re-plan a lowered "
+            f"program: give the .fus file with it"
+        )
+
+
+def lowered_program(args: argparse.Namespace, command: str) -> Program:
+    """PATH (`-`: stdin) as a lowered program: a fusion (a .fus file or a printed one)
+    lowered by the default pipeline with the command's --devices, --mesh and
+    --latency-bytes; a printed program as it is, which must be lowered."""
+    names = lowering_pass_names(args)
+    ir = load_any(sys.stdin.buffer, STDIN) if args.path == "-" else load_any(args.path)
+    if isinstance(ir, Program):
+        _check_lowered(ir, args, command)
+        return ir
+    return Pipeline(names).run(ir)
+
+
+def add_program_arguments(parser: argparse.ArgumentParser) -> None:
+    """PATH (a fusion, lowered by the default pipeline, or a lowered program: what
+    `lowered_program` reads), --devices / --mesh, --latency-bytes and --machine."""
+    parser.add_argument(
+        "path", metavar="PATH", help="a .fus file or printed IR (fuserlite print); - for stdin"
+    )
+    add_mesh_options(parser)
+    add_latency_option(parser)
+    add_machine_option(parser)
+
+
+def add_machine_option(parser: argparse.ArgumentParser) -> None:
+    """`--machine NAME|FILE.json`: the step-time model's machine (fuserlite.timing)."""
+    parser.add_argument(
+        "--machine",
+        metavar="NAME",
+        help=f"the machine model of the step time: {', '.join(built_in_names())} or a .json "
+        f"file of one (default {DEFAULT_MACHINE}, or h100-multinode beyond 8 devices)",
+    )
+
+
+def machine_option(args: argparse.Namespace) -> Machine | None:
+    """The --machine given (checked now, before anything is lowered), or None."""
+    return None if args.machine is None else machine(args.machine)

@@ -52,3 +52,8 @@ class PassFailed(FuserliteError):
 
 class ValidationError(ExecutionError):
     """Executed outputs differ from the reference."""
+
+
+class MachineError(FuserliteError):
+    """A machine model of the step-time model (fuserlite.timing) is unknown, malformed,
+    or has fewer devices than the program uses."""

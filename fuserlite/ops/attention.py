@@ -33,6 +33,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType, ReductionOpType
 from fuserlite.ops.common import check_tensor, fusion_of, new_axis, shape_text
+from fuserlite.ops.cost import attention, attention_backward
 from fuserlite.ops.forms import Template
 from fuserlite.ops.registry import Op, Param, Sharding, define
 
@@ -144,6 +145,7 @@ def _sdpa_vjp(expr, operands, outputs, grads):
     outputs_axis_map=_fwd_axes,
     indexed=True,  # the dropout mask: drawn at the global indices of its rows
     vjp=_sdpa_vjp,
+    cost=attention,
 )
 def sdpa(
     query: TensorView,
@@ -200,6 +202,7 @@ def _bwd_axes(expr: Expr, position: int, consumer: TensorView) -> dict[int, int]
     outputs_axis_map=_bwd_axes,
     sharding=Sharding(partial=ReductionOpType.sum),
     indexed=True,  # as sdpa's
+    cost=attention_backward,
 )
 def sdpa_bwd(
     grad_output: TensorView,

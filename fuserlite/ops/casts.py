@@ -21,6 +21,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
 from fuserlite.ops.common import X, check_tensor, like, shape_text
+from fuserlite.ops.cost import MOVES_DATA
 from fuserlite.ops.forms import TENSOR, TensorText
 from fuserlite.ops.registry import Category, Op, Param, define
 from fuserlite.ops.views import set as set_
@@ -99,6 +100,7 @@ def _cast_vjp(expr, operands, outputs, grads):
     attrs=("dtype",),
     converts=True,
     vjp=_cast_vjp,
+    cost=MOVES_DATA,
 )
 def cast(x: TensorView, dtype: DType | str) -> TensorView:
     """x converted to `dtype` (rounded to nearest even; float to integer truncates)."""

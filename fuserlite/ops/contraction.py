@@ -18,6 +18,7 @@ from fuserlite.ir.fusion import takes_place_of
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ReductionOpType
 from fuserlite.ops.common import X, check_tensor, data_axes, fusion_of, new_axis, shape_text
+from fuserlite.ops.cost import contraction
 from fuserlite.ops.forms import Template
 from fuserlite.ops.gradients import unbroadcast
 from fuserlite.ops.movement import squeeze, transpose, unsqueeze
@@ -148,6 +149,7 @@ def _linear_vjp(expr, operands, outputs, grads):
     # Tensor parallelism keeps weights in place and moves activations.
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,)),
     vjp=_matmul_vjp,
+    cost=contraction,
 )
 def matmul(a: TensorView, b: TensorView) -> TensorView:
     """a[..., m, k] @ b[..., k, n] -> [batch..., m, n] (batch axes broadcast as in numpy;
@@ -215,6 +217,7 @@ def bias_after_partial_sums(linear: Expr) -> Rewrite | None:
     axis_map=_linear_axes,
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,), when_partial=bias_after_partial_sums),
     vjp=_linear_vjp,
+    cost=contraction,
 )
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
     """x[..., k] @ weight[..., n, k]^T (+ bias[..., n]) -> [wbatch..., ..., n]: a batched

@@ -33,6 +33,7 @@ from fuserlite.ops.common import (
     new_axis,
     shape_text,
 )
+from fuserlite.ops.cost import MOVES_DATA
 from fuserlite.ops.forms import Template
 from fuserlite.ops.gradients import zeros
 from fuserlite.ops.registry import AxisMap, Category, Op, Param, composite, define
@@ -127,6 +128,7 @@ def _permute_axes(expr: Expr, position: int) -> dict[int, int]:
     attrs=("dims",),
     axis_map=_permute_axes,
     vjp=_permute_vjp,
+    cost=MOVES_DATA,
 )
 def permute(x: TensorView, dims: Sequence[int]) -> TensorView:
     """x with its axes reordered: output axis k is x's axis dims[k] (negative from the end)."""
@@ -180,6 +182,7 @@ def _squeeze_targets(expr: Expr) -> list[int | None]:
     attrs=("flags",),
     axis_map=_kept_map(_squeeze_targets),
     vjp=_squeeze_vjp,
+    cost=MOVES_DATA,
 )
 def squeeze(x: TensorView, dims: int | Sequence[int]) -> TensorView:
     """x without its extent-1 axes `dims` (negative from the end)."""
@@ -216,6 +219,7 @@ def _select_targets(expr: Expr) -> list[int | None]:
     attrs=("axis", "index"),
     axis_map=_kept_map(_select_targets),
     vjp=_select_vjp,
+    cost=MOVES_DATA,
 )
 def select(x: TensorView, axis: int, index: int) -> TensorView:
     """x at `index` of axis `axis`, which the output drops (negative counts from the end)."""
@@ -256,6 +260,7 @@ def _ranges_read(field: int) -> Callable[[Expr], list[int]]:
     attrs=("ranges",),
     axis_map=_kept_map(_slice_targets),
     vjp=_slice_vjp,
+    cost=MOVES_DATA,
 )
 def slice(  # noqa: A001 - nvFuser's name
     x: TensorView, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int] | None = None
@@ -305,6 +310,7 @@ def _cat_targets(expr: Expr) -> list[int | None]:
     attrs=("axis",),
     axis_map=_kept_map(_cat_targets),
     vjp=_cat_vjp,
+    cost=MOVES_DATA,
 )
 def cat(tensors: Sequence[TensorView], axis: int) -> TensorView:
     """The tensors joined along `axis`; every other axis must agree (dtypes promote)."""

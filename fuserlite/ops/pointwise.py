@@ -27,6 +27,7 @@ from fuserlite.ops.common import (
     like,
     shape_text,
 )
+from fuserlite.ops.cost import elementwise
 from fuserlite.ops.forms import Template, binary_call, call, infix
 from fuserlite.ops.gradients import unbroadcast
 from fuserlite.ops.registry import (
@@ -124,7 +125,7 @@ def abs(x: TensorView) -> TensorView:  # noqa: A001 - mirrors the op name
     return unary("abs", x, keep_dtype=True)
 
 
-@define(call("gelu"), UNARY, POINTWISE, vjp=_gelu_vjp)
+@define(call("gelu"), UNARY, POINTWISE, vjp=_gelu_vjp, cost=elementwise(8))
 def gelu(x: TensorView) -> TensorView:
     """GELU, tanh approximation."""
     return unary("gelu", x)
@@ -142,13 +143,19 @@ def log(x: TensorView) -> TensorView:
     return unary("log", x)
 
 
-@define(call("sigmoid"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: mul(y, sub(1.0, y))))
+@define(
+    call("sigmoid"),
+    UNARY,
+    POINTWISE,
+    vjp=_unary_vjp(lambda x, y: mul(y, sub(1.0, y))),
+    cost=elementwise(3),
+)
 def sigmoid(x: TensorView) -> TensorView:
     """1 / (1 + e**-x)"""
     return unary("sigmoid", x)
 
 
-@define(call("silu"), UNARY, POINTWISE, vjp=_unary_vjp(_silu_slope))
+@define(call("silu"), UNARY, POINTWISE, vjp=_unary_vjp(_silu_slope), cost=elementwise(4))
 def silu(x: TensorView) -> TensorView:
     """x * sigmoid(x)"""
     return unary("silu", x)

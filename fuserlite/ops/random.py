@@ -19,6 +19,7 @@ from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import X, check_tensor, like, shape_text
+from fuserlite.ops.cost import elementwise
 from fuserlite.ops.forms import Template
 from fuserlite.ops.pointwise import add, lt, mul
 from fuserlite.ops.registry import Category, Op, Param, composite, define, no_gradient
@@ -51,6 +52,7 @@ def _float_like(x: object, op: str) -> TensorView:
     attrs=("seed", "offset"),
     indexed=True,
     vjp=no_gradient,  # its numbers do not depend on x's values
+    cost=elementwise(10),
 )
 def rand_like(x: TensorView, seed: int = 0, offset: int = 0) -> TensorView:
     """Uniform numbers in [0, 1) of x's shape and dtype (Philox: seed, offset)."""

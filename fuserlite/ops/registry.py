@@ -4,11 +4,11 @@ An OpDef holds what the rest of fuserlite needs to know about an op: its name
 (the Python builder `fl.<name>`, the `.fus` call and the registry key, which is
 also `expr.op_name`), its builder (the shape and dtype rule, with the argument
 checks), its `.fus` signature, its printed form (nvFuser's math printer, both
-ways: see fuserlite.ops.forms), its scheduler category, its axis map and its
-sharding rule. Generic code asks the registry (`definition(expr)`) instead of
-testing expression classes; each backend (numpy, CUDA, magnitudes) keeps one
-table keyed by op name, and `tests/test_op_registry.py` checks that every table
-has a row for every op.
+ways: see fuserlite.ops.forms), its scheduler category, its axis map, its
+sharding rule and its cost (FLOPs and bytes, fuserlite.ops.cost). Generic code
+asks the registry (`definition(expr)`) instead of testing expression classes;
+each backend (numpy, CUDA, magnitudes) keeps one table keyed by op name, and
+`tests/test_op_registry.py` checks that every table has a row for every op.
 
 Every op but Set (the IR's own LoadStoreOp) builds the one expression class `Op`:
 an op needs a definition, not a class.
@@ -32,6 +32,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.sharding import data_positions
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ReductionOpType
+from fuserlite.ops.cost import DEFAULT_COST, CostRule
 
 if TYPE_CHECKING:
     from fuserlite.ops.forms import Form
@@ -182,6 +183,9 @@ class OpDef:
     # Its vector-Jacobian product (Vjp); None: the op cannot be differentiated, and
     # fl.grad of a fusion that needs it says so.
     vjp: Vjp | None = None
+    # What one expression computes and moves on a device (fuserlite.ops.cost), for the
+    # step-time model's roofline; by default one operation per element.
+    cost: CostRule = DEFAULT_COST
 
     @property
     def doc(self) -> str:

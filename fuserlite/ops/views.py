@@ -12,6 +12,7 @@ from fuserlite.ir.sharding import placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType
 from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, like, new_axis, shape_text
+from fuserlite.ops.cost import MOVES_DATA
 from fuserlite.ops.forms import Template
 from fuserlite.ops.registry import Category, Op, Param, Sharding, define
 from fuserlite.plan.permute import chunk_sources
@@ -74,6 +75,7 @@ def _take_vjp(expr, operands, outputs, grads):
     attrs=("cache_op",),
     expr_class=LoadStoreOp,
     vjp=_set_vjp,
+    cost=MOVES_DATA,
 )
 def set(x: TensorView, cache_op: str | None = None) -> TensorView:  # noqa: A001 - nvFuser's name
     """A copy of x; between different shardings, a resharding. `cache_op` is nvFuser's
@@ -99,6 +101,7 @@ def _broadcast_axes(expr: Expr, position: int) -> dict[int, int]:
     attrs=("flags",),
     axis_map=_broadcast_axes,
     vjp=_broadcast_vjp,
+    cost=MOVES_DATA,
 )
 def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     """Insert broadcast axes where flags are True; False flags consume x's axes in order."""
@@ -129,6 +132,7 @@ def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     (X, Param("shape", "ints")),
     attrs=("shape",),
     vjp=_expand_vjp,
+    cost=MOVES_DATA,
 )
 def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
     """Materialize broadcast axes to `shape` (-1 keeps an axis); other axes must match."""
@@ -202,6 +206,7 @@ def _outermost(group: list[int], shape: tuple[int, ...]) -> int:
     attrs=("shape",),
     axis_map=_reshape_axes,
     vjp=_reshape_vjp,
+    cost=MOVES_DATA,
 )
 def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     """View x's data with another shape (one -1 is inferred)."""
@@ -249,6 +254,7 @@ def _whole_chunks(expr: Expr) -> tuple[int, ...] | None:
     axis_map=_take_axes,
     sharding=Sharding(permutes=_whole_chunks),
     vjp=_take_vjp,
+    cost=MOVES_DATA,
 )
 def take(x: TensorView, indices: Sequence[int]) -> TensorView:
     """Rows of x along axis 0: output row k is x[indices[k]] (numpy's take)."""

@@ -18,6 +18,8 @@ classic plan through replicated, or the next best plan), e.g.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fuserlite.ir import args
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.placement import Partial, Placement, Shard
@@ -102,8 +104,10 @@ def _explain_permute(r: Resharding, comm: Communication) -> str:
     )
 
 
-def explain(program: Program) -> str:
-    """Every resharding of `program` explained (see the module doc), in program order."""
+def explain(program: Program, times: Callable[[Communication], str | None] | None = None) -> str:
+    """Every resharding of `program` explained (see the module doc), in program order;
+    `times(c)`, where given, is a line on how long communication c takes and what hides
+    it (fuserlite.timing's explain), shown after its resharding's lines."""
     args.instance(
         program,
         Program,
@@ -114,4 +118,10 @@ def explain(program: Program) -> str:
     )
     if not program.reshardings:
         return "no communications: every expression computes on local shards\n"
-    return "".join(explain_resharding(r) + "\n" for r in program.reshardings)
+    out = []
+    for r in program.reshardings:
+        lines = [explain_resharding(r)]
+        if times is not None:
+            lines += [f"  time: {line}" for c in r.communications if (line := times(c))]
+        out.append("\n".join(lines) + "\n")
+    return "".join(out)

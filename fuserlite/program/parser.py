@@ -36,16 +36,23 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.forms import build_from_printed
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.printer import implied_io
+from fuserlite.program import host
 from fuserlite.program.communication import Communication
 from fuserlite.program.printer import (
+    ALLOCATE,
+    DEALLOCATE,
     INTERMEDIATE,
     NOTE,
     PLANNER,
+    POST,
     SCHEDULED,
+    SET_STREAM,
+    SYNCHRONIZE,
+    WAIT,
     printed_tensors,
     unescape_note,
 )
-from fuserlite.program.program import Kernel, Program, Step, finish_kernel
+from fuserlite.program.program import HostStep, Kernel, Program, finish_kernel
 from fuserlite.program.reader import TENSOR, TENSOR_NUMBER, Block, Line, build_tensor
 from fuserlite.program.reshardings import derive_reshardings
 from fuserlite.program.sections import (
@@ -53,6 +60,8 @@ from fuserlite.program.sections import (
     TRANSFORM_PRINTER,
     ExprText,
     KernelText,
+    LoopText,
+    PostText,
     Text,
     split_text,
 )
@@ -119,6 +128,8 @@ class _Builder:
         self.heads: dict[int, Line] = {}  # each tensor's canonical text: its block's head
         self.computed_at: dict[int, Line] = {}  # where each computed tensor's step starts
         self.marks: dict[int, Line] = {}  # tensor number -> its ` plan intermediate :` line
+        self.posts: dict[int, host.PostOnStream] = {}  # a posted communication's output number
+        self.loops: list[str] = []  # the indices of the loops around the step being read
 
     def fail(self, message: str, line: int, column: int) -> ParseError:
         return self.source.error(message, line, column)
@@ -134,11 +145,12 @@ class _Builder:
             verify(self.fusion)
             return self.fusion
         steps = [self.step(s) for s in text.steps]
-        exprs = [e for s in steps for e in (s.exprs if isinstance(s, Kernel) else [s])]
+        runs = list(host.runs(steps))
+        exprs = [e for s in runs for e in (s.exprs if isinstance(s, Kernel) else [s])]
         self.set_io(exprs)
         users = {id(t): t.uses for t in self.fusion.tensors_created}
         outputs = {id(t) for t in self.fusion.outputs}
-        for s in steps:
+        for s in runs:
             if isinstance(s, Kernel):
                 finish_kernel(s, outputs, users)
         program = Program(self.fusion, steps)
@@ -238,7 +250,13 @@ class _Builder:
     def note_computed(self) -> None:
         """Where each computed tensor's expression is (to reject reads before it)."""
         exprs = list(self.text.fusion.exprs) if self.text.fusion else []
-        for s in self.text.steps:
+        for s in _walk_text(self.text.steps):
+            if isinstance(s, PostText):
+                s = s.step
+            if isinstance(s, LoopText) or (
+                isinstance(s, Line) and not s.text.startswith("Communication ")
+            ):
+                continue  # a loop's head and a host construct's line compute nothing
             exprs.extend(s.exprs if isinstance(s, KernelText) else [s])
         for e in exprs:
             if isinstance(e, Line):  # a communication: its output=
@@ -312,16 +330,19 @@ class _Builder:
             line, column = where(exc.column - 1) if exc.column else (first, len(BODY) + 1)
             raise self.fail(str(exc), line.number, column) from None
 
-    def communication(self, line: Line) -> Communication:
+    def communication(self, line: Line, shift: int = 0) -> Communication:
+        """The communication of a `Communication ...` line (`shift` columns right of the
+        line's start where PostOnStream precedes it)."""
+
         def tensor(text: str) -> TensorView:
-            return self.tensor(text, line, line.text.find(text) + 1)
+            return self.tensor(text, line, line.text.find(text) + 1 + shift)
 
         try:
             comm = Communication.from_printed(line.text, tensor)
         except ParseError as exc:
             if exc.line is not None:
                 raise
-            raise self.fail(str(exc), line.number, exc.column or 1) from None
+            raise self.fail(str(exc), line.number, (exc.column or 1) + shift) from None
         if comm is None:
             raise self.fail(
                 "expected Communication <kind> (team=(0 1)[, mesh=..., teams=(...), placements="
@@ -332,9 +353,36 @@ class _Builder:
             )
         return comm
 
-    def step(self, s: KernelText | ExprText | Line) -> Step:
+    def step(self, s: KernelText | ExprText | Line | PostText | LoopText) -> HostStep:
+        if isinstance(s, PostText):
+            inner = s.step
+            if isinstance(inner, Line):
+                comm = self.communication(inner, len(POST))
+                post = host.PostOnStream(comm)
+                self.posts[comm.output.number] = post
+                return post
+            return host.PostOnStream(self.step(inner))
+        if isinstance(s, LoopText):
+            if not 1 <= s.extent <= host.MAX_EXTENT:
+                raise self.fail(
+                    f"FOR {s.index}: the extent {s.extent} is not in 1..{host.MAX_EXTENT}",
+                    s.head.number,
+                    s.head.text.index("(") + 2,
+                )
+            if s.index in self.loops:
+                raise self.fail(
+                    f"FOR {s.index} is inside a loop of the same index; give it another",
+                    s.head.number,
+                    len("FOR ") + 1,
+                )
+            self.loops.append(s.index)
+            body = [self.step(x) for x in s.body]
+            self.loops.pop()
+            return host.ForLoop(s.index, s.extent, body)
         if isinstance(s, Line):
-            return self.communication(s)
+            if s.text.startswith("Communication "):
+                return self.communication(s)
+            return self.host_line(s)
         if isinstance(s, ExprText):
             return self.expression(s)
         mesh = None
@@ -361,6 +409,56 @@ class _Builder:
                 kernel.reference = self.tensors[int(m.group(1))]
         return kernel
 
+    def host_line(self, line: Line) -> HostStep:
+        """SetCurrentStream, Synchronize, Wait, Allocate or Deallocate, from its line."""
+        text = line.text.rstrip()
+        for word, make in ((SET_STREAM, host.SetCurrentStream), (SYNCHRONIZE, host.Synchronize)):
+            if text.startswith(word):
+                stream = host.StreamIndex.parse(text[len(word) :])
+                if stream is None:
+                    raise self.fail(
+                        "expected a stream: a number (`Stream 1`) or a loop index, modulo a "
+                        "count and plus an offset (`Stream i % 2 + 1`)",
+                        line.number,
+                        len(word) + 1,
+                    )
+                if stream.index is not None and stream.index not in self.loops:
+                    raise self.fail(
+                        f"Stream {stream.text()}: {stream.index} is the index of no loop around "
+                        "this line",
+                        line.number,
+                        len(word) + 1,
+                    )
+                return make(stream)
+        for word in (WAIT, ALLOCATE, DEALLOCATE):
+            if not text.startswith(word):
+                continue
+            m = re.fullmatch(r"T(\d+)", text[len(word) :])
+            if m is None or int(m.group(1)) not in self.tensors:
+                raise self.fail(
+                    f"expected `{word}T<n>`, T<n> a tensor of the program",
+                    line.number,
+                    len(word) + 1,
+                )
+            n = int(m.group(1))
+            if word == WAIT:
+                post = self.posts.get(n)
+                if post is None:
+                    raise self.fail(
+                        f"Wait Communication T{n}: no PostOnStream Communication before it "
+                        f"computes T{n}; a Wait waits for a posted communication",
+                        line.number,
+                        len(word) + 1,
+                    )
+                return host.Wait(post)
+            return (host.Allocate if word == ALLOCATE else host.Deallocate)(self.tensors[n])
+        raise self.fail(
+            "expected SetCurrentStream to Stream N, Synchronize Stream N, Wait Communication "
+            "T<n>, Allocate T<n>, Deallocate T<n> or `FOR i in range(N) {`",
+            line.number,
+            1,
+        )
+
     def set_io(self, exprs: list[Expr]) -> None:
         """The header's inputs and outputs, or those the tensors imply."""
         if self.text.header is None:
@@ -382,3 +480,13 @@ class _Builder:
                     self.heads[n].number,
                     1,
                 )
+
+
+def _walk_text(steps: list) -> list:
+    """The step texts in order, loop bodies inside their loops."""
+    out = []
+    for s in steps:
+        out.append(s)
+        if isinstance(s, LoopText):
+            out.extend(_walk_text(s.body))
+    return out

@@ -24,7 +24,8 @@ from fuserlite.printer import (
     io_header,
     transforms_text,
 )
-from fuserlite.program.program import Kernel, Program, Step
+from fuserlite.program import host
+from fuserlite.program.program import HostStep, Kernel, Program, Step
 from fuserlite.program.reshardings import plan_intermediates, plans_latency
 
 SCHEDULED = " scheduled : "  # ` scheduled : reference T6`: schedule-pointwise ran on it
@@ -54,17 +55,23 @@ def printed_tensors(program: Program) -> list[TensorView]:
     """Every tensor the program's print shows, in order of first appearance: the
     steps', then inputs and outputs no step uses."""
     order: dict[int, TensorView] = {}
-    for step in program.steps:
-        for tv in _step_tensors(step):
+    for step in host.walk(program.steps):
+        run = host.executable(step)
+        shown = _step_tensors(run) if run is not None else _host_tensors(step)
+        for tv in shown:
             order.setdefault(id(tv), tv)
     for tv in (*program.inputs, *program.outputs):
         order.setdefault(id(tv), tv)
     return list(order.values())
 
 
+def _host_tensors(step: HostStep) -> list[TensorView]:
+    return [step.tensor] if isinstance(step, (host.Allocate, host.Deallocate)) else []
+
+
 def step_exprs(program: Program) -> list[Expr]:
     """Every expression of the program's steps, in execution order."""
-    return [e for s in program.steps for e in (s.exprs if isinstance(s, Kernel) else [s])]
+    return [e for s in program.runs for e in (s.exprs if isinstance(s, Kernel) else [s])]
 
 
 def escape_note(text: str) -> str:
@@ -108,17 +115,58 @@ def print_program(program: Program) -> str:
     latency = plans_latency(program)
     if latency is not None:
         header = f"{PLANNER}{latency}\n" + (header or "\n")
-    steps = "".join(
-        kernel_text(step, namer, f"%kernel{k}")
-        if isinstance(step, Kernel)
-        else expr_text(step, namer) + "\n"
-        for k, step in enumerate(program.steps)
-    )
+    steps = "".join(steps_text(program.steps, namer))
     in_kernels = {id(tv) for k in program.kernels for tv in kernel_tensors(k)}
     rest = [tv for tv in shown if id(tv) not in in_kernels]
     marks = plan_intermediates(program)
     blocks = "".join(_block(tv, namer, marks) + "\n" for tv in rest)
     return header + steps + ("TransformPrinter : \n" + blocks if rest else "")
+
+
+# The lines of the host constructs (fuserlite.program.host; docs/printed-form.md).
+POST = "PostOnStream "  # before a kernel's label or a communication's line
+SET_STREAM = "SetCurrentStream to Stream "
+WAIT = "Wait Communication "  # and the output tensor of the posted communication
+SYNCHRONIZE = "Synchronize Stream "
+ALLOCATE, DEALLOCATE = "Allocate ", "Deallocate "
+FOR = "FOR "  # `FOR i in range(4) {`, the body, `} // FOR i`
+
+
+def steps_text(steps: list, namer: Namer, counter: list[int] | None = None) -> list[str]:
+    """The printed steps in order: `%kernel<k>` numbered by each step's place in the
+    program (every host construct, a loop and its body's steps counted in turn)."""
+    counter = [0] if counter is None else counter
+    out = []
+    for step in steps:
+        k = counter[0]
+        counter[0] += 1
+        run = host.executable(step)
+        if run is not None:
+            text = (
+                kernel_text(run, namer, f"%kernel{k}")
+                if isinstance(run, Kernel)
+                else expr_text(run, namer) + "\n"
+            )
+            out.append(POST + text if isinstance(step, host.PostOnStream) else text)
+        elif isinstance(step, host.ForLoop):
+            out.append(f"{FOR}{step.index} in range({step.extent}) {{\n")
+            out.extend(steps_text(step.body, namer, counter))
+            out.append(f"}} // {FOR}{step.index}\n")
+        else:
+            out.append(host_line(step) + "\n")
+    return out
+
+
+def host_line(step: HostStep) -> str:
+    """The one line of a stream, wait or buffer construct."""
+    if isinstance(step, host.SetCurrentStream):
+        return SET_STREAM + step.stream.text()
+    if isinstance(step, host.Synchronize):
+        return SYNCHRONIZE + step.stream.text()
+    if isinstance(step, host.Wait):
+        return WAIT + step.post.step.output.ir_name
+    word = ALLOCATE if isinstance(step, host.Allocate) else DEALLOCATE
+    return word + step.tensor.ir_name
 
 
 def _block(tv: TensorView, namer: Namer, marks: dict) -> str:

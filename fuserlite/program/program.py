@@ -4,7 +4,8 @@
 (expressions every device of its mesh runs on its local shards), a Communication
 between kernels, or, until lower-communications runs, the resharding Set that
 will become one. The fusion keeps the tensor graph (inputs, outputs, numbering);
-the steps say what runs, in which order.
+the steps say what runs, in which order. A host program's steps also hold streams,
+posts, waits, loops and buffers (fuserlite.program.host).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.plan.cross_mesh import Move
 from fuserlite.plan.search import Plan
+from fuserlite.program import host
 from fuserlite.program.communication import Communication
 
 
@@ -64,6 +66,9 @@ def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, lis
 
 
 Step = Kernel | Expr  # an Expr step is a Communication, or a resharding Set before lowering
+# What a program's steps hold: a Step, or a host construct (fuserlite.program.host).
+HostStep = Step | host.SetCurrentStream | host.PostOnStream | host.Wait | host.Synchronize
+HostStep = HostStep | host.ForLoop | host.Allocate | host.Deallocate
 
 
 @dataclass(eq=False)
@@ -91,7 +96,7 @@ class Resharding:
 class Program:
     """A fusion's tensors and the steps that compute them, in execution order."""
 
-    def __init__(self, fusion: Fusion, steps: list[Step]) -> None:
+    def __init__(self, fusion: Fusion, steps: list[HostStep]) -> None:
         self.fusion = fusion
         self.steps = list(steps)
         self.reshardings: list[Resharding] = []  # filled by lower-communications
@@ -106,13 +111,22 @@ class Program:
 
     @property
     def kernels(self) -> list[Kernel]:
-        """The compute kernels, in execution order."""
-        return [s for s in self.steps if isinstance(s, Kernel)]
+        """The compute kernels, in execution order (posted ones and loop bodies' once)."""
+        return [s for s in host.runs(self.steps) if isinstance(s, Kernel)]
 
     @property
     def communications(self) -> list[Communication]:
-        """The communications, in execution order."""
-        return [s for s in self.steps if isinstance(s, Communication)]
+        """The communications, in execution order (posted ones and loop bodies' once)."""
+        return [s for s in host.runs(self.steps) if isinstance(s, Communication)]
+
+    @property
+    def runs(self) -> list[Step]:
+        """The kernels, communications and resharding Sets, each once, in printing order."""
+        return list(host.runs(self.steps))
+
+    def executed(self) -> list[Step]:
+        """The kernels and communications in the order they run, loops unrolled."""
+        return host.executed(self.steps)
 
     def tensors(self) -> list[TensorView]:
         """Every tensor of the program, in printing order."""
@@ -138,7 +152,31 @@ class Program:
         return f"<Program {len(kinds)} steps: {', '.join(kinds)}>"
 
 
-def _clone_step(step: Step, mapping: dict) -> Step:
+def unlowered_steps(program: Program) -> list[str]:
+    """Each step that is neither a kernel, a Communication nor a host construct (a
+    resharding Set), by its printed number."""
+    return [
+        f"step {k}, {s.output.name} = {s.op_name}({s.input.name}), is not lowered to a "
+        "Communication"
+        for k, step in enumerate(host.walk(program.steps))
+        if (s := host.executable(step)) is not None and not isinstance(s, (Kernel, Communication))
+    ]
+
+
+def _clone_step(step: HostStep, mapping: dict) -> HostStep:
+    if isinstance(step, (host.PostOnStream, host.Wait)):
+        if step in mapping:  # a Wait's post, copied already
+            return mapping[step]
+        if isinstance(step, host.Wait):
+            return host.Wait(_clone_step(step.post, mapping))
+        mapping[step] = host.PostOnStream(_clone_step(step.step, mapping))
+        return mapping[step]
+    if isinstance(step, host.ForLoop):
+        return host.ForLoop(step.index, step.extent, [_clone_step(s, mapping) for s in step.body])
+    if isinstance(step, (host.Allocate, host.Deallocate)):
+        return type(step)(mapping[step.tensor])
+    if host.is_host_node(step):  # a stream's: nothing of the fusion
+        return dataclasses.replace(step)
     if not isinstance(step, Kernel):
         return mapping[step]
     return dataclasses.replace(

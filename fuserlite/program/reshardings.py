@@ -52,7 +52,7 @@ class Planners:
 def needed_by(tv: TensorView, program: Program) -> str:
     """The first kernel expression (in program order) that reads `tv`, else 'the fusion
     output' or 'a later resharding': the same before and after lowering."""
-    for step in program.steps:
+    for step in program.runs:
         for e in step.exprs if isinstance(step, Kernel) else []:
             if any(t is tv for t in e.inputs):
                 return f"{e.output.name} = {e.op_name}({', '.join(t.name for t in e.inputs)})"

@@ -13,11 +13,26 @@ import re
 from dataclasses import dataclass, field
 
 from fuserlite.ir.errors import ParseError
-from fuserlite.program.printer import NOTE, PLANNER, SCHEDULED
+from fuserlite.program.printer import (
+    ALLOCATE,
+    DEALLOCATE,
+    FOR,
+    NOTE,
+    PLANNER,
+    POST,
+    SCHEDULED,
+    SET_STREAM,
+    SYNCHRONIZE,
+    WAIT,
+)
 from fuserlite.program.reader import TENSOR_NUMBER, Block, Line
 from fuserlite.text.source import Source
 
 LABEL = re.compile(r"%kernel(?P<k>\d+)(?: \((?P<mesh>DeviceMesh\{[^()]*\})\))? \{")
+LOOP = re.compile(FOR + r"(?P<index>[a-z]\w*) in range\((?P<extent>\d+)\) \{")
+# A host construct's line starts with its word (the parser reads the rest, or says what
+# it expected).
+HOST_LINES = tuple(w.split()[0] for w in (SET_STREAM, WAIT, SYNCHRONIZE, ALLOCATE, DEALLOCATE))
 BODY = "   = "  # an expression's body follows its output line(s)
 TRANSFORM_PRINTER = "TransformPrinter :"  # printed with a trailing space
 
@@ -48,6 +63,24 @@ class KernelText:
 
 
 @dataclass
+class PostText:
+    """`PostOnStream ` and the kernel or communication it posts."""
+
+    line: Line  # the line that starts with PostOnStream
+    step: KernelText | Line
+
+
+@dataclass
+class LoopText:
+    """`FOR i in range(4) {`, the steps of its body, `} // FOR i`."""
+
+    head: Line
+    index: str
+    extent: int
+    body: list = field(default_factory=list)
+
+
+@dataclass
 class Text:
     """A whole print in parts: a fusion's kernel or a program's steps (a kernel, a
     resharding Set's expression, a communication's line), and every tensor's block."""
@@ -55,7 +88,8 @@ class Text:
     planner: Line | None = None  # `Planner: latency_bytes=N` (a program's first line)
     header: tuple[list[Line], list[Line]] | None = None
     fusion: KernelText | None = None  # `%kernel { ... }`: the text is a fusion
-    steps: list[KernelText | ExprText | Line] = field(default_factory=list)
+    # A Line is a communication's or a host construct's (SetCurrentStream, Wait, ...).
+    steps: list[KernelText | ExprText | Line | PostText | LoopText] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
 
 
@@ -119,34 +153,83 @@ class _Reader:
                 "domains; print the fusion without --math to read it back",
                 line,
             )
-        while (line := self.peek()) is not None:
+        self.counted = 0  # steps so far, host constructs and loop bodies counted in turn
+        out.steps = self.steps(out, None)
+        return out
+
+    def steps(self, out: Text, loop: LoopText | None) -> list:
+        """The steps up to the last TransformPrinter section (or a loop's `} // FOR i`)."""
+        steps: list = []
+        end = None if loop is None else f"}} // {FOR}{loop.index}"
+        while True:
             self.skip_blank()
             if (line := self.peek()) is None:
-                break
+                if loop is not None:
+                    raise self.fail(f"the loop has no `{end}`", loop.head)
+                return steps
+            if line.text == end:
+                self.take()
+                return steps
             if line.text.rstrip() == TRANSFORM_PRINTER:  # the tensors no kernel shows: last
+                if loop is not None:
+                    raise self.fail(
+                        f"the loop at line {loop.head.number} has no `{end}` before the "
+                        "last TransformPrinter section",
+                        line,
+                    )
                 self.take()
                 out.blocks.extend(self.blocks(None))
                 self.tail("after the last TransformPrinter section")
-            elif (m := LABEL.fullmatch(line.text)) is not None:
-                label = f"%kernel{m['k']}"
-                if m["k"] != str(len(out.steps)):
-                    raise self.fail(
-                        f"{label} is step {len(out.steps)}: kernels are numbered by their step, "
-                        f"so this one is %kernel{len(out.steps)}",
-                        line,
-                    )
-                out.steps.append(self.kernel(self.take(), m["mesh"], label, out.blocks))
-            elif line.text.startswith("Communication "):
-                out.steps.append(self.take())
-            elif TENSOR_NUMBER.match(line.text):
-                out.steps.append(self.expression())
-            else:
-                raise self.fail(
-                    "expected a kernel (`%kernel0 (DeviceMesh{0 1}) {`), a Set, a "
-                    "`Communication ...` line or `TransformPrinter :`",
-                    line,
-                )
-        return out
+                return steps
+            steps.append(self.step(out, line))
+
+    def step(self, out: Text, line: Line) -> KernelText | ExprText | Line | PostText | LoopText:
+        """One step, from its first line (which is not taken yet)."""
+        number = self.counted
+        self.counted += 1
+        if line.text.startswith(POST):
+            posted = self.take()
+            rest = Line(posted.number, posted.text[len(POST) :])
+            if (m := LABEL.fullmatch(rest.text)) is not None:
+                self.check_number(m["k"], number, posted)
+                kernel = self.kernel(posted, m["mesh"], f"%kernel{m['k']}", out.blocks)
+                return PostText(posted, kernel)
+            if rest.text.startswith("Communication "):
+                return PostText(posted, rest)
+            raise self.fail(
+                "expected a kernel (`%kernel3 (DeviceMesh{0 1}) {`) or a `Communication ...` "
+                "after PostOnStream",
+                posted,
+                len(POST) + 1,
+            )
+        if (m := LOOP.fullmatch(line.text)) is not None:
+            loop = LoopText(self.take(), m["index"], int(m["extent"]))
+            loop.body = self.steps(out, loop)
+            return loop
+        if line.text.startswith(HOST_LINES) or line.text.startswith(FOR):
+            return self.take()
+        if (m := LABEL.fullmatch(line.text)) is not None:
+            self.check_number(m["k"], number, line)
+            return self.kernel(self.take(), m["mesh"], f"%kernel{m['k']}", out.blocks)
+        if line.text.startswith("Communication "):
+            return self.take()
+        if TENSOR_NUMBER.match(line.text):
+            return self.expression()
+        raise self.fail(
+            "expected a kernel (`%kernel0 (DeviceMesh{0 1}) {`), a Set, a "
+            "`Communication ...` line, a host construct (PostOnStream, SetCurrentStream, "
+            "Wait, Synchronize, FOR, Allocate, Deallocate) or `TransformPrinter :`",
+            line,
+        )
+
+    def check_number(self, k: str, number: int, line: Line) -> None:
+        if k != str(number):
+            raise self.fail(
+                f"%kernel{k} is step {number}: kernels are numbered by their step, so this "
+                f"one is %kernel{number}",
+                line,
+                line.text.index("%kernel") + 1,
+            )
 
     def tail(self, where: str) -> None:
         """The end of the text, after blank lines and comments."""

@@ -4,7 +4,8 @@
 fusion's (fuserlite.verify, every tensor with a mesh), every kernel computing from
 local shards, collectives that agree on their layouts (seed 000), say how they
 move uneven chunks, do the step they name and combine partial values by their op
-(program.partials), and outputs that are complete values. The pipeline runs it after every program pass.
+(program.partials), and outputs that are complete values; a host program's streams,
+waits and buffers (program.host_verify). The pipeline runs it after every program pass.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding
 from fuserlite.ops.sharding import movement_text, moves_data
+from fuserlite.program import host
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
+from fuserlite.program.host_verify import host_problems
 from fuserlite.program.partials import communication_problems
 from fuserlite.program.program import Kernel, Program
 from fuserlite.verify.fusion import (
@@ -43,6 +46,7 @@ def verify_program(program: Program) -> None:
         problems.extend(sizing_problems(program.communications))
         problems.extend(communication_problems(program.communications))
         problems.extend(step_problems(program))
+        problems.extend(host_problems(program))
         problems.extend(locality_problems(program))
         problems.extend(partial_output_problems(program.outputs, namer))
     if problems:
@@ -124,7 +128,10 @@ def step_problems(program: Program) -> list[str]:
     problems = []
     available = {id(t) for t in program.inputs}
     placed: set[int] = set()
-    for k, step in enumerate(program.steps):
+    for k, step in enumerate(host.walk(program.steps)):
+        step = host.executable(step)
+        if step is None:  # a stream, wait or buffer construct: host_problems' business
+            continue
         exprs = step.exprs if isinstance(step, Kernel) else [step]
         for t in step.inputs:
             if id(t) not in available:
@@ -149,6 +156,7 @@ def _program_lists(program: Program) -> list:
         *FUSION_READS.lists(program.fusion),
         (program.fusion,),
         program.steps,
+        *(s.body for s in host.walk(program.steps) if isinstance(s, host.ForLoop)),
         *(k.exprs for k in kernels),
         *(k.inputs for k in kernels),
         *(k.outputs for k in kernels),
@@ -162,7 +170,7 @@ def _program_nodes(program: Program) -> list:
     exprs = fusion.exprs()
     known = {id(e) for e in exprs}
     kernels = program.kernels
-    stack = [e for s in program.steps for e in (s.exprs if isinstance(s, Kernel) else [s])]
+    stack = [e for s in program.runs for e in (s.exprs if isinstance(s, Kernel) else [s])]
     stack = [e for e in stack if id(e) not in known]
     upstream = []
     while stack:

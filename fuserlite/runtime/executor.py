@@ -154,7 +154,7 @@ class FusionExecutor:
 
     def _prepare(self, compiler: KernelCompiler | None) -> None:
         program = self.program
-        for step in program.steps:
+        for step in program.runs:
             if not isinstance(step, (Kernel, Communication)):
                 raise ExecutionError(
                     f"the program has an unlowered step {step!r}; its pipeline must run "
@@ -165,8 +165,9 @@ class FusionExecutor:
                 raise ExecutionError(
                     f"input {tv.name} is marked partial (rDIDx); inputs hold whole values"
                 )
-        # Values are freed after their last reader, on every device: the outputs stay.
-        steps = program.steps
+        # Values are freed after their last reader, on every device: the outputs stay. A
+        # host program's steps run in their order, posts at once, loops unrolled.
+        steps = self._steps = program.executed()
         self._dead = dead_after(steps, _reads, _writes, keep=program.outputs)
         self._needed = read_anywhere(steps, _reads) | set(program.outputs)
         self.grids = GridCache()  # the kernel runner's index arrays, reused across runs
@@ -197,7 +198,7 @@ class FusionExecutor:
         """Bytes of the inputs, the outputs and the largest set of intermediates live
         at once, each summed over the devices that hold it (docs/design.md §8)."""
         steps: list = []  # what the executor materializes one at a time
-        for s in self.program.steps:
+        for s in self._steps:
             if isinstance(s, Kernel) and not (s.scheduled and self.schedule):
                 steps.extend(s.exprs)  # op by op: each expression's output is an array
             else:
@@ -220,7 +221,7 @@ class FusionExecutor:
         reads them too) and those of every tensor a step computes (found once: every run
         asks, and the walk over the program took most of a 1000-op chain's run)."""
         meshes = {id(m): m for m in map(mesh_of, self.program.inputs)}
-        for step in self.program.steps:  # the steps compute every other tensor
+        for step in self.program.runs:  # the steps compute every other tensor
             for e in step.exprs if isinstance(step, Kernel) else [step]:
                 for tv in e.outputs:
                     if id(tv.mesh) not in meshes:
@@ -281,7 +282,7 @@ class FusionExecutor:
             for d in self.backend.hosted(mesh_of(tv).devices):
                 values[d][tv] = shard(tv, array, d)
         del arrays
-        steps = self.program.steps
+        steps = self._steps
         for i, (step, dead) in enumerate(zip(steps, self._dead)):
             if self.progress is not None:
                 self.progress(STEPS, i, len(steps), describe_step(step))

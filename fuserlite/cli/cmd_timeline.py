@@ -1,0 +1,66 @@
+"""`fuserlite timeline`: the modelled time of one step, as a Gantt chart per device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from fuserlite.cli.output import (
+    EXIT_OK,
+    Output,
+    add_program_arguments,
+    lowered_program,
+    machine_option,
+)
+from fuserlite.ir.errors import FuserliteError
+from fuserlite.timing import timeline
+from fuserlite.timing.chart import coloured, plain
+from fuserlite.timing.svg import svg
+
+
+def _write(path: str, text: str, flag: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise FuserliteError(
+            f"fuserlite timeline: cannot write {flag} {path}: {exc.strerror}"
+        ) from None
+
+
+def cmd_timeline(args: argparse.Namespace, out: Output) -> int:
+    """`fuserlite timeline PATH`: the lowered program's kernels and communications
+    scheduled on each device's streams of --machine (a roofline per kernel from its
+    ops' FLOPs and bytes, an alpha-beta time per communication on its team's link):
+    a Gantt chart per device and stream, each step's times, and the totals: compute,
+    communication and communication exposed (no compute beside it). --trace writes the
+    Chrome trace (Perfetto, chrome://tracing), --svg the chart."""
+    model = machine_option(args)
+    tl = timeline(lowered_program(args, "timeline"), model)
+    if args.trace:
+        _write(args.trace, json.dumps(tl.to_chrome_trace(), indent=1) + "\n", "--trace")
+    if args.svg:
+        _write(args.svg, svg(tl), "--svg")
+    if out.is_terminal:
+        out.console.print(coloured(tl), end="", highlight=False)
+    else:
+        out.text(plain(tl))
+    for flag, path in (("trace", args.trace), ("svg", args.svg)):
+        if path:
+            out.text(f"wrote {path} ({flag})\n")
+    return EXIT_OK
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add `timeline` to the subcommands."""
+    c = commands.add_parser(
+        "timeline",
+        parents=[common],
+        help="the modelled step time of a lowered program, as a Gantt chart per device",
+        description=cmd_timeline.__doc__,
+    )
+    add_program_arguments(c)
+    c.add_argument("--trace", metavar="FILE", help="write the Chrome trace (JSON) to FILE")
+    c.add_argument("--svg", metavar="FILE", help="write the chart to FILE as SVG")
+    c.set_defaults(handler=cmd_timeline)

@@ -1,0 +1,221 @@
+"""Host programs: streams, posts, waits, loops and buffers among a program's steps.
+
+nvFuser's host IR (csrc/host_ir: HostIrContainer, ForLoop, Stream, SetCurrentStream,
+PostOnStream, Wait, Synchronize, Allocate, Deallocate) in fuserlite's program: besides
+kernels and communications, a Program's steps may be
+
+    SetCurrentStream to Stream 1      later posts go on stream 1 (Stream 0: the main one)
+    PostOnStream %kernel3 ... / PostOnStream Communication ...
+                                      run a kernel or start a communication on the current
+                                      stream; a posted communication's output is read only
+                                      after a Wait for it
+    Wait Communication T7             the current stream waits for the posted
+                                      communication that computes T7
+    Synchronize Stream 1              the current stream waits for everything stream 1
+                                      holds so far
+    FOR i in range(4) { ... } // FOR i
+                                      the body once for each i (a stream may be `i % 2 + 1`)
+    Allocate T5 / Deallocate T5       where a buffer's life begins and ends (the
+                                      allocate-and-deallocate pass writes them)
+
+A kernel or communication step that is not posted (what the pipeline makes) runs on the
+current stream and completes before the next step: the flat program it has always
+been. Every device runs the same host program (SPMD); a step acts on the devices of its
+mesh or team. fuserlite.program.host_verify checks the rules above; fuserlite.timing
+schedules the streams; the executor runs the steps in their order (`executed`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fuserlite.ir.errors import VerifyError
+from fuserlite.ir.tensor import TensorView
+
+if TYPE_CHECKING:
+    from fuserlite.program.communication import Communication
+    from fuserlite.program.program import Kernel
+
+MAX_ITERATIONS = 1 << 16  # host steps a program's loops unroll to, all together
+MAX_EXTENT = 4096  # the iterations of one loop (stream chunks: a handful)
+MAIN_STREAM = 0
+
+_STREAM = re.compile(
+    r"(?:(?P<index>[a-z]\w*)(?: % (?P<mod>\d+))?(?: \+ (?P<plus>\d+))?|(?P<n>\d+))"
+)
+
+
+@dataclass(frozen=True)
+class StreamIndex:
+    """Which stream: a number (`Stream 1`), or a loop index modulo a count plus an
+    offset (`Stream i % 2 + 1`: streams 1 and 2 in turn)."""
+
+    offset: int = 0
+    index: str | None = None  # a loop's index variable
+    modulo: int | None = None
+
+    def value(self, env: Mapping[str, int]) -> int:
+        """The stream number, the loop indices bound as `env` says."""
+        if self.index is None:
+            return self.offset
+        i = env[self.index]
+        return (i % self.modulo if self.modulo else i) + self.offset
+
+    def text(self) -> str:
+        """'1', 'i', 'i % 2 + 1': as printed after `Stream `."""
+        if self.index is None:
+            return str(self.offset)
+        mod = f" % {self.modulo}" if self.modulo else ""
+        plus = f" + {self.offset}" if self.offset else ""
+        return f"{self.index}{mod}{plus}"
+
+    @classmethod
+    def parse(cls, text: str) -> StreamIndex | None:
+        """The stream index printed as `text`, or None."""
+        m = _STREAM.fullmatch(text)
+        if m is None:
+            return None
+        if m["n"] is not None:
+            return cls(int(m["n"]))
+        modulo = int(m["mod"]) if m["mod"] else None
+        if modulo == 0:
+            return None
+        return cls(int(m["plus"] or 0), m["index"], modulo)
+
+
+@dataclass(eq=False)
+class SetCurrentStream:
+    """Later kernels and communications go on `stream` (nvFuser's SetCurrentStream)."""
+
+    stream: StreamIndex
+
+
+@dataclass(eq=False)
+class PostOnStream:
+    """Run a kernel, or start a communication, on the current stream. A posted
+    communication does not hold the stream up: its output is read after a Wait."""
+
+    step: Kernel | Communication
+
+
+@dataclass(eq=False)
+class Wait:
+    """The current stream waits for a posted communication to complete."""
+
+    post: PostOnStream
+
+
+@dataclass(eq=False)
+class Synchronize:
+    """The current stream waits for the work `stream` holds so far."""
+
+    stream: StreamIndex
+
+
+@dataclass(eq=False)
+class ForLoop:
+    """`body` once for each `index` in range(extent)."""
+
+    index: str
+    extent: int
+    body: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Allocate:
+    """The buffer of `tensor` is allocated here (before the step that writes it)."""
+
+    tensor: TensorView
+
+
+@dataclass(eq=False)
+class Deallocate:
+    """The buffer of `tensor` is freed here (after the last step that reads it)."""
+
+    tensor: TensorView
+
+
+HOST_NODES = (SetCurrentStream, PostOnStream, Wait, Synchronize, ForLoop, Allocate, Deallocate)
+
+
+def is_host_node(step: object) -> bool:
+    """True for a host construct (not a kernel, communication or resharding Set)."""
+    return isinstance(step, HOST_NODES)
+
+
+def executable(step: Any) -> Any:
+    """The kernel or communication a step runs: a post's step, or the step itself
+    (None for the other host nodes)."""
+    if isinstance(step, PostOnStream):
+        return step.step
+    return None if is_host_node(step) else step
+
+
+def walk(steps: list) -> Iterator[Any]:
+    """Every step in printing order, loop bodies inside their loops (each once)."""
+    for s in steps:
+        yield s
+        if isinstance(s, ForLoop):
+            yield from walk(s.body)
+
+
+def runs(steps: list) -> Iterator[Any]:
+    """The kernels, communications and resharding Sets, in printing order (each once)."""
+    for s in walk(steps):
+        e = executable(s)
+        if e is not None:
+            yield e
+
+
+def unrolled(steps: list, env: Mapping[str, int] | None = None) -> Iterator[tuple[Any, dict]]:
+    """Every step but loops, in execution order, with the loop indices bound then."""
+    env = dict(env or {})
+    for s in steps:
+        if isinstance(s, ForLoop):
+            for i in range(s.extent):
+                yield from unrolled(s.body, {**env, s.index: i})
+        else:
+            yield s, env
+
+
+def executed(steps: list) -> list:
+    """The kernels and communications in the order they run, loops unrolled (what the
+    executor runs, one after the other)."""
+    return [e for s, _ in unrolled(steps) if (e := executable(s)) is not None]
+
+
+def is_host_program(steps: list) -> bool:
+    """True when a program has host constructs (else it is the flat one the pipeline makes)."""
+    return any(is_host_node(s) for s in steps)
+
+
+def check_loops(steps: list, where: str = "") -> None:
+    """A VerifyError where a loop's extent is out of bounds, an index is bound twice,
+    or the loops unroll to more than MAX_ITERATIONS steps."""
+    total = _count(steps, set(), where)
+    if total > MAX_ITERATIONS:
+        raise VerifyError(
+            f"{where}the host program's loops unroll to {total} steps; at most "
+            f"{MAX_ITERATIONS} (a loop is over a handful of stream chunks)"
+        )
+
+
+def _count(steps: list, bound: set[str], where: str) -> int:
+    n = 0
+    for s in steps:
+        if not isinstance(s, ForLoop):
+            n += 1
+            continue
+        if not 1 <= s.extent <= MAX_EXTENT:
+            raise VerifyError(
+                f"{where}FOR {s.index}: its extent {s.extent} is not in 1..{MAX_EXTENT}"
+            )
+        if s.index in bound:
+            raise VerifyError(f"{where}FOR {s.index} is inside a loop of the same index")
+        n += 1 + s.extent * _count(s.body, bound | {s.index}, where)
+        if n > MAX_ITERATIONS:
+            return n
+    return n
