@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from multi_output_cases import MOVES
 from multi_output_cases import cases as multi_output_cases
 
-from fuserlite import cli
+import fuserlite as fl
+from fuserlite import cli, models
+from fuserlite.runtime.backends.sim import SimCommunicator
 
 pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install '.[mpi]'")
 MPIEXEC = shutil.which("mpiexec")
@@ -255,3 +259,123 @@ def test_bad_local_input_on_one_rank_never_hangs():
     assert proc.stderr.count("error: rank 1:") == 1, proc.stderr
     assert "shape" in proc.stderr
     assert "finished" not in proc.stdout
+
+
+def launch_stalling(tmp_path: Path, n: int, rank: int, how: str, path: str, timeout: float):
+    """mpiexec -n n stalled_rank.py: `rank` stops, dies or sleeps as step 3 (the Allreduce)
+    begins. The CompletedProcess, the seconds from the stall to the job's end, and the
+    ranks' pids."""
+    args = [str(tmp_path), str(rank), "3", how, path, str(timeout)]
+    proc = mpiexec(n, sys.executable, str(SCRIPTS / "stalled_rank.py"), *args)
+    ended = time.time()
+    stalled = float((tmp_path / "stopped").read_text())
+    pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(n)]
+    return proc, ended - stalled, pids
+
+
+def gone(pid: int, within: float = 5.0) -> bool:
+    """Whether process `pid` has ended (a zombie waiting to be reaped has ended too)."""
+    stat = Path(f"/proc/{pid}/stat")
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize(("n", "rank", "path"), [(4, 2, "cli"), (2, 1, "executor")])
+def test_a_stopped_rank_ends_the_job_through_the_watchdog(tmp_path, n, rank, path):
+    """A SIGSTOPped rank fails nothing: the others' watchdog finds it within timeout +
+    its answer window, every live rank names it, its step and its collective once,
+    and MPI_Abort ends the job, the stopped process too."""
+    timeout = 2
+    proc, seconds, pids = launch_stalling(tmp_path, n, rank, "STOP", path, timeout)
+    assert proc.returncode != 0
+    assert "finished" not in proc.stdout and "validation" not in proc.stdout
+    # The issue's bound (the watchdog's parts are fixed: timeout, a 2 s answer window,
+    # 0.5 s for stderr to get out); a hang would have been cut by TIMEOUT instead.
+    assert seconds < timeout + 5, (seconds, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    team = "{" + " ".join(map(str, range(n))) + "}"
+    name = "Allreduce T10 -> y (T7)" if path == "cli" else "Allreduce T10 -> T7"
+    for live in sorted(set(range(n)) - {rank}):
+        (mine,) = [line for line in lines if line.startswith(f"error: rank {live}:")]
+        assert f"at step 3 ({name}), in MPI_Ialltoallv over team {team}" in mine, mine
+        assert f"rank {rank} did not answer" in mine, mine
+    assert len(lines) == n - 1, proc.stderr
+    assert all(gone(pid) for pid in pids), pids
+
+
+def test_a_killed_rank_still_ends_the_job_at_once(tmp_path):
+    proc, seconds, pids = launch_stalling(tmp_path, 2, 1, "KILL", "executor", 300)
+    assert proc.returncode != 0
+    assert "finished" not in proc.stdout
+    assert seconds < 5, seconds  # mpiexec's doing, long before the 300 s timeout
+    assert all(gone(pid) for pid in pids), pids
+
+
+def test_a_slow_rank_that_answers_the_watchdog_finishes(tmp_path):
+    """Rank 1 sleeps 1.3 s before the Allreduce with a 1 s timeout: rank 0 asks, rank 1
+    answers as it reaches the collective (within the 1 s answer window), and the run ends
+    normally."""
+    proc, _, _ = launch_stalling(tmp_path, 2, 1, "1.3", "executor", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0 finished", "rank 1 finished"]
+
+
+def test_mpiexec_without_backend_mpi_is_one_error():
+    """Each process would run the sim backend on its own and print its own report."""
+    proc = mpiexec(4, sys.executable, "-m", "fuserlite.cli", "run", EXAMPLE)
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert proc.stderr.count("error:") == 1, proc.stderr
+    assert "started by an MPI launcher as 4 processes" in proc.stderr
+    assert f"mpiexec -n 4 fuserlite run {EXAMPLE} --backend mpi" in proc.stderr
+
+
+def test_a_syntax_error_under_mpiexec_is_printed_once(tmp_path):
+    bad = tmp_path / "bad.fus"
+    bad.write_text("input x: float32[4]\ny = relu(x\noutput y\n")
+    proc = mpiexec(2, sys.executable, "-m", "fuserlite.cli", "run", str(bad), "--backend", "mpi")
+    assert proc.returncode != 0
+    assert proc.stderr.count("error:") == 1, proc.stderr
+    assert f"{bad}:2:" in proc.stderr
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_under_a_launcher_rank_zero_alone_reports_what_every_rank_meets(capsys, monkeypatch, rank):
+    """What mpiexec's Hydra (and Open MPI's mpirun) tell each process, in one process:
+    rank 0 prints the errors that every rank meets alike, the others exit quietly."""
+    monkeypatch.setenv("PMI_RANK", rank)
+    monkeypatch.setenv("PMI_SIZE", "3")
+    for argv, said in (
+        (["run", EXAMPLE], "add --backend mpi (mpiexec -n 3 fuserlite run"),
+        (["run", EXAMPLE, "--backend", "mpi", "--timeout", "0"], "argument --timeout"),
+        (["run", "missing.fus", "--backend", "mpi"], "missing.fus"),
+    ):
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert (said in err) if rank == "0" else err == "", (argv, err)
+    assert cli.main(["run", EXAMPLE, "--backend", "sim"]) == 0  # asked for: every rank runs it
+    assert "validation: ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_timeout_flag_takes_positive_seconds(capsys, value):
+    assert cli.main(["run", EXAMPLE, "--timeout", value]) == 1
+    assert "not a positive number of seconds (inf waits for ever)" in capsys.readouterr().err
+
+
+def test_executor_timeout_is_checked():
+    fusion = models.tensor_parallel_mlp(2)
+    for value in (0, -1.0, True, "5", float("nan")):
+        with pytest.raises(fl.ExecutionError, match="timeout must be a positive number"):
+            fl.FusionExecutor(fusion, timeout=value)
+    with pytest.raises(fl.ExecutionError, match=r"MpiCommunicator\(timeout=\.\.\.\)"):
+        fl.FusionExecutor(fusion, backend=SimCommunicator(), timeout=5)
+    assert fl.FusionExecutor(fusion, timeout=math.inf).run(fl.random_inputs(fusion, 0))

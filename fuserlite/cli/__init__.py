@@ -49,6 +49,7 @@ from fuserlite.cli.output import (
     UsageError,
 )
 from fuserlite.ir.errors import FuserliteError
+from fuserlite.runtime.backends import silent_rank
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_OK", "build_parser", "main"]
 
@@ -116,7 +117,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        print(exc, file=sys.stderr)
+        if not silent_rank():  # under mpiexec every rank parses the same flags
+            print(exc, file=sys.stderr)
         return EXIT_ERROR
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else EXIT_OK

@@ -14,6 +14,7 @@ from fuserlite.cli.output import (
     EXIT_ERROR,
     EXIT_OK,
     Output,
+    UsageError,
     add_latency_option,
     add_mesh_options,
     load_fusion,
@@ -28,7 +29,8 @@ from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.pipeline import Pipeline
 from fuserlite.program.communication import Communication, Sizing
 from fuserlite.reference.numpy_ops import blocks
-from fuserlite.runtime.backends import BACKENDS, make_backend
+from fuserlite.runtime.backends import BACKENDS, make_backend, mpi_launch, silent_rank
+from fuserlite.runtime.backends.mpi_watchdog import DEFAULT_TIMEOUT_S, check_timeout
 from fuserlite.runtime.communicator import Communicator
 from fuserlite.runtime.compute import COMPUTE
 from fuserlite.runtime.executor import FusionExecutor
@@ -56,11 +58,24 @@ def devices_text(devices: list[int], backend: str) -> str:
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite run`: lower, execute on the chosen backend (sim by default), validate."""
-    names = lowering_pass_names(args)  # checks --devices before anything is built
-    fusion = load_fusion(args.path)
-    if args.grad is not None:  # the training step: the loss and its gradients
-        fusion = fuserlite.grad(fusion, [n.strip() for n in args.grad.split(",")])
-    backend = make_backend(args.backend)
+    launch = mpi_launch()
+    try:
+        if launch is not None and launch[1] > 1 and args.backend is None:
+            raise UsageError(
+                f"fuserlite run: error: started by an MPI launcher as {launch[1]} processes, "
+                "each of which would run the whole program on the sim backend and print its "
+                f"own report: add --backend mpi (mpiexec -n {launch[1]} fuserlite run "
+                f"{args.path} --backend mpi), or run it without mpiexec"
+            )
+        names = lowering_pass_names(args)  # checks --devices before anything is built
+        fusion = load_fusion(args.path)
+        if args.grad is not None:  # the training step: the loss and its gradients
+            fusion = fuserlite.grad(fusion, [n.strip() for n in args.grad.split(",")])
+    except (FuserliteError, UsageError):
+        if silent_rank():
+            return EXIT_ERROR  # every process reads the same flags and file: rank 0 says it
+        raise
+    backend = make_backend(args.backend or "sim", timeout=args.timeout)
     # Long work shows progress on a terminal (only in the process that reports).
     with ProgressDisplay(out.console if backend.is_host() else None) as progress:
         return _run(args, out, fusion, backend, progress, names)
@@ -97,7 +112,7 @@ def _run(
     if outputs is None:
         return EXIT_OK  # an MPI rank other than 0: rank 0 prints the report
     table = Table(
-        title=f"{source_name(args.path)} on {devices_text(executor.devices, args.backend)}, seed {args.seed}",
+        title=f"{source_name(args.path)} on {devices_text(executor.devices, backend.name)}, seed {args.seed}",
         box=box.SIMPLE_HEAD,
     )
     for column in ("output", "shape", "dtype", "sum", "sum |x|"):
@@ -155,6 +170,16 @@ def compute_option(args: argparse.Namespace) -> str | KernelCompiler | None:
     return KernelCompiler(cache_dir=args.cache_dir)
 
 
+def timeout_seconds(text: str) -> float:
+    """--timeout's value: a positive number of seconds, or inf."""
+    try:
+        return check_timeout(float(text), "--timeout")
+    except (ValueError, ExecutionError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive number of seconds (inf waits for ever)"
+        ) from None
+
+
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `run` to the subcommands."""
     r = commands.add_parser(
@@ -173,8 +198,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     add_mesh_options(r)
     add_latency_option(r)
+    r.add_argument("--backend", choices=BACKENDS, help="sim (default, in-process) or mpi")
     r.add_argument(
-        "--backend", choices=BACKENDS, default="sim", help="sim (default, in-process) or mpi"
+        "--timeout",
+        type=timeout_seconds,
+        metavar="SECONDS",
+        help="mpi: how long one communication may wait before the watchdog looks for a "
+        f"stalled rank and ends the job (default {DEFAULT_TIMEOUT_S:g}; inf waits for ever)",
     )
     how = r.add_mutually_exclusive_group()
     how.add_argument(

@@ -96,6 +96,10 @@ class Communicator:
     def release(self) -> None:
         """Frees what prepare() made (every process calls it, at the end)."""
 
+    def begin_step(self, index: int, comm: Communication) -> None:
+        """Program step `index`, the Communication `comm`, begins (mpi's watchdog names
+        the step of an operation that stalls)."""
+
     @contextmanager
     def guard(self) -> Iterator[None]:
         """Wraps one execution; a multi-process backend ends every process on an error."""

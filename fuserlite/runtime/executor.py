@@ -53,6 +53,7 @@ from fuserlite.program.verify import verify_program
 from fuserlite.reference.evaluator import check_inputs
 from fuserlite.reference.numpy_ops import eval_outputs, store
 from fuserlite.runtime.backends import BACKENDS, make_backend
+from fuserlite.runtime.backends.mpi_watchdog import check_timeout
 from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
@@ -126,16 +127,26 @@ class FusionExecutor:
         pipeline: Pipeline | None = None,
         progress: Progress | None = None,
         compute: str | KernelCompiler | None = None,
+        timeout: float | None = None,
     ) -> None:
         """`pipeline` lowers a Fusion (default: Pipeline.default(progress=progress));
         `compute`: "compiled" (the default where a C++ compiler is found), "interpret" or
         "numpy" (`schedule=False` is the same), or a KernelCompiler for "compiled";
-        `progress` also observes each run's kernels and communications."""
+        `progress` also observes each run's kernels and communications; `timeout`: seconds
+        an mpi operation may wait before the watchdog looks for a stalled rank (default
+        300, math.inf for ever; sim never waits)."""
         who = "FusionExecutor"
         args.instance(ir, (Fusion, Program), who, "fusion", "a Fusion or a Program", ExecutionError)
         accepted = f"one of {', '.join(BACKENDS)} or a Communicator"
         args.instance(backend, (str, Communicator), who, "backend", accepted, ExecutionError)
-        self.backend = make_backend(backend) if isinstance(backend, str) else backend
+        if timeout is not None:
+            timeout = check_timeout(timeout, who)
+            if not isinstance(backend, str):
+                raise ExecutionError(
+                    f"{who}: timeout= sets the timeout of the backend made from a name "
+                    "(backend='mpi'); give a Communicator its own: MpiCommunicator(timeout=...)"
+                )
+        self.backend = make_backend(backend, timeout) if isinstance(backend, str) else backend
         schedule = args.boolean(schedule, who, "schedule", ExecutionError)
         self.compute, compiler = resolve_compute(compute, schedule, who)
         self.schedule = self.compute != "numpy"
@@ -289,6 +300,7 @@ class FusionExecutor:
             if isinstance(step, Kernel):
                 self._run_kernel(step, values)
             else:
+                self.backend.begin_step(i, step)
                 self._run_communication(step, values)
             for local in values.values():
                 _forget(local, dead)

@@ -174,7 +174,8 @@ def cli_run(rank: int, example: str) -> dict[str, str]:
     code, got = report("--backend", "mpi")
     if rank != 0:
         return {}
-    want = report()[1].replace(" sim device(s)", " mpi device(s)")
+    # Under mpiexec the sim backend is asked for by name (without --backend, run refuses).
+    want = report("--backend", "sim")[1].replace(" sim device(s)", " mpi device(s)")
     ok = code == 0 and "validation: ok" in got and got == want
     return {f"cli run {example}": "identical" if ok else f"exit {code}: {got}"}
 

@@ -23,6 +23,16 @@ Uneven chunks (docs/design.md §5) move padded through the same calls, or each
 member's own rows through MPI's vector calls (`backends.mpi_vector`: Allgatherv,
 Alltoallv, Scatterv, Gatherv).
 
+Waiting: every operation is posted non-blocking (MPI_Iallgather, MPI_Ialltoallv,
+MPI_Ibcast, MPI_Isend/MPI_Irecv, ...) and waited for by the watchdog
+(`backends.mpi_watchdog`): when one has not completed within `timeout` seconds
+(default 300; math.inf waits for ever, with MPI_Waitall) the rank asks every
+rank where it is, and a rank that does not answer (a stopped process, a stuck
+node) ends the job: each live rank prints once which ranks did not answer, the
+step it waits at and the operation and its team, and calls MPI_Abort. The
+executor says which step runs (`begin_step`). Team splits are blocking in MPI:
+a watched MPI_Ibarrier comes first.
+
 Faults: `guard()` wraps one execution. An exception on one rank would leave
 the others blocked in their next collective, so the failing rank prints its
 message once (prefixed with its rank) and calls `MPI.COMM_WORLD.Abort(1)`,
@@ -39,9 +49,7 @@ reads the environment.
 
 from __future__ import annotations
 
-import os
-import sys
-import time
+import pickle
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -56,9 +64,20 @@ from fuserlite.runtime.backends.mpi_vector import (
     allgatherv,
     alltoallv,
     layout,
+    offsets,
+    received,
     row_counts,
     vector,
     wire,
+)
+from fuserlite.runtime.backends.mpi_watchdog import (
+    COLLECTING,
+    DEFAULT_TIMEOUT_S,
+    PREPARING,
+    Pending,
+    Watchdog,
+    abort,
+    check_timeout,
 )
 from fuserlite.runtime.communicator import (
     Buffers,
@@ -73,8 +92,6 @@ from fuserlite.runtime.communicator import (
     split_rows,
 )
 from fuserlite.runtime.dispatch import teams_of
-
-ABORT_GRACE_S = 0.5
 
 
 def _mpi():
@@ -94,15 +111,26 @@ class MpiCommunicator(Communicator):
     name = "mpi"
 
     def __init__(
-        self, comm=None, *, abort_on_error: bool = True, fail_rank: int | None = None
+        self,
+        comm=None,
+        *,
+        timeout: float | None = None,
+        abort_on_error: bool = True,
+        fail_rank: int | None = None,
     ) -> None:
-        """`fail_rank` is for tests: that rank fails every guarded execution on purpose."""
+        """`timeout`: seconds one operation may wait before the watchdog asks who stalled
+        (None: DEFAULT_TIMEOUT_S); `fail_rank` is for tests: that rank fails every guarded
+        execution on purpose."""
         self.MPI = _mpi()
         self.world = comm if comm is not None else self.MPI.COMM_WORLD
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.abort_on_error = abort_on_error
         self.fail_rank = fail_rank
+        seconds = (
+            DEFAULT_TIMEOUT_S if timeout is None else check_timeout(timeout, "MpiCommunicator")
+        )
+        self.watchdog = Watchdog(self.MPI, self.world, seconds, abort_on_error)
         # Bytes of this rank's own data handed to MPI for other ranks (not wire bytes:
         # MPI's algorithms may forward data several times); the benchmark reads it.
         self.bytes_sent = 0
@@ -116,6 +144,7 @@ class MpiCommunicator(Communicator):
         Collective over COMM_WORLD: every rank must call it with the same program, idle
         ranks (in no mesh) too.
         """
+        self.watchdog.at(PREPARING)
         devices = sorted(devices)
         if devices and devices[-1] >= self.size:
             raise ExecutionError(
@@ -139,6 +168,8 @@ class MpiCommunicator(Communicator):
         for i, devices in enumerate(new):
             if self.rank in devices:
                 color, key = i, devices.index(self.rank)
+        # MPI has no non-blocking split: a stalled rank is caught at the barrier before it.
+        self._wait(self.world.Ibarrier(), "MPI_Ibarrier (before MPI_Comm_split)")
         sub = self.world.Split(color, key)
         for i, devices in enumerate(new):
             self._teams[devices] = sub if i == color else None
@@ -149,6 +180,12 @@ class MpiCommunicator(Communicator):
             if comm is not None and comm is not self.world:
                 comm.Free()
         self._teams = {tuple(range(self.size)): self.world}
+
+    def _wait(self, request, call: str, *keep, team: Sequence[int] | None = None) -> None:
+        """Wait for one posted operation (`call` over `team`, world ranks; None: all of
+        them) under the watchdog; `keep`: its buffers."""
+        members = range(self.size) if team is None else team
+        self.watchdog.wait(Pending([request], call, members, keep))
 
     def _mine(self, teams: Sequence[Team]):
         """This rank's team among `teams` and its communicator, or None if it is in none."""
@@ -174,26 +211,41 @@ class MpiCommunicator(Communicator):
         except Exception as exc:
             if not self.abort_on_error or self.size == 1:
                 raise
+            text = str(exc)
+            prefix = "" if text.startswith(f"rank {self.rank}:") else f"rank {self.rank}: "
             what = (
                 "error"
                 if isinstance(exc, FuserliteError)
                 else f"internal error: {type(exc).__name__}"
             )
-            text = str(exc)
-            prefix = "" if text.startswith(f"rank {self.rank}:") else f"rank {self.rank}: "
-            print(f"{what}: {prefix}{text}", file=sys.stderr, flush=True)
-            # mpiexec forwards our stderr through its proxy, which an abort tears down:
-            # give it a moment to pass the message on (this path ends the job anyway).
-            time.sleep(ABORT_GRACE_S)
-            self.world.Abort(1)
-            os._exit(1)  # MPICH's Abort can return before the process manager kills us
+            abort(self.world, f"{what}: {prefix}{text}")
+
+    def begin_step(self, index: int, comm: Communication) -> None:
+        """The watchdog names the step a stalled operation belongs to."""
+        self.watchdog.at(index, f"{comm.kind.value} {comm.input.name} -> {comm.output.name}")
 
     def collect(self, local: dict[int, list]) -> dict[int, list] | None:
-        """Every rank's per-device outputs, on rank 0; None on the other ranks."""
-        parts = self.world.gather(local, root=0)
-        if parts is None:
+        """Every rank's per-device outputs, on rank 0; None on the other ranks (pickled,
+        then an MPI_Igather of the sizes and an MPI_Igatherv of the bytes)."""
+        self.watchdog.at(COLLECTING)
+        data = np.frombuffer(pickle.dumps(local, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+        root = self.rank == 0
+        size = np.array([data.size], np.int64)
+        sizes = np.empty(self.size, np.int64) if root else None
+        self._wait(self.world.Igather(size, sizes, root=0), "MPI_Igather (output sizes)", size)
+        whole = np.empty(int(sizes.sum()), np.uint8) if root else None
+        recv = None
+        if root:
+            counts = [int(n) for n in sizes]
+            recv = vector(self.MPI, whole, counts, offsets(counts))
+        self._wait(self.world.Igatherv(data, recv, root=0), "MPI_Igatherv (outputs)", data)
+        if not root:
             return None
-        return {d: outs for part in parts for d, outs in part.items()}
+        out: dict[int, list] = {}
+        for part in np.split(whole, np.cumsum(sizes)[:-1]):
+            # Bytes this job's own ranks pickled a moment ago (as mpi4py's gather does).
+            out.update(pickle.loads(part.tobytes()))
+        return out
 
     def is_host(self) -> bool:
         return self.rank == 0
@@ -212,9 +264,12 @@ class MpiCommunicator(Communicator):
         send = contiguous(bufs[self.rank])
         self.bytes_sent += send.nbytes
         if rows is not None:
-            return {self.rank: allgatherv(self.MPI, comm, send, [rows[d] for d in team.members])}
+            request, recv = allgatherv(self.MPI, comm, send, [rows[d] for d in team.members])
+            self._wait(request, "MPI_Iallgatherv", send, recv, team=team.devices)
+            return {self.rank: recv}
         recv = np.empty((len(team.members) * send.shape[0], *send.shape[1:]), send.dtype)
-        comm.Allgather(wire(send), wire(recv))
+        request = comm.Iallgather(wire(send), wire(recv))
+        self._wait(request, "MPI_Iallgather", send, recv, team=team.devices)
         return {self.rank: recv}
 
     def alltoall(
@@ -235,7 +290,7 @@ class MpiCommunicator(Communicator):
         d, send = len(team.members), contiguous(bufs[self.rank])
         if rows is not None:
             shapes_of = [send.shape if shapes is None else shapes[s] for s in team.members]
-            parts, sent = alltoallv(
+            request, recv, shapes_in, sent = alltoallv(
                 self.MPI,
                 comm,
                 send,
@@ -243,12 +298,14 @@ class MpiCommunicator(Communicator):
                 shapes_of,
                 team.members.index(self.rank),
             )
+            self._wait(request, "MPI_Ialltoallv", send, recv, team=team.devices)
             self.bytes_sent += sent * send.itemsize
-            return {self.rank: parts}
+            return {self.rank: received(recv, shapes_in)}
         split_even(send, d, f"rank {self.rank}: {what} over team {list(team.members)}")
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes * (d - 1) // d
-        comm.Alltoall(wire(send), wire(recv))
+        request = comm.Ialltoall(wire(send), wire(recv))
+        self._wait(request, "MPI_Ialltoall", send, recv, team=team.devices)
         return {self.rank: np.split(recv, d, axis=0)}
 
     def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
@@ -264,13 +321,15 @@ class MpiCommunicator(Communicator):
         counts, displs = [hi - lo for lo, hi in bounds], [lo for lo, _ in bounds]
         m = counts[team.members.index(self.rank)]
         got = np.empty(d * m, send.dtype)
-        comm.Alltoallv(
+        request = comm.Ialltoallv(
             vector(self.MPI, flat, counts, displs),
             vector(self.MPI, got, [m] * d, [i * m for i in range(d)]),
         )
+        self._wait(request, "MPI_Ialltoallv", flat, got, team=team.devices)
         part = fold([got[i * m : (i + 1) * m] for i in range(d)], op)
         whole = np.empty(flat.size, send.dtype)
-        comm.Allgatherv(wire(part), vector(self.MPI, whole, counts, displs))
+        request = comm.Iallgatherv(wire(part), vector(self.MPI, whole, counts, displs))
+        self._wait(request, "MPI_Iallgatherv", part, whole, team=team.devices)
         self.bytes_sent += (flat.size - m + (d - 1) * m) * send.itemsize
         return {self.rank: whole.reshape(send.shape)}
 
@@ -292,7 +351,8 @@ class MpiCommunicator(Communicator):
             self.bytes_sent += buf.nbytes
         else:
             buf = np.empty(spec.shape, spec.dtype)
-        comm.Bcast(wire(buf), root=team.devices.index(team.root))
+        request = comm.Ibcast(wire(buf), root=team.devices.index(team.root))
+        self._wait(request, "MPI_Ibcast", buf, team=team.devices)
         return {self.rank: buf} if self.rank in team.members else {}
 
     def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
@@ -318,7 +378,8 @@ class MpiCommunicator(Communicator):
             self.bytes_sent += whole.nbytes - kept
         mine_shape = part if self.rank in team.members else (0, *part[1:])
         recv = np.empty(mine_shape, spec.dtype)
-        comm.Scatterv(send, wire(recv), root=team.devices.index(team.root))
+        request = comm.Iscatterv(send, wire(recv), root=team.devices.index(team.root))
+        self._wait(request, "MPI_Iscatterv", send, recv, team=team.devices)
         return {self.rank: recv} if self.rank in team.members else {}
 
     def _to_root(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None):
@@ -342,7 +403,8 @@ class MpiCommunicator(Communicator):
             recv = vector(self.MPI, whole, counts, displs)
         else:
             self.bytes_sent += send.nbytes
-        comm.Gatherv(wire(send), recv, root=team.devices.index(team.root))
+        request = comm.Igatherv(wire(send), recv, root=team.devices.index(team.root))
+        self._wait(request, "MPI_Igatherv", send, whole, team=team.devices)
         if whole is None:
             return None
         got = split_rows(whole, sizes)
@@ -371,7 +433,8 @@ class MpiCommunicator(Communicator):
         """Non-blocking sends and receives on the world communicator, one tag: MPI keeps
         the order of messages between two ranks, and both sides walk `messages` in order."""
         out: dict[int, np.ndarray] = {}
-        requests, sent = [], []  # `sent` keeps send buffers alive until Waitall
+        requests, sent = [], []  # `sent` keeps send buffers alive until they complete
+        peers = {self.rank}
         for i, m in enumerate(messages):
             if m.src == self.rank and m.dst == self.rank:
                 out[i] = payloads[i]
@@ -383,11 +446,14 @@ class MpiCommunicator(Communicator):
                         f"{list(sent[-1].shape)}, expected {list(m.spec.shape)}"
                     )
                 self.bytes_sent += sent[-1].nbytes
+                peers.add(m.dst)
                 requests.append(self.world.Isend(wire(sent[-1]), dest=m.dst, tag=_SENDRECV_TAG))
             elif m.dst == self.rank:
                 out[i] = np.empty(m.spec.shape, m.spec.dtype)
+                peers.add(m.src)
                 requests.append(self.world.Irecv(wire(out[i]), source=m.src, tag=_SENDRECV_TAG))
-        self.MPI.Request.Waitall(requests)
+        call = "MPI_Isend/MPI_Irecv"
+        self.watchdog.wait(Pending(requests, call, sorted(peers), (sent, out)))
         return out
 
 

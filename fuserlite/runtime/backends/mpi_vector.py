@@ -6,6 +6,7 @@ Scatter's and Gather's team with a root outside it), and the variable-size ones
 of uneven chunks (docs/design.md §5): Allgatherv, Alltoallv (an AllToAll's and a
 ReduceScatter's), Scatterv and Gatherv of each member's own rows. A count is in
 elements of the buffer's dtype; `wire` gives MPI a dtype it has (bfloat16 as bits).
+Operations are posted non-blocking: the caller waits for the request (the watchdog).
 """
 
 from __future__ import annotations
@@ -55,26 +56,32 @@ def layout(team: Team, per: int | list[int]) -> tuple[list[int], list[int]]:
     )
 
 
-def allgatherv(MPI, comm, send: np.ndarray, rows: list[int]) -> np.ndarray:
-    """Every member's own rows (`rows`, in member order) joined along axis 0."""
+def allgatherv(MPI, comm, send: np.ndarray, rows: list[int]) -> tuple[object, np.ndarray]:
+    """Post the joining of every member's own rows (`rows`, in member order) along axis 0:
+    the MPI_Iallgatherv's request and the buffer it fills."""
     recv = np.empty((sum(rows), *send.shape[1:]), send.dtype)
     sizes = row_counts(rows, send.shape[1:])
-    comm.Allgatherv(wire(send), vector(MPI, recv, sizes, offsets(sizes)))
-    return recv
+    return comm.Iallgatherv(wire(send), vector(MPI, recv, sizes, offsets(sizes))), recv
 
 
 def alltoallv(
     MPI, comm, send: np.ndarray, rows: list[int], shapes: list[tuple[int, ...]], me: int
-) -> tuple[list[np.ndarray], int]:
-    """Part j of `send` (axis 0) has member j's `rows`; from member s come member `me`'s
-    rows of s's buffer (of shape shapes[s]). The parts received in member order, and the
-    elements this member sent to the others."""
+) -> tuple[object, np.ndarray, list[tuple[int, ...]], int]:
+    """Post the MPI_Ialltoallv where part j of `send` (axis 0) has member j's `rows`, and
+    from member s come member `me`'s rows of s's buffer (of shape shapes[s]). Its
+    request, the flat buffer it fills, the shapes of the parts in it (`received` cuts
+    them out once it completes) and the elements this member sends to the others."""
     sent = row_counts(rows, send.shape[1:])
     shapes_in = [(rows[me], *shape[1:]) for shape in shapes]
     got = [int(np.prod(shape, dtype=np.int64)) for shape in shapes_in]
     recv = np.empty(sum(got), send.dtype)
-    comm.Alltoallv(
+    request = comm.Ialltoallv(
         vector(MPI, send.reshape(-1), sent, offsets(sent)), vector(MPI, recv, got, offsets(got))
     )
-    pieces = np.split(recv, np.cumsum(got)[:-1])
-    return [p.reshape(shape) for p, shape in zip(pieces, shapes_in)], send.size - sent[me]
+    return request, recv, shapes_in, send.size - sent[me]
+
+
+def received(recv: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """The parts of shapes `shapes`, one after another in the flat buffer `recv` (views)."""
+    sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+    return [p.reshape(shape) for p, shape in zip(np.split(recv, np.cumsum(sizes)[:-1]), shapes)]
