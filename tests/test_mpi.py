@@ -379,3 +379,16 @@ def test_executor_timeout_is_checked():
     with pytest.raises(fl.ExecutionError, match=r"MpiCommunicator\(timeout=\.\.\.\)"):
         fl.FusionExecutor(fusion, backend=SimCommunicator(), timeout=5)
     assert fl.FusionExecutor(fusion, timeout=math.inf).run(fl.random_inputs(fusion, 0))
+
+
+def test_ranks_waiting_on_each_other_end_the_wait():
+    """Every rank answers the watchdog, none completes anything: a verdict, here (with
+    abort_on_error=False) an ExecutionError on each rank."""
+    proc = mpiexec(2, sys.executable, str(SCRIPTS / "waiting_on_each_other.py"))
+    assert proc.returncode != 0
+    assert "finished" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith("caught: rank ") for line in lines), lines
+    assert "every rank answered, but none completed an operation" in proc.stdout
+    assert "in MPI_Isend/MPI_Irecv over team {0 1}" in proc.stdout
+    assert "in MPI_Iallgather over team {0 1}" in proc.stdout

@@ -6,7 +6,8 @@
     fuserlite opt FILE [-p a,b,c]      (FILE: .fus or printed IR; - for stdin)
     fuserlite codegen PATH [--target cuda|cpu]
     fuserlite run PATH [--devices N | --mesh AxB] [--seed N] [--compute compiled|interpret|numpy]
-                       [--cache-dir DIR] [--grad NAMES]
+                       [--cache-dir DIR] [--grad NAMES] [--backend sim|mpi]
+                       [--timeout SECONDS]
     fuserlite passes
     fuserlite show PATH [--tensor NAME] [--after PASS | --communications] [--svg FILE]
     fuserlite explain PATH [--machine NAME]

@@ -38,7 +38,7 @@ the others blocked in their next collective, so the failing rank prints its
 message once (prefixed with its rank) and calls `MPI.COMM_WORLD.Abort(1)`,
 which ends every rank with a non-zero exit status. Pass
 `MpiCommunicator(abort_on_error=False)` to get the exception instead (then
-ending the other ranks is up to the caller). With one rank there is nothing to
+ending the other ranks is up to the caller; a stall is an ExecutionError too). With one rank there is nothing to
 hang on, and the exception is raised as usual.
 
 For tests only, `MpiCommunicator(fail_rank=r)` makes rank r raise an
