@@ -244,7 +244,7 @@ class MpiCommunicator(Communicator):
         out: dict[int, list] = {}
         for part in np.split(whole, np.cumsum(sizes)[:-1]):
             # Bytes this job's own ranks pickled a moment ago (as mpi4py's gather does).
-            out.update(pickle.loads(part.tobytes()))
+            out.update(pickle.loads(part.data))
         return out
 
     def is_host(self) -> bool:

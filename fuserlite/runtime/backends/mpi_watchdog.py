@@ -6,8 +6,9 @@ A killed rank is noticed by mpiexec, which ends the job at once; a stopped one
 rank would wait in its next collective forever. So `MpiCommunicator` posts each
 operation (MPI_Iallgather, MPI_Ialltoallv, MPI_Ibcast, MPI_Isend/MPI_Irecv, ...)
 and hands its requests to `Watchdog.wait` as a `Pending`, which tests them
-(MPI_Testall): at once, then between naps that double from NAP_MIN_S to NAP_MAX_S,
-so a waiting rank takes about 1% of a core. `post` and `wait` are apart on
+(MPI_Testall): in a loop for SPIN_S, then between naps of a twentieth of the
+time waited so far (NAP_MAX_S at most), so a rank waiting for long takes about
+1% of a core. `post` and `wait` are apart on
 purpose: a caller may post, compute, then wait.
 
 Who did not answer. When a rank has waited `timeout` seconds at one operation it
@@ -52,7 +53,13 @@ from fuserlite.ir.errors import ExecutionError
 DEFAULT_TIMEOUT_S = 300.0
 ANSWER_WINDOW_S = 2.0  # how long an asker listens for the others' answers
 ABORT_GRACE_S = 0.5  # mpiexec forwards stderr through a proxy that MPI_Abort tears down
-NAP_MIN_S = 20e-6
+# Waiting: test in a loop for SPIN_S (MPI progresses only in our calls, and a collective
+# of several rounds needs every member to test in each; most small ones end within it),
+# then nap for a NAP_SHARE of the time waited so far, NAP_MAX_S at most: that adds at
+# most ~5% to a wait and costs a rank waiting long ~1% of a core. Yielding instead of
+# spinning, on 2 loaded cores, handed the core to other jobs for whole time slices.
+SPIN_S = 2e-4
+NAP_SHARE = 0.05
 NAP_MAX_S = 1e-3
 WATCH_TAG = 7302  # the watchdog's messages on COMM_WORLD (exchange's data use 7301)
 
@@ -157,18 +164,19 @@ class Watchdog:
 
     def _poll(self, pending: Pending, Testall) -> None:
         start = self._started
-        deadline, nap, seen = start + self.timeout, NAP_MIN_S, None
+        deadline, seen = start + self.timeout, None
         while not Testall(pending.requests):
             self._serve()
             now = time.monotonic()
             if now < deadline:
-                time.sleep(min(nap, deadline - now))
-                nap = min(2 * nap, NAP_MAX_S)
+                waited = now - start
+                if waited >= SPIN_S:
+                    time.sleep(min(NAP_SHARE * waited, NAP_MAX_S, deadline - now))
                 continue
             seen = self._ask(pending, start, seen)
             if seen is None:  # the operation completed while we listened
                 return
-            deadline, nap = time.monotonic() + self.timeout, NAP_MIN_S
+            deadline = time.monotonic() + self.timeout
 
     def _ask(self, pending: Pending, start: float, before: dict | None) -> dict | None:
         """Ask every rank where it is; their answers, or None once `pending` completed.
