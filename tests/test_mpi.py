@@ -320,10 +320,11 @@ def test_a_killed_rank_still_ends_the_job_at_once(tmp_path):
 
 
 def test_a_slow_rank_that_answers_the_watchdog_finishes(tmp_path):
-    """Rank 1 sleeps 1.3 s before the Allreduce with a 1 s timeout: rank 0 asks, rank 1
-    answers as it reaches the collective (within the 1 s answer window), and the run ends
+    """Rank 1 sleeps 2.5 s before the Allreduce with a 2 s timeout: rank 0 asks, rank 1
+    answers as it reaches the collective (within the 2 s answer window, which leaves
+    rank 1 1.5 s to reach step 3 behind rank 0 on a loaded machine), and the run ends
     normally."""
-    proc, _, _ = launch_stalling(tmp_path, 2, 1, "1.3", "executor", 1)
+    proc, _, _ = launch_stalling(tmp_path, 2, 1, "2.5", "executor", 2)
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0 finished", "rank 1 finished"]
 
