@@ -46,6 +46,7 @@ from _report import print_table, write_json
 import fuserlite as fl
 from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.runner import run_scheduled
+from fuserlite.models import many_outputs
 from fuserlite.schedule.shard import shard_axis
 
 TARGET_RATIO = 3.0
@@ -144,17 +145,6 @@ def sharded_chain(n_ops: int) -> fl.Fusion:
         for k in range(n_ops):
             t = _step(t, k, 1.0)
         fusion.add_output(t)
-    return fusion
-
-
-def many_outputs(n_outputs: int) -> fl.Fusion:
-    """`y_k = x + k` for k < n_outputs, x[8, 16] sharded on 2 devices."""
-    with fl.Fusion() as fusion:
-        x = fl.tensor([8, 16])
-        fusion.add_input(x)
-        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(2))
-        for k in range(n_outputs):
-            fusion.add_output(x + float(k))
     return fusion
 
 

@@ -40,6 +40,18 @@ def add_broadcast(num_devices: int, broadcast_is_parallelized: bool) -> Fusion:
     return fusion
 
 
+def many_outputs(n: int, devices: int = 2) -> Fusion:
+    """`y_k = x + k` for k < n: n outputs of one input x[8, 16] sharded on axis 0 over
+    `devices` (the pipeline benchmark's wide fusion: every output laid out alike)."""
+    with Fusion() as fusion:
+        x = fl.tensor([8, 16])
+        fusion.add_input(x)
+        shard_axis(x, 0, DeviceMesh.for_num_devices(devices))
+        for k in range(n):
+            fusion.add_output(fl.add(x, float(k)))
+    return fusion
+
+
 def all_gather_all_reduce_reduce_scatter(num_devices: int = 8, local: int = 1024) -> Fusion:
     """Seed 000 as torch_xla writes it, per device: t5 = sum(reduce_scatter(all_reduce(
     all_gather(t1)))); t1 is each device's block of the input, t5 one number per device."""

@@ -3,8 +3,9 @@
 program = Pipeline.default().run(fusion)   # a lowered copy; `fusion` is untouched
 
 `progress`, if given, is told about each pass before it runs (a display of long
-work hangs on it; see Progress). A pass that changes nothing its level's validator
-reads is followed by no validation walk (fuserlite.verify.verdicts).
+work hangs on it; see Progress). Each pass runs inside a change log
+(fuserlite.ir.changes): the validator after it checks what the pass touched, or,
+with `verify_all`, the whole IR.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ from typing import Protocol
 
 import fuserlite.passes  # noqa: F401 - registers every pass
 from fuserlite.ir import args
-from fuserlite.ir.collector import COLLECTOR_PAUSE
+from fuserlite.ir.changes import ChangeLog, recording
 from fuserlite.ir.errors import FuserliteError, PassFailed, PassOptionError, VerifyError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.readonly import reading_only
 from fuserlite.passes.base import IR_CLASSES, REGISTRY, Level, Pass, make_pass
 from fuserlite.program.program import Program
-from fuserlite.program.verify import PROGRAM_READS, verify_program
-from fuserlite.verify.fusion import verify
-from fuserlite.verify.verdicts import FUSION_READS, Reads, Verdicts
+from fuserlite.program.verify import verify_program, verify_program_changes
+from fuserlite.verify.fusion import verify, verify_changes
 
 __all__ = ["DEFAULT_PASSES", "Level", "PassFailed", "Pipeline", "Progress", "lower"]
 
@@ -66,15 +65,15 @@ class _LevelChecks:
     """How the pipeline treats the IR of one level."""
 
     check_input: Callable  # the IR handed to run()
-    check_after_pass: Callable  # between passes: every invariant of the level
+    # between passes: every invariant of the level, of what a change log holds (None: all)
+    check_after_pass: Callable[[Fusion | Program, ChangeLog | None], None]
     copy: Callable  # run() works on a copy
-    reads: Reads  # what check_after_pass reads: unchanged, it is not run again
 
 
 LEVELS = {
     # Between fusion passes meshes may still be inferable: propagate-shardings ensures them.
-    Level.fusion: _LevelChecks(verify, verify, lambda f: f.clone()[0], FUSION_READS),
-    Level.program: _LevelChecks(verify_program, verify_program, Program.clone, PROGRAM_READS),
+    Level.fusion: _LevelChecks(verify, verify_changes, lambda f: f.clone()[0]),
+    Level.program: _LevelChecks(verify_program, verify_program_changes, Program.clone),
 }
 
 
@@ -91,6 +90,7 @@ class Pipeline:
         *,
         input_level: Level | str = Level.fusion,
         verify_each: bool = True,
+        verify_all: bool = False,
         print_after: Sequence[str] = (),
         print_after_all: bool = False,
         dump: Callable[[str, Fusion | Program], None] | None = None,
@@ -115,6 +115,9 @@ class Pipeline:
         self.input_level = Level(input_level)
         self.output_level = chain_levels(self.passes, self.input_level)
         self.verify_each = args.boolean(verify_each, "Pipeline", "verify_each", PassOptionError)
+        # Between passes the validator checks what each pass touched (its change log);
+        # verify_all checks the whole IR, so an edit that escaped the log is caught too.
+        self.verify_all = args.boolean(verify_all, "Pipeline", "verify_all", PassOptionError)
         self.print_after_all = args.boolean(
             print_after_all, "Pipeline", "print_after_all", PassOptionError
         )
@@ -134,17 +137,12 @@ class Pipeline:
     def run(self, ir: Fusion | Program) -> Fusion | Program:
         """Verify the input, then run every pass on a copy; returns what the last pass
         produced (the copy, or the Program that segment made of it)."""
-        with COLLECTOR_PAUSE:
-            return self._run(ir)
-
-    def _run(self, ir: Fusion | Program) -> Fusion | Program:
         cls = IR_CLASSES[self.input_level]
         what = self.input_level.value
         args.instance(ir, cls, "Pipeline.run", what, f"a {cls.__name__}", PassOptionError)
         checks = LEVELS[self.input_level]
         checks.check_input(ir)
         current = checks.copy(ir)
-        verdicts = Verdicts()  # between passes a level's validator skips an unchanged IR
         ran: list[str] = []
         for p in self.passes:
             if self.progress is not None:
@@ -154,14 +152,14 @@ class Pipeline:
                 _check_requires(p, ran, current)
             broken: list[str] = []
             try:
-                result = p.run(current)
+                with recording() as log:
+                    result = p.run(current)
                 if p.produces is not None:
                     current = _produced(p, result)
+                    log = None  # a new level: everything is new
                 if self.verify_each:
-                    with reading_only():  # the validator and the contract read the same IR
-                        after = LEVELS[level]
-                        verdicts.check(current, level, after.check_after_pass, after.reads)
-                        broken = p.ensures(current)
+                    LEVELS[level].check_after_pass(current, None if self.verify_all else log)
+                    broken = p.ensures(current)
             except VerifyError as exc:
                 raise PassFailed(
                     _context(p, ran) + f"left an invalid {level.value}: {exc}"
@@ -186,8 +184,7 @@ MAX_PROBLEMS = 10  # a contract's problems shown; the rest are counted
 
 def _check_requires(p: Pass, ran: list[str], ir: Fusion | Program) -> None:
     """Raise PassFailed if `ir` breaks what `p` requires of its input."""
-    with reading_only():  # a contract only reads the IR
-        problems = p.requires(ir)
+    problems = p.requires(ir)
     _contract_problems(p, ran, "cannot run: its input", problems)
 
 

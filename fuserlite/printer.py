@@ -4,41 +4,46 @@ Printing is a pure function of what is printed. TensorViews print with their
 number (T<n>, given at creation, as in nvFuser). IterDomains are numbered here,
 over the tensors the print shows, in T-number order: first the logical axes of
 each, then the outputs of each tensor's transforms in the order they were
-applied. Tensors a print does not show (dead ones a pass left behind) take no
-numbers from it, so the printed program, parsed back (fuserlite.program.parser),
-prints the same text again; docs/printed-form.md describes the dialect.
+applied (an axis is a position in its tensor's domain: its logical axes, then its
+transforms' outputs). Tensors a print does not show (dead ones a pass left behind)
+take no numbers from it, so the printed program, parsed back
+(fuserlite.program.parser), prints the same text again; docs/printed-form.md
+describes the dialect.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.domain import Split, TensorDomain
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import MemoryType
 from fuserlite.ops.registry import definition
 
 
-def extent_text(ax: IterDomain) -> str:
-    """An axis's printed extent: `4`, or for the inner part of an outer split its factor
+def extent_text(dom: TensorDomain, p: int) -> str:
+    """Axis `p`'s printed extent: `4`, or for the inner part of an outer split its factor
     does not divide, `( ceilDiv(13, 4) )`, as nvFuser prints it (the trailing devices of
     a sharding split hold fewer rows, and every loop over it is predicated)."""
-    d = ax.definition
-    if isinstance(d, Split) and not d.inner_split and ax is d.inner and not d.divisible:
-        return f"( ceilDiv({extent_text(d.input)}, {d.factor}) )"
-    return str(ax.extent)
+    d = dom.transform_of(p)
+    if type(d) is Split and not d.inner_split and p == d.inner and not dom.divisible(d):
+        return f"( ceilDiv({extent_text(dom, d.input)}, {d.factor}) )"
+    return str(dom.axes[p].extent)
 
 
 class Namer:
     """Assigns printer numbers to the IterDomains of the tensors one print shows.
 
     Given a fusion, it shows `fusion.tensors()` (what `str(fusion)` prints); the other
-    tensors it made are numbered after those, for messages about them."""
+    tensors it made are numbered after those, for messages about them. The logical axes
+    of the tensors come first, then their transforms' outputs: a tensor's axes take
+    two runs of numbers, from `_bases[tensor]`."""
 
     def __init__(self, shown: Fusion | Iterable[TensorView]) -> None:
-        self.numbers: dict[int, int] = {}
+        self._bases: dict[int, tuple[int, int]] = {}
+        self._count = 0
         if isinstance(shown, Fusion):
             self._number(sorted(shown.tensors(), key=_number))
             self._number(shown.tensors_created)
@@ -46,32 +51,41 @@ class Namer:
             self._number(sorted(shown, key=_number))
 
     def _number(self, tensors: list[TensorView]) -> None:
-        for tv in tensors:
-            for ax in tv.domain.logical:
-                self._add(ax)
-        for tv in tensors:
-            for t in tv.domain.transforms:
-                for ax in t.outputs:
-                    self._add(ax)
+        new = [tv for tv in dict.fromkeys(tensors) if id(tv) not in self._bases]
+        logical = {}
+        for tv in new:
+            logical[id(tv)] = self._count
+            self._count += tv.domain.n_logical
+        for tv in new:
+            dom = tv.domain
+            self._bases[id(tv)] = (logical[id(tv)], self._count - dom.n_logical)
+            self._count += len(dom.axes) - dom.n_logical
 
-    def _add(self, ax: IterDomain) -> None:
-        if id(ax) not in self.numbers:
-            self.numbers[id(ax)] = len(self.numbers)
+    def number(self, tv: TensorView, p: int) -> int:
+        """The printed number of axis `p` of `tv`."""
+        bases = self._bases.get(id(tv))
+        if bases is None:  # a tensor outside this print's tensors
+            self._number([tv])
+            bases = self._bases[id(tv)]
+        return bases[0] + p if p < tv.domain.n_logical else bases[1] + p
 
-    def id(self, ax: IterDomain) -> str:
-        """`iS0{2}`, `bdeviceIdx.x1{1}`, `ithreadIdx.x25{128}`."""
-        n = self.numbers.get(id(ax))
-        if n is None:  # an axis built outside this fusion's tensors
-            n = len(self.numbers)
-            self.numbers[id(ax)] = n
-        return f"{ax.iter_type.value}{ax.parallel_type.value}{n}{{{extent_text(ax)}}}"
+    def at(self, tv: TensorView, p: int) -> str:
+        """`iS0{2}`, `bdeviceIdx.x1{1}`, `ithreadIdx.x25{128}`: axis `p` of `tv`."""
+        dom = tv.domain
+        ax = dom.axes[p]
+        n = self.number(tv, p)
+        return f"{ax.iter_type.value}{ax.parallel_type.value}{n}{{{extent_text(dom, p)}}}"
 
-    def ids(self, axes: list[IterDomain]) -> str:
-        return ", ".join(self.id(ax) for ax in axes)
+    def id(self, ax: Axis) -> str:
+        """An axis handle as printed: `iS0{2}`."""
+        return self.at(ax.tensor, ax.position)
+
+    def ids(self, tv: TensorView, positions: Iterable[int]) -> str:
+        return ", ".join(self.at(tv, p) for p in positions)
 
     def tensor(self, tv: TensorView) -> str:
         """`T3_l_float[ iS0{2} ] ca_pos( 2 ) produce_pos( 3 ) (DeviceMesh{0 1})`."""
-        axes = self.ids(tv.domain.loop)
+        axes = self.ids(tv, tv.domain.loop_positions)
         text = (
             f"{tv.ir_name}_{tv.memory_type.value}_{tv.dtype.value}[ {axes} ]"
             if axes
@@ -132,11 +146,9 @@ def tensor_text(tv: TensorView) -> str:
     return Namer(tv.fusion).tensor(tv)
 
 
-def axis_text(ax: IterDomain) -> str:
-    """One IterDomain as printed in the fusion of its tensor."""
-    if ax.owner is None:
-        return f"{ax.iter_type.value}{ax.parallel_type.value}?{{{extent_text(ax)}}}"
-    return Namer(ax.owner.fusion).id(ax)
+def axis_text(ax: Axis) -> str:
+    """One axis as printed in the fusion of its tensor."""
+    return Namer(ax.tensor.fusion).id(ax)
 
 
 def expr_text(expr: Expr, namer: Namer) -> str:
@@ -165,23 +177,24 @@ def print_math(fusion: Fusion) -> str:
 def transforms_text(tv: TensorView, namer: Namer) -> str:
     """The TransformPrinter block of one tensor."""
     dom = tv.domain
-    lines = [namer.tensor(tv), f" logical domain : ({namer.ids(dom.logical)})"]
-    if dom.allocation is not None:
-        lines.append(f" allocation domain : ({namer.ids(dom.allocation)})")
+    at = namer.at
+    lines = [namer.tensor(tv), f" logical domain : ({namer.ids(tv, range(dom.n_logical))})"]
+    if dom.allocation_positions is not None:
+        lines.append(f" allocation domain : ({namer.ids(tv, dom.allocation_positions)})")
     contiguity = " ".join("n" if c is None else ("t" if c else "f") for c in dom.contiguity)
     lines.append(f" contiguity: {contiguity}".rstrip())
     for tr in dom.transforms:
-        if isinstance(tr, Split):
+        if type(tr) is Split:
             kind = "Split" if tr.inner_split else "Outer split"
             lines.append(
-                f"  {kind}: {namer.id(tr.input)} by factor {tr.factor} -> "
-                f"{namer.id(tr.outer)}, {namer.id(tr.inner)}"
+                f"  {kind}: {at(tv, tr.input)} by factor {tr.factor} -> "
+                f"{at(tv, tr.outer)}, {at(tv, tr.inner)}"
             )
         else:
             lines.append(
-                f"  Merge: {namer.id(tr.outer)} and {namer.id(tr.inner)} -> {namer.id(tr.output)}"
+                f"  Merge: {at(tv, tr.outer)} and {at(tv, tr.inner)} -> {at(tv, tr.output)}"
             )
-    lines.append(f" loop domain : ({namer.ids(dom.loop)})")
+    lines.append(f" loop domain : ({namer.ids(tv, dom.loop_positions)})")
     return "\n".join(lines)
 
 

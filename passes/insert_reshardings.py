@@ -108,7 +108,7 @@ def _add_own_partials(out: TensorView, partial: dict[int, tuple[int, ...]]) -> N
 def _write_instead(expr: Expr, k: int, written: TensorView) -> TensorView:
     """Make output k of `expr` the tensor `written`; a Set copies it to the old output."""
     out = expr.outputs[k]
-    expr.outputs[k] = written
+    expr.outputs = [written if i == k else t for i, t in enumerate(expr.outputs)]
     written.definition = expr
     out.definition = None
     LoadStoreOp(out, written)
@@ -214,7 +214,7 @@ def _compute_in(expr: Expr, k: int, user: TensorView, computed: MeshPlacement) -
     if before is not user:
         user.definition.detach()  # Set(user, before)
         before.definition = None
-        expr.outputs[k] = user
+        expr.outputs = [user if i == k else t for i, t in enumerate(expr.outputs)]
         user.definition = expr
     if mesh_placement(user) != computed:
         written = like(user, keep_reductions=True)

@@ -27,15 +27,9 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import logical_placement, sharding_problem
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ops.sharding import (
-    chunks_correspond,
-    propagation_axis_map,
-    propagation_sources,
-    signature_key,
-)
+from fuserlite.ops.sharding import chunks_correspond, propagation_axis_map, propagation_sources
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_as
-from fuserlite.schedule.signature import Before, Replayed
 from fuserlite.verify.fusion import located
 
 
@@ -118,7 +112,7 @@ def _inherit_sharding(expr, out: TensorView) -> None:
             if not axes or li not in data or target is None or shards[target]:
                 continue
             ax = out.domain.logical[target]
-            if ax not in out.domain.loop:  # the user scheduled this axis: leave it alone
+            if target not in out.domain.loop_positions:  # the user scheduled this axis
                 continue
             if ax.is_broadcast or ax.is_reduction or used & set(axes):
                 continue
@@ -131,39 +125,12 @@ def _inherit_sharding(expr, out: TensorView) -> None:
         shard_as(out, mesh, Placement(mesh.rank, tuple(shards)))
 
 
-_NOTHING = object()  # a key whose output inherits nothing
-
-
-def _inherit_once(expr: Expr, out: TensorView, given: dict) -> None:
-    """_inherit_sharding(expr, out), decided once per (op and inputs' signature_key,
-    out's position, mesh and logical extents and types) while out's domain is still its
-    logical axes (no transforms, loop = logical) and out has no sharding (the caller's
-    rule): it then reads nothing else (and shard_as' checks pass alike), so an output
-    like one given a sharding before is given the same transforms directly (`given`:
-    the pass's decisions so far)."""
-    dom = out.domain
-    pristine = not dom.transforms and dom.loop == dom.logical
-    key = signature_key(expr, outputs=False) if pristine else None
-    if key is None:
-        _inherit_sharding(expr, out)
-        return
-    axes = tuple([(ax.extent, ax.iter_type) for ax in dom.logical])
-    key = (key, expr.outputs.index(out), out.mesh, axes)
-    done = given.get(key)
-    if done is None:
-        before = Before.of(out)
-        _inherit_sharding(expr, out)
-        done = given[key] = Replayed.taken(out, before)
-        if not done.steps and not done.parallel:
-            given[key] = _NOTHING
-    elif done is not _NOTHING:
-        done.apply(out)
-
-
 def _check_inherited(tv: TensorView) -> None:
     """A tensor the user sharded without a mesh must fit the mesh it inherits."""
-    for pos, ax in enumerate(tv.domain.loop):
-        why = sharding_problem(tv, ax) if ax.parallel_type.is_device else None
+    dom = tv.domain
+    for pos, p in enumerate(dom.loop_positions):
+        ax = dom.axes[p]
+        why = sharding_problem(dom, tv.mesh, p) if ax.parallel_type.is_device else None
         if why is not None:
             raise LoweringError(
                 located(
@@ -214,8 +181,7 @@ class PropagateShardings(Pass):
         _propagate_meshes(exprs, len(untouched) + len(sharded))
         for t in sharded:
             _check_inherited(t)
-        given: dict = {}
         for expr in exprs:
             for out in expr.outputs:
                 if id(out) in untouched and out.mesh is not None:
-                    _inherit_once(expr, out, given)
+                    _inherit_sharding(expr, out)

@@ -12,25 +12,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.domain import TensorDomain, default_contiguity
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.passes.base import Level, Pass, register
 
 
-def _device_axes(tv: TensorView) -> list[IterDomain]:
-    return [ax for ax in tv.domain.loop if ax.parallel_type.is_device and not ax.is_broadcast]
+def _device_axes(dom: TensorDomain) -> list[int]:
+    """The positions of the device-parallel loop axes that hold data."""
+    return [
+        p
+        for p in dom.loop_positions
+        if dom.axes[p].parallel_type.is_device and not dom.axes[p].is_broadcast
+    ]
 
 
 def device_axis_outermost(tv: TensorView) -> None:
     """Allocation = the device-parallel loop axis, then the other loop axes in order."""
-    device = _device_axes(tv)
+    dom = tv.domain
+    device = _device_axes(dom)
     if not device:
         return
-    rest = [ax for ax in tv.domain.loop if ax not in device]
-    tv.domain.allocation = device + rest
-    tv.domain.contiguity = [None if not ax.is_iteration else True for ax in tv.domain.allocation]
+    allocation = (*device, *(p for p in dom.loop_positions if p not in device))
+    contiguity = default_contiguity([dom.axes[p] for p in allocation])
+    tv.domain = dom.with_allocation(allocation, contiguity)
 
 
 @register
@@ -48,7 +54,7 @@ class ReorderShardedAxis(Pass):
                 continue
             for tv in (expr.input, expr.output):
                 alloc = tv.domain.allocation
-                if _device_axes(tv) and (not alloc or not alloc[0].parallel_type.is_device):
+                if _device_axes(tv.domain) and (not alloc or not alloc[0].parallel_type.is_device):
                     problems.append(
                         f"{tv.name}, a buffer of {movement_text(expr)}, "
                         "does not have its device axis outermost in its allocation domain"

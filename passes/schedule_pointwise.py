@@ -82,36 +82,22 @@ class SchedulePointwise(Pass):
 
 
 class _Snapshot:
-    """Everything schedule_pointwise may change in a kernel, to undo a failed attempt."""
+    """Everything schedule_pointwise may change in a kernel, to undo a failed attempt
+    (a tensor's domain is a value: kept as it is)."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
         self.exprs = list(kernel.exprs)
         self.edges = [(e, list(e.inputs), list(e.outputs)) for e in kernel.exprs]
-        self.tensors = []
-        for tv in kernel.tensors:
-            dom = tv.domain
-            loop = list(dom.loop)
-            self.tensors.append(
-                (
-                    tv,
-                    tv.definition,
-                    list(tv.uses),
-                    (loop, list(dom.transforms), dom.allocation, list(dom.contiguity)),
-                    # Only loop axes are given parallel types, and an axis that leaves
-                    # the loop never comes back: the loop's are all that can change.
-                    [(ax, ax.parallel_type) for ax in loop],
-                    (tv.compute_at_pos, tv.produce_pos),
-                )
-            )
+        self.tensors = [
+            (tv, tv.definition, list(tv.uses), tv.domain, tv.compute_at_pos, tv.produce_pos)
+            for tv in kernel.tensors
+        ]
 
     def restore(self) -> None:
         self.kernel.exprs = self.exprs
         for e, inputs, outputs in self.edges:
             e.inputs, e.outputs = inputs, outputs
-        for tv, definition, uses, dom, parallel, positions in self.tensors:
-            tv.definition, tv.uses = definition, uses
-            tv.domain.loop, tv.domain.transforms, tv.domain.allocation, tv.domain.contiguity = dom
-            for ax, pt in parallel:
-                ax.parallel_type = pt
-            tv.compute_at_pos, tv.produce_pos = positions
+        for tv, definition, uses, domain, ca_pos, produce_pos in self.tensors:
+            tv.definition, tv.uses, tv.domain = definition, uses, domain
+            tv.compute_at_pos, tv.produce_pos = ca_pos, produce_pos

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ops.registry import is_pointwise
 from fuserlite.ops.sharding import moves_data
 from fuserlite.passes.base import Level, Pass, register
@@ -34,25 +35,29 @@ def segment_exprs(fusion: Fusion) -> list[Step]:
     for e in exprs:
         for t in e.inputs:
             users.setdefault(id(t), []).append(e)
-    steps: list[Step] = []
-    current: Kernel | None = None
+    runs: list[Expr | tuple[DeviceMesh | None, list[Expr]]] = []  # movements and kernels
+    current: list[Expr] | None = None
+    current_mesh: DeviceMesh | None = None
     current_pointwise = False
     for e in exprs:
         if _is_data_movement(e):
-            steps.append(e)
+            runs.append(e)
             current = None
             continue
         mesh = e.output.mesh
         pointwise = is_pointwise(e)
-        if current is None or current.mesh != mesh or not (pointwise and current_pointwise):
-            current = Kernel([], [], [], mesh)
-            steps.append(current)
-            current_pointwise = pointwise
-        current.exprs.append(e)
+        if current is None or current_mesh != mesh or not (pointwise and current_pointwise):
+            current, current_mesh, current_pointwise = [], mesh, pointwise
+            runs.append((mesh, current))
+        current.append(e)
     fusion_outputs = {id(t) for t in fusion.outputs}
-    for s in steps:
-        if isinstance(s, Kernel):
-            finish_kernel(s, fusion_outputs, users)
+    steps: list[Step] = []
+    for run in runs:
+        if isinstance(run, tuple):
+            kernel = Kernel(run[1], [], [], run[0])
+            finish_kernel(kernel, fusion_outputs, users)
+            run = kernel
+        steps.append(run)
     return steps
 
 

@@ -99,7 +99,7 @@ BAD = [
     bad("tanh None", lambda e: fl.tanh(None), "tanh", "x must be", "None"),
     bad("relu list", lambda e: fl.relu([1]), "relu", "x must be", "[1]"),
     bad("abs array", lambda e: fl.abs(np.ones(2)), "abs", "x must be", "ndarray"),
-    bad("gelu axis", lambda e: fl.gelu(e.x.axis(0)), "gelu", "x must be", "IterDomain"),
+    bad("gelu axis", lambda e: fl.gelu(e.x.axis(0)), "gelu", "x must be", "Axis"),
     bad("sqrt fusion", lambda e: fl.sqrt(e.fusion), "sqrt", "x must be", "Fusion"),
     bad("log float", lambda e: fl.log(3.0), "log", "x must be", "3.0"),
     bad("sigmoid tuple", lambda e: fl.sigmoid((e.x,)), "sigmoid", "x must be", "tuple"),

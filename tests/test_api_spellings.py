@@ -101,8 +101,8 @@ SPELLINGS = {
         lambda e: fl.set(e.x.set_device_mesh(fl.DeviceMesh([0, 1]))),
     ),
     "parallel type name": (
-        lambda e: fl.set(e.x.axis(np.int64(1)).parallelize("threadIdx.x").owner),
-        lambda e: fl.set(e.x.axis(1).parallelize(fl.ParallelType.TIDx).owner),
+        lambda e: fl.set(e.x.axis(np.int64(1)).parallelize("threadIdx.x").tensor),
+        lambda e: fl.set(e.x.axis(1).parallelize(fl.ParallelType.TIDx).tensor),
     ),
     "numpy collective dim": (
         lambda e: e.local(lambda s: fl.all_gather(s, np.int64(0))),

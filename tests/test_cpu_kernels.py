@@ -111,7 +111,7 @@ def test_block_and_thread_indices_in_y_and_z() -> None:
         if tv in fusion.inputs:
             continue
         tv.merge(0, 1).split(0, 32).split(1, 8).split(1, 2).split(0, 3)  # [4, 3, 2, 2, 8]
-        for ax, pt in zip(tv.domain.loop, (*dims, ParallelType.TIDx)):
+        for ax, pt in zip(tv.loop, (*dims, ParallelType.TIDx)):
             ax.parallelize(pt)
     kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), None, True)
     cpu = cpu_function(kernel)[1]

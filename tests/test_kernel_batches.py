@@ -95,7 +95,7 @@ def test_operands_of_different_broadcasts_in_one_batch_are_read_each_as_its_own(
 def test_a_tensor_binding_the_grid_otherwise_than_its_batch_is_still_rejected() -> None:
     (kernel,) = fl.lower(sharded([8, 16], 2, lambda x: [x + float(k) for k in range(4)])).kernels
     odd = kernel.outputs[2]
-    axis = next(ax for ax in odd.domain.loop if ax.parallel_type is ParallelType.TIDx)
+    axis = next(ax for ax in odd.loop if ax.parallel_type is ParallelType.TIDx)
     axis.parallelize(ParallelType.BIDy)
     with pytest.raises(fl.ScheduleError, match=rf"{odd.name} loop axis .* but another tensor"):
         plan_kernel(kernel, GridCache())

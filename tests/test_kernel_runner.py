@@ -7,6 +7,7 @@ import pytest
 from pointwise_cases import CASES, build, seed004, segmented, whole_kernel
 
 import fuserlite as fl
+from fuserlite.ir.domain import TensorDomain
 from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.runner import run_kernel, run_scheduled, shard_slices
 from fuserlite.program import Kernel
@@ -99,15 +100,13 @@ def test_unsharded_intermediate_between_sharded_tensors_is_rejected() -> None:
 
 def _reschedule(tv: fl.TensorView, factor: int, swap_merge: bool = False) -> None:
     """Replace tv's schedule by a hand-made one: [blockIdx.x, US, threadIdx.x{factor}]."""
-    dom = tv.domain
-    dom.transforms = []
-    dom.loop = list(dom.logical)
-    if swap_merge and len(dom.loop) > 1:
+    tv.domain = TensorDomain(tv.domain.logical, tv.domain.contiguity)
+    if swap_merge and tv.ndim > 1:
         tv.reorder({0: 1})
-    while len(dom.loop) > 1:
+    while tv.ndim > 1:
         tv.merge(0, 1)
     tv.split(0, factor).split(0, 1)
-    for ax, pt in zip(dom.loop, (ParallelType.BIDx, ParallelType.Unswitch, ParallelType.TIDx)):
+    for ax, pt in zip(tv.loop, (ParallelType.BIDx, ParallelType.Unswitch, ParallelType.TIDx)):
         ax.parallelize(pt)
 
 

@@ -1,5 +1,6 @@
-"""non_local_inputs decides once per signature: expressions alike but for one detail
-(asked one after the other, the first answer cached) each get their own answer."""
+"""non_local_inputs answers a positional op as a fact of its tensors' layouts:
+expressions alike but for one detail (asked one after the other, the first answer
+cached) each get their own answer, the one working it out from the expression gives."""
 
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def test_a_tensor_read_twice_is_named_once():
 
 
 def test_a_tensor_changed_in_place_is_asked_again():
-    """x found local, then its sharding changed in place (a pass's edit): its signature
-    moves with its stamp, so the expression is now not local."""
+    """x found local, then sharded (a pass's edit, a new domain): the expression is now
+    not local."""
     expr, x, w = _add(None, None)
     assert non_local_inputs(expr) == []
     shard_axis(x, 0, MESH)
@@ -81,10 +82,10 @@ def _needs(expr):
 
 
 def _worked_out(expr):
-    """_needs without the per-signature memo."""
-    out = expr.output
-    return [sharding_ops._needed(expr, out, p) for p in range(len(expr.inputs))], (
-        sharding_ops._has_unmapped(expr, out)
+    """_needs read from the expression itself (its own axis maps), with no fact."""
+    view = sharding_ops.ExprView(expr)
+    return [sharding_ops._needed(view, 0, p) for p in range(len(expr.inputs))], (
+        sharding_ops._has_unmapped(view, 0)
     )
 
 
@@ -113,9 +114,10 @@ def _row_plus_matrix(out_axis):
         lambda: _row_plus_matrix(1),
     ],
 )
-def test_what_an_operand_needs_is_decided_per_signature_and_position(make):
-    """needed_placement and has_unmapped_sharding answer once per signature: asked of
-    expressions one detail apart in turn, each gets what working it out gives."""
+def test_what_an_operand_needs_is_what_the_expression_itself_gives(make):
+    """needed_placement and has_unmapped_sharding answer a positional op from its
+    layouts: asked of expressions one detail apart in turn, each gets what working it
+    out from the expression gives."""
     for other in (lambda: _add(0, 0)[0], lambda: _add(0, 1)[0], lambda: _row_plus_matrix(0)):
         _needs(other())
         expr = make()

@@ -152,4 +152,4 @@ def test_a_tensor_axis_split_over_two_mesh_axes_holds_its_innermost_part_per_dev
     with fl.Fusion():
         x = fl.tensor([8, 6], name="x")
         shard_as(x, MESH, Placement(2, ((0, 1), ())))
-    assert _iterated(x) == {1}  # logical positions
+    assert _iterated(x.domain) == {1}  # logical positions

@@ -50,7 +50,7 @@ def test_a_pass_that_breaks_an_invariant_is_named_with_the_passes_before_it():
         def run(self, fusion):
             tv = fusion.inputs[0]
             tv.split(0, 1)
-            for ax in tv.domain.loop:
+            for ax in tv.loop:
                 ax.parallel_type = fl.ParallelType.DIDx
 
     REGISTRY[DoubleDid.name] = DoubleDid

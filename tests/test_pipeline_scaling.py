@@ -16,20 +16,10 @@ from collections.abc import Callable
 import pytest
 
 import fuserlite as fl
+from fuserlite.models import many_outputs
 from fuserlite.schedule.shard import shard_axis
 
 MESH = fl.DeviceMesh.for_num_devices(2)
-
-
-def many_outputs(n: int) -> fl.Fusion:
-    """`y_k = x + k`: n outputs of one input."""
-    with fl.Fusion() as f:
-        x = fl.tensor([8, 16])
-        f.add_input(x)
-        shard_axis(x, 0, MESH)
-        for k in range(n):
-            f.add_output(x + float(k))
-    return f
 
 
 def many_parts(n: int) -> fl.Fusion:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 import fuserlite as fl
-from fuserlite.ir import IterDomain, LoadStoreOp, MemoryType, TensorView
+from fuserlite.ir import Axis, IterDomain, LoadStoreOp, MemoryType, TensorView
 
 P = fl.ParallelType
 Built = tuple[list[TensorView], list[TensorView]]
@@ -175,8 +175,8 @@ def build_seed_004_kernel() -> fl.Fusion:
             _split_128_then_1(tv)
         for tv in (t1, t4):  # nvFuser's split outputs inherit the input's parallel type
             for tr in tv.domain.transforms:
-                for ax in tr.outputs:
-                    ax.parallel_type = P.DIDx
+                for p in tr.outputs:
+                    Axis(tv, p).parallel_type = P.DIDx
         for tv in (t3, t4, t5, t2):
             _parallelize_bid_us_tid(tv)
         t3.compute_at_pos, t5.compute_at_pos, t2.compute_at_pos = 2, 3, 2

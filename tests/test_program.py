@@ -119,6 +119,6 @@ def test_the_program_verifier_checks_the_order_and_the_cover_of_the_steps() -> N
     with pytest.raises(fl.VerifyError, match=r"output T\d+ is computed by no step"):
         fl.verify_program(program)
     program = fl.lower(models.tensor_parallel_mlp(2))
-    program.steps.append(program.steps[0])
+    program.steps = [*program.steps, program.steps[0]]
     with pytest.raises(fl.VerifyError, match=r"is in two steps"):
         fl.verify_program(program)

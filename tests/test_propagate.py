@@ -25,7 +25,7 @@ def test_seed004_at_most_one_didx_per_tensor(parallelized: bool, num_devices: in
     fl.verify(fusion)
     if parallelized:  # the seed's T1: bDIDx stays one pinned axis, never split
         y = fusion.inputs[1]
-        assert len(y.domain.loop) == 1 and y.domain.transforms == []
+        assert len(y.domain.loop) == 1 and y.domain.transforms == ()
         assert parallel_types(y) == [ParallelType.DIDx]
 
 
@@ -62,7 +62,7 @@ def test_device_type_on_broadcast_is_never_split() -> None:
     reached = propagate(z, fusion.exprs())
     y = fusion.inputs[1]
     assert y in reached
-    assert y.domain.transforms == [] and parallel_types(y) == [ParallelType.DIDx]
+    assert y.domain.transforms == () and parallel_types(y) == [ParallelType.DIDx]
 
 
 def test_incompatible_user_schedule_is_a_schedule_error() -> None:

@@ -38,9 +38,9 @@ def test_split_is_inner_split_with_ceil_div() -> None:
     assert tv.split(0, 128) is tv
     assert _extents(tv) == [8, 128]
     (tr,) = tv.domain.transforms
-    assert isinstance(tr, Split) and tr.inner_split and tr.input is logical
-    assert tv.loop == [tr.outer, tr.inner]
-    assert not tr.divisible
+    assert isinstance(tr, Split) and tr.inner_split and tr.input == logical.position
+    assert tv.domain.loop_positions == (tr.outer, tr.inner)
+    assert not tv.domain.divisible(tr)
     assert tv.logical == [logical]
     assert tv.shape == (1000,)
 
@@ -56,7 +56,7 @@ def test_outer_split_fixes_the_outer_extent() -> None:
     tv.outer_split(0, 2)
     assert _extents(tv) == [2, 4, 3]
     (tr,) = tv.domain.transforms
-    assert not tr.inner_split and tr.divisible
+    assert not tr.inner_split and tv.domain.divisible(tr)
 
 
 def test_merge_default_is_next_axis() -> None:
@@ -72,7 +72,7 @@ def test_merge_non_adjacent_keeps_position_of_outer() -> None:
     tv.merge(0, 2)
     assert _extents(tv) == [10, 3]
     merged = tv.domain.transforms[0]
-    assert (merged.outer, merged.inner) == (first, last)
+    assert (merged.outer, merged.inner) == (first.position, last.position)
 
 
 def test_merge_reductions_together() -> None:
@@ -99,7 +99,7 @@ def test_reorder_moves_axes() -> None:
     assert tv.loop == [b, c, a]
     tv.reorder({-1: 0, 0: 1})
     assert tv.loop == [a, b, c]
-    assert tv.domain.transforms == []  # reorder changes the loop order only
+    assert tv.domain.transforms == ()  # reorder changes the loop order only
 
 
 def test_parallelize_sets_the_type() -> None:

@@ -68,7 +68,7 @@ def schedule_problems(lowered: Program, block_size: int) -> list[str]:
         for tv in kernel.tensors:
             if not has_schedule(tv):  # made by another segment or left alone: sharding only
                 continue
-            loop, logical = tv.domain.loop, tv.domain.logical
+            loop, logical = tv.loop, tv.logical
             devs = [k for k, ax in enumerate(loop) if ax.is_device_parallel]
             if devs != list(range(len(devs))):
                 problems.append(f"{tv.name}: device axes at loop positions {devs}, not in front")
@@ -79,9 +79,9 @@ def schedule_problems(lowered: Program, block_size: int) -> list[str]:
                 else:  # the sharding split: an outer split of a logical axis by the mesh size
                     ok = (
                         d.__class__.__name__ == "Split"
-                        and d.outer is ax
+                        and d.outer == ax.position
                         and not d.inner_split
-                        and d.input in logical
+                        and d.input < tv.domain.n_logical
                         and tv.mesh is not None
                         and d.factor == tv.mesh.size
                     )

@@ -251,13 +251,21 @@ def test_specs_are_checked():
 
 
 def test_every_op_has_a_local_rule():
-    from fuserlite.ops.registry import Category, all_ops, lookup
-    from fuserlite.spmd.trace import LOCAL_RULES
+    from fuserlite.ops.registry import Category, LocalRule, all_ops
+    from fuserlite.spmd.trace import REPLAYS
 
-    assert sorted(LOCAL_RULES) == sorted(d.name for d in all_ops())
-    # The generic rule (the leading axes are batch axes) only for pointwise ops.
-    generic = {name for name, rule in LOCAL_RULES.items() if rule is LOCAL_RULES["add"]}
-    assert all(lookup(name).category is Category.POINTWISE for name in generic)
+    assert all(d.local_rule in REPLAYS for d in all_ops()), [
+        d.name for d in all_ops() if d.local_rule not in REPLAYS
+    ]
+    assert set(REPLAYS) == set(LocalRule)
+    # The generic rule (the leading axes are batch axes) only for pointwise ops, sets,
+    # casts and iota (which has no operands: the same on every device).
+    generic = {d.name for d in all_ops() if d.local_rule is LocalRule.same}
+    assert all(
+        d.category is Category.POINTWISE or d.name in ("set", "cast", "iota")
+        for d in all_ops()
+        if d.name in generic
+    )
 
 
 def test_shard_maps_do_not_nest():

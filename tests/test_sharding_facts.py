@@ -1,6 +1,6 @@
-"""The sharding queries (ir.sharding) are computed once per signature of a tensor's
-layout and shared by every tensor laid out alike: two tensors that differ in one detail
-the answers depend on must get their own answers, whichever was asked first."""
+"""The sharding queries (ir.sharding) are facts of a tensor's domain and its mesh's
+shape, shared by every tensor laid out alike: two tensors that differ in one detail the
+answers depend on get their own answers, whichever was asked first."""
 
 from __future__ import annotations
 
@@ -162,8 +162,8 @@ def test_an_invalid_sharding_split_is_no_sharding_though_laid_out_like_a_valid_o
     assert str(placement(bad)) == "(R)" and local_shape(bad) == (8, 16)
 
 
-def test_laid_out_alike_tensors_share_their_answers_and_a_change_is_seen() -> None:
+def test_laid_out_alike_tensors_share_their_domain_and_a_change_is_seen() -> None:
     a, b = _tensor(mesh=MESH2), _tensor(mesh=MESH2)
-    assert placement(a) is placement(b)  # one computation for both
-    b.domain.loop[0].parallel_type = fl.ParallelType.Serial
+    assert a.domain is b.domain and placement(a) is placement(b)  # one value, one fact
+    b.axis(0).parallel_type = fl.ParallelType.Serial
     assert str(placement(b)) == "(R)" and str(placement(a)) == "(S0)"

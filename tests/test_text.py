@@ -77,7 +77,7 @@ def test_declarations() -> None:
         "a (T0)",
         fl.DType.float64,
         (4, 1),
-        [False, None],
+        (False, None),
     )
     assert a.mesh == fl.DeviceMesh([3, 1]) and a.memory_type is fl.MemoryType.GLOBAL
     assert (b.name, b.shape, b.dtype, b.mesh) == ("b (T1)", (), fl.DType.int32, fl.DeviceMesh([0]))

@@ -13,10 +13,11 @@ from fuserlite.ir.errors import (
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.fusion import Fusion, active_fusion
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import DType, IterType, MemoryType, ParallelType, ReductionOpType
 
 __all__ = [
+    "Axis",
     "DType",
     "DeviceMesh",
     "ExecutionError",

@@ -1,88 +1,78 @@
-"""IterDomain, the Split/Merge transforms between them, and TensorDomain.
+"""IterDomain, the Split/Merge transforms between axes, and TensorDomain: values.
 
-IterDomains are IR nodes: compared by identity, numbered only by the printer.
-A transform records how loop IterDomains were derived from logical ones, so the
-TransformPrinter can show it and index lowering can invert it.
+An IterDomain is an extent, an iteration type and a parallel type; a TensorDomain is
+a tensor's axes (its logical ones first, then each transform's outputs in order), the
+transforms by the positions of their axes in that list, the loop domain and the
+optional allocation domain as positions, and the contiguity. Both are frozen and
+interned (fuserlite.ir.values): alike means the same object. An axis is named by its
+position in its domain, which a transform never moves (it only appends), so
+`Axis(tensor, position)` (fuserlite.ir.tensor) names the same axis before and after
+any schedule primitive.
+
+A schedule primitive is a function from a domain to a new one (`split`, `merge`,
+`with_loop`, `parallelize`), computed once per distinct arguments; the checks that
+name a tensor are TensorView's. The TransformPrinter numbers axes (the printer), and
+index lowering inverts the transforms.
+
+    d = TensorDomain([IterDomain(8)])   # [iS{8}]
+    d.split(0, 2, inner_split=False)    # [iS{2}, iS{4}]: Split(0, 2, False, 1, 2)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import NamedTuple
 
-from fuserlite.ir import args
-from fuserlite.ir.errors import FuserliteError, ScheduleError
-from fuserlite.ir.stamps import TrackedList, stamp, tick, tracked
-from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, MAX_THREADS, IterType, ParallelType
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, IterType, ParallelType
+from fuserlite.ir.values import fact, interned
 
-if TYPE_CHECKING:
-    from fuserlite.ir.tensor import TensorView
-
-
-def _parallel_type(value: object) -> ParallelType:
-    """A ParallelType or its name, or a ScheduleError saying what was given."""
-    if type(value) is ParallelType:
-        return value
-    if isinstance(value, str):
-        try:
-            return ParallelType.parse(value)
-        except FuserliteError as exc:
-            raise ScheduleError(f"parallelize: parallel_type: {exc}") from None
-    return args.instance(
-        value,
-        ParallelType,
-        "parallelize",
-        "parallel_type",
-        "a ParallelType or its name (DIDx, deviceIdx.x, TIDx, ...)",
-        ScheduleError,
-    )
+_set = object.__setattr__
 
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class _AxisFields:
-    __slots__ = ("extent", "iter_type", "parallel_type", "definition", "owner")
+class IterDomain:
+    """One axis: extent, iteration type, parallel type. A value: IterDomain(4) is
+    IterDomain(4); a parallel type is given by making another (`with_parallel_type`)."""
 
+    __slots__ = ("extent", "iter_type", "parallel_type", "is_device_parallel", "__weakref__")
 
-# The slots' own setters: IterDomain.__init__ fills a new axis without stamping anything
-# (hundreds of thousands are made while scheduling a wide fusion).
-_SET = {name: getattr(_AxisFields, name).__set__ for name in _AxisFields.__slots__}
-_SET_EXTENT, _SET_ITER, _SET_PT, _SET_DEF, _SET_OWNER = _SET.values()
-_NEW = object.__new__  # a node whose fields are set directly
-
-
-class IterDomain(_AxisFields):
-    """One axis: extent, iteration type and parallel type.
-
-    Every change to an axis stamps the domain of the tensor that owns it (ir.stamps),
-    so what was derived from that tensor or its domain, or checked about it, is
-    computed again."""
-
-    __slots__ = ()
-
-    def __init__(
-        self,
+    def __new__(
+        cls,
         extent: int,
         iter_type: IterType = IterType.ITERATION,
         parallel_type: ParallelType = ParallelType.Serial,
-    ) -> None:
-        _SET_EXTENT(self, int(extent))
-        _SET_ITER(self, iter_type)
-        _SET_PT(self, parallel_type)
-        _SET_DEF(self, None)
-        _SET_OWNER(self, None)
+    ) -> IterDomain:
+        if type(extent) is not int:
+            extent = int(extent)
+        key = (cls, extent, iter_type, parallel_type)
+        return interned(key, cls._made, extent, iter_type, parallel_type)
+
+    @classmethod
+    def _made(cls, extent: int, iter_type: IterType, parallel_type: ParallelType) -> IterDomain:
+        ax = object.__new__(cls)
+        _set(ax, "extent", extent)
+        _set(ax, "iter_type", iter_type)
+        _set(ax, "parallel_type", parallel_type)
+        _set(ax, "is_device_parallel", parallel_type in DEVICE_PARALLEL_TYPES)
+        return ax
 
     def __setattr__(self, name: str, value: object) -> None:
-        setter = _SET.get(name)
-        if setter is None:
-            raise AttributeError(f"IterDomain has no attribute {name!r}")
-        if name == "owner" and self.owner is not None:
-            stamp(self.owner.domain)  # it may still hold this axis: check it again
-        setter(self, value)
-        if self.owner is not None:
-            stamp(self.owner.domain)
+        raise AttributeError(
+            f"IterDomain is a value; give the tensor a new domain instead (tv.axis(i)."
+            f"parallelize(...), tv.split(...)), not {name} = {value!r}"
+        )
+
+    def __reduce__(self) -> tuple:
+        return IterDomain, (self.extent, self.iter_type, self.parallel_type)
+
+    def __copy__(self) -> IterDomain:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> IterDomain:
+        return self
 
     @property
     def is_broadcast(self) -> bool:
@@ -96,111 +86,57 @@ class IterDomain(_AxisFields):
     def is_iteration(self) -> bool:
         return self.iter_type is IterType.ITERATION
 
-    @property
-    def is_device_parallel(self) -> bool:
-        return self.parallel_type in DEVICE_PARALLEL_TYPES  # asked millions of times
-
-    def parallelize(self, parallel_type: ParallelType | str) -> IterDomain:
-        """Bind this loop axis to a parallel type; no tensor may carry one type on two
-        loop axes, and a thread axis holds at most MAX_THREADS."""
-        pt = _parallel_type(parallel_type)
-        tv = self.owner
-        if tv is not None:
-            loop = tv.domain.loop
-            if self not in loop:
-                raise ScheduleError(
-                    f"parallelize: {tv.name}: {pt.value} is given to an axis that is not in "
-                    "the loop domain"
-                )
-            if pt is not ParallelType.Serial:
-                for k, other in enumerate(loop):
-                    if other is not self and other.parallel_type is pt:
-                        mesh_axis = (
-                            f"; {pt.name} names one mesh axis, which shards at most one "
-                            "tensor axis: use another DID type for another mesh axis"
-                            if pt.is_device
-                            else ""
-                        )
-                        raise ScheduleError(
-                            f"parallelize: {tv.name} axis {loop.index(self)}: loop axis {k} "
-                            f"already has parallel type {pt.value}; a tensor carries each "
-                            f"parallel type on at most one loop axis{mesh_axis}"
-                        )
-        if pt.is_thread and self.extent > MAX_THREADS:
-            where = f"{tv.name} axis {tv.domain.loop.index(self)}" if tv is not None else "axis"
-            raise ScheduleError(
-                f"parallelize: {where}: {pt.value} extent {self.extent} exceeds {MAX_THREADS}"
-            )
-        self.parallel_type = pt
-        return self
-
-    def clone(self) -> IterDomain:
-        """A fresh IterDomain with the same extent and types, no definition or owner."""
-        return IterDomain(self.extent, self.iter_type, self.parallel_type)
+    def with_parallel_type(self, parallel_type: ParallelType) -> IterDomain:
+        """This axis with another parallel type."""
+        return IterDomain(self.extent, self.iter_type, parallel_type)
 
     def __repr__(self) -> str:
         return f"<IterDomain {self.iter_type.value}{self.parallel_type.value}{{{self.extent}}}>"
 
 
-def _axis(
-    extent: int,
-    iter_type: IterType,
-    parallel_type: ParallelType,
-    definition: Split | Merge | None,
-    owner: TensorView,
-) -> IterDomain:
-    """A new axis, its fields and owner set directly (IterDomain.__init__'s and no
-    stamp: a new axis has nothing derived from it yet)."""
-    ax = _NEW(IterDomain)
-    _SET_EXTENT(ax, extent)
-    _SET_ITER(ax, iter_type)
-    _SET_PT(ax, parallel_type)
-    _SET_DEF(ax, definition)
-    _SET_OWNER(ax, owner)
-    return ax
+class Split(NamedTuple):
+    """Axis `input` split into `outer` and `inner` (positions in the domain's axes).
+    Inner split: the inner extent is `factor`; outer split: the outer extent is."""
 
-
-def adopt(axes: Iterable[IterDomain], tv: TensorView) -> None:
-    """Make `tv` the owner of `axes`: a new axis is given its owner directly (the
-    tensor's own change, a new domain or loop list, stamps it), another one through
-    its attribute, which stamps its former owner too."""
-    for ax in axes:
-        if ax.owner is None:
-            _SET_OWNER(ax, tv)
-        else:
-            ax.owner = tv
-
-
-class Split:
-    """in -> (outer, inner). Inner split: inner extent = factor; outer split: outer = factor."""
-
-    __slots__ = ("input", "factor", "inner_split", "outer", "inner")
-
-    def __init__(self, input: IterDomain, factor: int, inner_split: bool = True) -> None:
-        self.input = input
-        self.factor = int(factor)
-        self.inner_split = inner_split
-        if inner_split:
-            outer_extent, inner_extent = ceil_div(input.extent, factor), factor
-        else:
-            outer_extent, inner_extent = factor, ceil_div(input.extent, factor)
-        self.outer = IterDomain(outer_extent, input.iter_type)
-        self.inner = IterDomain(inner_extent, input.iter_type)
-        _SET_DEF(self.outer, self)  # new axes: no owner to stamp yet
-        _SET_DEF(self.inner, self)
+    input: int
+    factor: int
+    inner_split: bool
+    outer: int
+    inner: int
 
     @property
-    def inputs(self) -> tuple[IterDomain, ...]:
+    def inputs(self) -> tuple[int, ...]:
         return (self.input,)
 
     @property
-    def outputs(self) -> tuple[IterDomain, ...]:
+    def outputs(self) -> tuple[int, ...]:
+        return (self.outer, self.inner)
+
+
+class Merge(NamedTuple):
+    """Axes `outer` and `inner` merged into `output` (positions), extent outer * inner."""
+
+    outer: int
+    inner: int
+    output: int
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
         return (self.outer, self.inner)
 
     @property
-    def divisible(self) -> bool:
-        """True when the split needs no tail predicate."""
-        return self.input.extent % self.factor == 0
+    def outputs(self) -> tuple[int, ...]:
+        return (self.output,)
+
+
+Transform = Split | Merge
+
+
+def split_extents(extent: int, factor: int, inner_split: bool) -> tuple[int, int]:
+    """(outer, inner) extents of a split of an axis of `extent` by `factor`."""
+    if inner_split:
+        return ceil_div(extent, factor), factor
+    return factor, ceil_div(extent, factor)
 
 
 def merged_iter_type(a: IterType, b: IterType) -> IterType:
@@ -212,138 +148,214 @@ def merged_iter_type(a: IterType, b: IterType) -> IterType:
     return IterType.ITERATION
 
 
-class Merge:
-    """(outer, inner) -> out with extent outer * inner."""
-
-    __slots__ = ("outer", "inner", "output")
-
-    def __init__(self, outer: IterDomain, inner: IterDomain) -> None:
-        self.outer = outer
-        self.inner = inner
-        self.output = IterDomain(
-            outer.extent * inner.extent, merged_iter_type(outer.iter_type, inner.iter_type)
-        )
-        _SET_DEF(self.output, self)
-
-    @property
-    def inputs(self) -> tuple[IterDomain, ...]:
-        return (self.outer, self.inner)
-
-    @property
-    def outputs(self) -> tuple[IterDomain, ...]:
-        return (self.output,)
-
-
-Transform = Split | Merge
-# A transform by positions in a domain's growing axis list (TensorDomain.extend_for):
-# (kind, input or outer, factor or inner, inner_split or None, its outputs' (extent,
-# iter type, parallel type)).
-Step = tuple[str, int, int, bool | None, tuple[tuple[int, IterType, ParallelType], ...]]
-
-
-def is_sharding_split(t: Transform) -> bool:
-    """A split whose outer part is device-parallel: the way a tensor's logical axis is
-    sharded over a mesh (the inner part is what one device holds)."""
-    return isinstance(t, Split) and t.outer.is_device_parallel
+def default_contiguity(axes: Sequence[IterDomain]) -> tuple[bool | None, ...]:
+    """None for a broadcast or reduction axis, True for an iteration axis."""
+    return tuple(None if not ax.is_iteration else True for ax in axes)
 
 
 class TensorDomain:
-    """Logical, loop and optional allocation domains of one TensorView.
+    """A tensor's domains as one value: `axes` (logical first, then each transform's
+    outputs), `transforms` by positions in it, `loop_positions`, `allocation_positions`
+    (None: none) and `contiguity`. `logical`, `loop` and `allocation` are the axes
+    themselves; `definition[p]` / `use[p]` the index of the transform that makes /
+    consumes axis p (None: a logical axis / a loop axis)."""
 
-    Its lists are TrackedLists: assigning or changing one in place stamps the domain."""
+    __slots__ = (
+        "axes",
+        "n_logical",
+        "transforms",
+        "loop_positions",
+        "allocation_positions",
+        "contiguity",
+        "logical",
+        "loop",
+        "allocation",
+        "definition",
+        "use",
+        "__weakref__",
+    )
 
-    __slots__ = ("logical", "loop", "allocation", "contiguity", "transforms", "_stamp")
-    in_graph = False  # its changes are its tensor's, never the graph's
+    def __new__(
+        cls, logical: Sequence[IterDomain], contiguity: Sequence[bool | None] | None = None
+    ) -> TensorDomain:
+        """The unscheduled domain of `logical` axes (loop = logical)."""
+        axes = tuple(logical)
+        contiguity = default_contiguity(axes) if contiguity is None else tuple(contiguity)
+        return cls.made(axes, len(axes), (), tuple(range(len(axes))), None, contiguity)
 
-    def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, tracked(self, value))
-        object.__setattr__(self, "_stamp", tick())
+    @classmethod
+    def made(
+        cls,
+        axes: tuple[IterDomain, ...],
+        n_logical: int,
+        transforms: tuple[Transform, ...],
+        loop: tuple[int, ...],
+        allocation: tuple[int, ...] | None,
+        contiguity: tuple[bool | None, ...],
+    ) -> TensorDomain:
+        """The domain of these parts (interned; the caller made them consistent)."""
+        key = (cls, axes, n_logical, transforms, loop, allocation, contiguity)
+        return interned(key, cls._build, axes, n_logical, transforms, loop, allocation, contiguity)
 
-    def __init__(self, logical: list[IterDomain], contiguity: list[bool | None] | None = None):
-        if contiguity is None:
-            contiguity = [None if not ax.is_iteration else True for ax in logical]
-        init = object.__setattr__  # a new domain: one stamp, not one per list
-        init(self, "logical", TrackedList(self, logical))
-        init(self, "loop", TrackedList(self, logical))
-        init(self, "allocation", None)
-        init(self, "contiguity", TrackedList(self, contiguity))
-        init(self, "transforms", TrackedList(self, ()))
-        init(self, "_stamp", tick())
-        self.logical: list[IterDomain]
-        self.loop: list[IterDomain]
-        self.allocation: list[IterDomain] | None
-        self.contiguity: list[bool | None]
-        self.transforms: list[Transform]
-
-    def copy_for(self, owner: TensorView, mapping: dict) -> TensorDomain:
-        """A copy of this domain owned by `owner`: fresh axes of the same extents and
-        types, the same transforms between them, and `mapping` given each old axis's
-        copy (its new axes are filled directly and the domain stamped once: a fusion
-        of 20 000 tensors is copied before every pipeline run)."""
-        dom = TensorDomain.__new__(TensorDomain)
-        logical = []
-        for ax in self.logical:
-            new = _axis(ax.extent, ax.iter_type, ax.parallel_type, None, owner)
-            mapping[ax] = new
-            logical.append(new)
-        transforms: list[Transform] = []
-        for t in self.transforms:
-            if type(t) is Split:
-                nt = Split(mapping[t.input], t.factor, t.inner_split)
-            else:
-                nt = Merge(mapping[t.outer], mapping[t.inner])
-            for a, b in zip(t.outputs, nt.outputs):
-                _SET_PT(b, a.parallel_type)
-                _SET_OWNER(b, owner)
-                mapping[a] = b
-            transforms.append(nt)
-        init = object.__setattr__
-        init(dom, "logical", TrackedList(dom, logical))
-        # An unscheduled domain's loop is its logical axes (most of a wide fusion's are).
-        loop = logical if not transforms and self.loop == self.logical else None
-        init(dom, "loop", TrackedList(dom, loop or [mapping[a] for a in self.loop]))
-        allocation = self.allocation
-        if allocation is not None:
-            allocation = TrackedList(dom, [mapping[a] for a in allocation])
-        init(dom, "allocation", allocation)
-        init(dom, "contiguity", TrackedList(dom, self.contiguity))
-        init(dom, "transforms", TrackedList(dom, transforms))
-        init(dom, "_stamp", tick())
+    @classmethod
+    def _build(cls, axes, n_logical, transforms, loop, allocation, contiguity) -> TensorDomain:
+        dom = object.__new__(cls)
+        definition: list[int | None] = [None] * len(axes)
+        use: list[int | None] = [None] * len(axes)
+        for k, t in enumerate(transforms):
+            for p in t.outputs:
+                definition[p] = k
+            for p in t.inputs:
+                use[p] = k
+        for name, value in (
+            ("axes", axes),
+            ("n_logical", n_logical),
+            ("transforms", transforms),
+            ("loop_positions", loop),
+            ("allocation_positions", allocation),
+            ("contiguity", contiguity),
+            ("logical", axes[:n_logical]),
+            ("loop", tuple(axes[p] for p in loop)),
+            ("allocation", None if allocation is None else tuple(axes[p] for p in allocation)),
+            ("definition", tuple(definition)),
+            ("use", tuple(use)),
+        ):
+            _set(dom, name, value)
         return dom
 
-    def extend_for(self, owner: TensorView, steps: Iterable[Step], loop: Iterable[int]) -> None:
-        """Append the transforms `steps` describe, owned by `owner`, then set the loop
-        domain by positions; both by positions in ids_between_logical_and_loop(), which
-        the new axes extend. A split step is ("split", input, factor, inner_split,
-        (outer axis, inner axis)), a merge ("merge", outer, inner, None, (output axis,)),
-        each new axis as (extent, iter type, parallel type). No check: the steps were
-        taken from a domain of the same structure, where split and merge checked them;
-        the axes are built directly and the domain stamped once (a schedule replayed onto
-        20 000 tensors alike)."""
-        ids = self.ids_between_logical_and_loop()
-        made: list[Transform] = []
-        for kind, a, b, inner_split, axes in steps:
-            if kind == "split":
-                t = _NEW(Split)
-                t.input, t.factor, t.inner_split = ids[a], b, inner_split
-                (e, it, pt), (e2, it2, pt2) = axes
-                t.outer, t.inner = _axis(e, it, pt, t, owner), _axis(e2, it2, pt2, t, owner)
-                ids += (t.outer, t.inner)
-            else:
-                t = _NEW(Merge)
-                t.outer, t.inner = ids[a], ids[b]
-                ((e, it, pt),) = axes
-                t.output = _axis(e, it, pt, t, owner)
-                ids.append(t.output)
-            made.append(t)
-        # In place, untracked: one stamp for the whole change.
-        list.extend(self.transforms, made)
-        list.__setitem__(self.loop, slice(None), [ids[k] for k in loop])
-        object.__setattr__(self, "_stamp", tick())
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"TensorDomain is a value; give the tensor a new domain instead, not {name} = ..."
+        )
 
-    def ids_between_logical_and_loop(self) -> list[IterDomain]:
-        """Every IterDomain of this domain: logical ones first, then transform outputs."""
-        out = list(self.logical)
-        for t in self.transforms:
-            out.extend(t.outputs)
-        return out
+    def __reduce__(self) -> tuple:
+        return TensorDomain.made, (
+            self.axes,
+            self.n_logical,
+            self.transforms,
+            self.loop_positions,
+            self.allocation_positions,
+            self.contiguity,
+        )
+
+    def __copy__(self) -> TensorDomain:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> TensorDomain:
+        return self
+
+    def _with(self, **parts: object) -> TensorDomain:
+        fields = {
+            "axes": self.axes,
+            "n_logical": self.n_logical,
+            "transforms": self.transforms,
+            "loop": self.loop_positions,
+            "allocation": self.allocation_positions,
+            "contiguity": self.contiguity,
+        }
+        fields.update(parts)
+        return TensorDomain.made(**fields)
+
+    # -- schedule primitives: a new domain each, once per distinct arguments -------
+    @fact
+    def split(self, loop_index: int, factor: int, inner_split: bool = True) -> TensorDomain:
+        """Loop axis `loop_index` split by `factor` (its outputs take its place)."""
+        p = self.loop_positions[loop_index]
+        ax = self.axes[p]
+        outer, inner = split_extents(ax.extent, factor, inner_split)
+        n = len(self.axes)
+        axes = (*self.axes, IterDomain(outer, ax.iter_type), IterDomain(inner, ax.iter_type))
+        loop = self.loop_positions
+        return self._with(
+            axes=axes,
+            transforms=(*self.transforms, Split(p, factor, inner_split, n, n + 1)),
+            loop=(*loop[:loop_index], n, n + 1, *loop[loop_index + 1 :]),
+        )
+
+    @fact
+    def merge(self, outer_index: int, inner_index: int) -> TensorDomain:
+        """Loop axes `outer_index` and `inner_index` merged into one at the outer's place."""
+        loop = self.loop_positions
+        o, i = loop[outer_index], loop[inner_index]
+        a, b = self.axes[o], self.axes[i]
+        n = len(self.axes)
+        merged = IterDomain(a.extent * b.extent, merged_iter_type(a.iter_type, b.iter_type))
+        rest = [p for k, p in enumerate(loop) if k not in (outer_index, inner_index)]
+        at = outer_index if outer_index < inner_index else outer_index - 1
+        rest.insert(at, n)
+        return self._with(
+            axes=(*self.axes, merged),
+            transforms=(*self.transforms, Merge(o, i, n)),
+            loop=tuple(rest),
+        )
+
+    @fact
+    def with_loop(self, positions: tuple[int, ...]) -> TensorDomain:
+        """The same axes and transforms, the loop domain `positions` (a reorder)."""
+        return self._with(loop=tuple(positions))
+
+    @fact
+    def parallelize(self, position: int, parallel_type: ParallelType) -> TensorDomain:
+        """Axis `position` with `parallel_type` (no check: TensorView's primitives check)."""
+        axes = list(self.axes)
+        axes[position] = axes[position].with_parallel_type(parallel_type)
+        return self._with(axes=tuple(axes))
+
+    @fact
+    def with_allocation(
+        self, positions: tuple[int, ...] | None, contiguity: tuple[bool | None, ...]
+    ) -> TensorDomain:
+        """The allocation domain `positions` (None: none) with its contiguity."""
+        return self._with(allocation=positions, contiguity=tuple(contiguity))
+
+    # -- reading ------------------------------------------------------------------
+    def ids_between_logical_and_loop(self) -> tuple[IterDomain, ...]:
+        """Every axis: the logical ones first, then the transforms' outputs."""
+        return self.axes
+
+    @property
+    def is_unscheduled(self) -> bool:
+        """No transforms and the loop domain is the logical one."""
+        return not self.transforms and self.loop_positions == tuple(range(self.n_logical))
+
+    def loop_index(self, position: int) -> int | None:
+        """Where axis `position` is in the loop domain, or None."""
+        try:
+            return self.loop_positions.index(position)
+        except ValueError:
+            return None
+
+    def transform_of(self, position: int) -> Transform | None:
+        """The transform that made axis `position` (None for a logical axis)."""
+        k = self.definition[position]
+        return None if k is None else self.transforms[k]
+
+    def divisible(self, split: Split) -> bool:
+        """True when the split needs no tail predicate."""
+        return self.axes[split.input].extent % split.factor == 0
+
+    def is_sharding_split(self, t: Transform) -> bool:
+        """A split whose outer part is device-parallel: the way a tensor's logical axis is
+        sharded over a mesh (the inner part is what one device holds)."""
+        return type(t) is Split and self.axes[t.outer].is_device_parallel
+
+    def data_positions(self) -> tuple[int, ...]:
+        """Positions of the logical axes that hold data (every axis but reductions)."""
+        return _data_positions(self)
+
+    def __repr__(self) -> str:
+        def text(p: int) -> str:
+            ax = self.axes[p]
+            return f"{ax.iter_type.value}{ax.parallel_type.value}{p}{{{ax.extent}}}"
+
+        return f"<TensorDomain [{', '.join(map(text, self.loop_positions))}]>"
+
+
+@fact
+def _data_positions(dom: TensorDomain) -> tuple[int, ...]:
+    return tuple(i for i, ax in enumerate(dom.logical) if not ax.is_reduction)
+
+
+def is_sharding_split(dom: TensorDomain, t: Transform) -> bool:
+    """`dom.is_sharding_split(t)`: the split shards a logical axis over a mesh."""
+    return dom.is_sharding_split(t)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuserlite.ir.stamps import TrackedList, graph_changed, tick, tracked
+from fuserlite.ir.changes import GraphList, expr_changed
 
 if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
@@ -19,28 +19,31 @@ if TYPE_CHECKING:
 class Expr:
     """Base class: inputs, outputs, and the links between them.
 
-    Any change stamps the expression (ir.stamps): an attribute set, or its input or
-    output list changed in place (TrackedLists), so the validator checks it again."""
+    Every attribute set is an edit the change log hears (fuserlite.ir.changes); a new
+    input or output list also drops its fusion's kept orders. Edit the lists by
+    assigning new ones (`e.inputs = [...]`), never in place."""
 
     op_name = "expr"
-    in_graph = True  # every change to it may change the graph (ir.stamps.graph_time)
 
     def __init__(self, inputs: list[TensorView], outputs: list[TensorView]) -> None:
-        self.__dict__.update(
-            inputs=TrackedList(self, inputs),
-            outputs=TrackedList(self, outputs),
-            _facts={},
-            _stamp=tick(),
-        )
+        self.__dict__.update(inputs=GraphList(inputs), outputs=GraphList(outputs))
+        expr_changed(self)
         for out in self.outputs:
             out.definition = self
         for inp in self.inputs:
             inp.uses.append(self)
 
     def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, tracked(self, value))
-        t = self.__dict__["_stamp"] = tick()
-        graph_changed(t)
+        graph = name in ("inputs", "outputs")
+        object.__setattr__(self, name, GraphList(value) if graph else value)
+        expr_changed(self)
+        if graph:
+            self._graph_edited()
+
+    def _graph_edited(self) -> None:
+        for t in (*self.outputs, *self.inputs):
+            t.fusion.graph_edited()
+            return
 
     def copy_between(self, mapping: dict) -> Expr:
         """A copy of this expression between the copies (`mapping`) of its tensors,
@@ -50,19 +53,12 @@ class Expr:
         state.update(self.__dict__)
         inputs = [mapping[t] for t in self.inputs]
         outputs = [mapping[t] for t in self.outputs]
-        state.update(
-            inputs=TrackedList(e, inputs), outputs=TrackedList(e, outputs), _facts={}, _stamp=tick()
-        )
+        state.update(inputs=GraphList(inputs), outputs=GraphList(outputs))
         for t in outputs:
-            t.__dict__["definition"] = e  # a new tensor, stamped when it was made
+            t.__dict__["definition"] = e  # a new tensor of a new fusion: nothing to record
         for t in inputs:
             t.uses.append(e)
-        graph_changed(e._stamp)
         return e
-
-    def forget_derived(self) -> None:
-        """Forget what was derived from the expression this one was copied from."""
-        self.__dict__.update(_facts={}, _stamp=tick())
 
     @property
     def input(self) -> TensorView:

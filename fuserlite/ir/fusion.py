@@ -6,10 +6,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
-from fuserlite.ir.collector import COLLECTOR_PAUSE
+from fuserlite.ir.changes import GraphList, structure_changed
 from fuserlite.ir.errors import FusionError
-from fuserlite.ir.readonly import remembered
-from fuserlite.ir.stamps import graph_time
 from fuserlite.ir.types import MemoryType
 
 if TYPE_CHECKING:
@@ -35,24 +33,25 @@ class Fusion:
     """
 
     def __init__(self) -> None:
+        # exprs() and tensors(), kept until an edit of the graph (graph_edited)
+        self._order: list[Expr] | None = None
+        self._shown: list[TensorView] | None = None
         self.tensors_created: list[TensorView] = []
         self.inputs = []
         self.outputs = []
         self._next_number = 0
-        # exprs() and tensors() and what they were worked out for (see _kept_order)
-        self._order: tuple[tuple, list[Expr]] | None = None
-        self._shown: tuple[tuple, list[TensorView]] | None = None
 
     # Inputs and outputs are lists; a set of their ids beside each keeps add_input /
-    # add_output's duplicate check O(1) (a fusion may have 20 000 outputs).
+    # add_output's duplicate check O(1) (a fusion may have very many outputs).
     @property
     def inputs(self) -> list[TensorView]:
         return self._inputs
 
     @inputs.setter
     def inputs(self, tensors: list[TensorView]) -> None:
-        self._inputs = list(tensors)
+        self._inputs = GraphList(tensors)
         self._input_ids = {id(t) for t in self._inputs}
+        self.graph_edited()
 
     @property
     def outputs(self) -> list[TensorView]:
@@ -60,8 +59,16 @@ class Fusion:
 
     @outputs.setter
     def outputs(self, tensors: list[TensorView]) -> None:
-        self._outputs = list(tensors)
+        self._outputs = GraphList(tensors)
         self._output_ids = {id(t) for t in self._outputs}
+        self.graph_edited()
+
+    def graph_edited(self) -> None:
+        """The graph changed (an expression's inputs or outputs, a tensor's definition,
+        the inputs or outputs): the kept orders are worked out again when asked."""
+        if self._order is not None or self._shown is not None:
+            self._order = self._shown = None
+        structure_changed()
 
     @staticmethod
     def _listed(tv: TensorView, tensors: list[TensorView], ids: set[int]) -> bool:
@@ -71,18 +78,13 @@ class Fusion:
         return id(tv) in ids
 
     # -- context manager ----------------------------------------------------
-    # The block builds IR: many small long-lived objects and no cycles to free, so the
-    # collector is paused in it (its full scans were half of building 20 000 outputs)
-    # and back as the caller had it when the block ends.
     def __enter__(self) -> Fusion:
         if not hasattr(_state, "stack"):
             _state.stack = []
         _state.stack.append(self)
-        COLLECTOR_PAUSE.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        COLLECTOR_PAUSE.__exit__()
         _state.stack.pop()
 
     # -- building -----------------------------------------------------------
@@ -114,8 +116,9 @@ class Fusion:
             raise FusionError(f"add_input: {tv.name} is computed by {tv.definition.op_name}")
         if self._listed(tv, self._inputs, self._input_ids):
             raise FusionError(f"add_input: {tv.name} is already an input")
-        self._inputs.append(tv)
+        list.append(self._inputs, tv)
         self._input_ids.add(id(tv))
+        self.graph_edited()
         tv.memory_type = MemoryType.GLOBAL
 
     def add_output(self, tv: TensorView) -> None:
@@ -123,8 +126,9 @@ class Fusion:
         self._check_owned(tv, "add_output")
         if self._listed(tv, self._outputs, self._output_ids):
             raise FusionError(f"add_output: {tv.name} is already an output")
-        self._outputs.append(tv)
+        list.append(self._outputs, tv)
         self._output_ids.add(id(tv))
+        self.graph_edited()
         tv.memory_type = MemoryType.GLOBAL
 
     def replace_output(self, old: TensorView, new: TensorView) -> None:
@@ -148,19 +152,15 @@ class Fusion:
 
     # -- traversal ----------------------------------------------------------
     def exprs(self) -> list[Expr]:
-        """Expressions reachable from the outputs, in a deterministic topological order
-        (while the IR is only read, one list serves every caller: do not change it)."""
-        return remembered("exprs", self, lambda: list(self._kept_order()))
+        """Expressions reachable from the outputs, in a deterministic topological order."""
+        return list(self._kept_order())
 
     def _kept_order(self) -> list[Expr]:
-        """The order itself (not a copy), worked out again only when the graph or the
-        outputs changed since (ir.stamps.graph_time): passes and the validator ask in
-        turn, and most passes change no expression."""
-        key = (graph_time(), tuple(map(id, self._outputs)))
-        hit = self._order
-        if hit is None or hit[0] != key:
-            hit = self._order = (key, self._exprs())
-        return hit[1]
+        """The order itself (not a copy), worked out again only after an edit of the
+        graph: passes and the validator ask in turn, and most passes change none."""
+        if self._order is None:
+            self._order = self._exprs()
+        return self._order
 
     def _exprs(self) -> list[Expr]:
         order: list[Expr] = []
@@ -189,22 +189,13 @@ class Fusion:
         its unseen inputs and outputs, then the outputs not seen yet (`exprs`: a
         precomputed `self.exprs()`). Only the expressions the outputs need count, so
         the order depends on nothing a print leaves out. Kept, as the expression order
-        is, while the graph, the inputs and the outputs are unchanged."""
+        is, until an edit of the graph."""
         order = self._kept_order()
         if exprs is not None and exprs != order:  # another list than the fusion's own
             return self._tensors(exprs)
-        hit = self._kept_shown()
-        if hit is None:
-            hit = self._shown = (self._shown_key(), self._tensors(order))
-        return list(hit[1])
-
-    def _shown_key(self) -> tuple:
-        return self._order[0], tuple(map(id, self._inputs))
-
-    def _kept_shown(self) -> tuple[tuple, list[TensorView]] | None:
-        """The kept tensor order, if it still holds (the expression order is current)."""
-        hit = self._shown
-        return hit if hit is not None and hit[0] == self._shown_key() else None
+        if self._shown is None:
+            self._shown = self._tensors(order)
+        return list(self._shown)
 
     def _tensors(self, exprs: list[Expr]) -> list[TensorView]:
         seen: set[int] = set()
@@ -241,24 +232,24 @@ class Fusion:
 
     # -- copying ------------------------------------------------------------
     def clone(self) -> tuple[Fusion, dict]:
-        """A deep copy with the same numbering; returns (copy, {old node: new node})."""
+        """A deep copy with the same numbering; returns (copy, {old node: new node}).
+        Domains are values: the copies share them."""
         new = Fusion()
         mapping: dict = {}
         for old in self.tensors_created:
-            tv = mapping[old] = old.copy_into(new, mapping)
+            tv = mapping[old] = old.copy_into(new)
             new.tensors_created.append(tv)
         new._next_number = self._next_number
-        order = self._kept_order()  # before copying: the copies move the graph's time
-        shown = self._kept_shown()
+        order = self._kept_order()
         for expr in self._all_exprs(order):
             mapping[expr] = expr.copy_between(mapping)
         new.inputs = [mapping[t] for t in self.inputs]
         new.outputs = [mapping[t] for t in self.outputs]
-        # The copy's graph is the original's, so are its orders: kept for its first pass
-        # (20 000 outputs would otherwise be walked again).
-        new._order = ((graph_time(), tuple(map(id, new._outputs))), [mapping[e] for e in order])
-        if shown is not None:
-            new._shown = (new._shown_key(), [mapping[t] for t in shown[1]])
+        # The copy's graph is the original's, so are its orders (not walked again for
+        # its first pass).
+        new._order = [mapping[e] for e in order]
+        if self._shown is not None:
+            new._shown = [mapping[t] for t in self._shown]
         return new, mapping
 
     def _all_exprs(self, exprs: list[Expr]) -> list[Expr]:

@@ -165,7 +165,7 @@ class DeviceMesh:
             )
         object.__setattr__(self, "devices", devs)
         object.__setattr__(self, "shape", shape)
-        # Hashed once: a mesh keys the per-signature decisions of passes, asked per tensor.
+        # Hashed once: a mesh is an argument of many facts (fuserlite.ir.values).
         object.__setattr__(self, "_hash", hash((devs, shape)))
 
     def __hash__(self) -> int:

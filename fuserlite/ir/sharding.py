@@ -20,19 +20,18 @@ each way, used by every pass.
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from fuserlite.ir.domain import IterDomain, Split, ceil_div
+from fuserlite.ir.domain import Split, TensorDomain, ceil_div
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh, parallel_types_of_rank
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, IterType, ParallelType
+from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
+from fuserlite.ir.values import fact
 
 MeshPlacement = tuple[DeviceMesh | None, Placement]  # a mesh and a placement on logical axes
 
@@ -54,31 +53,25 @@ class AxisSharding:
         return self.data_index is None
 
 
-def sharding_chain(tv: TensorView, ax: IterDomain) -> tuple[IterDomain, int, IterDomain] | None:
-    """(logical origin, depth, the axis split) of a device-parallel loop axis, or None.
+def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
+    """(logical origin, depth, the axis split) of device-parallel axis `p` of a domain, as
+    positions, or None.
 
-    The axis split is what `ax` is the outer part of (the origin itself, or the inner
-    part of an enclosing sharding split); `ax` itself when it is a logical axis.
+    The axis split is what `p` is the outer part of (the origin itself, or the inner
+    part of an enclosing sharding split); `p` itself when it is a logical axis.
     """
-    logical = tv.domain.logical
-    if ax in logical:
-        return ax, 0, ax
-    d = ax.definition
-    if not (isinstance(d, Split) and ax is d.outer):
+    if p < dom.n_logical:
+        return p, 0, p
+    d = dom.transform_of(p)
+    if not (type(d) is Split and p == d.outer):
         return None
     src, depth = d.input, 0
-    while src not in logical:
-        s = src.definition
-        if not (isinstance(s, Split) and src is s.inner and s.outer.is_device_parallel):
+    while src >= dom.n_logical:
+        s = dom.transform_of(src)
+        if not (type(s) is Split and src == s.inner and dom.axes[s.outer].is_device_parallel):
             return None
         src, depth = s.input, depth + 1
     return src, depth, d.input
-
-
-def logical_origin(tv: TensorView, ax: IterDomain) -> IterDomain | None:
-    """The logical axis a device-parallel loop axis shards, or None if unsupported."""
-    chain = sharding_chain(tv, ax)
-    return None if chain is None else chain[0]
 
 
 def mesh_axis_text(mesh: DeviceMesh, pt: ParallelType) -> str:
@@ -87,21 +80,24 @@ def mesh_axis_text(mesh: DeviceMesh, pt: ParallelType) -> str:
     return f"{pt.name} (mesh axis {a} of {mesh}, {mesh.shape[a]} devices)"
 
 
-def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
-    """Why a device-parallel loop axis is not a valid sharding (None if it is)."""
+@fact
+def sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str | None:
+    """Why device-parallel axis `p` of a domain on `mesh` is not a valid sharding (None
+    if it is)."""
+    ax = dom.axes[p]
     pt = ax.parallel_type
     if ax.is_broadcast:
         return None
-    if tv.mesh is None:
+    if mesh is None:
         return f"{pt.value} is used but the tensor has no device mesh; call set_device_mesh"
-    if not tv.mesh.has(pt):
-        names = ", ".join(p.name for p in tv.mesh.parallel_types)
+    if not mesh.has(pt):
+        names = ", ".join(q.name for q in mesh.parallel_types)
         return (
-            f"{pt.name} is not an axis of {tv.mesh}, whose mesh axes are {names} (DIDx the "
+            f"{pt.name} is not an axis of {mesh}, whose mesh axes are {names} (DIDx the "
             f"last); use one of those, or a mesh of rank {DEVICE_PARALLEL_TYPES.index(pt) + 1}"
         )
-    d = tv.mesh.axis_size(pt)
-    chain = sharding_chain(tv, ax)
+    d = mesh.axis_size(pt)
+    chain = sharding_chain(dom, p)
     if chain is None:
         return (
             f"{pt.value} must be on a logical axis, on the outer part of a split of one, or on "
@@ -109,25 +105,26 @@ def sharding_problem(tv: TensorView, ax: IterDomain) -> str | None:
             "parallelize before further splits"
         )
     origin, _, split = chain
-    inner = ax.definition.inner if ax is not split else None
-    if _fits(ax.extent, split.extent, None if inner is None else inner.extent, d):
-        return None  # valid: asked of every sharded axis between passes, so no message built
-    where = mesh_axis_text(tv.mesh, pt)
+    inner = None if p == split else dom.axes[dom.transform_of(p).inner]
+    split_extent = dom.axes[split].extent
+    if _fits(ax.extent, split_extent, None if inner is None else inner.extent, d):
+        return None
+    where = mesh_axis_text(mesh, pt)
     if ax.extent != d:
         fix = (
             f"outer_split the axis by {d} and parallelize the outer part"
-            if split is ax
+            if split == p
             else f"outer_split by {d}, the size of that mesh axis"
         )
         return f"{pt.value} axis has extent {ax.extent} but {where} has {d} devices; {fix}"
-    if inner is not None and inner.extent != ceil_div(split.extent, d):
+    if inner is not None and inner.extent != ceil_div(split_extent, d):
         # Device i holds torch.chunk's rows [i*c, min((i+1)*c, n)), c = ceil(n/d): an
         # inner split by another factor would give the devices chunks of another size.
-        whole = "the sharded axis" if split is origin else "the part of the axis it splits"
+        whole = "the sharded axis" if split == origin else "the part of the axis it splits"
         return (
-            f"{whole} has extent {split.extent}, split into chunks of {inner.extent} for the "
-            f"{d} devices of {where}; chunks are ceil({split.extent}/{d}) = "
-            f"{ceil_div(split.extent, d)} rows (torch.chunk): use an outer split by {d}"
+            f"{whole} has extent {split_extent}, split into chunks of {inner.extent} for the "
+            f"{d} devices of {where}; chunks are ceil({split_extent}/{d}) = "
+            f"{ceil_div(split_extent, d)} rows (torch.chunk): use an outer split by {d}"
         )
     return None
 
@@ -138,18 +135,10 @@ def _fits(extent: int, split_extent: int, inner_extent: int | None, d: int) -> b
     return extent == d and (inner_extent is None or inner_extent == ceil_div(split_extent, d))
 
 
-# -- the facts of a tensor's layout, computed once per signature ---------------------
-# Every query below reads a tensor only through its signature: the mesh's shape, the
-# logical axes' extents and types, and where each device-parallel loop axis sits on
-# them. The facts are computed from the signature alone (never from the tensor), so a
-# tensor shares them with every tensor laid out alike (20 000 outputs `x + k`: one
-# computation), and per tensor they are kept while its version is unchanged.
-_REDUCTION, _BROADCAST = IterType.REDUCTION._value_, IterType.BROADCAST._value_
-
-
+# -- the facts of a tensor's layout: a function of its domain and its mesh's shape --
 @dataclass(frozen=True, eq=False)
 class _Facts:
-    """What the sharding queries answer for one signature (shared: read only)."""
+    """What the sharding queries answer for one (domain, mesh shape) (read only)."""
 
     shardings: Mapping[ParallelType, AxisSharding]
     logical: Placement  # logical_placement
@@ -159,54 +148,32 @@ class _Facts:
     data: tuple[int, ...]  # the positions of the data (non-reduction) logical axes
 
 
-def _signature(tv: TensorView) -> tuple:
-    """(mesh shape or None, ((extent, iter type) per logical axis), one entry per
-    device-parallel non-broadcast loop axis: (its type) when it shards no logical axis,
-    else (type, iter type, extent, logical index, depth, extent split, inner extent or
-    None)); enum values as their strings, which hash in C."""
-    logical = tv.domain.logical
-    devices = []
-    for ax in tv.domain.loop:
-        pt = ax.parallel_type
-        if pt not in DEVICE_PARALLEL_TYPES or ax.iter_type is IterType.BROADCAST:
-            continue
-        chain = sharding_chain(tv, ax)
-        if chain is None:
-            devices.append((pt._value_,))
-            continue
-        origin, depth, split = chain
-        inner = None if ax is split else ax.definition.inner.extent
-        li = logical.index(origin)
-        devices.append(
-            (pt._value_, ax.iter_type._value_, ax.extent, li, depth, split.extent, inner)
-        )
-    mesh = tv.mesh
-    return (
-        None if mesh is None else mesh.shape,
-        tuple((ax.extent, ax.iter_type._value_) for ax in logical),
-        tuple(devices),
-    )
-
-
-@functools.lru_cache(maxsize=4096)
-def _facts_of(signature: tuple) -> _Facts:
-    mesh_shape, logical, devices = signature
-    data = [i for i, (_, it) in enumerate(logical) if it != _REDUCTION]
+@fact
+def layout_facts(dom: TensorDomain, mesh_shape: tuple[int, ...] | None) -> _Facts:
+    """The sharding of a domain on a mesh of `mesh_shape` (None: no mesh)."""
+    logical = dom.logical
+    data = dom.data_positions()
     data_pos = {i: k for k, i in enumerate(data)}
     types = parallel_types_of_rank(len(mesh_shape)) if mesh_shape is not None else ()
     out: dict[ParallelType, AxisSharding] = {}
     uneven = False
-    for entry in devices:
-        pt = ParallelType(entry[0])
-        if pt not in types or len(entry) == 1:
-            continue  # no mesh axis for it, or no logical axis: not a sharding
-        _, it, extent, li, depth, split_extent, inner = entry
+    for p in dom.loop_positions:
+        ax = dom.axes[p]
+        pt = ax.parallel_type
+        if not ax.is_device_parallel or ax.is_broadcast or pt not in types:
+            continue
+        chain = sharding_chain(dom, p)
+        if chain is None:
+            continue  # no logical axis: not a sharding
+        li, depth, split = chain
+        inner = None if p == split else dom.axes[dom.transform_of(p).inner].extent
+        split_extent = dom.axes[split].extent
         mesh_axis = types.index(pt)
         d = mesh_shape[mesh_axis]
-        if _fits(extent, split_extent, inner, d):
+        if _fits(ax.extent, split_extent, inner, d):
             out[pt] = AxisSharding(pt, li, data_pos.get(li), d, mesh_axis, depth)
-            uneven = uneven or (it != _REDUCTION and split_extent % d != 0)
-    shape = [logical[i][0] for i in data]
+            uneven = uneven or (not ax.is_reduction and split_extent % d != 0)
+    shape = [logical[i].extent for i in data]
     nest: dict[int, list[AxisSharding]] = {}
     for a in out.values():
         if a.data_index is not None:  # nested: ceil(ceil(n/a)/b) = ceil(n/(a*b))
@@ -237,30 +204,19 @@ def planner_view(logical: Placement, data: Sequence[int]) -> Placement:
     return Placement(logical.mesh_rank, tuple(logical.shards[li] for li in data), tuple(partial))
 
 
-def _compute_facts(tv: TensorView) -> _Facts:
-    return _facts_of(_signature(tv))
-
-
 def _facts(tv: TensorView) -> _Facts:
-    return derived("sharding facts", tv, _compute_facts, tv)
-
-
-def signature_facts(tv: TensorView) -> Hashable:
-    """A key for facts that read only tv's signature (mesh shape, logical extents and
-    iteration types, device-parallel loop axes): one object is never shared by tensors
-    of two signatures (compared by identity, kept while the tensor is unchanged)."""
-    return _facts(tv)
+    mesh = tv.mesh
+    return layout_facts(tv.domain, None if mesh is None else mesh.shape)
 
 
 def data_positions(tv: TensorView) -> tuple[int, ...]:
-    """tv.data_positions() as a tuple, kept while the tensor is unchanged (the axis
-    maps of pointwise ops read it for every operand)."""
-    return _facts(tv).data
+    """tv.data_positions() as a tuple (the axis maps of pointwise ops read it for every
+    operand)."""
+    return tv.domain.data_positions()
 
 
 def shardings(tv: TensorView) -> Mapping[ParallelType, AxisSharding]:
-    """The valid device shardings of a tensor (broadcast DIDs ignored; read-only, kept
-    while the tensor is unchanged)."""
+    """The valid device shardings of a tensor (broadcast DIDs ignored; read-only)."""
     return _facts(tv).shardings
 
 
@@ -297,8 +253,7 @@ def local_nbytes(tv: TensorView) -> int:
 
 def same_sharding(a: TensorView, b: TensorView) -> bool:
     """Same mesh and the same placement on every mesh axis (b == bDIDx)."""
-    pa, pb = placement(a), placement(b)  # the same object when laid out alike
-    return a.mesh == b.mesh and (pa is pb or pa == pb)
+    return a.mesh == b.mesh and placement(a) == placement(b)
 
 
 def _nestings(tv: TensorView) -> dict[int, tuple[AxisSharding, ...]]:

@@ -1,4 +1,10 @@
-"""TensorView: a tensor in a fusion, with its domains, dtype, memory type and mesh."""
+"""TensorView: a tensor in a fusion, with its domain (a value), dtype, memory type and mesh.
+
+A TensorView is a graph node (identity semantics); its domain is a TensorDomain value,
+and every schedule primitive gives it a new one. `tv.axis(i)` is an `Axis`, a handle
+naming axis `position` of the tensor's domain, which no primitive moves: nvFuser's
+`tv.axis(0).parallelize(DIDx)` reads and writes the tensor's current domain.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,144 @@ import math
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import IterDomain, Merge, Split, TensorDomain, adopt
-from fuserlite.ir.errors import FusionError, ScheduleError
+from fuserlite.ir.changes import LISTENING, tensor_changed
+from fuserlite.ir.domain import IterDomain, TensorDomain, Transform
+from fuserlite.ir.errors import FuserliteError, FusionError, ScheduleError
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.stamps import graph_changed, tick
-from fuserlite.ir.types import MAX_FACTOR, DType, IterType, MemoryType, ParallelType
+from fuserlite.ir.types import MAX_FACTOR, MAX_THREADS, DType, IterType, MemoryType, ParallelType
+from fuserlite.ir.values import fact
 
 if TYPE_CHECKING:
     from fuserlite.ir.expr import Expr
     from fuserlite.ir.fusion import Fusion
+
+
+def parallel_type_of(value: object) -> ParallelType:
+    """A ParallelType or its name, or a ScheduleError saying what was given."""
+    if type(value) is ParallelType:
+        return value
+    if isinstance(value, str):
+        try:
+            return ParallelType.parse(value)
+        except FuserliteError as exc:
+            raise ScheduleError(f"parallelize: parallel_type: {exc}") from None
+    return args.instance(
+        value,
+        ParallelType,
+        "parallelize",
+        "parallel_type",
+        "a ParallelType or its name (DIDx, deviceIdx.x, TIDx, ...)",
+        ScheduleError,
+    )
+
+
+def parallelize_problem(dom: TensorDomain, position: int, pt: ParallelType) -> str | None:
+    """Why axis `position` of a domain cannot be given `pt`, as the message goes on after
+    `parallelize: <tensor>` (None if it can): it is not a loop axis, another loop axis
+    has the type, or a thread axis would exceed MAX_THREADS."""
+    where = dom.loop_index(position)
+    if where is None:
+        return f": {pt.value} is given to an axis that is not in the loop domain"
+    if pt is not ParallelType.Serial:
+        for k, other in enumerate(dom.loop):
+            if k != where and other.parallel_type is pt:
+                mesh_axis = (
+                    f"; {pt.name} names one mesh axis, which shards at most one "
+                    "tensor axis: use another DID type for another mesh axis"
+                    if pt.is_device
+                    else ""
+                )
+                return (
+                    f" axis {where}: loop axis {k} already has parallel type {pt.value}; a "
+                    f"tensor carries each parallel type on at most one loop axis{mesh_axis}"
+                )
+    extent = dom.axes[position].extent
+    if pt.is_thread and extent > MAX_THREADS:
+        return f" axis {where}: {pt.value} extent {extent} exceeds {MAX_THREADS}"
+    return None
+
+
+class Axis:
+    """Axis `position` of `tensor`'s domain (its logical axes first, then each
+    transform's outputs): what `tv.axis(i)`, `tv.logical` and `tv.loop` hold. It reads
+    the tensor's current domain, so it names the same axis after later primitives.
+    Two handles are equal when they name one axis of one tensor."""
+
+    __slots__ = ("tensor", "position")
+
+    def __init__(self, tensor: TensorView, position: int) -> None:
+        self.tensor = tensor
+        self.position = position
+
+    @property
+    def value(self) -> IterDomain:
+        """The axis itself, as the tensor's domain holds it now."""
+        return self.tensor.domain.axes[self.position]
+
+    @property
+    def extent(self) -> int:
+        return self.value.extent
+
+    @property
+    def iter_type(self) -> IterType:
+        return self.value.iter_type
+
+    @property
+    def parallel_type(self) -> ParallelType:
+        return self.value.parallel_type
+
+    @parallel_type.setter
+    def parallel_type(self, pt: ParallelType) -> None:
+        """Set the type unchecked (the validator finds what it breaks); parallelize checks."""
+        tv = self.tensor
+        tv.domain = tv.domain.parallelize(self.position, parallel_type_of(pt))
+
+    @property
+    def is_broadcast(self) -> bool:
+        return self.value.is_broadcast
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.value.is_reduction
+
+    @property
+    def is_iteration(self) -> bool:
+        return self.value.is_iteration
+
+    @property
+    def is_device_parallel(self) -> bool:
+        return self.value.is_device_parallel
+
+    @property
+    def definition(self) -> Transform | None:
+        """The transform that made this axis (None for a logical axis)."""
+        return self.tensor.domain.transform_of(self.position)
+
+    def parallelize(self, parallel_type: ParallelType | str) -> Axis:
+        """Bind this loop axis to a parallel type; no tensor may carry one type on two
+        loop axes, and a thread axis holds at most MAX_THREADS."""
+        pt = parallel_type_of(parallel_type)
+        tv = self.tensor
+        problem = parallelize_problem(tv.domain, self.position, pt)
+        if problem is not None:
+            raise ScheduleError(f"parallelize: {tv.name}{problem}")
+        tv.domain = tv.domain.parallelize(self.position, pt)
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is Axis and other.tensor is self.tensor and other.position == self.position
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self.tensor), self.position))
+
+    def __repr__(self) -> str:
+        ax = self.value
+        return (
+            f"<Axis {self.position} of {self.tensor.name}: "
+            f"{ax.iter_type.value}{ax.parallel_type.value}{{{ax.extent}}}>"
+        )
 
 
 class TensorView:
@@ -26,20 +161,22 @@ class TensorView:
     `ir_name` is T<number>, what the printed IR and the .fus writer use; `name`, what
     every message uses, adds the user's name when the tensor has one: `w1 (T1)`.
     `origin` is where a parsed tensor was made (`model.fus:12`), for messages too.
+    Every attribute set is an edit the change log hears (fuserlite.ir.changes).
     """
 
     def __init__(
         self,
         fusion: Fusion,
-        logical: list[IterDomain],
+        logical: list[IterDomain] | TensorDomain,
         dtype: DType = DType.float32,
         contiguity: list[bool | None] | None = None,
         memory_type: MemoryType = MemoryType.LOCAL,
         number: int | None = None,
     ) -> None:
-        self.__dict__.update(  # a new tensor: nothing to stamp but its first stamp
+        domain = logical if type(logical) is TensorDomain else TensorDomain(logical, contiguity)
+        self.__dict__.update(
             fusion=fusion,
-            domain=TensorDomain(logical, contiguity),
+            domain=domain,
             dtype=dtype,
             memory_type=memory_type,
             mesh=None,
@@ -49,44 +186,30 @@ class TensorView:
             produce_pos=0,
             _user_name=None,
             origin=None,
-            _facts={},
-            _stamp=tick(),
         )
+        self.domain: TensorDomain
         self.mesh: DeviceMesh | None
         self.definition: Expr | None
         self.uses: list[Expr]
-        adopt(logical, self)
-        self.__dict__["number"] = fusion.register_tensor(self, number)  # stamped just now
-
-    in_graph = False  # a change to its definition changes the graph; the rest does not
+        self.__dict__["number"] = fusion.register_tensor(self, number)
+        tensor_changed(self)
 
     def __setattr__(self, name: str, value: object) -> None:
-        # Any change stamps the tensor (ir.stamps): its derived facts and the
-        # validator's marks are computed again.
         object.__setattr__(self, name, value)
-        t = self.__dict__["_stamp"] = tick()
+        log = LISTENING[0]  # tensor_changed(self), inlined: the most frequent edit
+        if log is not None:
+            log.tensors[id(self)] = self
         if name == "definition":
-            graph_changed(t)
+            self.fusion.graph_edited()
 
-    def copy_into(self, fusion: Fusion, mapping: dict) -> TensorView:
-        """A copy of this tensor in `fusion` with a copy of its domain (`mapping` is
-        given its axes' copies), unlinked: no definition, no uses, nothing derived."""
+    def copy_into(self, fusion: Fusion) -> TensorView:
+        """A copy of this tensor in `fusion` (its domain is a value: shared), unlinked:
+        no definition, no uses."""
         tv = TensorView.__new__(TensorView)
         state = tv.__dict__
         state.update(self.__dict__)
-        state.update(
-            fusion=fusion,
-            domain=self.domain.copy_for(tv, mapping),
-            definition=None,
-            uses=[],
-            _facts={},
-            _stamp=tick(),
-        )
+        state.update(fusion=fusion, definition=None, uses=[])
         return tv
-
-    def forget_derived(self) -> None:
-        """Forget what was derived from the tensor this one was copied from."""
-        self.__dict__.update(_facts={}, _stamp=tick())
 
     # -- naming and shape ---------------------------------------------------
     @property
@@ -113,22 +236,24 @@ class TensorView:
         self._user_name = value
 
     @property
-    def logical(self) -> list[IterDomain]:
-        return self.domain.logical
+    def logical(self) -> list[Axis]:
+        """The logical axes, as handles."""
+        return [Axis(self, p) for p in range(self.domain.n_logical)]
 
     @property
-    def loop(self) -> list[IterDomain]:
-        return self.domain.loop
+    def loop(self) -> list[Axis]:
+        """The loop axes, as handles."""
+        return [Axis(self, p) for p in self.domain.loop_positions]
 
     @property
     def ndim(self) -> int:
         """Number of loop axes (what `axis(i)` indexes)."""
-        return len(self.domain.loop)
+        return len(self.domain.loop_positions)
 
     @property
     def shape(self) -> tuple[int, ...]:
         """Global shape of the data: logical extents without reduction axes."""
-        return tuple(ax.extent for ax in self.data_axes())
+        return _shape(self.domain)
 
     @property
     def nbytes(self) -> int:
@@ -141,15 +266,16 @@ class TensorView:
 
     def data_positions(self) -> list[int]:
         """Positions in the logical domain of the data axes."""
-        return [i for i, ax in enumerate(self.domain.logical) if not ax.is_reduction]
+        return list(self.domain.data_positions())
 
-    def axis(self, i: int) -> IterDomain:
-        """Loop axis i (negative counts from the end)."""
-        n = len(self.domain.loop)
+    def axis(self, i: int) -> Axis:
+        """Loop axis i (negative counts from the end), as a handle."""
+        loop = self.domain.loop_positions
+        n = len(loop)
         i = args.integer(i, f"{self.name}.axis", "i", error=ScheduleError)
         if not -n <= i < n:
             raise ScheduleError(f"{self.name} has {n} loop axes; axis {i} is out of range")
-        return self.domain.loop[i % n]
+        return Axis(self, loop[i % n])
 
     @property
     def is_fusion_input(self) -> bool:
@@ -167,12 +293,17 @@ class TensorView:
         self.mesh = mesh
         return self
 
-    def device_axes(self) -> dict[ParallelType, IterDomain]:
+    def device_axes(self) -> dict[ParallelType, Axis]:
         """The loop axis carrying each device parallel type (the tensor's sharding)."""
-        return {ax.parallel_type: ax for ax in self.domain.loop if ax.parallel_type.is_device}
+        dom = self.domain
+        return {
+            dom.axes[p].parallel_type: Axis(self, p)
+            for p in dom.loop_positions
+            if dom.axes[p].is_device_parallel
+        }
 
-    # -- scheduling: transforms of the loop domain, recorded for the printer and index
-    #    lowering; illegal requests raise ScheduleError naming the tensor and the axis.
+    # -- scheduling: each gives the tensor a new domain; illegal requests raise
+    #    ScheduleError naming the tensor and the axis.
     #      split(0, 128)         [iS0{1000}]       -> [iS1{8}, iS2{128}]
     #      outer_split(0, 2)     [iS0{8}]          -> [iS1{2}, iS2{4}]
     #      merge(0, 1)           [iS0{2}, iS1{3}]  -> [iS2{6}]
@@ -191,16 +322,14 @@ class TensorView:
                 maximum=MAX_FACTOR,
                 error=ScheduleError,
             )
-        ax = self.domain.loop[i]
+        dom = self.domain
+        ax = dom.loop[i]
         if ax.is_device_parallel and not ax.is_broadcast:
             raise ScheduleError(
                 f"{kind}: {self.name} axis {axis} is device-parallel ({ax.parallel_type.value}); "
                 "split the axis before parallelizing it"
             )
-        t = Split(ax, factor, inner_split)
-        adopt(t.outputs, self)
-        self.domain.transforms.append(t)
-        self.domain.loop[i : i + 1] = [t.outer, t.inner]
+        self.domain = dom.split(i, factor, bool(inner_split))
         return self
 
     def outer_split(self, axis: int, factor: int) -> TensorView:
@@ -217,7 +346,8 @@ class TensorView:
         o, i = self._position(axis_o, "merge"), self._position(axis_i, "merge")
         if o == i:
             raise ScheduleError(f"merge: {self.name}: cannot merge axis {axis_o} with itself")
-        outer, inner = self.domain.loop[o], self.domain.loop[i]
+        dom = self.domain
+        outer, inner = dom.loop[o], dom.loop[i]
         kinds = {outer.iter_type, inner.iter_type}
         if IterType.REDUCTION in kinds and IterType.ITERATION in kinds:
             raise ScheduleError(
@@ -230,17 +360,13 @@ class TensorView:
                     f"merge: {self.name} axis {pos} is device-parallel "
                     f"({ax.parallel_type.value}); device axes are never merged"
                 )
-        t = Merge(outer, inner)
-        adopt(t.outputs, self)
-        self.domain.transforms.append(t)
-        loop = [ax for k, ax in enumerate(self.domain.loop) if k not in (o, i)]
-        loop.insert(min(o, i) if o < i else o - 1, t.output)
-        self.domain.loop = loop
+        self.domain = dom.merge(o, i)
         return self
 
     def reorder(self, order: dict[int, int]) -> TensorView:
         """Move loop axes: `order` maps old positions to new ones; the rest keep their order."""
-        n = len(self.domain.loop)
+        loop = self.domain.loop_positions
+        n = len(loop)
         if not isinstance(order, dict):
             raise args.fail(
                 f"reorder: {self.name}", "order", "a dict {old: new}", order, ScheduleError
@@ -255,16 +381,16 @@ class TensorView:
             raise ScheduleError(
                 f"reorder: {self.name}: two axes moved to the same position in {order}"
             )
-        new: list[IterDomain | None] = [None] * n
+        new: list[int | None] = [None] * n
         for old, pos in src.items():
-            new[pos] = self.domain.loop[old]
-        rest = iter(ax for k, ax in enumerate(self.domain.loop) if k not in src)
-        self.domain.loop = [ax if ax is not None else next(rest) for ax in new]
+            new[pos] = loop[old]
+        rest = iter(p for k, p in enumerate(loop) if k not in src)
+        self.domain = self.domain.with_loop(tuple(p if p is not None else next(rest) for p in new))
         return self
 
     def _position(self, axis: int, what: str) -> int:
         """Loop position `axis` (negative counts from the end), or a ScheduleError."""
-        n = len(self.domain.loop)
+        n = len(self.domain.loop_positions)
         if type(axis) is not int:  # a plain int needs no conversion (passes call this a lot)
             axis = args.integer(axis, what, "axis", error=ScheduleError)
         if not -n <= axis < n:
@@ -281,3 +407,8 @@ class TensorView:
         return f"<TensorView {self.name} shape={list(self.shape)} {self.dtype.name}>"
 
     __hash__ = object.__hash__
+
+
+@fact
+def _shape(dom: TensorDomain) -> tuple[int, ...]:
+    return tuple(ax.extent for ax in dom.logical if not ax.is_reduction)

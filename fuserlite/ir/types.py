@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from fuserlite.ir.errors import FusionError
+from fuserlite.ir.values import fact
 
 
 class IterType(Enum):
@@ -110,16 +111,7 @@ class DType(Enum):
     @property
     def largest(self) -> int | float:
         """The largest finite value (numpy's finfo does not know bfloat16; ml_dtypes' does)."""
-        value = _LARGEST.get(self)
-        if value is None:  # asked of every scalar operand: finfo once per dtype
-            if self.is_float:
-                value = float(ml_dtypes.finfo(self.numpy).max)
-            elif self is DType.bool:
-                value = True
-            else:
-                value = int(np.iinfo(self.numpy).max)
-            _LARGEST[self] = value
-        return value
+        return _largest(self)
 
     @property
     def lowest(self) -> int | float | bool:
@@ -174,7 +166,15 @@ _NUMPY = {
 }
 
 
-_LARGEST: dict[DType, int | float] = {}
+@fact
+def _largest(dtype: DType) -> int | float | bool:
+    if dtype.is_float:
+        return float(ml_dtypes.finfo(dtype.numpy).max)
+    if dtype is DType.bool:
+        return True
+    return int(np.iinfo(dtype.numpy).max)
+
+
 _COMPUTE = {DType.float16: DType.float32, DType.bfloat16: DType.float32}
 
 # torch's type promotion: categories bool < integer < floating; within one, by rank.

@@ -3,10 +3,10 @@ grid, and each pass's steps lowered to index expressions (fuserlite.kernel.runne
 runs them).
 
 A step is a batch: consecutive expressions of a pass that lower alike (the same op,
-attributes, dtypes, schedule signature, operand accesses; `_batch_key`) and read none
+attributes, dtypes, output domain and mesh, operand accesses; `_batch_key`) and read none
 of each other's outputs are lowered once and evaluated as one numpy step, one row per
-expression, each with its own operands and scalars. 20 000 outputs `x + k` are two
-steps (the adds, the stores), not 40 000.
+expression, each with its own operands and scalars: N outputs `x + k` are two steps
+(the adds, the stores), not 2N.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from fuserlite.kernel.indexing import (
     TensorIndex,
     device_indices,
     global_index,
-    schedule_signature,
+    lowering_key,
 )
 from fuserlite.ops.registry import compute_dtype, definition, is_indexed
 from fuserlite.program.program import Kernel
-from fuserlite.schedule.axis_maps import axis_pairs, data_axes, producer_coords
+from fuserlite.schedule.axis_maps import axis_positions, producer_coords, producer_positions
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 
 
@@ -41,11 +41,11 @@ def is_inlined(tv: TensorView) -> bool:
 
 
 def _access_key(expr: Expr, producer: TensorView, consumer_key: tuple) -> tuple:
-    """What the producer offsets depend on: the consumer's schedule and the axis map."""
-    c_pos = {id(ax): k for k, ax in enumerate(data_axes(expr.output))}
-    mapping = {id(p): c_pos[id(c)] for p, c in axis_pairs(expr, producer)}
-    axes = tuple(-1 if ax.is_broadcast else mapping.get(id(ax), -1) for ax in data_axes(producer))
-    return consumer_key, local_shape(producer), axes
+    """What the producer offsets depend on: the consumer's lowering, the producer's
+    local shape and which consumer coordinate indexes each of its data axes."""
+    pairs = axis_positions(expr, producer)
+    at = producer_positions(pairs, producer.domain, expr.output.domain)
+    return consumer_key, local_shape(producer), at
 
 
 @dataclass(eq=False)
@@ -187,7 +187,7 @@ def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
     grid = grids.grid(axes)
     points = min(grid.size, grid.chunk_points)
     registers = {id(t) for t in computed if is_inlined(t)}
-    # a tensor's device indices follow from its schedule signature: its layout's first has them
+    # a tensor's device indices follow from its lowering key: its layout's first has them
     plan = KernelPlan(axes, [], device_indices([*kernel.inputs, *firsts]))
     for steps in _passes(kernel):
         owner: dict[int, tuple[int, int | None, int]] = {}  # register: (key, row, rows)
@@ -220,19 +220,15 @@ def _register_writes(p: Lowered) -> list[int]:
 
 
 def _layouts(tensors: list[TensorView]) -> dict[int, tuple[TensorView, tuple]]:
-    """Per tensor (by id): the first tensor of its layout, and the layout, its schedule
-    signature on its mesh. Tensors of one layout lower, bind the grid and allocate alike
-    (schedule_signature), so kernel_grid and local_shape ask only the first: the others
-    add nothing to the grid and pass its checks as that one did."""
+    """Per tensor (by id): the first tensor of its layout, and the layout, its lowering
+    key on its mesh. Tensors of one layout lower, bind the grid and allocate alike, so
+    kernel_grid and local_shape ask only the first: the others add nothing to the grid
+    and pass its checks as that one did."""
     first: dict[tuple, tuple[TensorView, tuple]] = {}  # layout: (its first tensor, it)
     layouts = {}
-    last: tuple | None = None
     for tv in tensors:
-        key = (schedule_signature(tv), tv.mesh)
-        if key != last:  # neighbours share a layout mostly: comparing costs less than hashing
-            entry, last = first.setdefault(key, (tv, key)), key
-        # One entry per layout: batch keys holding its layout compare it by identity.
-        layouts[id(tv)] = entry
+        key = (lowering_key(tv), tv.mesh)
+        layouts[id(tv)] = first.setdefault(key, (tv, key))
     return layouts
 
 

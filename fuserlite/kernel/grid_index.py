@@ -29,7 +29,7 @@ from fuserlite.kernel.indexing import (
     flat_offset,
     loop_var,
     lower_tensor,
-    schedule_signature,
+    lowering_key,
 )
 from fuserlite.schedule.grid import GridAxis
 
@@ -156,16 +156,12 @@ class Grid:
                 "its tensors: give every tensor of the kernel the same schedule)"
             )
         self.chunk_points = chunk_points or CHUNK_POINTS
-        self._lowered: dict[tuple, TensorIndex] = {}
         self._chunks: list[GridChunk] | None = None
 
     def lower(self, tv: TensorView) -> tuple[tuple, TensorIndex]:
-        """(structure key, symbolic index) of a tensor the kernel computes."""
-        key = schedule_signature(tv)
-        ti = self._lowered.get(key)
-        if ti is None:
-            ti = self._lowered[key] = lower_tensor(tv, self.grid)
-        return key, ti
+        """(lowering key, symbolic index) of a tensor the kernel computes: what its
+        predicates and offsets are cached by."""
+        return lowering_key(tv), lower_tensor(tv, self.grid)
 
     @property
     def cached(self) -> bool:

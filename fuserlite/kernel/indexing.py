@@ -30,15 +30,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserlite.ir.domain import Split, is_sharding_split
+from fuserlite.ir.domain import Split, TensorDomain
 from fuserlite.ir.errors import ScheduleError
-from fuserlite.ir.signature import domain_signature
-from fuserlite.ir.stamps import domain_derived
-from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import ParallelType
+from fuserlite.ir.values import fact
 from fuserlite.ops.registry import is_indexed
 from fuserlite.printer import axis_text
-from fuserlite.schedule.grid import GridAxis, grid_axes, unbound_loop_axis
+from fuserlite.schedule.grid import GridAxis, grid_positions, unbound_loop_axis
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,34 +212,40 @@ def device_indices(tensors: list[TensorView]) -> list[str]:
     global index (`global_index`)."""
     used: set[str] = set()
     for tv in tensors:
-        used.update(_sharding_devices(tv))
+        used.update(_sharding_devices(tv.domain))
         used.update(_global_index_devices(tv))
     return sorted(used)
 
 
-def _sharding_devices(tv: TensorView) -> set[str]:
-    """The device indices of tv's uneven shardings' predicates: its domain's alone."""
+@fact
+def _sharding_devices(dom: TensorDomain) -> frozenset[str]:
+    """The device indices of a domain's uneven shardings' predicates."""
     used: set[str] = set()
-    for t in tv.domain.transforms:
-        if is_sharding_split(t) and not t.divisible and not t.input.is_broadcast:
-            used.update(device_index(s.outer.parallel_type) for s in _nested(tv, t))
-    return used
+    for t in dom.transforms:
+        if dom.is_sharding_split(t) and not dom.divisible(t) and not dom.axes[t.input].is_broadcast:
+            used.update(device_index(dom.axes[s.outer].parallel_type) for s in _nested(dom, t))
+    return frozenset(used)
 
 
-def _global_index_devices(tv: TensorView) -> set[str]:
+def _global_index_devices(tv: TensorView) -> frozenset[str]:
     """The device indices an indexed op's global index reads (none for another tensor)."""
     if tv.definition is None or not is_indexed(tv.definition):
-        return set()
-    return {name for start in shard_start(tv) for name in variables(start)}
+        return frozenset()
+    return _start_devices(tv.domain)
 
 
-def _nested(tv: TensorView, split: Split) -> list[Split]:
+@fact
+def _start_devices(dom: TensorDomain) -> frozenset[str]:
+    return frozenset(name for start in _shard_start(dom) for name in variables(start))
+
+
+def _nested(dom: TensorDomain, split: Split) -> list[Split]:
     """`split` and the sharding splits of its inner part, and of theirs (in order)."""
-    chain, inside = [split], {id(split.inner)}
-    for t in tv.domain.transforms:
-        if is_sharding_split(t) and id(t.input) in inside:
+    chain, inside = [split], {split.inner}
+    for t in dom.transforms:
+        if dom.is_sharding_split(t) and t.input in inside:
             chain.append(t)
-            inside.add(id(t.inner))
+            inside.add(t.inner)
     return chain
 
 
@@ -256,38 +261,47 @@ def shard_start(tv: TensorView) -> list[Ix]:
     (the device indices as variables): the sum, over the sharding splits nested on the
     axis, of device index * chunk size; the device index itself for an axis parallelized
     whole; 0 for a broadcast or an unsharded axis."""
+    return list(_shard_start(tv.domain))
+
+
+@fact
+def _shard_start(dom: TensorDomain) -> tuple[Ix, ...]:
     start: dict[int, Ix] = {}
     origin: dict[int, int] = {}
-    for ax in tv.domain.logical:
+    for li, ax in enumerate(dom.logical):
         if ax.is_broadcast:
             continue
-        origin[id(ax)] = id(ax)
-        start[id(ax)] = const(0)
+        origin[li] = li
+        start[li] = const(0)
         if ax.is_device_parallel:
-            start[id(ax)] = var(device_index(ax.parallel_type), ax.extent)
-    for t in tv.domain.transforms:  # sharding splits come first, outer meshes outermost
-        if is_sharding_split(t) and id(t.input) in origin:
-            axis = origin[id(t.input)]
-            here = var(device_index(t.outer.parallel_type), t.outer.extent)
-            start[axis] = add(start[axis], mul(here, t.inner.extent))
-            origin[id(t.inner)] = axis
-    return [start.get(id(ax), const(0)) for ax in tv.domain.logical]
+            start[li] = var(device_index(ax.parallel_type), ax.extent)
+    for t in dom.transforms:  # sharding splits come first, outer meshes outermost
+        if dom.is_sharding_split(t) and t.input in origin:
+            axis = origin[t.input]
+            outer = dom.axes[t.outer]
+            here = var(device_index(outer.parallel_type), outer.extent)
+            start[axis] = add(start[axis], mul(here, dom.axes[t.inner].extent))
+            origin[t.inner] = axis
+    return tuple(start.get(li, const(0)) for li in range(dom.n_logical))
 
 
 def global_index(tv: TensorView, coords: list) -> Ix:
     """The row-major linear index in the global tensor of the element of `tv` at the
     local data coordinates `coords` (Ix or 0, one per data axis) on this device."""
-    starts = [s for s, ax in zip(shard_start(tv), tv.domain.logical) if not ax.is_reduction]
+    dom = tv.domain
+    starts = [_shard_start(dom)[li] for li in dom.data_positions()]
     local = [c if isinstance(c, Ix) else const(c) for c in coords]
     return flat_offset(tv.shape, [add(c, s) for c, s in zip(local, starts)])
 
 
 def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
     """Logical coordinates of `tv` at the grid point (l0, l1, ...), with tail predicates."""
-    axes = grid_axes(tv)
-    if axes and len(axes) != len(grid):
+    dom = tv.domain
+    positions = grid_positions(dom)
+    if positions and len(positions) != len(grid):
         raise ScheduleError(
-            f"{tv.name} has {len(axes)} scheduled loop axes but the kernel grid has {len(grid)}"
+            f"{tv.name} has {len(positions)} scheduled loop axes but the kernel grid has "
+            f"{len(grid)}"
         )
     unbound = unbound_loop_axis(tv)
     if unbound is not None:
@@ -295,78 +309,80 @@ def lower_tensor(tv: TensorView, grid: list[GridAxis]) -> TensorIndex:
             f"{tv.name} loop axis {axis_text(unbound)} is neither device-parallel nor bound to "
             "the kernel grid; schedule the kernel first (schedule-pointwise)"
         )
+    lowered = lower_domain(dom, tuple(grid))
+    if isinstance(lowered, int):
+        raise ScheduleError(
+            f"{tv.name}: logical axis {axis_text(Axis(tv, lowered))} is not reachable from its "
+            "loop domain"
+        )
+    logical, preds = lowered
+    return TensorIndex(list(logical), list(preds), tuple(device_indices([tv])))
+
+
+@fact
+def lower_domain(
+    dom: TensorDomain, grid: tuple[GridAxis, ...]
+) -> tuple[tuple[Ix, ...], tuple[tuple[Ix, int], ...]] | int:
+    """(logical coordinates, predicates) of a domain at the grid point (l0, l1, ...), or
+    the logical axis that no loop axis reaches."""
     env: dict[int, Ix] = {}
     preds: list[tuple[Ix, int]] = []
-    position = {id(ax): j for j, ax in enumerate(axes)}
-    for ax in tv.domain.loop:
-        j = position.get(id(ax))
+    position = {p: j for j, p in enumerate(grid_positions(dom))}
+    for p in dom.loop_positions:
+        j = position.get(p)
         if j is None:  # device-parallel or of extent 1
-            env[id(ax)] = const(0)
+            env[p] = const(0)
             continue
-        env[id(ax)] = var(loop_var(j), grid[j].extent)
-        if ax.extent < grid[j].extent:
-            preds.append((env[id(ax)], ax.extent))
+        env[p] = var(loop_var(j), grid[j].extent)
+        if dom.axes[p].extent < grid[j].extent:
+            preds.append((env[p], dom.axes[p].extent))
     # Global coordinates of the axes sharding splits cut (device axes at the device's
     # index, not 0): a nested chunk's rows are checked against its enclosing chunk's.
     glob: dict[int, Ix] = {}
-    for tr in reversed(tv.domain.transforms):
-        if isinstance(tr, Split):
-            if tr.input.extent == 1:
+    for tr in reversed(dom.transforms):
+        if type(tr) is Split:
+            source = dom.axes[tr.input]
+            if source.extent == 1:
                 # An axis of extent 1, broadcast or not (the remainder of an outer split
                 # by the whole extent, merged into a broadcast), has one element: every
                 # grid point of its split holds it, unpredicated. A predicate here but not
                 # on a consumer whose axis is broadcast would leave the consumer reading a
                 # register that only the first point computed.
-                env[id(tr.input)] = const(0)
+                env[tr.input] = const(0)
                 continue
-            idx = add(mul(env[id(tr.outer)], tr.inner.extent), env[id(tr.inner)])
-            env[id(tr.input)] = idx
-            if not tr.input.is_broadcast and idx.ub > tr.input.extent:
-                preds.append((idx, tr.input.extent))
-            if is_sharding_split(tr):
-                here = var(device_index(tr.outer.parallel_type), tr.outer.extent)
-                inner = glob.get(id(tr.inner), env[id(tr.inner)])
-                glob[id(tr.input)] = add(mul(here, tr.inner.extent), inner)
-                if not tr.divisible and not tr.input.is_broadcast:
+            inner_extent = dom.axes[tr.inner].extent
+            idx = add(mul(env[tr.outer], inner_extent), env[tr.inner])
+            env[tr.input] = idx
+            if not source.is_broadcast and idx.ub > source.extent:
+                preds.append((idx, source.extent))
+            if dom.is_sharding_split(tr):
+                outer = dom.axes[tr.outer]
+                here = var(device_index(outer.parallel_type), outer.extent)
+                inner = glob.get(tr.inner, env[tr.inner])
+                glob[tr.input] = add(mul(here, inner_extent), inner)
+                if not dom.divisible(tr) and not source.is_broadcast:
                     # This device's rows of an uneven sharding: didx * c + row < n.
-                    preds.append((glob[id(tr.input)], tr.input.extent))
+                    preds.append((glob[tr.input], source.extent))
         else:
-            out = env[id(tr.output)]
-            env[id(tr.outer)] = div(out, tr.inner.extent)
-            env[id(tr.inner)] = mod(out, tr.inner.extent)
+            out = env[tr.output]
+            inner_extent = dom.axes[tr.inner].extent
+            env[tr.outer] = div(out, inner_extent)
+            env[tr.inner] = mod(out, inner_extent)
     logical = []
-    for ax in tv.domain.logical:
+    for li, ax in enumerate(dom.logical):
         if ax.is_broadcast:
             logical.append(const(0))
-        elif id(ax) in env:
-            logical.append(env[id(ax)])
+        elif li in env:
+            logical.append(env[li])
         else:
-            raise ScheduleError(
-                f"{tv.name}: logical axis {axis_text(ax)} is not reachable from its loop domain"
-            )
-    return TensorIndex(logical, preds, tuple(device_indices([tv])))
+            return li
+    return tuple(logical), tuple(preds)
 
 
-def schedule_signature(tv: TensorView) -> tuple:
-    """A key equal for two tensors whose index lowering is identical and whose axes are
-    parallelized alike: on one mesh they also have one grid binding (grid_axes) and one
-    local shape, which the kernel runner plans once per key (fuserlite.kernel.batches).
-
-    Its domain's part is kept per stamp of the domain, so it outlives the inline position
-    the scheduler gives 40 000 tensors after their domains are done; the definition is
-    the tensor's own, read each time."""
-    structure = domain_derived("schedule_signature", tv, _structure, tv)
-    if tv.definition is None or not is_indexed(tv.definition):
-        return structure
-    # An iota's values read the device indices of its sharding, even an even one.
-    return (*structure, tuple(sorted(_global_index_devices(tv))))
-
-
-def _structure(tv: TensorView) -> tuple:
-    # The domain's structure (every axis's extent, iteration and parallel type: an
-    # uneven sharding's predicate reads that mesh axis's index, and the grid binds
-    # blockIdx and threadIdx axes to its positions) and whether each logical axis has
-    # a definition (from a root domain it would be bound to the grid). The device
-    # indices its shardings' predicates read (_sharding_devices) follow from the
-    # structure: two tensors of one key read the same ones.
-    return domain_signature(tv), tuple([ax.definition is None for ax in tv.domain.logical])
+def lowering_key(tv: TensorView) -> tuple:
+    """What a tensor's index lowering reads: its domain, and for a tensor whose values
+    depend on their global index (iota, rand_like) the device indices that reads. Two
+    tensors of one key lower alike, bind the grid alike and, on one mesh, allocate
+    alike (fuserlite.kernel.batches plans them once)."""
+    devices = _global_index_devices(tv)
+    return (tv.domain, devices) if devices else (tv.domain,)

@@ -33,7 +33,6 @@ import numpy as np
 from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.readonly import remembered
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.batches import KernelPlan, Lowered, Source, plan_kernel
@@ -60,12 +59,12 @@ def run_kernel(
     kernel that reads one needs it (an ExecutionError otherwise, never device 0's
     numbers by default).
 
-    `plan` is plan_kernel(kernel), for a caller that runs an unchanging kernel often;
-    without it the plan is worked out once per device, or once while the IR is only
-    read (fuserlite.ir.readonly). `grids` keeps the grid's index arrays for the next
+    `plan` is plan_kernel(kernel), for a caller that runs an unchanging kernel often
+    (the executor plans each kernel once); without it the plan is worked out here.
+    `grids` keeps the grid's index arrays for the next
     run (the executor's own cache); without it they last this run."""
     grids = grids if grids is not None else GridCache()
-    plan = plan or remembered("kernel plan", kernel, lambda: plan_kernel(kernel, grids))
+    plan = plan or plan_kernel(kernel, grids)
     grid = grids.grid(plan.grid)
     arrays: dict[int, np.ndarray] = {}
     written: dict[int, np.ndarray | None] = {}  # None: every element was written

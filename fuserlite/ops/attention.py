@@ -35,7 +35,7 @@ from fuserlite.ir.types import DType, IterType, ReductionOpType
 from fuserlite.ops.common import check_tensor, fusion_of, new_axis, shape_text
 from fuserlite.ops.cost import attention, attention_backward
 from fuserlite.ops.forms import Template
-from fuserlite.ops.registry import Op, Param, Sharding, define
+from fuserlite.ops.registry import LocalRule, Op, Param, Sharding, define
 
 __all__ = ["sdpa", "sdpa_bwd"]
 
@@ -146,6 +146,7 @@ def _sdpa_vjp(expr, operands, outputs, grads):
     indexed=True,  # the dropout mask: drawn at the global indices of its rows
     vjp=_sdpa_vjp,
     cost=attention,
+    local=LocalRule.batch,
 )
 def sdpa(
     query: TensorView,
@@ -203,6 +204,7 @@ def _bwd_axes(expr: Expr, position: int, consumer: TensorView) -> dict[int, int]
     sharding=Sharding(partial=ReductionOpType.sum),
     indexed=True,  # as sdpa's
     cost=attention_backward,
+    local=LocalRule.batch,
 )
 def sdpa_bwd(
     grad_output: TensorView,

@@ -23,7 +23,7 @@ from fuserlite.ir.types import DType
 from fuserlite.ops.common import X, check_tensor, like, shape_text
 from fuserlite.ops.cost import MOVES_DATA
 from fuserlite.ops.forms import TENSOR, TensorText
-from fuserlite.ops.registry import Category, Op, Param, define
+from fuserlite.ops.registry import Category, LocalRule, Op, Param, define
 from fuserlite.ops.views import set as set_
 
 __all__ = ["cast"]  # the builders of its ops
@@ -101,6 +101,7 @@ def _cast_vjp(expr, operands, outputs, grads):
     converts=True,
     vjp=_cast_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.same,
 )
 def cast(x: TensorView, dtype: DType | str) -> TensorView:
     """x converted to `dtype` (rounded to nearest even; float to integer truncates)."""

@@ -24,7 +24,7 @@ from fuserlite.ops.gradients import unbroadcast
 from fuserlite.ops.movement import squeeze, transpose, unsqueeze
 from fuserlite.ops.pointwise import add, promote
 from fuserlite.ops.reductions import sum as sum_of
-from fuserlite.ops.registry import Op, Param, Rewrite, Sharding, define
+from fuserlite.ops.registry import LocalRule, Op, Param, Rewrite, Sharding, define
 from fuserlite.ops.views import broadcast, reshape
 
 __all__ = ["matmul", "linear"]  # the builders of its ops
@@ -150,6 +150,7 @@ def _linear_vjp(expr, operands, outputs, grads):
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,)),
     vjp=_matmul_vjp,
     cost=contraction,
+    local=LocalRule.matmul,
 )
 def matmul(a: TensorView, b: TensorView) -> TensorView:
     """a[..., m, k] @ b[..., k, n] -> [batch..., m, n] (batch axes broadcast as in numpy;
@@ -218,6 +219,7 @@ def bias_after_partial_sums(linear: Expr) -> Rewrite | None:
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,), when_partial=bias_after_partial_sums),
     vjp=_linear_vjp,
     cost=contraction,
+    local=LocalRule.linear,
 )
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
     """x[..., k] @ weight[..., n, k]^T (+ bias[..., n]) -> [wbatch..., ..., n]: a batched

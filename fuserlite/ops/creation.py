@@ -18,7 +18,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType
 from fuserlite.ops.common import MAX_EXTENT, new_axis
 from fuserlite.ops.forms import Template
-from fuserlite.ops.registry import Category, Op, Param, Scalar, define, no_gradient
+from fuserlite.ops.registry import Category, LocalRule, Op, Param, Scalar, define, no_gradient
 
 __all__ = ["iota"]
 
@@ -58,6 +58,7 @@ def _check_range(n: int, dtype: DType, start: Scalar, step: Scalar) -> None:
     attrs=("n", "dtype"),
     indexed=True,
     vjp=no_gradient,  # no tensor operands
+    local=LocalRule.same,
 )
 def iota(
     n: int, dtype: DType | str = DType.int64, start: Scalar = 0, step: Scalar = 1

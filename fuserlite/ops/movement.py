@@ -36,7 +36,7 @@ from fuserlite.ops.common import (
 from fuserlite.ops.cost import MOVES_DATA
 from fuserlite.ops.forms import Template
 from fuserlite.ops.gradients import zeros
-from fuserlite.ops.registry import AxisMap, Category, Op, Param, composite, define
+from fuserlite.ops.registry import AxisMap, Category, LocalRule, Op, Param, composite, define
 from fuserlite.ops.views import broadcast, reshape
 
 # The builders of its ops and composites.
@@ -129,6 +129,7 @@ def _permute_axes(expr: Expr, position: int) -> dict[int, int]:
     axis_map=_permute_axes,
     vjp=_permute_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.dims,
 )
 def permute(x: TensorView, dims: Sequence[int]) -> TensorView:
     """x with its axes reordered: output axis k is x's axis dims[k] (negative from the end)."""
@@ -183,6 +184,7 @@ def _squeeze_targets(expr: Expr) -> list[int | None]:
     axis_map=_kept_map(_squeeze_targets),
     vjp=_squeeze_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.squeezed,
 )
 def squeeze(x: TensorView, dims: int | Sequence[int]) -> TensorView:
     """x without its extent-1 axes `dims` (negative from the end)."""
@@ -220,6 +222,7 @@ def _select_targets(expr: Expr) -> list[int | None]:
     axis_map=_kept_map(_select_targets),
     vjp=_select_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.axis,
 )
 def select(x: TensorView, axis: int, index: int) -> TensorView:
     """x at `index` of axis `axis`, which the output drops (negative counts from the end)."""
@@ -261,6 +264,7 @@ def _ranges_read(field: int) -> Callable[[Expr], list[int]]:
     axis_map=_kept_map(_slice_targets),
     vjp=_slice_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.ranges,
 )
 def slice(  # noqa: A001 - nvFuser's name
     x: TensorView, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int] | None = None
@@ -311,6 +315,7 @@ def _cat_targets(expr: Expr) -> list[int | None]:
     axis_map=_kept_map(_cat_targets),
     vjp=_cat_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.axis,
 )
 def cat(tensors: Sequence[TensorView], axis: int) -> TensorView:
     """The tensors joined along `axis`; every other axis must agree (dtypes promote)."""

@@ -13,11 +13,11 @@ import builtins
 import numpy as np
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.domain import IterDomain, TensorDomain
 from fuserlite.ir.errors import FusionError
-from fuserlite.ir.stamps import derived
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType, result_type, scalar_dtype
+from fuserlite.ir.values import fact
 from fuserlite.ops.common import (
     BINARY,
     UNARY,
@@ -163,25 +163,20 @@ def silu(x: TensorView) -> TensorView:
 
 # -- binary -----------------------------------------------------------------------
 def promote(a: Operand, b: Operand, name: str) -> DType:
-    """The result dtype of a binary op (torch's promotion; true division gives a float),
-    decided once per (op, each operand's dtype or Python scalar type): all it reads."""
-    key = (name, _kind(a), _kind(b))
-    dtype = _PROMOTED.get(key)
-    if dtype is None:
-        dtype = _PROMOTED[key] = _promote(a, b, name)
-    return dtype
+    """The result dtype of a binary op (torch's promotion; true division gives a float):
+    a fact of the op and each operand's dtype or Python scalar type, all it reads."""
+    return _promoted(name, _kind(a), _kind(b))
 
 
 def _kind(x: Operand) -> DType | type:
     return x.dtype if isinstance(x, TensorView) else type(x)
 
 
-_PROMOTED: dict[tuple, DType] = {}  # a few dozen: op names x dtypes and scalar types
-
-
-def _promote(a: Operand, b: Operand, name: str) -> DType:
-    tensors = [t.dtype for t in (a, b) if isinstance(t, TensorView)]
-    dtype = result_type(tensors, [x for x in (a, b) if not isinstance(x, TensorView)])
+@fact
+def _promoted(name: str, a: DType | type, b: DType | type) -> DType:
+    tensors = [k for k in (a, b) if isinstance(k, DType)]
+    scalars = [k() for k in (a, b) if not isinstance(k, DType)]  # a value of that type
+    dtype = result_type(tensors, scalars)
     if name == "div" and not dtype.is_float:
         dtype = DType.float32  # true division of integers or bools, as in torch
     return dtype
@@ -233,54 +228,40 @@ def _align_ranks(*tensors: TensorView) -> list[TensorView]:
 def _broadcast_output(name: str, operands: list[Operand], dtype: DType) -> tuple[TensorView, list]:
     """The output of a pointwise op over operands that broadcast (numpy's rule), and the
     operands with the tensors aligned to its rank; shapes are checked before anything
-    is added to the fusion. Checks and output axes are decided once per tuple of the
-    tensors' data signatures (all they read): 20 000 `x + k` share one."""
+    is added to the fusion. Checks and output axes are a fact of the tensors' domains
+    (`broadcast_shape`)."""
     tensors = [x for x in operands if isinstance(x, TensorView)]
-    key = tuple([_data_signature(t) for t in tensors])
-    shape = _BROADCASTS.get(key)
+    shape = broadcast_shape(tuple([t.domain for t in tensors]))
     if shape is None:
         for k, a in enumerate(tensors):
             for b in tensors[k + 1 :]:
                 _check_broadcastable(name, a, b)
-        if len(_BROADCASTS) >= _BROADCASTS_SIZE:
-            _BROADCASTS.clear()  # bounded: a long process sees many shapes
-        shape = _BROADCASTS[key] = _broadcast_shape(key)
-    if any(len(data) != len(shape) for data in key):
+    if any(len(t.domain.data_positions()) != len(shape) for t in tensors):
         aligned = iter(_align_ranks(*tensors))
         operands = [next(aligned) if isinstance(x, TensorView) else x for x in operands]
-    axes = [IterDomain(extent, iter_type) for extent, iter_type in shape]
-    return TensorView(tensors[0].fusion, axes, dtype), operands
+    return TensorView(tensors[0].fusion, list(shape), dtype), operands
 
 
-_BROADCASTS: dict[tuple, tuple[tuple[int, IterType], ...]] = {}
-_BROADCASTS_SIZE = 4096
-_PADDING = (1, IterType.BROADCAST)  # a leading axis numpy's rule adds to a lower rank
+_PADDING = IterDomain(1, IterType.BROADCAST)  # a leading axis numpy's rule adds to a lower rank
 
 
-def _data_signature(tv: TensorView) -> tuple[tuple[int, IterType], ...]:
-    """(extent, iteration type) per data axis: what broadcasting reads of a tensor (kept
-    while the tensor is unchanged)."""
-    return derived("pointwise data axes", tv, _data_axes_of, tv)
-
-
-def _data_axes_of(tv: TensorView) -> tuple[tuple[int, IterType], ...]:
-    return tuple([(ax.extent, ax.iter_type) for ax in data_axes(tv)])
-
-
-def _broadcast_shape(
-    signatures: tuple[tuple[tuple[int, IterType], ...], ...],
-) -> tuple[tuple[int, IterType], ...]:
-    """The output axes of operands of these data signatures (broadcastable, checked):
-    per trailing-aligned column, the data extent, or a broadcast of the largest."""
-    rank = builtins.max(len(s) for s in signatures)
-    padded = [(_PADDING,) * (rank - len(s)) + s for s in signatures]
+@fact
+def broadcast_shape(domains: tuple[TensorDomain, ...]) -> tuple[IterDomain, ...] | None:
+    """The output axes of a pointwise op over operands of these domains: per
+    trailing-aligned column of their data axes, the data extent, or a broadcast of the
+    largest; None where they do not broadcast."""
+    columns = [[dom.logical[li] for li in dom.data_positions()] for dom in domains]
+    rank = builtins.max(len(c) for c in columns)
+    padded = [[_PADDING] * (rank - len(c)) + c for c in columns]
     shape = []
     for column in zip(*padded):
-        data = [extent for extent, it in column if it is not IterType.BROADCAST]
+        data = {ax.extent for ax in column if not ax.is_broadcast}
+        if len(data) > 1:
+            return None
         if data:
-            shape.append((data[0], IterType.ITERATION))
+            shape.append(IterDomain(data.pop(), IterType.ITERATION))
         else:
-            shape.append((builtins.max(extent for extent, _ in column), IterType.BROADCAST))
+            shape.append(IterDomain(builtins.max(ax.extent for ax in column), IterType.BROADCAST))
     return tuple(shape)
 
 

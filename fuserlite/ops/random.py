@@ -22,7 +22,7 @@ from fuserlite.ops.common import X, check_tensor, like, shape_text
 from fuserlite.ops.cost import elementwise
 from fuserlite.ops.forms import Template
 from fuserlite.ops.pointwise import add, lt, mul
-from fuserlite.ops.registry import Category, Op, Param, composite, define, no_gradient
+from fuserlite.ops.registry import Category, LocalRule, Op, Param, composite, define, no_gradient
 
 __all__ = ["rand_like", "uniform", "dropout"]
 
@@ -53,6 +53,7 @@ def _float_like(x: object, op: str) -> TensorView:
     indexed=True,
     vjp=no_gradient,  # its numbers do not depend on x's values
     cost=elementwise(10),
+    local=LocalRule.batch,
 )
 def rand_like(x: TensorView, seed: int = 0, offset: int = 0) -> TensorView:
     """Uniform numbers in [0, 1) of x's shape and dtype (Philox: seed, offset)."""

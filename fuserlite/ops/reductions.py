@@ -12,7 +12,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType, ReductionOpType
 from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, new_axis, shape_text
 from fuserlite.ops.forms import Template
-from fuserlite.ops.registry import Op, Param, Sharding, define
+from fuserlite.ops.registry import LocalRule, Op, Param, Sharding, define
 from fuserlite.ops.views import broadcast, expand
 
 __all__ = ["sum", "max"]  # the builders of its ops
@@ -95,6 +95,7 @@ _FORM = "reduction( {{x}}, op = {op}, initial value = {{init:typed}}, allreduce 
     attrs=("init",),
     sharding=Sharding(partial=ReductionOpType.sum),
     vjp=_sum_vjp,
+    local=LocalRule.reduced,
 )
 def sum(
     x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
@@ -109,6 +110,7 @@ def sum(
     attrs=("init",),
     sharding=Sharding(partial=ReductionOpType.max),
     vjp=_max_vjp,
+    local=LocalRule.reduced,
 )
 def max(
     x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False

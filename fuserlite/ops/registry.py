@@ -20,18 +20,18 @@ an op needs a definition, not a class.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from fuserlite.ir.domain import TensorDomain
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
-from fuserlite.ir.sharding import data_positions
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ReductionOpType
+from fuserlite.ir.values import fact
 from fuserlite.ops.cost import DEFAULT_COST, CostRule
 
 if TYPE_CHECKING:
@@ -107,14 +107,33 @@ def no_gradient(
 
 def positional(expr: Expr, position: int) -> Mapping[int, int]:
     """The operand's data axes onto the output's logical axes, position by position
-    (pointwise ops, sets, reductions, expands): one read-only map per (operand data
-    positions, output rank), shared by every expression alike."""
-    return _positional(data_positions(expr.inputs[position]), len(expr.output.domain.logical))
+    (pointwise ops, sets, reductions, expands): one read-only map per (operand domain,
+    output domain), shared by every expression alike."""
+    return positional_map(expr.inputs[position].domain, expr.output.domain)
 
 
-@functools.lru_cache(maxsize=1024)
-def _positional(data: tuple[int, ...], rank: int) -> Mapping[int, int]:
-    return MappingProxyType(dict(zip(data, range(rank))))
+@fact
+def positional_map(operand: TensorDomain, output: TensorDomain) -> Mapping[int, int]:
+    """positional's map between an operand of domain `operand` and an output of `output`."""
+    return MappingProxyType(dict(zip(operand.data_positions(), range(output.n_logical))))
+
+
+class LocalRule(Enum):
+    """How fl.shard_map replays the op written on local values onto the global tensors,
+    whose leading axes are the mesh axes a value varies over (fuserlite.spmd.trace)."""
+
+    same = "same"  # the leading axes are more batch axes: the op as written
+    flags = "flags"  # broadcast: its flags, none on the leading axes
+    dims = "dims"  # permute: the leading axes first, its dims after them
+    shape = "shape"  # expand, reshape: its shape after the leading extents
+    rows = "rows"  # take: of a value the same on every device only
+    squeezed = "squeezed"  # squeeze: its dims past the leading axes
+    axis = "axis"  # select, cat: its axis past the leading axes
+    ranges = "ranges"  # slice: the leading axes whole
+    reduced = "reduced"  # sum, max: the reduced axes past the leading axes
+    matmul = "matmul"  # batch axes aligned on the right, the leading ones first
+    linear = "linear"  # a weight that differs per device is each device's own
+    batch = "batch"  # an evaluated op whose leading axes are batch axes (attention)
 
 
 @dataclass(frozen=True)
@@ -186,6 +205,16 @@ class OpDef:
     # What one expression computes and moves on a device (fuserlite.ops.cost), for the
     # step-time model's roofline; by default one operation per element.
     cost: CostRule = DEFAULT_COST
+    # How fl.shard_map replays it on local values; None: `same` for a pointwise op of no
+    # attributes, no rule for any other (shard_map refuses it).
+    local: LocalRule | None = None
+
+    @property
+    def local_rule(self) -> LocalRule | None:
+        """How fl.shard_map replays the op (`local`, or its default)."""
+        if self.local is None and self.category is Category.POINTWISE and not self.attrs:
+            return LocalRule.same
+        return self.local
 
     @property
     def doc(self) -> str:
@@ -228,7 +257,7 @@ class Op(Expr):
     def __init__(
         self, op_name: str, outputs: list[TensorView], operands: Sequence[Operand], **attrs
     ) -> None:
-        # A new expression: its attributes are set before its first stamp (Expr.__init__).
+        # A new expression: its attributes are set before Expr.__init__ records it.
         # Read-only: Fusion.clone copies expressions shallowly, so clones share these.
         scalars = {k: x for k, x in enumerate(operands) if is_scalar(x)}
         self.__dict__.update(
@@ -260,6 +289,7 @@ def register(d: OpDef) -> OpDef:
     if missing:
         raise FusionError(f"op {d.name!r}: its printed form does not show {', '.join(missing)}")
     _DEFS[d.name] = d
+    _definition_of_kind.cache_clear()  # a kind asked before may be this op's now
     return d
 
 
@@ -329,8 +359,13 @@ def all_ops() -> list[OpDef]:
 
 def definition(expr: Expr) -> OpDef | None:
     """The definition of an expression's op; None for other nodes (communications)."""
-    d = _DEFS.get(expr.op_name)
-    if d is None or not isinstance(expr, d.expr_class or Op):
+    return _definition_of_kind(type(expr), expr.op_name)
+
+
+@fact
+def _definition_of_kind(cls: type, op_name: str) -> OpDef | None:
+    d = _DEFS.get(op_name)
+    if d is None or not issubclass(cls, d.expr_class or Op):
         return None
     return d
 
@@ -378,7 +413,7 @@ def operand_to_output(
     position, so a tensor read twice (matmul(x, x)) is mapped once per role.
     Pointwise ops, sets, reductions and expands map data axes position by position;
     each op with another map names it in its definition. Read only: a map may be
-    shared (positional's are, by signature)."""
+    shared (positional's are, by domains)."""
     d = definition_of(expr)
     if d.outputs_axis_map is not None:
         return d.outputs_axis_map(expr, position, expr.output if output is None else output)

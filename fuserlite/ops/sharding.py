@@ -2,38 +2,105 @@
 
 They read an op through its axis map and sharding rule (fuserlite.ops.registry);
 the queries on one tensor (shardings, placement, local shape) are the IR's
-(fuserlite.ir.sharding).
+(fuserlite.ir.sharding). What they read of an expression is a `View`: its
+operands' and outputs' layouts (domain, mesh) and the axis maps between them. An op
+whose answers read nothing else (a positional op, one axis map for all its outputs,
+that never permutes blocks: `reads_layouts_only`) is answered as a fact of those
+values (`PositionalView`), once for every expression alike.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import NamedTuple
 
+from fuserlite.ir.domain import TensorDomain
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr, LoadStoreOp
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     MeshPlacement,
     is_resharding,
-    logical_placement,
+    layout_facts,
     placement,
     shardings,
-    signature_facts,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
+from fuserlite.ir.values import fact
 from fuserlite.ops.registry import (
+    Category,
     OpDef,
     definition,
     definition_of,
     is_indexed,
     operand_to_output,
     positional,
+    positional_map,
 )
 
-T = TypeVar("T")
+Layout = tuple[TensorDomain, DeviceMesh | None]  # what a sharding question reads of a tensor
+
+
+def _logical(layout: Layout) -> Placement:
+    dom, mesh = layout
+    return layout_facts(dom, None if mesh is None else mesh.shape).logical
+
+
+class PositionalView(NamedTuple):
+    """An expression of a positional op as the sharding questions read it: a value."""
+
+    inputs: tuple[Layout, ...]
+    outputs: tuple[Layout, ...]
+    indexed: bool
+
+    def amap(self, k: int, j: int) -> Mapping[int, int]:
+        """Operand k's logical axes onto output j's."""
+        return positional_map(self.inputs[k][0], self.outputs[j][0])
+
+
+class ExprView:
+    """An expression of any op as the sharding questions read it (its maps read the
+    expression itself)."""
+
+    def __init__(self, expr: Expr) -> None:
+        self.expr = expr
+        self.inputs = tuple((t.domain, t.mesh) for t in expr.inputs)
+        self.outputs = tuple((t.domain, t.mesh) for t in expr.outputs)
+        self.indexed = is_indexed(expr)
+
+    def amap(self, k: int, j: int) -> Mapping[int, int]:
+        return operand_to_output(self.expr, k, self.expr.outputs[j])
+
+
+View = PositionalView | ExprView
+
+
+def reads_layouts_only(op: OpDef | None) -> bool:
+    """True for an op whose expressions' sharding questions (non_local_inputs,
+    needed_placement, moves_data) read only their tensors' layouts: a positional op,
+    one axis map for all its outputs, that never permutes blocks."""
+    return (
+        op is not None
+        and op.axis_map is positional
+        and op.outputs_axis_map is None
+        and op.sharding.permutes is None
+    )
+
+
+def view(expr: Expr) -> View:
+    """What the sharding questions read of `expr`: a value where its op reads only its
+    tensors' layouts."""
+    d = definition(expr)
+    if reads_layouts_only(d):
+        return PositionalView(
+            tuple([(t.domain, t.mesh) for t in expr.inputs]),
+            tuple([(t.domain, t.mesh) for t in expr.outputs]),
+            d.indexed and d.category is Category.POINTWISE,  # is_indexed(expr)
+        )
+    return ExprView(expr)
 
 
 def needed_placement(
@@ -43,69 +110,50 @@ def needed_placement(
     locally: on every mesh axis, sharded where it maps to an axis of `target` that mesh
     axis shards (unless broadcast; nesting kept), whole elsewhere. On the operand's
     logical axes; `placed`: as if `target` lay so (on its logical axes, on its mesh)."""
+    v = view(expr)
+    j = _index(expr, target)
     if placed is None:
-        return _decided("needed_placement", expr, target, _needed, expr, target, position)
-    return target.mesh, Placement(placed.mesh_rank, _needed_shards(expr, target, position, placed))
+        return _needed(v, j, position) if type(v) is ExprView else _needed_fact(v, j, position)
+    return target.mesh, Placement(placed.mesh_rank, _needed_shards(v, j, position, placed))
 
 
-def _needed(expr: Expr, target: TensorView, position: int) -> MeshPlacement:
-    shards = _needed_shards(expr, target, position)
-    return target.mesh, Placement(logical_placement(target).mesh_rank, shards)
+def _index(expr: Expr, target: TensorView) -> int:
+    outputs = expr.outputs
+    return 0 if outputs[0] is target else next(j for j, t in enumerate(outputs) if t is target)
 
 
-def _decided(
-    question: str, expr: Expr, target: TensorView, compute: Callable[..., T], *args: Any
-) -> T:
-    """compute(*args), a sharding question about `expr` computing `target` (and, in
-    `args` past them, an operand position), answered once per (question, signature_key
-    of the op and its inputs, target's mesh and signature facts, the rest of `args`)
-    where the op reads only its tensors' signatures (reads_signatures_only): the 20 000
-    `x + k` of one fusion are asked once."""
-    base = signature_key(expr, outputs=False)
-    if base is None:
-        return compute(*args)
-    return _once((question, base, target.mesh, signature_facts(target), args[2:]), compute, *args)
+def _needed(v: View, j: int, position: int) -> MeshPlacement:
+    shards = _needed_shards(v, j, position)
+    return v.outputs[j][1], Placement(_logical(v.outputs[j]).mesh_rank, shards)
 
 
-def _once(key: tuple, compute: Callable[..., T], *args: Any) -> T:
-    """compute(*args), kept under `key` (everything the answer reads), in a bounded table."""
-    hit = _DECIDED.get(key, _DECIDED)
-    if hit is _DECIDED:
-        if len(_DECIDED) >= _DECIDED_SIZE:
-            _DECIDED.clear()  # bounded: a long process sees many signatures
-        hit = _DECIDED[key] = compute(*args)
-    return hit  # type: ignore[return-value]
-
-
-_DECIDED: dict[tuple, object] = {}
-_DECIDED_SIZE = 8192
+_needed_fact = fact(_needed)
 
 
 def _needed_shards(
-    expr: Expr, target: TensorView, position: int, placed: Placement | None = None
+    v: View, j: int, position: int, placed: Placement | None = None
 ) -> tuple[tuple[int, ...], ...]:
     """needed_placement's shards (no Placement made: non_local_inputs only compares)."""
-    producer = expr.inputs[position]
-    wanted = (logical_placement(target) if placed is None else placed).shards
-    shards: list[tuple[int, ...]] = [()] * len(producer.domain.logical)
+    producer = v.inputs[position][0]
+    wanted = (_logical(v.outputs[j]) if placed is None else placed).shards
+    shards: list[tuple[int, ...]] = [()] * producer.n_logical
     if any(wanted):
-        back = {c: p for p, c in operand_to_output(expr, position, target).items()}
+        back = {c: p for p, c in v.amap(position, j).items()}
         for c, axes in enumerate(wanted):
             p = back.get(c)
-            if axes and p is not None and not producer.domain.logical[p].is_broadcast:
+            if axes and p is not None and not producer.logical[p].is_broadcast:
                 shards[p] = axes
     return tuple(shards)
 
 
-def _placed_as_needed(expr: Expr, target: TensorView, position: int) -> bool:
-    """mesh_placement(operand) == needed_placement(expr, target, position)."""
-    p = expr.inputs[position]
-    have, wanted = logical_placement(p), logical_placement(target)
+def _placed_as_needed(v: View, j: int, position: int) -> bool:
+    """mesh_placement(operand) == needed_placement(expr, output j, position)."""
+    have, wanted = _logical(v.inputs[position]), _logical(v.outputs[j])
     return (
-        p.mesh == target.mesh
+        v.inputs[position][1] == v.outputs[j][1]
         and have.mesh_rank == wanted.mesh_rank
         and not have.partial
-        and have.shards == _needed_shards(expr, target, position)
+        and have.shards == _needed_shards(v, j, position)
     )
 
 
@@ -115,28 +163,34 @@ def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
     the op makes it from its global coordinates (iota)."""
     if target.mesh is None:
         return False
-    return _decided("has_unmapped_sharding", expr, target, _has_unmapped, expr, target)
+    v = view(expr)
+    j = _index(expr, target)
+    return _has_unmapped(v, j) if type(v) is ExprView else _has_unmapped_fact(v, j)
 
 
-def _has_unmapped(expr: Expr, target: TensorView) -> bool:
-    for c, axes in enumerate(logical_placement(target).shards):
+def _has_unmapped(v: View, j: int) -> bool:
+    target, mesh = v.outputs[j]
+    for c, axes in enumerate(_logical(v.outputs[j]).shards):
         if not axes:
             continue
-        devices = math.prod(target.mesh.shape[a] for a in axes)
+        devices = math.prod(mesh.shape[a] for a in axes)
         sources = [
-            p.domain.logical[pi]
-            for k, p in enumerate(expr.inputs)
-            for pi, ci in operand_to_output(expr, k, target).items()
+            dom.logical[pi]
+            for k, (dom, _) in enumerate(v.inputs)
+            for pi, ci in v.amap(k, j).items()
             if ci == c
         ]
-        if not sources and is_indexed(expr):
+        if not sources and v.indexed:
             continue  # made at its elements' global coordinates: computed where it lies
-        extent = target.domain.logical[c].extent
+        extent = target.logical[c].extent
         if not any(
             ax.is_broadcast or chunks_correspond(ax.extent, extent, devices) for ax in sources
         ):
             return True
     return False
+
+
+_has_unmapped_fact = fact(_has_unmapped)
 
 
 def broadcast_sums(expr: Expr) -> list[tuple[TensorView, int, TensorView, int]]:
@@ -213,52 +267,30 @@ def movement_text(expr: Expr) -> str:
     return f"{expr.output.name} = {name}({expr.inputs[0].name})"
 
 
-def reads_signatures_only(op: OpDef | None) -> bool:
-    """True for an op whose expressions' locality (non_local_inputs, moves_data) reads
-    only their tensors' meshes and sharding signatures: a positional op, one axis map
-    for all its outputs, that never permutes blocks."""
-    return (
-        op is not None
-        and op.axis_map is positional
-        and op.outputs_axis_map is None
-        and op.sharding.permutes is None
-    )
-
-
 def non_local_inputs(expr: Expr) -> list[TensorView]:
     """The inputs a non-Set expression cannot compute its output from locally (none for
     a block permutation: it is a communication)."""
     if isinstance(expr, LoadStoreOp):
         return []
-    key = signature_key(expr)  # one answer per signature: found once for 20k `x + k`
-    wrong = _non_local(expr) if key is None else _once(("non_local", key), _non_local, expr)
+    v = view(expr)
+    if type(v) is ExprView:
+        wrong = () if block_permutation(expr) is not None else _non_local(v)
+    else:
+        wrong = _non_local_fact(v)  # never a block permutation
     return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once
 
 
-def signature_key(expr: Expr, outputs: bool = True) -> tuple | None:
-    """(op, each input's (mesh, signature_facts), each output's): everything a sharding
-    question about `expr` reads when its op is positional and never permutes (its axis
-    map then reads only its tensors' signatures), so one answer serves every expression
-    of the key; None for other ops, whose maps read the expression itself. Without
-    `outputs`, the op and the inputs only (the caller keys the outputs itself)."""
-    op = definition(expr)
-    if not reads_signatures_only(op):
-        return None
-    inputs = tuple([(t.mesh, signature_facts(t)) for t in expr.inputs])
-    if not outputs:
-        return op, inputs
-    return op, inputs, tuple([(t.mesh, signature_facts(t)) for t in expr.outputs])
-
-
-def _non_local(expr: Expr) -> tuple[int, ...]:
-    """The operand positions of `expr` (not a Set) not placed to compute its outputs."""
-    positions = range(len(expr.inputs))
-    if block_permutation(expr) is not None:
-        return ()
-    if any(has_unmapped_sharding(expr, out) for out in expr.outputs):
+def _non_local(v: View) -> tuple[int, ...]:
+    """The operand positions of an expression (not a Set, no block permutation) not
+    placed to compute its outputs."""
+    positions = range(len(v.inputs))
+    outs = range(len(v.outputs))
+    if any(v.outputs[j][1] is not None and _has_unmapped(v, j) for j in outs):
         return tuple(positions)
-    outs = expr.outputs
-    return tuple(k for k in positions if not all(_placed_as_needed(expr, o, k) for o in outs))
+    return tuple(k for k in positions if not all(_placed_as_needed(v, j, k) for j in outs))
+
+
+_non_local_fact = fact(_non_local)
 
 
 def propagation_sources(expr: Expr) -> list[int]:

@@ -14,7 +14,7 @@ from fuserlite.ir.types import IterType
 from fuserlite.ops.common import X, check_rank, check_tensor, data_axes, like, new_axis, shape_text
 from fuserlite.ops.cost import MOVES_DATA
 from fuserlite.ops.forms import Template
-from fuserlite.ops.registry import Category, Op, Param, Sharding, define
+from fuserlite.ops.registry import Category, LocalRule, Op, Param, Sharding, define
 from fuserlite.plan.permute import chunk_sources
 
 __all__ = ["set", "broadcast", "expand", "reshape", "take"]  # the builders of its ops
@@ -76,6 +76,7 @@ def _take_vjp(expr, operands, outputs, grads):
     expr_class=LoadStoreOp,
     vjp=_set_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.same,
 )
 def set(x: TensorView, cache_op: str | None = None) -> TensorView:  # noqa: A001 - nvFuser's name
     """A copy of x; between different shardings, a resharding. `cache_op` is nvFuser's
@@ -102,6 +103,7 @@ def _broadcast_axes(expr: Expr, position: int) -> dict[int, int]:
     axis_map=_broadcast_axes,
     vjp=_broadcast_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.flags,
 )
 def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     """Insert broadcast axes where flags are True; False flags consume x's axes in order."""
@@ -133,6 +135,7 @@ def broadcast(x: TensorView, flags: Sequence[bool]) -> TensorView:
     attrs=("shape",),
     vjp=_expand_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.shape,
 )
 def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
     """Materialize broadcast axes to `shape` (-1 keeps an axis); other axes must match."""
@@ -207,6 +210,7 @@ def _outermost(group: list[int], shape: tuple[int, ...]) -> int:
     axis_map=_reshape_axes,
     vjp=_reshape_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.shape,
 )
 def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     """View x's data with another shape (one -1 is inferred)."""
@@ -255,6 +259,7 @@ def _whole_chunks(expr: Expr) -> tuple[int, ...] | None:
     sharding=Sharding(permutes=_whole_chunks),
     vjp=_take_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.rows,
 )
 def take(x: TensorView, indices: Sequence[int]) -> TensorView:
     """Rows of x along axis 0: output row k is x[indices[k]] (numpy's take)."""

@@ -11,8 +11,10 @@ posts, waits, loops and buffers (fuserlite.program.host).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 
+from fuserlite.ir.changes import GraphList, structure_changed
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
@@ -37,6 +39,9 @@ class Kernel:
     reference: TensorView | None = None
     notes: list[str] = field(default_factory=list)
 
+    def __setattr__(self, name: str, value: object) -> None:
+        _set_graph_field(self, name, value)
+
     @property
     def tensors(self) -> list[TensorView]:
         """Every tensor the kernel reads or writes, inputs first."""
@@ -45,6 +50,23 @@ class Kernel:
             for t in (*e.inputs, *e.outputs):
                 seen.setdefault(id(t), t)
         return list(seen.values())
+
+
+_GRAPH_LISTS = frozenset({"exprs", "inputs", "outputs", "steps"})
+
+
+def _set_graph_field(node: object, name: str, value: object) -> None:
+    """Set a field of a Kernel or a Program: a list of the graph is a GraphList (edited
+    by assigning a new one, which the change log hears: fuserlite.ir.changes)."""
+    if name in _GRAPH_LISTS:
+        value = GraphList(value)
+        old = node.__dict__.get(name)
+        if old is not None and len(old) == len(value) and all(map(operator.is_, old, value)):
+            object.__setattr__(node, name, value)
+            return  # the same steps again: nothing of the graph changed
+    object.__setattr__(node, name, value)
+    if name in _GRAPH_LISTS or name == "mesh":
+        structure_changed()
 
 
 def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, list[Expr]]) -> None:
@@ -100,6 +122,9 @@ class Program:
         self.fusion = fusion
         self.steps = list(steps)
         self.reshardings: list[Resharding] = []  # filled by lower-communications
+
+    def __setattr__(self, name: str, value: object) -> None:
+        _set_graph_field(self, name, value)
 
     @property
     def inputs(self) -> list[TensorView]:

@@ -20,7 +20,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fuserlite.ir.domain import IterDomain, Merge, Split
+from fuserlite.ir.domain import (
+    IterDomain,
+    Merge,
+    Split,
+    TensorDomain,
+    merged_iter_type,
+    split_extents,
+)
 from fuserlite.ir.errors import FuserliteError, ParseError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
@@ -132,10 +139,13 @@ def _axes(text: str, line: Line, column: int, fail: Fail) -> list[_Axis]:
 
 
 class _TensorAxes:
-    """The IterDomains of one tensor being rebuilt, by printed number."""
+    """The axes of one tensor being rebuilt (`values`, by position in its domain), and
+    the position of each printed number."""
 
     def __init__(self, taken: dict[int, int], tensor: int, fail: Fail) -> None:
-        self.by_number: dict[int, IterDomain] = {}
+        self.by_number: dict[int, int] = {}
+        self.values: list[IterDomain] = []
+        self.transforms: list[Split | Merge] = []
         self.consumed: set[int] = set()
         self.taken = taken
         self.tensor = tensor
@@ -154,30 +164,37 @@ class _TensorAxes:
                 column,
             )
 
+    def _add(self, number: int, ax: IterDomain) -> int:
+        self.by_number[number] = len(self.values)
+        self.values.append(ax)
+        return len(self.values) - 1
+
     def new(self, ax: _Axis, line: Line, column: int) -> IterDomain:
         self._claim(ax.number, line, column)
         made = IterDomain(ax.extent, ax.iter_type, ax.parallel_type)
-        self.by_number[ax.number] = made
+        self._add(ax.number, made)
         return made
 
-    def listed(self, line: Line, text: str, column: int) -> list[IterDomain]:
-        """The existing axes a domain line lists."""
+    def listed(self, line: Line, text: str, column: int) -> list[int]:
+        """The positions of the existing axes a domain line lists."""
         out = []
         for part in axis_texts(text):
             out.append(self.existing(part, line, column))
             column += len(part) + 2
         return out
 
-    def existing(self, text: str, line: Line, column: int, *, consume: bool = False):
+    def existing(self, text: str, line: Line, column: int, *, consume: bool = False) -> int:
+        """The position of an axis printed above."""
         (ax,) = _axes(text, line, column, self.fail)
-        found = self.by_number.get(ax.number)
-        if found is None:
+        p = self.by_number.get(ax.number)
+        if p is None:
             raise self.fail(
                 f"{text} is not an IterDomain of this tensor's logical domain or of a "
                 "transform above",
                 line.number,
                 column,
             )
+        found = self.values[p]
         if (found.iter_type, found.parallel_type, found.extent) != (
             ax.iter_type,
             ax.parallel_type,
@@ -188,13 +205,13 @@ class _TensorAxes:
             if ax.number in self.consumed:
                 raise self.fail(f"{text} is transformed twice", line.number, column)
             self.consumed.add(ax.number)
-        return found
+        return p
 
-    def made(self, made: IterDomain, text: str, line: Line, column: int) -> None:
-        """A transform output: the printed axis must be what the transform gives."""
+    def made(self, extent: int, iter_type: IterType, text: str, line: Line, column: int) -> int:
+        """A transform output of `extent` and `iter_type`: the printed axis must be it."""
         (ax,) = _axes(text, line, column, self.fail)
-        if (made.iter_type, made.extent) != (ax.iter_type, ax.extent):
-            expected = f"{made.iter_type.value}?{{{made.extent}}}"
+        if (iter_type, extent) != (ax.iter_type, ax.extent):
+            expected = f"{iter_type.value}?{{{extent}}}"
             raise self.fail(
                 f"{text}: the transform gives an axis {expected}, not {ax.iter_type.value}"
                 f"{{{ax.extent}}}",
@@ -202,8 +219,7 @@ class _TensorAxes:
                 column,
             )
         self._claim(ax.number, line, column)
-        made.parallel_type = ax.parallel_type
-        self.by_number[ax.number] = made
+        return self._add(ax.number, IterDomain(extent, iter_type, ax.parallel_type))
 
 
 def _domain_line(lines: list[Line], k: int, which: str) -> tuple[Line, str, int] | None:
@@ -268,15 +284,21 @@ def build_tensor(fusion: Fusion, block: Block, taken: dict[int, int], fail: Fail
         raise fail("expected a transform or ` loop domain : (...)`", where.number, 1)
     if k + 1 < len(lines):
         raise fail("unexpected line after the loop domain", lines[k + 1].number, 1)
-    tv.domain.loop = axes.listed(*loop)
+    loop_positions = axes.listed(*loop)
     if loop[1] != m["loop"].strip():
         raise fail(
             f"the loop domain ({loop[1]}) is not the one the tensor's text shows [{m['loop']}]",
             loop[0].number,
             loop[2],
         )
-    if allocation is not None:
-        tv.domain.allocation = axes.listed(*allocation)
+    tv.domain = TensorDomain.made(
+        tuple(axes.values),
+        len(logical),
+        tuple(axes.transforms),
+        tuple(loop_positions),
+        None if allocation is None else tuple(axes.listed(*allocation)),
+        tuple(contiguity),
+    )
     tv.compute_at_pos = int(m["ca_pos"] or 0)
     tv.produce_pos = int(m["produce_pos"] or 0)
     if m["mesh"] is not None:
@@ -284,8 +306,6 @@ def build_tensor(fusion: Fusion, block: Block, taken: dict[int, int], fail: Fail
             tv.set_device_mesh(DeviceMesh.from_text(m["mesh"]))
         except FuserliteError as exc:
             raise fail(str(exc), head.number, m.start("mesh") + 1) from None
-    for ax in tv.domain.ids_between_logical_and_loop():
-        ax.owner = tv
     return tv
 
 
@@ -303,7 +323,7 @@ def _contiguity(
 
 
 def _transform(tv: TensorView, line: Line, axes: _TensorAxes, fail: Fail) -> None:
-    """Replay one printed transform on tv's domain (Split / Outer split / Merge)."""
+    """Replay one printed transform on tv's axes (Split / Outer split / Merge)."""
     m = _SPLIT.fullmatch(line.text)
     if m is not None:
         col = {g: m.start(g) + 1 for g in ("input", "factor", "outer", "inner")}
@@ -311,18 +331,21 @@ def _transform(tv: TensorView, line: Line, axes: _TensorAxes, fail: Fail) -> Non
         if factor < 1:
             raise fail("a split factor is at least 1", line.number, col["factor"])
         source = axes.existing(m["input"], line, col["input"], consume=True)
-        t = Split(source, factor, inner_split=m["kind"] == "Split")
-        axes.made(t.outer, m["outer"], line, col["outer"])
-        axes.made(t.inner, m["inner"], line, col["inner"])
-        tv.domain.transforms.append(t)
+        inner_split = m["kind"] == "Split"
+        ax = axes.values[source]
+        outer_extent, inner_extent = split_extents(ax.extent, factor, inner_split)
+        outer = axes.made(outer_extent, ax.iter_type, m["outer"], line, col["outer"])
+        inner = axes.made(inner_extent, ax.iter_type, m["inner"], line, col["inner"])
+        axes.transforms.append(Split(source, factor, inner_split, outer, inner))
         return
     m = _MERGE.fullmatch(line.text)
     if m is not None:
         outer = axes.existing(m["outer"], line, m.start("outer") + 1, consume=True)
         inner = axes.existing(m["inner"], line, m.start("inner") + 1, consume=True)
-        t = Merge(outer, inner)
-        axes.made(t.output, m["output"], line, m.start("output") + 1)
-        tv.domain.transforms.append(t)
+        a, b = axes.values[outer], axes.values[inner]
+        extent, iter_type = a.extent * b.extent, merged_iter_type(a.iter_type, b.iter_type)
+        output = axes.made(extent, iter_type, m["output"], line, m.start("output") + 1)
+        axes.transforms.append(Merge(outer, inner, output))
         return
     raise fail(
         "expected `  Split: A by factor N -> B, C`, `  Outer split: ...` or "

@@ -11,15 +11,13 @@ plan.blocks' chunks directly). The buffer a device allocates is `local_shape`
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
+from fuserlite.ir.domain import TensorDomain
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import placement
-from fuserlite.ir.signature import domain_signature
-from fuserlite.ir.stamps import derived
+from fuserlite.ir.sharding import layout_facts
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.values import fact
 from fuserlite.plan.blocks import Box, blocks
 from fuserlite.plan.mesh_axes import MeshShape
 
@@ -40,11 +38,14 @@ class Layout:
     slices: tuple[tuple[slice, ...], ...]
 
 
-@functools.lru_cache(maxsize=4096)
-def _layout(shape: tuple[int, ...], mesh: MeshShape, p: Placement) -> Layout:
-    """A function of its (immutable) arguments alone: the tensors of one shape and
-    placement on one mesh shape (20000 outputs of a kernel) share one."""
-    boxes = tuple(blocks(shape, mesh, p))
+@fact
+def domain_layout(dom: TensorDomain, mesh: MeshShape | None) -> Layout:
+    """The layout of a tensor of domain `dom` on a mesh of shape `mesh` (None: no mesh,
+    one device)."""
+    facts = layout_facts(dom, mesh)
+    shape = tuple(ax.extent for ax in dom.logical if not ax.is_reduction)
+    p = facts.placement
+    boxes = tuple(blocks(shape, (1,) if mesh is None else mesh, p))
     return Layout(
         shape,
         any(p.shards),
@@ -56,7 +57,8 @@ def _layout(shape: tuple[int, ...], mesh: MeshShape, p: Placement) -> Layout:
 
 def layout(tv: TensorView) -> Layout:
     """tv's layout over the devices of its mesh."""
-    return derived("layout", tv, lambda: _layout(tuple(tv.shape), mesh_shape(tv), placement(tv)))
+    mesh = tv.mesh
+    return domain_layout(tv.domain, None if mesh is None else mesh.shape)
 
 
 def device_boxes(tv: TensorView) -> tuple[Box, ...]:
@@ -89,18 +91,5 @@ def device_slices(tv: TensorView, device: int) -> tuple[slice, ...]:
 
 
 def layouts_of(tensors: list[TensorView]) -> list[tuple[Layout, DeviceMesh | None]]:
-    """(layout, mesh) of each tensor. A layout reads a tensor's shape and placement, both
-    its domain's structure on its mesh's shape, so tensors of one (domain signature,
-    mesh) share the first one's: 20 000 outputs `x + k` ask once, not each its sharding."""
-    found: dict[tuple, tuple[Layout, DeviceMesh | None]] = {}
-    entries = []
-    last: tuple | None = None
-    for tv in tensors:
-        key = (domain_signature(tv), id(tv.mesh))
-        if key != last:  # neighbours share one mostly: comparing costs less than hashing
-            entry = found.get(key)
-            if entry is None:
-                entry = found[key] = (layout(tv), tv.mesh)
-            last = key
-        entries.append(entry)
-    return entries
+    """(layout, mesh) of each tensor."""
+    return [(layout(tv), tv.mesh) for tv in tensors]

@@ -11,9 +11,9 @@ waits and buffers (program.host_verify). The pipeline runs it after every progra
 from __future__ import annotations
 
 from fuserlite.ir import args
+from fuserlite.ir.changes import ChangeLog
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.expr import Expr
-from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import describe_sharding
 from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program import host
@@ -23,32 +23,37 @@ from fuserlite.program.partials import communication_problems
 from fuserlite.program.program import Kernel, Program
 from fuserlite.verify.fusion import (
     LazyNamer,
-    decide,
-    decided,
-    expr_state,
     fusion_problems,
-    locality_key,
-    marked_problems,
+    near_changes,
     non_local_text,
     partial_output_problems,
     problems_text,
+    touched_exprs,
+    touched_outputs,
 )
-from fuserlite.verify.verdicts import FUSION_READS, Reads, expr_nodes
 
 
 def verify_program(program: Program) -> None:
     """Raise VerifyError if any invariant of the program is broken."""
     args.instance(program, Program, "verify_program", "program", "a Program")
-    with reading_only():
-        namer = LazyNamer(program.fusion)
-        problems = fusion_problems(program.fusion, namer, require_mesh=True)
-        problems.extend(layout_problems(program.communications))
-        problems.extend(sizing_problems(program.communications))
-        problems.extend(communication_problems(program.communications))
+    verify_program_changes(program, None)
+
+
+def verify_program_changes(program: Program, log: ChangeLog | None) -> None:
+    """verify_program of what `log` holds (None: of everything): the fusion's checks and
+    the locality of kernel expressions on the nodes it holds and next to them; the
+    checks of the steps' order when it says a list of the graph was edited; the
+    communications' and the outputs' always (a program has few of them)."""
+    namer = LazyNamer(program.fusion)
+    problems = fusion_problems(program.fusion, namer, True, log)
+    problems.extend(layout_problems(program.communications))
+    problems.extend(sizing_problems(program.communications))
+    problems.extend(communication_problems(program.communications))
+    if log is None or log.structure:
         problems.extend(step_problems(program))
         problems.extend(host_problems(program))
-        problems.extend(locality_problems(program))
-        problems.extend(partial_output_problems(program.outputs, namer))
+    problems.extend(locality_problems(program, log))
+    problems.extend(partial_output_problems(touched_outputs(program.outputs, log), namer))
     if problems:
         raise VerifyError(problems_text("invalid program", problems))
 
@@ -91,23 +96,15 @@ def layout_problems(comms: list[Communication]) -> list[str]:
     return problems
 
 
-def locality_problems(program: Program) -> list[str]:
-    """Every expression of a kernel computes from local shards and moves no data:
-    decided once per locality_key, else checked again only once it or one of its
-    tensors has changed."""
+def locality_problems(program: Program, log: ChangeLog | None = None) -> list[str]:
+    """Every expression of a kernel computes from local shards and moves no data (those
+    `log` holds or reads or writes a tensor of; None: every one)."""
     problems = []
     fix = "run insert-reshardings before segment"
+    near = None if log is None else near_changes(log)
     for kernel in program.kernels:
-        for e in kernel.exprs:
-            key = locality_key(e)
-            if decided(key, "moves no data") and decided(key, "local"):
-                continue
-            state = expr_state(e)  # two questions: "local" is insert-reshardings' too
-            moves = marked_problems(e, "moves no data", state, movement_problems, fix)
-            local = marked_problems(e, "local", state, non_local_text, fix)
-            decide(key, "moves no data", moves)
-            decide(key, "local", local)
-            problems += moves + local
+        for e in touched_exprs(kernel.exprs, log, near):
+            problems += movement_problems(e, fix) + non_local_text(e, fix)
     return problems
 
 
@@ -148,40 +145,3 @@ def step_problems(program: Program) -> list[str]:
         if id(t) not in available:
             problems.append(f"output {t.name} is computed by no step of the program")
     return problems
-
-
-def _program_lists(program: Program) -> list:
-    kernels = program.kernels
-    return [
-        *FUSION_READS.lists(program.fusion),
-        (program.fusion,),
-        program.steps,
-        *(s.body for s in host.walk(program.steps) if isinstance(s, host.ForLoop)),
-        *(k.exprs for k in kernels),
-        *(k.inputs for k in kernels),
-        *(k.outputs for k in kernels),
-    ]
-
-
-def _program_nodes(program: Program) -> list:
-    """The fusion's nodes and those of the steps (with what they read, back to the
-    inputs, where a step holds an expression no fusion output needs)."""
-    fusion = program.fusion
-    exprs = fusion.exprs()
-    known = {id(e) for e in exprs}
-    kernels = program.kernels
-    stack = [e for s in program.runs for e in (s.exprs if isinstance(s, Kernel) else [s])]
-    stack = [e for e in stack if id(e) not in known]
-    upstream = []
-    while stack:
-        e = stack.pop()
-        if id(e) not in known:
-            known.add(id(e))
-            upstream.append(e)
-            stack.extend(t.definition for t in e.inputs if t.definition is not None)
-    tensors = [t for k in kernels for t in (*k.inputs, *k.outputs)]
-    return expr_nodes([*exprs, *upstream], (*fusion.inputs, *fusion.outputs, *tensors))
-
-
-# What verify_program(program) reads (fuserlite.verify.verdicts.Verdicts).
-PROGRAM_READS = Reads(lists=_program_lists, nodes=_program_nodes)

@@ -9,7 +9,6 @@ from operator import attrgetter
 import numpy as np
 
 from fuserlite.ir import args
-from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -69,8 +68,7 @@ def evaluate(
     (values: one per output).
     """
     args.instance(fusion, Fusion, "evaluate", "fusion", "a Fusion", ExecutionError)
-    with COLLECTOR_PAUSE:
-        return _evaluate(fusion, inputs, visit)
+    return _evaluate(fusion, inputs, visit)
 
 
 def _evaluate(
@@ -109,7 +107,7 @@ def _evaluate(
 def stacks(exprs: list[Expr]) -> list[slice]:
     """The expressions as runs, each evaluated as one numpy step: consecutive ones of one
     numpy_ops.stack_key (one op, operand tensors, scalar positions, dtypes and shape;
-    their scalars alone differ: 20 000 `x + k`), at most BLOCK elements together; every
+    their scalars alone differ: many outputs `x + k`), at most BLOCK elements together; every
     other expression alone."""
     runs: list[list[int]] = []  # [start, stop) of each run
     last, size = None, 0

@@ -13,11 +13,10 @@ Communication once, in prepare() (`teams_of`).
 
 from __future__ import annotations
 
-import functools
-
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import local_shape, placement
+from fuserlite.ir.values import fact
 from fuserlite.plan.blocks import Box
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 from fuserlite.plan.steps import ONE_MESH_KINDS, Step, StepKind, moves
@@ -73,7 +72,7 @@ def _step(before: Placement, after: Placement, kind: StepKind, inp, out) -> Step
     return found[0]
 
 
-@functools.cache
+@fact
 def _steps_between(before: Placement, after: Placement, kind: StepKind) -> tuple[Step, ...]:
     return tuple(s for s in moves(before) if s.kind is kind and s.apply(before) == after)
 
@@ -108,7 +107,7 @@ def move_of(comm: Communication) -> tuple[Move, list[Holding], list[tuple[int, B
     return move, sources, destinations
 
 
-@functools.cache
+@fact
 def _move(shape, src_mesh, src: Placement, dst_mesh, dst: Placement, itemsize: int):
     sources = holdings(shape, src_mesh.shape, src_mesh.devices, src)
     destinations = needs(shape, dst_mesh.shape, dst_mesh.devices, dst)

@@ -22,13 +22,11 @@ from operator import attrgetter
 import numpy as np
 
 from fuserlite.ir import args
-from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.liveness import dead_after, peak_live, read_anywhere
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ir.readonly import reading_only
 from fuserlite.ir.sharding import (
     is_partial,
     local_shape,
@@ -160,8 +158,7 @@ class FusionExecutor:
             verify_program(ir)  # built or edited outside a pipeline: check it as one would
             self.program = ir
             self.fusion = ir.fusion
-        with COLLECTOR_PAUSE:  # the per-step facts below are many small objects too
-            self._prepare(compiler)
+        self._prepare(compiler)
 
     def _prepare(self, compiler: KernelCompiler | None) -> None:
         program = self.program
@@ -253,10 +250,6 @@ class FusionExecutor:
         With the mpi backend the shards are gathered to rank 0, which returns the
         global outputs; every other rank returns None.
         """
-        with COLLECTOR_PAUSE:
-            return self._run(inputs)
-
-    def _run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
         every = self.backend.collect(self.run_per_device(inputs))
         if every is None:
             return None
@@ -276,9 +269,7 @@ class FusionExecutor:
 
     # -- execution ----------------------------------------------------------
     def _execute(self, inputs: Sequence[np.ndarray]) -> dict[int, dict[TensorView, np.ndarray]]:
-        # Running reads the lowered IR only: shapes and schedules are worked out once,
-        # not once per device.
-        with self.backend.guard(), reading_only(), COLLECTOR_PAUSE:
+        with self.backend.guard():
             return self._execute_unguarded(inputs)
 
     def _execute_unguarded(

@@ -5,18 +5,19 @@ the kernel runner and the CUDA generator index a producer by.
 Pointwise ops (unary, binary) and Set map positionally over data (non-reduction)
 axes; a broadcast maps its input's axes onto the output axes whose flag is False.
 A schedule propagates only through an op that maps every data axis onto a data
-axis.
+axis. Axes are logical positions.
 """
 
 from __future__ import annotations
 
-from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.domain import IterDomain, TensorDomain
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
-from fuserlite.ir.readonly import remembered
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import IterType
-from fuserlite.ops.registry import operand_to_output
+from fuserlite.ir.values import fact
+from fuserlite.ops.registry import definition, operand_to_output, positional, positional_map
+
+Pairs = tuple[tuple[int, int], ...]  # (producer's logical position, consumer's)
 
 
 def data_axes(tv: TensorView) -> list[IterDomain]:
@@ -24,46 +25,63 @@ def data_axes(tv: TensorView) -> list[IterDomain]:
     return tv.data_axes()
 
 
-def axis_pairs(expr: Expr, producer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
-    """(producer logical axis, consumer logical axis) pairs of one expression."""
-    p_axes, c_axes = producer.domain.logical, expr.output.domain.logical
-    return [(p_axes[p], c_axes[c]) for p, c in axis_positions(expr, producer)]
-
-
-def axis_positions(expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
-    """axis_pairs by logical positions: (producer's, consumer's)."""
-    return remembered(
-        ("axis_positions", id(producer)), expr, lambda: _axis_positions(expr, producer)
-    )
-
-
-def _axis_positions(expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
+def axis_positions(expr: Expr, producer: TensorView) -> Pairs:
+    """(producer logical position, consumer logical position) pairs of one expression."""
     consumer = expr.output
     # The one axis map of the ops (fuserlite.ops.registry); a schedule propagates
     # through an op that maps every data axis onto a data axis. Such an op maps an
     # operand by its own axes alone, so a tensor it reads twice (mul(x, x)) maps
     # alike in each position: its first one serves.
-    inputs = expr.inputs
-    position = (
-        0 if inputs[0] is producer else next(k for k, t in enumerate(inputs) if t is producer)
-    )
-    pairs = tuple(operand_to_output(expr, position).items())
-    c_axes = consumer.domain.logical
-    mapped = len([c for _, c in pairs if c_axes[c].iter_type is not IterType.REDUCTION])
-    if mapped != len(producer.data_axes()):
+    d = definition(expr)
+    if d is not None and d.axis_map is positional and d.outputs_axis_map is None:
+        pairs = positional_pairs(producer.domain, consumer.domain)
+    else:
+        inputs = expr.inputs
+        position = (
+            0 if inputs[0] is producer else next(k for k, t in enumerate(inputs) if t is producer)
+        )
+        pairs = tuple(operand_to_output(expr, position).items())
+    if not _maps_data(pairs, producer.domain, consumer.domain):
+        data = len(producer.domain.data_positions())
+        mapped = len([c for _, c in pairs if not consumer.domain.logical[c].is_reduction])
         raise ScheduleError(
-            f"cannot map the axes of {producer.name} ({len(producer.data_axes())} data axes) "
+            f"cannot map the axes of {producer.name} ({data} data axes) "
             f"onto {consumer.name} through {expr.op_name} ({mapped} map onto data axes); only "
             "pointwise, broadcast and set expressions are propagated through"
         )
     return pairs
 
 
+@fact
+def positional_pairs(producer: TensorDomain, consumer: TensorDomain) -> Pairs:
+    """A positional op's axis positions between operand and output domains."""
+    return tuple(positional_map(producer, consumer).items())
+
+
+@fact
+def _maps_data(pairs: Pairs, producer: TensorDomain, consumer: TensorDomain) -> bool:
+    """Every data axis of the producer maps onto a data axis of the consumer."""
+    mapped = len([c for _, c in pairs if not consumer.logical[c].is_reduction])
+    return mapped == len(producer.data_positions())
+
+
 def producer_coords(expr: Expr, producer: TensorView, coords: list) -> list:
     """Coordinates of `producer`'s data axes given the consumer's (per data axis).
 
     Coordinates may be numpy arrays (kernel runner) or index expressions (codegen)."""
-    consumer = expr.output
-    c_pos = {id(ax): k for k, ax in enumerate(data_axes(consumer))}
-    by_producer = {id(p): coords[c_pos[id(c)]] for p, c in axis_pairs(expr, producer)}
-    return [0 if ax.is_broadcast else by_producer.get(id(ax), 0) for ax in data_axes(producer)]
+    at = producer_positions(axis_positions(expr, producer), producer.domain, expr.output.domain)
+    return [0 if k is None else coords[k] for k in at]
+
+
+@fact
+def producer_positions(
+    pairs: Pairs, producer: TensorDomain, consumer: TensorDomain
+) -> tuple[int | None, ...]:
+    """Per data axis of the producer, the consumer data axis whose coordinate indexes it
+    (None: index 0, a broadcast or an axis the map leaves out)."""
+    c_pos = {li: k for k, li in enumerate(consumer.data_positions())}
+    by_producer = {p: c_pos[c] for p, c in pairs}
+    logical = producer.logical
+    return tuple(
+        None if logical[p].is_broadcast else by_producer.get(p) for p in producer.data_positions()
+    )

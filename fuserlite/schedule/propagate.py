@@ -11,6 +11,9 @@ reference merge has only one input present in the target (an axis the target
 lacks, e.g. a broadcast inserted later), the present input stands for the merge
 output ("forwarding", as in nvFuser's replay).
 
+The replay is a function of the reference's domain, the target's and the axis map
+between them (`replayed`): tensors alike are given one result, once.
+
 Device-parallel axes are pinned: they stay in front of the loop domain and are
 never split, merged or re-parallelized. In particular a device parallel type on
 a broadcast axis (`bDIDx`) is never copied onto the outputs of a split, the
@@ -29,226 +32,277 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from fuserlite.ir.domain import IterDomain, Merge, Split, is_sharding_split
+from fuserlite.ir.domain import Merge, Split, TensorDomain
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
-from fuserlite.ir.signature import domain_signature
-from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.tensor import Axis, TensorView, parallelize_problem
 from fuserlite.ir.types import ParallelType
-from fuserlite.ops.registry import definition, positional
+from fuserlite.ir.values import fact
 from fuserlite.printer import axis_text
-from fuserlite.schedule.axis_maps import axis_positions
-from fuserlite.schedule.signature import Before, Replayed
+from fuserlite.schedule.axis_maps import Pairs, axis_positions
 
 
-def is_device_parallel_logical(tv: TensorView, ax: IterDomain) -> bool:
-    """True if logical axis `ax` is device-parallel itself or sharded by an outer DID split."""
-    if ax.is_device_parallel:
+def is_device_parallel_logical(dom: TensorDomain, li: int) -> bool:
+    """True if logical axis `li` is device-parallel itself or sharded by an outer DID split."""
+    if dom.axes[li].is_device_parallel:
         return True
-    return any(is_sharding_split(t) and t.input is ax for t in tv.domain.transforms)
+    return any(dom.is_sharding_split(t) and t.input == li for t in dom.transforms)
 
 
-def _describe(tv: TensorView, ax: IterDomain) -> str:
-    return f"{tv.name} axis {axis_text(ax)}"
+def _consumer_of(dom: TensorDomain, p: int) -> Split | Merge | None:
+    """The transform of the domain that takes axis `p` as an input, if any."""
+    k = dom.use[p]
+    return None if k is None else dom.transforms[k]
 
 
-def _consumer_of(tv: TensorView, ax: IterDomain) -> Split | Merge | None:
-    """The transform of tv's domain that takes `ax` as an input, if any."""
-    for t in tv.domain.transforms:
-        if ax in t.inputs:
-            return t
-    return None
-
-
-def _same_sharding_split(tr: Split, ax: IterDomain) -> bool:
-    """True if `tr` shards an axis of extent D by an outer split by D and `ax` is an axis
-    of extent D sharded whole by the same parallel type: one sharding written two ways
-    (the split's inner part has extent 1)."""
+def _same_sharding_split(ref: TensorDomain, tr: Split, ax_extent: int, pt: ParallelType) -> bool:
+    """True if `tr` shards an axis of extent D by an outer split by D and the target axis
+    (of `ax_extent`, parallel type `pt`) is an axis of extent D sharded whole by the same
+    parallel type: one sharding written two ways (the split's inner part has extent 1)."""
     return (
         not tr.inner_split
-        and tr.outer.parallel_type is ax.parallel_type
-        and tr.factor == ax.extent == tr.input.extent
+        and ref.axes[tr.outer].parallel_type is pt
+        and tr.factor == ax_extent == ref.axes[tr.input].extent
     )
-
-
-def replay(reference: TensorView, target: TensorView, to_target: dict) -> None:
-    """Replay `reference`'s transforms onto `target`; `to_target` maps reference logical
-    axes to target logical axes. Existing transforms of the target must agree."""
-    m: dict[int, IterDomain] = {id(r): t for r, t in to_target.items()}
-    ref_of: dict[int, IterDomain] = {}
-
-    def get(ax: IterDomain) -> IterDomain | None:
-        x = m.get(id(ax))
-        return None if x is None or x.is_device_parallel else x
-
-    for tr in reference.domain.transforms:
-        if isinstance(tr, Split):
-            x = m.get(id(tr.input))
-            if x is None:
-                continue
-            existing = _consumer_of(target, x)
-            if existing is not None:
-                if not (
-                    isinstance(existing, Split)
-                    and existing.factor == tr.factor
-                    and existing.inner_split == tr.inner_split
-                ):
-                    raise ScheduleError(
-                        f"cannot propagate the schedule of {reference.name} to {target.name}: "
-                        f"{_describe(reference, tr.input)} is split by {tr.factor} but "
-                        f"{_describe(target, x)} is already transformed differently; remove the "
-                        f"schedule of {target.name} or give it the same split"
-                    )
-                m[id(tr.outer)], m[id(tr.inner)] = existing.outer, existing.inner
-                continue
-            if x.is_device_parallel:
-                if x.is_broadcast:
-                    continue  # bDIDx is pinned; never copied onto split outputs
-                if _same_sharding_split(tr, x):
-                    continue  # x{D} sharded whole is the split's outer part; no inner
-                raise ScheduleError(
-                    f"cannot propagate the schedule of {reference.name} to {target.name}: "
-                    f"{_describe(target, x)} is sharded ({x.parallel_type.value}) but "
-                    f"{_describe(reference, tr.input)} is not; a kernel computes on local "
-                    "shards only, insert a resharding (insert-reshardings) between them"
-                )
-            if is_sharding_split(tr):  # the reference shards this axis
-                if x.is_broadcast:
-                    m[id(tr.inner)] = x
-                    continue
-                raise ScheduleError(
-                    f"cannot propagate the schedule of {reference.name} to {target.name}: "
-                    f"{_describe(reference, tr.input)} is sharded "
-                    f"({tr.outer.parallel_type.value}) but {_describe(target, x)} is not; "
-                    "propagate shardings (propagate-shardings) or insert a resharding first"
-                )
-            target.split(target.domain.loop.index(x), tr.factor, tr.inner_split)
-            made = target.domain.transforms[-1]
-            m[id(tr.outer)], m[id(tr.inner)] = made.outer, made.inner
-        else:
-            xo, xi = get(tr.outer), get(tr.inner)
-            if xo is None or xi is None:
-                if xo is not None or xi is not None:
-                    m[id(tr.output)] = xo if xo is not None else xi
-                continue
-            existing = _consumer_of(target, xo) or _consumer_of(target, xi)
-            if existing is not None:
-                if not (
-                    isinstance(existing, Merge) and existing.outer is xo and existing.inner is xi
-                ):
-                    raise ScheduleError(
-                        f"cannot propagate the schedule of {reference.name} to {target.name}: "
-                        f"{reference.name} merges {axis_text(tr.outer)} and {axis_text(tr.inner)} "
-                        f"but {_describe(target, xo)} / {axis_text(xi)} are already transformed "
-                        f"differently; remove the schedule of {target.name}"
-                    )
-                m[id(tr.output)] = existing.output
-                continue
-            loop = target.domain.loop
-            target.merge(loop.index(xo), loop.index(xi))
-            m[id(tr.output)] = target.domain.transforms[-1].output
-    for r_ax in reference.domain.loop:
-        x = m.get(id(r_ax))
-        if x is not None and x in target.domain.loop:
-            ref_of[id(x)] = r_ax
-    _order_and_parallelize(reference, target, ref_of)
-
-
-def _order_and_parallelize(reference: TensorView, target: TensorView, ref_of: dict) -> None:
-    """Loop order: device axes, leftover broadcast axes, then the reference's order."""
-    pinned = [ax for ax in target.domain.loop if ax.is_device_parallel]
-    mapped = [ax for ax in target.domain.loop if id(ax) in ref_of and ax not in pinned]
-    rest = [ax for ax in target.domain.loop if ax not in pinned and ax not in mapped]
-    for ax in rest:
-        if not ax.is_broadcast and ax.extent != 1:
-            raise ScheduleError(
-                f"cannot propagate the schedule of {reference.name} to {target.name}: "
-                f"{_describe(target, ax)} has no counterpart in {reference.name}; schedule "
-                f"{target.name} separately or make it a broadcast axis"
-            )
-    for ax in mapped:
-        r_ax = ref_of[id(ax)]
-        if r_ax.is_device_parallel and not r_ax.is_broadcast and not ax.is_broadcast:
-            raise ScheduleError(
-                f"cannot propagate the schedule of {reference.name} to {target.name}: "
-                f"{_describe(reference, r_ax)} is sharded ({r_ax.parallel_type.value}) but "
-                f"{_describe(target, ax)} is not; a kernel computes on local shards only, "
-                "propagate shardings or insert a resharding first"
-            )
-    ref_pos = {id(ax): k for k, ax in enumerate(reference.domain.loop)}
-    mapped.sort(key=lambda ax: ref_pos[id(ref_of[id(ax)])])
-    target.domain.loop = pinned + rest + mapped
-    for ax in mapped:
-        pt = ref_of[id(ax)].parallel_type
-        if not pt.is_device and pt is not ax.parallel_type:
-            ax.parallelize(pt)
-
-
-class Edges:
-    """The propagation graph of a kernel's expressions: each tensor's neighbours
-    (neighbour, expression, neighbour is the consumer), and each expression's axis
-    map by positions, asked once per expression and operand: while a kernel is
-    scheduled its logical domains and its expressions' operands do not change."""
-
-    def __init__(self, exprs: Iterable[Expr]) -> None:
-        neighbours: dict[int, list[tuple[TensorView, Expr, bool]]] = {}
-        for e in exprs:
-            out = e.outputs[0]
-            for p in e.inputs:
-                if id(p) in neighbours:
-                    neighbours[id(p)].append((out, e, True))
-                else:
-                    neighbours[id(p)] = [(out, e, True)]
-                if id(out) in neighbours:
-                    neighbours[id(out)].append((p, e, False))
-                else:
-                    neighbours[id(out)] = [(p, e, False)]
-        self._neighbours = neighbours
-        self._positions: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-        self._positional: dict[tuple, tuple[tuple[int, int], ...]] = {}
-
-    def of(self, tv: TensorView) -> list[tuple[TensorView, Expr, bool]]:
-        """tv's neighbours: (neighbour, expression, neighbour is the consumer)."""
-        return self._neighbours.get(id(tv), [])
-
-    def positions(self, expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
-        """axis_positions(expr, producer), computed once."""
-        key = (id(expr), id(producer))
-        hit = self._positions.get(key)
-        if hit is None:
-            hit = self._positions[key] = self._mapped(expr, producer)
-        return hit
-
-    def _mapped(self, expr: Expr, producer: TensorView) -> tuple[tuple[int, int], ...]:
-        # A positional map reads the operand's data positions and the output's rank, and
-        # the check the output's reduction axes: one answer per (op, class) and pair of
-        # domain signatures (the 20 000 `x + k` of one kernel: one). Kept per graph,
-        # while its tensors live.
-        key = (
-            expr.op_name,
-            type(expr),
-            domain_signature(producer),
-            domain_signature(expr.outputs[0]),
-        )
-        hit = self._positional.get(key)
-        if hit is None:
-            hit = axis_positions(expr, producer)
-            op = definition(expr)  # which the op name and class decide
-            if op is not None and op.axis_map is positional and op.outputs_axis_map is None:
-                self._positional[key] = hit
-        return hit
-
-
-def propagation_edges(exprs: Iterable[Expr]) -> Edges:
-    """The propagation graph of `exprs`."""
-    return Edges(exprs)
 
 
 # For a reached tensor, per logical axis: the position of the reference logical axis
 # it maps to, or -1.
 RefMap = tuple[int, ...]
+
+
+class _Unnamed(Exception):
+    """A replay problem found without the tensors at hand to name it (replayed())."""
+
+
+class _Names:
+    """How a replay's messages name the reference, the target and their axes; the
+    target shows the domain the replay has made of it so far."""
+
+    def __init__(self, reference: TensorView, target: TensorView) -> None:
+        self.reference = reference
+        self.target = target
+
+    def ref(self, p: int) -> str:
+        return f"{self.reference.name} axis {axis_text(Axis(self.reference, p))}"
+
+    def ref_axis(self, p: int) -> str:
+        return axis_text(Axis(self.reference, p))
+
+    def tgt(self, p: int) -> str:
+        return f"{self.target.name} axis {axis_text(Axis(self.target, p))}"
+
+    def tgt_axis(self, p: int) -> str:
+        return axis_text(Axis(self.target, p))
+
+
+def _problem(names: _Names | None, now: TensorDomain, text: Callable[[_Names], str]) -> Exception:
+    """The error a replay raises: named when the tensors are at hand, else _Unnamed
+    (the caller replays again with them, to say it)."""
+    if names is None:
+        return _Unnamed()
+    names.target.domain = now  # the message shows the target as the replay left it
+    return ScheduleError(text(names))
+
+
+def replay(reference: TensorView, target: TensorView, ref_map: RefMap) -> None:
+    """Replay `reference`'s transforms onto `target`; `ref_map` gives, per target
+    logical axis, the reference logical axis it maps to (-1: none). Existing
+    transforms of the target must agree. A function of the two domains and the map
+    (`replayed`), so tensors alike are given one result."""
+    try:
+        target.domain = replayed(reference.domain, target.domain, ref_map)
+    except _Unnamed:
+        _replay(reference.domain, target.domain, ref_map, _Names(reference, target))
+        raise AssertionError("a replay failed once and not again") from None
+
+
+@fact
+def replayed(ref: TensorDomain, target: TensorDomain, ref_map: RefMap) -> TensorDomain:
+    """The target domain with the reference domain's transforms replayed onto it."""
+    return _replay(ref, target, ref_map, None)
+
+
+def _replay(
+    ref: TensorDomain, dom: TensorDomain, ref_map: RefMap, names: _Names | None
+) -> TensorDomain:
+    m: dict[int, int] = {r: t for t, r in enumerate(ref_map) if r >= 0}  # ref pos -> target pos
+
+    def get(p: int) -> int | None:
+        x = m.get(p)
+        return None if x is None or dom.axes[x].is_device_parallel else x
+
+    for tr in ref.transforms:
+        if type(tr) is Split:
+            x = m.get(tr.input)
+            if x is None:
+                continue
+            existing = _consumer_of(dom, x)
+            if existing is not None:
+                if not (
+                    type(existing) is Split
+                    and existing.factor == tr.factor
+                    and existing.inner_split == tr.inner_split
+                ):
+                    raise _problem(
+                        names,
+                        dom,
+                        lambda n, tr=tr, x=x: (
+                            f"cannot propagate the schedule of {n.reference.name} to "
+                            f"{n.target.name}: {n.ref(tr.input)} is split by {tr.factor} but "
+                            f"{n.tgt(x)} is already transformed differently; remove the "
+                            f"schedule of {n.target.name} or give it the same split"
+                        ),
+                    )
+                m[tr.outer], m[tr.inner] = existing.outer, existing.inner
+                continue
+            ax = dom.axes[x]
+            if ax.is_device_parallel:
+                if ax.is_broadcast:
+                    continue  # bDIDx is pinned; never copied onto split outputs
+                if _same_sharding_split(ref, tr, ax.extent, ax.parallel_type):
+                    continue  # x{D} sharded whole is the split's outer part; no inner
+                raise _problem(
+                    names,
+                    dom,
+                    lambda n, tr=tr, x=x, ax=ax: (
+                        f"cannot propagate the schedule of {n.reference.name} to "
+                        f"{n.target.name}: {n.tgt(x)} is sharded ({ax.parallel_type.value}) "
+                        f"but {n.ref(tr.input)} is not; a kernel computes on local "
+                        "shards only, insert a resharding (insert-reshardings) between them"
+                    ),
+                )
+            if ref.is_sharding_split(tr):  # the reference shards this axis
+                if ax.is_broadcast:
+                    m[tr.inner] = x
+                    continue
+                raise _problem(
+                    names,
+                    dom,
+                    lambda n, tr=tr, x=x: (
+                        f"cannot propagate the schedule of {n.reference.name} to "
+                        f"{n.target.name}: {n.ref(tr.input)} is sharded "
+                        f"({ref.axes[tr.outer].parallel_type.value}) but {n.tgt(x)} is not; "
+                        "propagate shardings (propagate-shardings) or insert a resharding first"
+                    ),
+                )
+            n_axes = len(dom.axes)
+            dom = dom.split(dom.loop_positions.index(x), tr.factor, tr.inner_split)
+            m[tr.outer], m[tr.inner] = n_axes, n_axes + 1
+        else:
+            xo, xi = get(tr.outer), get(tr.inner)
+            if xo is None or xi is None:
+                if xo is not None or xi is not None:
+                    m[tr.output] = xo if xo is not None else xi
+                continue
+            existing = _consumer_of(dom, xo) or _consumer_of(dom, xi)
+            if existing is not None:
+                if not (type(existing) is Merge and existing.outer == xo and existing.inner == xi):
+                    raise _problem(
+                        names,
+                        dom,
+                        lambda n, tr=tr, xo=xo, xi=xi: (
+                            f"cannot propagate the schedule of {n.reference.name} to "
+                            f"{n.target.name}: {n.reference.name} merges "
+                            f"{n.ref_axis(tr.outer)} and {n.ref_axis(tr.inner)} but {n.tgt(xo)}"
+                            f" / {n.tgt_axis(xi)} are already transformed differently; remove "
+                            f"the schedule of {n.target.name}"
+                        ),
+                    )
+                m[tr.output] = existing.output
+                continue
+            loop = dom.loop_positions
+            n_axes = len(dom.axes)
+            dom = dom.merge(loop.index(xo), loop.index(xi))
+            m[tr.output] = n_axes
+    ref_of: dict[int, int] = {}  # target loop position -> reference loop axis
+    loop = set(dom.loop_positions)
+    for r in ref.loop_positions:
+        x = m.get(r)
+        if x is not None and x in loop:
+            ref_of[x] = r
+    return _order_and_parallelize(ref, dom, ref_of, names)
+
+
+def _order_and_parallelize(
+    ref: TensorDomain, dom: TensorDomain, ref_of: dict[int, int], names: _Names | None
+) -> TensorDomain:
+    """Loop order: device axes, leftover broadcast axes, then the reference's order."""
+    loop = dom.loop_positions
+    pinned = [p for p in loop if dom.axes[p].is_device_parallel]
+    mapped = [p for p in loop if p in ref_of and p not in pinned]
+    rest = [p for p in loop if p not in pinned and p not in mapped]
+    for p in rest:
+        ax = dom.axes[p]
+        if not ax.is_broadcast and ax.extent != 1:
+            raise _problem(
+                names,
+                dom,
+                lambda n, p=p: (
+                    f"cannot propagate the schedule of {n.reference.name} to {n.target.name}: "
+                    f"{n.tgt(p)} has no counterpart in {n.reference.name}; schedule "
+                    f"{n.target.name} separately or make it a broadcast axis"
+                ),
+            )
+    for p in mapped:
+        r_ax = ref.axes[ref_of[p]]
+        if r_ax.is_device_parallel and not r_ax.is_broadcast and not dom.axes[p].is_broadcast:
+            raise _problem(
+                names,
+                dom,
+                lambda n, p=p, r=ref_of[p], r_ax=r_ax: (
+                    f"cannot propagate the schedule of {n.reference.name} to {n.target.name}: "
+                    f"{n.ref(r)} is sharded ({r_ax.parallel_type.value}) but "
+                    f"{n.tgt(p)} is not; a kernel computes on local shards only, "
+                    "propagate shardings or insert a resharding first"
+                ),
+            )
+    ref_pos = {p: k for k, p in enumerate(ref.loop_positions)}
+    mapped.sort(key=lambda p: ref_pos[ref_of[p]])
+    dom = dom.with_loop((*pinned, *rest, *mapped))
+    for p in mapped:
+        pt = ref.axes[ref_of[p]].parallel_type
+        if not pt.is_device and pt is not dom.axes[p].parallel_type:
+            _check_parallelize(dom, p, pt, names)
+            dom = dom.parallelize(p, pt)
+    return dom
+
+
+def _check_parallelize(dom: TensorDomain, p: int, pt: ParallelType, names: _Names | None) -> None:
+    """What Axis.parallelize checks: one parallel type per loop axis, thread extents."""
+    problem = parallelize_problem(dom, p, pt)
+    if problem is not None:
+        raise _problem(names, dom, lambda n: f"parallelize: {n.target.name}{problem}")
+
+
+class Edges:
+    """The propagation graph of a kernel's expressions: each tensor's neighbours
+    (neighbour, expression, neighbour is the consumer), read from the tensor's own links
+    (its definition and uses) as it is reached: first the producers of its expression,
+    then, in kernel order, one entry per operand it is of each reader."""
+
+    def __init__(self, exprs: Iterable[Expr]) -> None:
+        self._at = {id(e): k for k, e in enumerate(exprs)}
+
+    def of(self, tv: TensorView) -> list[tuple[TensorView, Expr, bool]]:
+        """tv's neighbours: (neighbour, expression, neighbour is the consumer)."""
+        at = self._at
+        out: list[tuple[TensorView, Expr, bool]] = []
+        d = tv.definition
+        if d is not None and id(d) in at and d.outputs[0] is tv:
+            out = [(p, d, False) for p in d.inputs]
+        readers = {id(e): e for e in tv.uses if id(e) in at}
+        for e in sorted(readers.values(), key=lambda e: at[id(e)]):
+            consumer = e.outputs[0]
+            out += [(consumer, e, True) for p in e.inputs if p is tv]
+        return out
+
+
+def propagation_edges(exprs: Iterable[Expr]) -> Edges:
+    """The propagation graph of `exprs`."""
+    return Edges(exprs)
 
 
 def propagate(
@@ -261,49 +315,37 @@ def propagate(
     Tensors are reached best-first: each next tensor is the one whose path from the
     reference maps the most of its logical axes (nvFuser's maximum-information
     spanning tree), so a broadcast on one path cannot hide an axis another path maps.
-    The replay is decided once per domain signature and axis map (`_replay_once`).
     """
     edges = propagation_edges(exprs) if edges is None else edges
     to_ref: dict[int, RefMap] = {}
     order: list[TensorView] = []
-    replays: dict[tuple, Replayed] = {}
-    copies: set[int] = set()  # tensors given a replay made for another
     heap: list[tuple[int, int, TensorView, RefMap]] = []
     counter = itertools.count()
-    start = tuple(range(len(reference.domain.logical)))
+    start = tuple(range(reference.domain.n_logical))
     heapq.heappush(heap, (-len(start), next(counter), reference, start))
-    neighbours, positions = edges.of, edges.positions  # the loop runs once per tensor
-    # What crossing an expression does to a map onto the reference reads only the map,
-    # the expression's axis map (shared per signatures), the direction and the rank.
-    moves: dict[tuple, tuple[RefMap, int]] = {}
+    neighbours = edges.of  # the loop runs once per tensor
     while heap:
         _, _, tv, ref_map = heapq.heappop(heap)
         if id(tv) in to_ref:
             _check_agrees(reference, tv, to_ref[id(tv)], ref_map)
             continue
         to_ref[id(tv)] = ref_map
-        if tv is not reference and _replay_once(reference, tv, ref_map, replays):
-            copies.add(id(tv))
+        if tv is not reference:
+            replay(reference, tv, ref_map)
         order.append(tv)
         for other, expr, other_is_consumer in neighbours(tv):
-            pairs = positions(expr, tv) if other_is_consumer else positions(expr, other)
-            key = (ref_map, pairs, other_is_consumer, len(other.domain.logical))
-            move = moves.get(key)
-            if move is None:
-                move = moves[key] = _moved(*key)
-            reached, mapped = move
+            pairs = axis_positions(expr, tv) if other_is_consumer else axis_positions(expr, other)
+            reached, mapped = moved(ref_map, pairs, other_is_consumer, other.domain.n_logical)
             if id(other) in to_ref:
                 _check_agrees(reference, other, to_ref[id(other)], reached)
                 continue
             heapq.heappush(heap, (-mapped, next(counter), other, reached))
-    # A tensor given a replay made for another has its parallel types: check the first.
-    check_parallel_types(t for t in order if id(t) not in copies)
+    check_parallel_types(order)
     return order
 
 
-def _moved(
-    ref_map: RefMap, pairs: tuple[tuple[int, int], ...], to_consumer: bool, rank: int
-) -> tuple[RefMap, int]:
+@fact
+def moved(ref_map: RefMap, pairs: Pairs, to_consumer: bool, rank: int) -> tuple[RefMap, int]:
     """The map onto the reference of a neighbour of rank `rank` reached through an
     expression (`pairs`: its axis positions, producer's and consumer's) from a tensor
     mapped by `ref_map`, and how many of the neighbour's axes it maps."""
@@ -314,24 +356,6 @@ def _moved(
         elif not to_consumer and ref_map[c] >= 0:
             other_map[p] = ref_map[c]
     return tuple(other_map), rank - other_map.count(-1)
-
-
-def _replay_once(
-    reference: TensorView, tv: TensorView, ref_map: RefMap, replays: dict[tuple, Replayed]
-) -> bool:
-    """replay(reference, tv, ...), decided once per (tv's domain signature, axis map): it
-    reads nothing else of tv, so a tensor like one replayed before is given the same.
-    True if it was (tv is a copy)."""
-    key = (domain_signature(tv), ref_map)
-    done = replays.get(key)
-    if done is not None:
-        done.apply(tv)
-        return True
-    before = Before.of(tv)
-    ref_axes, axes = reference.domain.logical, tv.domain.logical
-    replay(reference, tv, {ref_axes[r]: axes[k] for k, r in enumerate(ref_map) if r >= 0})
-    replays[key] = Replayed.taken(tv, before)
-    return False
 
 
 def _check_agrees(reference: TensorView, tv: TensorView, got: RefMap, other: RefMap) -> None:
@@ -348,17 +372,27 @@ def _check_agrees(reference: TensorView, tv: TensorView, got: RefMap, other: Ref
             )
 
 
+@fact
+def repeated_parallel_type(dom: TensorDomain) -> tuple[int, int] | None:
+    """Two loop axes (positions) of one parallel type other than Serial, or None."""
+    seen: dict[ParallelType, int] = {}
+    for p in dom.loop_positions:
+        pt = dom.axes[p].parallel_type
+        if pt is ParallelType.Serial:
+            continue
+        if pt in seen:
+            return seen[pt], p
+        seen[pt] = p
+    return None
+
+
 def check_parallel_types(tensors: Iterable[TensorView]) -> None:
     """No tensor may carry one parallel type on two loop axes."""
     for tv in tensors:
-        seen: dict[ParallelType, IterDomain] = {}
-        for ax in tv.domain.loop:
-            pt = ax.parallel_type
-            if pt is ParallelType.Serial:
-                continue
-            if pt in seen:
-                raise ScheduleError(
-                    f"{tv.name}: loop axes {axis_text(seen[pt])} and {axis_text(ax)} both have "
-                    f"parallel type {pt.value}"
-                )
-            seen[pt] = ax
+        twice = repeated_parallel_type(tv.domain)
+        if twice is not None:
+            a, b = Axis(tv, twice[0]), Axis(tv, twice[1])
+            raise ScheduleError(
+                f"{tv.name}: loop axes {axis_text(a)} and {axis_text(b)} both have "
+                f"parallel type {a.parallel_type.value}"
+            )

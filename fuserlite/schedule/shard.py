@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from fuserlite.ir.domain import IterDomain, TensorDomain, is_sharding_split
+from fuserlite.ir.domain import TensorDomain
 from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import shardings
-from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.tensor import TensorView, parallelize_problem
 from fuserlite.ir.types import ParallelType
+from fuserlite.ir.values import fact
 
 
 def shard_axis(
@@ -23,50 +24,120 @@ def shard_axis(
     """Shard logical axis `logical_index` of `tv` over the mesh axis of `parallel_type`.
 
     An unsharded axis whose extent equals that mesh axis's size is parallelized
-    directly (unless `whole` is False: more mesh axes will split it); any other is outer-split by the size and the outer part
-    parallelized. An axis already sharded is split again inside its innermost
-    sharding (nested: the new mesh axis splits each chunk of the old ones).
+    directly (unless `whole` is False: more mesh axes will split it); any other is
+    outer-split by the size and the outer part parallelized. An axis already sharded
+    is split again inside its innermost sharding (nested: the new mesh axis splits each
+    chunk of the old ones). The new domain is a fact of the old one (`sharded_axis`);
+    where a primitive refuses a step, the primitives themselves say why.
     """
     tv.set_device_mesh(mesh)
     d = mesh.axis_size(parallel_type)
-    ax = tv.domain.logical[logical_index]
-    if ax in tv.domain.loop:
-        if ax.extent == d and whole:
-            ax.parallelize(parallel_type)
+    try:
+        tv.domain = sharded_axis(tv.domain, logical_index, d, parallel_type, whole)
+    except _Refused:
+        _shard_axis_by_primitives(tv, logical_index, d, parallel_type, whole)
+        raise AssertionError("a sharding refused once and not again") from None
+
+
+class _Refused(Exception):
+    """A schedule primitive would refuse a step of a sharding (it says why)."""
+
+
+@fact
+def sharded_axis(dom: TensorDomain, li: int, d: int, pt: ParallelType, whole: bool) -> TensorDomain:
+    """The domain with logical axis `li` sharded over `d` devices along `pt`, as
+    shard_axis does it; _Refused where a primitive would refuse a step."""
+    p = li
+    if p in dom.loop_positions:
+        if dom.axes[p].extent == d and whole:
+            return _parallelized(dom, p, pt)
+    else:
+        p = _innermost_shard(dom, li)
+        if p is None:
+            raise _Refused
+    ax = dom.axes[p]
+    if ax.is_device_parallel and not ax.is_broadcast:
+        raise _Refused  # split refuses a device-parallel axis
+    i = dom.loop_positions.index(p)
+    dom = dom.split(i, d, False)
+    return _parallelized(dom, dom.loop_positions[i], pt)
+
+
+def _parallelized(dom: TensorDomain, p: int, pt: ParallelType) -> TensorDomain:
+    if parallelize_problem(dom, p, pt) is not None:
+        raise _Refused
+    return dom.parallelize(p, pt)
+
+
+def _shard_axis_by_primitives(
+    tv: TensorView, li: int, d: int, pt: ParallelType, whole: bool
+) -> None:
+    """shard_axis step by step with the checked primitives (for their messages)."""
+    dom = tv.domain
+    p = li
+    if p in dom.loop_positions:
+        if dom.axes[p].extent == d and whole:
+            tv.axis(dom.loop_positions.index(p)).parallelize(pt)
             return
     else:
-        ax = _innermost_shard(tv, ax)
-    pos = tv.domain.loop.index(ax)
-    tv.outer_split(pos, d).axis(pos).parallelize(parallel_type)
-
-
-def _innermost_shard(tv: TensorView, ax: IterDomain) -> IterDomain:
-    """The loop axis holding one device's part of logical axis `ax` after its shardings."""
-    while ax not in tv.domain.loop:
-        d = next((t for t in tv.domain.transforms if ax in t.inputs), None)
-        if not is_sharding_split(d):
+        p = _innermost_shard(dom, li)
+        if p is None:
             raise ScheduleError(
-                f"{tv.name}: logical axis {tv.domain.logical.index(ax)} has schedule transforms "
+                f"{tv.name}: logical axis {li} has schedule transforms "
                 "besides its sharding; shard it before scheduling"
             )
-        ax = d.inner
-    return ax
+    pos = dom.loop_positions.index(p)
+    tv.outer_split(pos, d).axis(pos).parallelize(pt)
+
+
+def _innermost_shard(dom: TensorDomain, li: int) -> int | None:
+    """The loop axis (position) holding one device's part of logical axis `li` after
+    its shardings; None where another transform splits or merges it."""
+    p = li
+    while p not in dom.loop_positions:
+        k = dom.use[p]
+        t = None if k is None else dom.transforms[k]
+        if t is None or not dom.is_sharding_split(t):
+            return None
+        p = t.inner
+    return p
 
 
 def shard_as(tv: TensorView, mesh: DeviceMesh | None, wanted: Placement) -> None:
     """Give `tv` (unsharded) the mesh and the placement `wanted` on its logical axes, each
-    axis split over its mesh axes outer to inner."""
+    axis split over its mesh axes outer to inner (a fact of its domain, `sharded_as`)."""
     if mesh is None:
         return
     tv.set_device_mesh(mesh)
+    try:
+        tv.domain = sharded_as(tv.domain, mesh, wanted)
+    except _Refused:
+        for li, axes in enumerate(wanted.shards):
+            for a in axes:
+                shard_axis(tv, li, mesh, mesh.parallel_types[a], whole=len(axes) == 1)
+        raise AssertionError("a sharding refused once and not again") from None
+
+
+@fact
+def sharded_as(dom: TensorDomain, mesh: DeviceMesh, wanted: Placement) -> TensorDomain:
+    """The domain shard_as gives a tensor of domain `dom` (_Refused where a primitive
+    would refuse a step)."""
     for li, axes in enumerate(wanted.shards):
         for a in axes:
-            shard_axis(tv, li, mesh, mesh.parallel_types[a], whole=len(axes) == 1)
+            pt = mesh.parallel_types[a]
+            dom = sharded_axis(dom, li, mesh.axis_size(pt), pt, len(axes) == 1)
+    return dom
 
 
 def has_schedule(tv: TensorView) -> bool:
     """True if tv has transforms other than its sharding splits."""
-    return not all(is_sharding_split(t) for t in tv.domain.transforms)
+    return scheduled_beyond_sharding(tv.domain)
+
+
+@fact
+def scheduled_beyond_sharding(dom: TensorDomain) -> bool:
+    """True if the domain has transforms other than its sharding splits."""
+    return not all(dom.is_sharding_split(t) for t in dom.transforms)
 
 
 def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
@@ -109,7 +180,7 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
                 )
             ax = tv.domain.logical[li]
             size = new_mesh.axis_size(pts[0])
-            if ax in tv.domain.loop and ax.extent != size:
+            if li in tv.domain.loop_positions and ax.extent != size:
                 where = "" if tv.origin is None else f"{tv.origin}: "
                 if tv.user_name is None:  # made for the user (a shard_map region's values)
                     raise FusionError(
@@ -126,11 +197,14 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
                 )
         if tv.mesh is None:  # DID given, mesh inherited later: only a whole-axis DID is possible
             continue
-        contiguity = list(tv.domain.contiguity) if tv.domain.allocation is None else None
-        broadcast_dids = {ax: ax.parallel_type for ax in tv.domain.logical if ax.is_broadcast}
-        tv.domain = TensorDomain(tv.domain.logical, contiguity)
-        for ax in tv.domain.logical:
-            ax.parallel_type = broadcast_dids.get(ax, ParallelType.Serial)
+        dom = tv.domain
+        contiguity = dom.contiguity if dom.allocation is None else None
+        # b == bDIDx: a broadcast axis keeps its type, every other axis starts serial
+        logical = [
+            ax if ax.is_broadcast else ax.with_parallel_type(ParallelType.Serial)
+            for ax in dom.logical
+        ]
+        tv.domain = TensorDomain(logical, contiguity)
         tv.set_device_mesh(new_mesh)
         for li, pts in nests.items():
             for pt in pts:

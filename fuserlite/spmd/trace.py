@@ -3,7 +3,8 @@
 A local value of a shard_map function stands for a global tensor (a `Local`): one
 leading axis per mesh axis the value varies over, sharded on it, then the local axes.
 A `Trace` holds the local program fn writes and replays each of its ops on the global
-tensors, its axes shifted past the leading ones (the op's local rule, LOCAL_RULES).
+tensors, its axes shifted past the leading ones (the op's local rule,
+`OpDef.local_rule`, each rule's replay here in REPLAYS).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
-from fuserlite.ops.registry import Category, OpDef, all_ops, definition
+from fuserlite.ops.registry import LocalRule, OpDef, definition
 
 _state = threading.local()  # the stack of traces being built (at most one: no nesting)
 
@@ -77,11 +78,11 @@ def declare(tv: TensorView, mesh: DeviceMesh, sharded: dict[int, ParallelType]) 
     tv.set_device_mesh(mesh)
     data = tv.data_positions()
     for d, pt in sharded.items():
-        ax = tv.domain.logical[data[d]]
+        ax = tv.logical[data[d]]
         if ax.extent == axis_size(mesh, pt):
             ax.parallelize(pt)
         else:
-            pos = tv.domain.loop.index(ax)
+            pos = tv.domain.loop_positions.index(ax.position)
             tv.outer_split(pos, axis_size(mesh, pt)).axis(pos).parallelize(pt)
     return tv
 
@@ -155,7 +156,7 @@ class Trace:
 
     def _replay(self, expr: Expr) -> list[Local]:
         d = definition(expr)
-        rule = LOCAL_RULES.get(d.name) if d is not None else None
+        rule = REPLAYS.get(d.local_rule) if d is not None else None
         if rule is None:
             raise FusionError(f"shard_map: {expr!r} has no local rule; write it in the global view")
         values = d.values(expr)
@@ -218,8 +219,8 @@ class Replay:
         return self.op.build(**call)
 
 
-# -- local rules: how each op acts on the global tensors of local values ------------
-LocalRule = Callable[[Replay], TensorView]
+# -- local rules: how each kind of op acts on the global tensors of local values ------
+Replayer = Callable[[Replay], TensorView]
 
 
 def _same(r: Replay) -> TensorView:
@@ -334,27 +335,19 @@ def _ranges(r: Replay) -> TensorView:
     )
 
 
-LOCAL_RULES: dict[str, LocalRule] = {
-    **{d.name: _same for d in all_ops() if d.category is Category.POINTWISE and not d.attrs},
-    "set": _same,  # its cache hint is not about axes
-    "cast": _same,  # its attribute is a dtype, not an axis
-    "broadcast": _flags,
-    "permute": _dims,
-    "expand": _shape,
-    "reshape": _shape,
-    "take": _rows,
-    "squeeze": _squeezed,
-    "select": _axis,
-    "slice": _ranges,
-    "cat": _axis,
-    "sum": _shifted_axes,
-    "max": _shifted_axes,
-    "matmul": _matmul,
-    "linear": _linear,
-    "sdpa": _leading_batch,
-    "sdpa_bwd": _leading_batch,
-    "rand_like": _leading_batch,
-    "iota": _same,  # no operands: the same on every device, made once, replicated
+REPLAYS: dict[LocalRule, Replayer] = {  # an op's rule is in its OpDef (`local`)
+    LocalRule.same: _same,
+    LocalRule.flags: _flags,
+    LocalRule.dims: _dims,
+    LocalRule.shape: _shape,
+    LocalRule.rows: _rows,
+    LocalRule.squeezed: _squeezed,
+    LocalRule.axis: _axis,
+    LocalRule.ranges: _ranges,
+    LocalRule.reduced: _shifted_axes,
+    LocalRule.matmul: _matmul,
+    LocalRule.linear: _linear,
+    LocalRule.batch: _leading_batch,
 }
 
 

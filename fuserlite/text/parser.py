@@ -39,12 +39,11 @@ from lark.lexer import PatternStr
 
 from fuserlite import ops
 from fuserlite.ir import args
-from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FuserliteError, ParseError, ScheduleError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import sharding_problem
-from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import DType, ParallelType
 from fuserlite.schedule.placements import distribute
 from fuserlite.spmd.collectives import COLLECTIVES
@@ -384,7 +383,7 @@ class _Builder:
     def _set_mesh(self, name: Token, ref: Token | Tree) -> None:
         tv = self._tensor(name)
         tv.set_device_mesh(self._mesh(ref))
-        for ax in tv.domain.loop:
+        for ax in tv.loop:
             self._check_sharding(tv, ax)
 
     def _split(self, name: Token, axis: Token, factor: Token, inner: bool = True) -> None:
@@ -444,9 +443,10 @@ class _Builder:
             written.append(text)
         distribute(tv, mesh, "(" + ",".join(written) + ")")
 
-    def _check_sharding(self, tv: TensorView, ax: IterDomain) -> None:
+    def _check_sharding(self, tv: TensorView, ax: Axis) -> None:
         # Without a mesh the tensor inherits one during propagation; verify() checks it then.
         if tv.mesh is not None and ax.is_device_parallel:
-            problem = sharding_problem(tv, ax)
+            problem = sharding_problem(tv.domain, tv.mesh, ax.position)
             if problem is not None:
-                raise ScheduleError(f"{tv.name} axis {tv.domain.loop.index(ax)}: {problem}")
+                where = tv.domain.loop_index(ax.position)
+                raise ScheduleError(f"{tv.name} axis {where}: {problem}")

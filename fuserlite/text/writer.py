@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import IterDomain, Split
+from fuserlite.ir.domain import Split
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -113,8 +113,8 @@ def _declaration(tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str]) ->
         raise _cannot(tv, "has no definition but axes that `input` would not create")
     contiguous = all(c is not False for c in tv.domain.contiguity)
     wanted = [None if ax.is_broadcast else contiguous for ax in logical]
-    if tv.domain.contiguity != wanted:
-        raise _cannot(tv, f"has contiguity {tv.domain.contiguity}")
+    if list(tv.domain.contiguity) != wanted:
+        raise _cannot(tv, f"has contiguity {list(tv.domain.contiguity)}")
     shape = ", ".join(str(ax.extent) for ax in logical)
     text = f"{keyword} {tv.ir_name}: {tv.dtype.name}[{shape}]"
     text += "" if contiguous else " noncontiguous"
@@ -133,14 +133,15 @@ def _check(tv: TensorView) -> None:
         raise _cannot(tv, "has a compute-at or produce position")
     if tv.definition is not None:
         default = [True if ax.is_iteration else None for ax in tv.domain.logical]
-        if tv.domain.contiguity != default:
-            raise _cannot(tv, f"has contiguity {tv.domain.contiguity}")
+        if list(tv.domain.contiguity) != default:
+            raise _cannot(tv, f"has contiguity {list(tv.domain.contiguity)}")
 
 
-def _parallelize(name: str, pos: int, ax: IterDomain) -> list[str]:
-    if ax.parallel_type is ParallelType.Serial:
+def _parallelize(tv: TensorView, name: str, pos: int, p: int) -> list[str]:
+    pt = tv.domain.axes[p].parallel_type
+    if pt is ParallelType.Serial:
         return []
-    return [f"parallelize {name} axis {pos} {ax.parallel_type.name}"]
+    return [f"parallelize {name} axis {pos} {pt.name}"]
 
 
 def _placed(tv: TensorView, mesh_name: str) -> str | None:
@@ -160,21 +161,22 @@ def _placed(tv: TensorView, mesh_name: str) -> str | None:
 
 def _schedule(tv: TensorView, name: str | None = None) -> list[str]:
     """Directives that rebuild tv's transforms, loop order and parallel types (written for
-    the tensor called `name`, tv's own by default)."""
+    the tensor called `name`, tv's own by default; an axis is its position in tv's
+    domain, `loop` the loop domain as the directives build it)."""
     name = tv.ir_name if name is None else name
-    loop = list(tv.domain.logical)
+    dom = tv.domain
+    loop = list(range(dom.n_logical))
 
-    def pos(ax: IterDomain) -> int:
-        for k, a in enumerate(loop):
-            if a is ax:
-                return k
-        raise _cannot(tv, "has transforms that do not start from its logical domain")
+    def pos(p: int) -> int:
+        if p not in loop:
+            raise _cannot(tv, "has transforms that do not start from its logical domain")
+        return loop.index(p)
 
     lines: list[str] = []
-    for t in tv.domain.transforms:
-        for ax in t.inputs:  # give the type while the axis is still in the loop domain
-            lines += _parallelize(name, pos(ax), ax)
-        if isinstance(t, Split):
+    for t in dom.transforms:
+        for p in t.inputs:  # give the type while the axis is still in the loop domain
+            lines += _parallelize(tv, name, pos(p), p)
+        if type(t) is Split:
             k = pos(t.input)
             verb = "split" if t.inner_split else "outer_split"
             lines.append(f"{verb} {name} axis {k} by {t.factor}")
@@ -183,14 +185,14 @@ def _schedule(tv: TensorView, name: str | None = None) -> list[str]:
             lines.append(f"merge {name} axes {pos(t.outer)} {pos(t.inner)}")
             del loop[pos(t.inner)]  # the merged axis takes the outer axis's place
             loop[pos(t.outer)] = t.output
-    if len(loop) != len(tv.domain.loop):
+    if len(loop) != len(dom.loop_positions):
         raise _cannot(tv, "has a loop domain that is not the result of its transforms")
-    order = {pos(ax): k for k, ax in enumerate(tv.domain.loop) if pos(ax) != k}
+    order = {pos(p): k for k, p in enumerate(dom.loop_positions) if pos(p) != k}
     if order:
         pairs = ", ".join(f"{old}: {new}" for old, new in order.items())
         lines.append(f"reorder {name} {{{pairs}}}")
-    for k, ax in enumerate(tv.domain.loop):
-        lines += _parallelize(name, k, ax)
+    for k, p in enumerate(dom.loop_positions):
+        lines += _parallelize(tv, name, k, p)
     return lines
 
 

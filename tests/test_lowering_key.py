@@ -1,15 +1,13 @@
-"""kernel.indexing.schedule_signature: the key the kernel runner plans tensors by (one
-lowering, grid binding and local shape per key). Tensors alike but for one detail get
-their own keys; the domain's part is kept per stamp of the domain, so it survives the
-tensor's own attribute changes (the inline positions the scheduler sets last)."""
+"""kernel.indexing.lowering_key: what a tensor's index lowering reads (its domain, and
+for an iota or rand_like the device indices its global index reads), by which the
+kernel runner plans tensors once: tensors alike but for one detail get their own."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import fuserlite as fl
-from fuserlite.ir.signature import domain_signature
-from fuserlite.kernel.indexing import device_indices, schedule_signature
+from fuserlite.kernel.indexing import device_indices, lowering_key
 from fuserlite.schedule.shard import shard_axis
 
 MESH = fl.DeviceMesh([0, 1])
@@ -37,26 +35,15 @@ def test_an_indexed_op_of_an_evenly_sharded_domain_gets_its_own_key() -> None:
     """iota's values read the device index even where the sharding is even; an add of
     the same domain does not: one key for both would plan the iota without it."""
     t = lowered_tensors(iota_beside_add)
-    assert domain_signature(t["iota"]) == domain_signature(t["add"])
-    assert schedule_signature(t["iota"]) != schedule_signature(t["add"])
+    assert t["iota"].domain is t["add"].domain
+    assert lowering_key(t["iota"]) != lowering_key(t["add"])
     assert device_indices([t["iota"]]) == ["didx"] and device_indices([t["add"]]) == []
 
 
 def test_an_uneven_sharding_gets_its_own_key_and_device_index() -> None:
     even, uneven = lowered_tensors(lambda x: [x + 1.0]), lowered_tensors(lambda x: [x + 1.0], 7)
-    assert schedule_signature(even["add"]) != schedule_signature(uneven["add"])
+    assert lowering_key(even["add"]) != lowering_key(uneven["add"])
     assert device_indices([even["add"]]) == [] and device_indices([uneven["add"]]) == ["didx"]
-
-
-def test_the_domain_part_outlives_tensor_attributes_and_follows_the_domain() -> None:
-    add = lowered_tensors(lambda x: [x + 1.0])["add"]
-    key = schedule_signature(add)
-    add.compute_at_pos = 0  # the tensor's own attribute: the domain is unchanged
-    add.mesh = add.mesh  # given again: the tensor is stamped
-    assert schedule_signature(add) is key
-    axis = next(ax for ax in add.domain.loop if ax.extent == 128)
-    axis.parallel_type = fl.ParallelType.Serial  # was threadIdx.x: the domain changed
-    assert schedule_signature(add) != key
 
 
 def test_values_of_an_iota_beside_an_add_of_one_domain() -> None:
