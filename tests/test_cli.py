@@ -246,3 +246,26 @@ def test_help_and_version(capsys) -> None:
     assert code == 0 and "print" in out and "run" in out
     code, out, _ = run_cli(capsys, "--version")
     assert code == 0 and fl.__version__ in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["print", "--lowered"],
+        ["opt", "--lowered"],
+        ["explain"],
+        ["show", "--communications"],
+        ["codegen", "--target", "cpu"],
+        ["run", "--compute", "numpy"],
+        ["timeline"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_every_command_that_runs_passes_takes_verify_all(capsys, add_fus: Path, argv) -> None:
+    """--verify-all checks the whole IR after every pass (not only what each changed):
+    the same output, with every check made."""
+    command, *flags = argv
+    code, plain, _ = run_cli(capsys, command, add_fus, *flags)
+    assert code == 0
+    code, checked, _ = run_cli(capsys, command, add_fus, *flags, "--verify-all")
+    assert code == 0 and checked == plain

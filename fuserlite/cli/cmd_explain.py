@@ -8,6 +8,7 @@ from typing import Any
 from fuserlite.cli.output import (
     EXIT_OK,
     Output,
+    add_command,
     add_program_arguments,
     lowered_program,
     machine_option,
@@ -27,11 +28,12 @@ def cmd_explain(args: argparse.Namespace, out: Output) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `explain` to the subcommands."""
-    c = commands.add_parser(
+    c = add_command(
+        commands,
+        common,
+        cmd_explain,
         "explain",
-        parents=[common],
-        help="explain the communications of a lowered .fus fusion or printed program",
-        description=cmd_explain.__doc__,
+        "explain the communications of a lowered .fus fusion or printed program",
+        path_help=None,
     )
     add_program_arguments(c)
-    c.set_defaults(handler=cmd_explain)

@@ -13,22 +13,21 @@ read, so `fuserlite print X --passes a,b | fuserlite opt -` reproduces its input
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from fuserlite.cli.output import (
     EXIT_OK,
-    STDIN,
     Output,
     UsageError,
+    add_command,
     add_latency_option,
     check_latency_with_passes,
+    load_ir,
     lowering_pass_names,
     pass_list,
+    pipeline,
     source_name,
 )
-from fuserlite.pipeline import Pipeline
-from fuserlite.program.parser import load_any
 from fuserlite.program.program import Program
 
 
@@ -43,7 +42,7 @@ def _pass_names(args: argparse.Namespace) -> list[str] | None:
 def cmd_opt(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite opt`: read a .fus file or printed IR, run the passes, print the result."""
     names = _pass_names(args)
-    ir = load_any(sys.stdin.buffer, STDIN) if args.path == "-" else load_any(args.path)
+    ir = load_ir(args.path)
     if names is None:  # the default pipeline, which starts from a fusion
         if isinstance(ir, Program):
             flag = "--lowered" if args.lowered else "--latency-bytes"
@@ -55,20 +54,21 @@ def cmd_opt(args: argparse.Namespace, out: Output) -> int:
         names = lowering_pass_names(args)
     if names:
         level = "program" if isinstance(ir, Program) else "fusion"
-        ir = Pipeline(names, input_level=level).run(ir)
+        ir = pipeline(args, names, input_level=level).run(ir)
     out.text(str(ir))
     return EXIT_OK
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `opt` to the subcommands."""
-    p = commands.add_parser(
+    p = add_command(
+        commands,
+        common,
+        cmd_opt,
         "opt",
-        parents=[common],
-        help="run passes on a .fus file or printed IR, print the result",
-        description=cmd_opt.__doc__,
+        "run passes on a .fus file or printed IR, print the result",
+        "a .fus file or printed IR; - for stdin",
     )
-    p.add_argument("path", metavar="FILE", help="a .fus file or printed IR; - for stdin")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "-p",
@@ -80,4 +80,3 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--lowered", action="store_true", help="run the default pipeline (on a fusion)"
     )
     add_latency_option(p, "; implies --lowered")
-    p.set_defaults(handler=cmd_opt)

@@ -11,14 +11,15 @@ from fuserlite.cli.output import (
     EXIT_OK,
     Output,
     UsageError,
+    add_command,
     add_latency_option,
     check_latency_with_passes,
     load_fusion,
     lowering_pass_names,
     pass_list,
+    pipeline,
 )
 from fuserlite.ir.fusion import Fusion
-from fuserlite.pipeline import Pipeline
 from fuserlite.program.printer import print_scheduled
 from fuserlite.program.program import Program
 
@@ -68,13 +69,13 @@ def cmd_print(args: argparse.Namespace, out: Output) -> int:
     names = _pass_names(args)
     fusion = load_fusion(args.path)
     if names is not None or args.print_after or args.print_after_all:
-        pipeline = Pipeline(
+        ir = pipeline(
+            args,
             names if names is not None else lowering_pass_names(args),
             print_after=args.print_after or (),
             print_after_all=args.print_after_all,
             dump=lambda name, ir: out.text(f"// ----- after {name} -----\n{ir}"),
-        )
-        ir = pipeline.run(fusion)
+        ).run(fusion)
         if args.print_after or args.print_after_all:
             return EXIT_OK
         if args.scheduled:
@@ -93,10 +94,7 @@ def cmd_print(args: argparse.Namespace, out: Output) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `print` to the subcommands."""
-    p = commands.add_parser(
-        "print", parents=[common], help="print a .fus fusion", description=cmd_print.__doc__
-    )
-    p.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
+    p = add_command(commands, common, cmd_print, "print", "print a .fus fusion")
     form = p.add_mutually_exclusive_group()
     form.add_argument(
         "--format",
@@ -132,4 +130,3 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     dumps.add_argument(
         "--print-after", metavar="NAME", action="append", help="print the program after NAME"
     )
-    p.set_defaults(handler=cmd_print)

@@ -15,10 +15,12 @@ from fuserlite.cli.output import (
     EXIT_OK,
     Output,
     UsageError,
+    add_command,
     add_latency_option,
     add_mesh_options,
     load_fusion,
     lowering_pass_names,
+    pipeline,
     source_name,
 )
 from fuserlite.cli.progress import ProgressDisplay
@@ -26,7 +28,6 @@ from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.kernel.compile import KernelCompiler
-from fuserlite.pipeline import Pipeline
 from fuserlite.program.communication import Communication, Sizing
 from fuserlite.reference.numpy_ops import blocks
 from fuserlite.runtime.backends import BACKENDS, make_backend, mpi_launch, silent_rank
@@ -92,7 +93,7 @@ def _run(
     """The body of `run`, observed by `progress`; `names`: its passes (--devices N and
     --mesh AxB are a pass: resize-mesh moves the file's meshes first)."""
     try:
-        pipeline = Pipeline(names, progress=progress)
+        passes = pipeline(args, names, progress=progress)
         progress.phase(RANDOM_INPUTS)
         inputs = fuserlite.random_inputs(fusion, args.seed)
         progress.finish(RANDOM_INPUTS)
@@ -100,7 +101,7 @@ def _run(
             fusion,
             backend=backend,
             compute=compute_option(args),
-            pipeline=pipeline,
+            pipeline=passes,
             progress=progress,
         )
         outputs = executor.run(inputs)
@@ -182,13 +183,7 @@ def timeout_seconds(text: str) -> float:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `run` to the subcommands."""
-    r = commands.add_parser(
-        "run",
-        parents=[common],
-        help="lower, execute and validate a .fus fusion",
-        description=cmd_run.__doc__,
-    )
-    r.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
+    r = add_command(commands, common, cmd_run, "run", "lower, execute and validate a .fus fusion")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument(
         "--grad",
@@ -225,4 +220,3 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where compiled kernels are kept (default ~/.cache/fuserlite/kernels)",
     )
-    r.set_defaults(handler=cmd_run)

@@ -10,19 +10,22 @@ from fuserlite.cli.output import (
     EXIT_OK,
     Output,
     UsageError,
+    add_command,
     add_latency_option,
     load_fusion,
     lowering_pass_names,
+    pipeline,
 )
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.pipeline import Pipeline
 from fuserlite.program.program import Program
 from fuserlite.show import Sheet, find_tensor, plain, sheet, svg
 from fuserlite.show.text import coloured
 
 
-def _after(fusion: Fusion, name: str, names: list[str]) -> Fusion | Program:
+def _after(
+    args: argparse.Namespace, fusion: Fusion, name: str, names: list[str]
+) -> Fusion | Program:
     """The program after the pipeline `names`' pass `name` (and those before it)."""
     bare = [n.split("[")[0] for n in names]
     if name not in bare:
@@ -30,7 +33,7 @@ def _after(fusion: Fusion, name: str, names: list[str]) -> Fusion | Program:
             f"fuserlite show: error: --after {name!r} is not a pass of the default pipeline; "
             f"choose one of {', '.join(bare)}"
         )
-    return Pipeline(names[: bare.index(name) + 1]).run(fusion)
+    return pipeline(args, names[: bare.index(name) + 1]).run(fusion)
 
 
 def _sections(args: argparse.Namespace) -> list[tuple[str, list[Sheet]]]:
@@ -42,7 +45,7 @@ def _sections(args: argparse.Namespace) -> list[tuple[str, list[Sheet]]]:
         )
     fusion = load_fusion(args.path)
     if args.communications:
-        program = Pipeline(lowering_pass_names(args)).run(fusion)
+        program = pipeline(args, lowering_pass_names(args)).run(fusion)
         return [
             (
                 f"{c.kind.value}{f' ({c.permutation})' if c.sources else ''}: before, after",
@@ -51,7 +54,7 @@ def _sections(args: argparse.Namespace) -> list[tuple[str, list[Sheet]]]:
             for c in program.communications
         ] or [("no communication: every tensor stays where it is", [])]
     if args.after:
-        ir = _after(fusion, args.after, lowering_pass_names(args))
+        ir = _after(args, fusion, args.after, lowering_pass_names(args))
         fusion = ir.fusion if isinstance(ir, Program) else ir
     tensors = [find_tensor(fusion, args.tensor)] if args.tensor else fusion.tensors()
     return [("", [sheet(t) for t in tensors])]
@@ -88,13 +91,9 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `show` to the subcommands."""
-    p = commands.add_parser(
-        "show",
-        parents=[common],
-        help="draw which device holds which block of each tensor",
-        description=cmd_show.__doc__,
+    p = add_command(
+        commands, common, cmd_show, "show", "draw which device holds which block of each tensor"
     )
-    p.add_argument("path", metavar="PATH", help="a .fus file; - for stdin")
     p.add_argument("--tensor", metavar="NAME", help="only this tensor (its name or T-number)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--after", metavar="PASS", help="after this pass of the default pipeline")
@@ -105,4 +104,3 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--svg", metavar="FILE", help="write the pictures to FILE as one SVG")
     add_latency_option(p)
-    p.set_defaults(handler=cmd_show)

@@ -10,6 +10,7 @@ from typing import Any
 from fuserlite.cli.output import (
     EXIT_OK,
     Output,
+    add_command,
     add_program_arguments,
     lowered_program,
     machine_option,
@@ -54,13 +55,14 @@ def cmd_timeline(args: argparse.Namespace, out: Output) -> int:
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `timeline` to the subcommands."""
-    c = commands.add_parser(
+    c = add_command(
+        commands,
+        common,
+        cmd_timeline,
         "timeline",
-        parents=[common],
-        help="the modelled step time of a lowered program, as a Gantt chart per device",
-        description=cmd_timeline.__doc__,
+        "the modelled step time of a lowered program, as a Gantt chart per device",
+        path_help=None,
     )
     add_program_arguments(c)
     c.add_argument("--trace", metavar="FILE", help="write the Chrome trace (JSON) to FILE")
     c.add_argument("--svg", metavar="FILE", help="write the chart to FILE as SVG")
-    c.set_defaults(handler=cmd_timeline)

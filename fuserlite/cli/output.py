@@ -1,10 +1,12 @@
-"""What every subcommand shares: usage errors, the output stream, loading a file."""
+"""What every subcommand shares: its parser's skeleton, usage errors, the output stream,
+loading a file, the pipeline it runs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.highlighter import RegexHighlighter
@@ -100,6 +102,39 @@ STDIN = "<stdin>"  # what messages call the file `-`
 def source_name(path: str) -> str:
     """What messages and titles call the file the command reads."""
     return STDIN if path == "-" else path
+
+
+def add_command(
+    commands: Any,
+    common: argparse.ArgumentParser,
+    handler: Callable[[argparse.Namespace, Output], int],
+    name: str,
+    summary: str,
+    path_help: str | None = "a .fus file; - for stdin",
+) -> argparse.ArgumentParser:
+    """The subcommand `name` that `handler` runs (its docstring the description): its
+    parser, with the PATH it reads (None: the caller adds it, add_program_arguments)
+    and --verify-all for the passes it runs."""
+    parser = commands.add_parser(name, parents=[common], help=summary, description=handler.__doc__)
+    if path_help is not None:
+        parser.add_argument("path", metavar="PATH", help=path_help)
+    parser.add_argument(
+        "--verify-all",
+        action="store_true",
+        help="after every pass check the whole IR, not only what the pass changed",
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def pipeline(args: argparse.Namespace, names: list[str], **options: Any) -> Pipeline:
+    """The pipeline of `names` a command runs (--verify-all: the whole IR after each pass)."""
+    return Pipeline(names, verify_all=args.verify_all, **options)
+
+
+def load_ir(path: str) -> Fusion | Program:
+    """A .fus file or printed IR (a fusion or a program), or stdin for `-`."""
+    return load_any(sys.stdin.buffer, STDIN) if path == "-" else load_any(path)
 
 
 def load_fusion(path: str) -> Fusion:
@@ -225,11 +260,11 @@ def lowered_program(args: argparse.Namespace, command: str) -> Program:
     lowered by the default pipeline with the command's --devices, --mesh and
     --latency-bytes; a printed program as it is, which must be lowered."""
     names = lowering_pass_names(args)
-    ir = load_any(sys.stdin.buffer, STDIN) if args.path == "-" else load_any(args.path)
+    ir = load_ir(args.path)
     if isinstance(ir, Program):
         _check_lowered(ir, args, command)
         return ir
-    return Pipeline(names).run(ir)
+    return pipeline(args, names).run(ir)
 
 
 def add_program_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.plan.placement import Placement
-from fuserlite.plan.steps import Geometry, Step, catalog
+from fuserlite.plan.search import OnOneMesh
+from fuserlite.plan.steps import Step, catalog
 
 # Four steps are not always enough: on a 2x2x2 mesh (R,P,P) -> (S0.1,R,S0.0) of [8, 8]
 # takes 5 (LocalSlice, ReduceScatter, ReduceScatter, AllToAll, Allgather) and
@@ -34,18 +35,12 @@ class Optimum:
     steps: tuple[Step, ...] = ()
 
 
-class BruteForce:
+class BruteForce(OnOneMesh):
     """Exhaustive optima for one tensor shape on one mesh (caches the step table)."""
 
-    def __init__(
-        self,
-        shape: Sequence[int],
-        itemsize: int,
-        mesh: Sequence[int],
-        latency_bytes: int = DEFAULT_LATENCY_BYTES,
-    ) -> None:
-        self.geometry = Geometry.checked(shape, itemsize, mesh)
-        self.latency_bytes = check_latency(latency_bytes)
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        """OnOneMesh's arguments: shape, itemsize, mesh, latency_bytes."""
+        super().__init__(*args, **kwargs)
         self._steps = catalog(len(self.geometry.shape), len(self.geometry.mesh))
         self._table: dict[Placement, list[tuple[Step, Placement, int]]] = {}
 

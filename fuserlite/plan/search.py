@@ -124,9 +124,10 @@ class Plan:
 Edge = tuple[Step, Placement, int]
 
 
-class Planner:
-    """Plans redistributions of one tensor shape on one mesh, each collective costing
-    `latency_bytes` on top of its bytes (plan.cost); caches its search graph."""
+class OnOneMesh:
+    """A search over the placements of one tensor shape (and dtype size) on one mesh,
+    each collective costing `latency_bytes` on top of its bytes (plan.cost): the
+    geometry both planners (this module's and plan.brute_force's) are made of."""
 
     def __init__(
         self,
@@ -137,6 +138,14 @@ class Planner:
     ) -> None:
         self.geometry = Geometry.checked(shape, itemsize, mesh)
         self.latency_bytes = check_latency(latency_bytes)
+
+
+class Planner(OnOneMesh):
+    """Plans redistributions of one tensor shape on one mesh; caches its search graph."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        """OnOneMesh's arguments: shape, itemsize, mesh, latency_bytes."""
+        super().__init__(*args, **kwargs)
         self._edges: dict[Placement, list[Edge]] = {}
         self._trees: dict[Placement, dict[Placement, tuple[Key, tuple[Edge, ...]]]] = {}
 
