@@ -82,22 +82,30 @@ class SchedulePointwise(Pass):
 
 
 class _Snapshot:
-    """Everything schedule_pointwise may change in a kernel, to undo a failed attempt
-    (a tensor's domain is a value: kept as it is)."""
+    """Everything schedule_pointwise may change in a kernel, to undo a failed attempt:
+    every tensor's domain (a value) and inline positions, the expressions' lists (read
+    only, kept as they are), and the links of the kernel's inputs and outputs, which
+    the caches it inserts read or write (the tensors it makes are dropped with it)."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
-        self.exprs = list(kernel.exprs)
-        self.edges = [(e, list(e.inputs), list(e.outputs)) for e in kernel.exprs]
-        self.tensors = [
-            (tv, tv.definition, list(tv.uses), tv.domain, tv.compute_at_pos, tv.produce_pos)
-            for tv in kernel.tensors
-        ]
+        self.exprs = kernel.exprs
+        self.edges = [(e, e.inputs, e.outputs) for e in kernel.exprs]
+        tensors = kernel.tensors
+        self.tensors = [(tv, tv.domain, tv.compute_at_pos, tv.produce_pos) for tv in tensors]
+        ends = {id(t): t for t in (*kernel.inputs, *kernel.outputs)}
+        self.links = [(tv, tv.definition, list(tv.uses)) for tv in ends.values()]
 
     def restore(self) -> None:
         self.kernel.exprs = self.exprs
         for e, inputs, outputs in self.edges:
-            e.inputs, e.outputs = inputs, outputs
-        for tv, definition, uses, domain, ca_pos, produce_pos in self.tensors:
-            tv.definition, tv.uses, tv.domain = definition, uses, domain
+            if e.inputs is not inputs:
+                e.inputs = inputs
+            if e.outputs is not outputs:
+                e.outputs = outputs
+        for tv, definition, uses in self.links:
+            tv.definition, tv.uses = definition, uses
+        for tv, domain, ca_pos, produce_pos in self.tensors:
+            if tv.domain is not domain:
+                tv.domain = domain
             tv.compute_at_pos, tv.produce_pos = ca_pos, produce_pos

@@ -25,15 +25,21 @@ def _codes(names: list[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
 
+def _by_module() -> list[OpDef]:
+    """Every op, by module name, then in the order its module defines them."""
+    defined = all_ops()
+    return sorted(defined, key=lambda d: (_module(d.build), defined.index(d)))
+
+
 def module_table() -> str:
-    """| module | ops | composites |, the modules in the order their ops were registered."""
+    """| module | ops | composites |, the modules by name."""
     rows: dict[str, tuple[list[str], list[str]]] = {}
     for d in all_ops():
         rows.setdefault(_module(d.build), ([], []))[0].append(d.name)
     for c in all_composites():
         rows.setdefault(_module(c.build), ([], []))[1].append(c.name)
     lines = ["| module | ops | composites |", "|---|---|---|"]
-    for module, (defined, composites) in rows.items():
+    for module, (defined, composites) in sorted(rows.items()):
         lines.append(f"| `{module}` | {_codes(defined)} | {_codes(composites)} |")
     return "\n".join(lines)
 
@@ -45,12 +51,13 @@ def _axis_map(d: OpDef) -> str:
 
 
 def op_table() -> str:
-    """| op | category | axis map | partial sums | shard_map rule |, one row per op."""
+    """| op | category | axis map | partial sums | shard_map rule |, one row per op (by
+    module)."""
     lines = [
         "| op | category | axis map | partial sums | shard_map rule |",
         "|---|---|---|---|---|",
     ]
-    for d in all_ops():
+    for d in _by_module():
         partial = d.sharding.partial.value if d.sharding.partial is not None else ""
         rule = d.local_rule.value if d.local_rule is not None else "none"
         flags = [f for f, on in (("indexed", d.indexed), ("converts", d.converts)) if on]
