@@ -3,7 +3,8 @@ the pipeline checks what a pass touched, and `verify_all` checks everything.
 
 Each bad pass below runs after the default pipeline has found the program valid and
 changes a tensor, an expression or a list it did not create: through the edit points it
-is caught by the default checks; around them (`__dict__`) only under verify_all.
+is caught by the default checks; around them (`object.__setattr__`) only under
+verify_all.
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ def _behind_the_log(program):
     x = _on_input(program)
     dom = x.domain
     loop = dom.loop_positions
-    x.__dict__["domain"] = dom.parallelize(loop[-1], P.DIDx)
+    object.__setattr__(x, "domain", dom.parallelize(loop[-1], P.DIDx))
 
 
 def test_an_edit_behind_the_log_is_caught_under_verify_all():

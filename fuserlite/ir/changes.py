@@ -14,7 +14,7 @@ pipeline re-checks what a pass touched, not the whole IR:
 Outside a recording block nothing is recorded (building IR in user code costs nothing
 extra). The lists that hold the graph together are GraphLists, which refuse to be
 edited in place: a new list is assigned, through an edit point. What still bypasses
-the edit points (`tv.__dict__[...] = ...`) escapes the log; `Pipeline(verify_all=True)`
+the edit points (`object.__setattr__(tv, ...)`) escapes the log; `Pipeline(verify_all=True)`
 (`--verify-all`) checks everything after every pass.
 """
 

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
 
 
+_set = object.__setattr__
+
+
+def _slots(cls: type) -> tuple[str, ...]:
+    """Every slot of a class and its bases."""
+    return tuple(name for c in cls.__mro__ for name in c.__dict__.get("__slots__", ()))
+
+
 class Expr:
     """Base class: inputs, outputs, and the links between them.
 
@@ -24,9 +32,13 @@ class Expr:
     assigning new ones (`e.inputs = [...]`), never in place."""
 
     op_name = "expr"
+    # Graph nodes of fixed fields: a kind adds its own slots (Set its cache op), or its
+    # attributes in a dict where it has many (communications).
+    __slots__ = ("inputs", "outputs")
 
     def __init__(self, inputs: list[TensorView], outputs: list[TensorView]) -> None:
-        self.__dict__.update(inputs=GraphList(inputs), outputs=GraphList(outputs))
+        _set(self, "inputs", GraphList(inputs))
+        _set(self, "outputs", GraphList(outputs))
         expr_changed(self)
         for out in self.outputs:
             out.definition = self
@@ -48,14 +60,19 @@ class Expr:
     def copy_between(self, mapping: dict) -> Expr:
         """A copy of this expression between the copies (`mapping`) of its tensors,
         linked to them (their definition and uses); its other attributes shared."""
-        e = type(self).__new__(type(self))
-        state = e.__dict__
-        state.update(self.__dict__)
+        cls = type(self)
+        e = cls.__new__(cls)
+        for name in _slots(cls):
+            if hasattr(self, name):
+                _set(e, name, getattr(self, name))
+        if hasattr(self, "__dict__"):
+            e.__dict__.update(self.__dict__)
         inputs = [mapping[t] for t in self.inputs]
         outputs = [mapping[t] for t in self.outputs]
-        state.update(inputs=GraphList(inputs), outputs=GraphList(outputs))
+        _set(e, "inputs", GraphList(inputs))
+        _set(e, "outputs", GraphList(outputs))
         for t in outputs:
-            t.__dict__["definition"] = e  # a new tensor of a new fusion: nothing to record
+            object.__setattr__(t, "definition", e)  # a new tensor of a new fusion: unheard
         for t in inputs:
             t.uses.append(e)
         return e
@@ -125,6 +142,7 @@ class LoadStoreOp(Expr):
     """out = Set(in): a copy, a cache, or (across shardings) a resharding."""
 
     op_name = "set"
+    __slots__ = ("cache_op",)
 
     def __init__(self, out: TensorView, inp: TensorView, cache_op: str | None = None) -> None:
         super().__init__([inp], [out])

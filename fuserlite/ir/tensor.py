@@ -152,6 +152,23 @@ class Axis:
         )
 
 
+_set = object.__setattr__
+_FIELDS = (
+    "fusion",
+    "domain",
+    "dtype",
+    "memory_type",
+    "mesh",
+    "definition",
+    "uses",
+    "compute_at_pos",
+    "produce_pos",
+    "_user_name",
+    "origin",
+    "number",
+)
+
+
 class TensorView:
     """A tensor of a fusion. Identity semantics.
 
@@ -164,6 +181,10 @@ class TensorView:
     Every attribute set is an edit the change log hears (fuserlite.ir.changes).
     """
 
+    # A graph node of fixed fields: no per-tensor dict (fewer, smaller objects for the
+    # collector to scan and the caches to hold).
+    __slots__ = _FIELDS
+
     def __init__(
         self,
         fusion: Fusion,
@@ -174,28 +195,29 @@ class TensorView:
         number: int | None = None,
     ) -> None:
         domain = logical if type(logical) is TensorDomain else TensorDomain(logical, contiguity)
-        self.__dict__.update(
-            fusion=fusion,
-            domain=domain,
-            dtype=dtype,
-            memory_type=memory_type,
-            mesh=None,
-            definition=None,
-            uses=[],
-            compute_at_pos=0,
-            produce_pos=0,
-            _user_name=None,
-            origin=None,
-        )
+        for name, value in (
+            ("fusion", fusion),
+            ("domain", domain),
+            ("dtype", dtype),
+            ("memory_type", memory_type),
+            ("mesh", None),
+            ("definition", None),
+            ("uses", []),
+            ("compute_at_pos", 0),
+            ("produce_pos", 0),
+            ("_user_name", None),
+            ("origin", None),
+        ):
+            _set(self, name, value)
         self.domain: TensorDomain
         self.mesh: DeviceMesh | None
         self.definition: Expr | None
         self.uses: list[Expr]
-        self.__dict__["number"] = fusion.register_tensor(self, number)
+        _set(self, "number", fusion.register_tensor(self, number))
         tensor_changed(self)
 
     def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, value)
+        _set(self, name, value)
         log = LISTENING[0]  # tensor_changed(self), inlined: the most frequent edit
         if log is not None:
             log.tensors[id(self)] = self
@@ -206,9 +228,11 @@ class TensorView:
         """A copy of this tensor in `fusion` (its domain is a value: shared), unlinked:
         no definition, no uses."""
         tv = TensorView.__new__(TensorView)
-        state = tv.__dict__
-        state.update(self.__dict__)
-        state.update(fusion=fusion, definition=None, uses=[])
+        for name in _FIELDS:
+            _set(tv, name, getattr(self, name))
+        _set(tv, "fusion", fusion)
+        _set(tv, "definition", None)
+        _set(tv, "uses", [])
         return tv
 
     # -- naming and shape ---------------------------------------------------

@@ -254,17 +254,18 @@ class Op(Expr):
     """An expression of a registered op: `op_name` names its OpDef; operands are
     tensors or, where the op takes them, Python scalars; attributes are read-only."""
 
+    __slots__ = ("op_name", "scalars", "attrs")
+
     def __init__(
         self, op_name: str, outputs: list[TensorView], operands: Sequence[Operand], **attrs
     ) -> None:
         # A new expression: its attributes are set before Expr.__init__ records it.
         # Read-only: Fusion.clone copies expressions shallowly, so clones share these.
         scalars = {k: x for k, x in enumerate(operands) if is_scalar(x)}
-        self.__dict__.update(
-            op_name=op_name,
-            scalars=MappingProxyType(scalars) if scalars else _NOTHING,
-            attrs=MappingProxyType(attrs) if attrs else _NOTHING,  # **attrs: a new dict
-        )
+        set_field = object.__setattr__
+        set_field(self, "op_name", op_name)
+        set_field(self, "scalars", MappingProxyType(scalars) if scalars else _NOTHING)
+        set_field(self, "attrs", MappingProxyType(attrs) if attrs else _NOTHING)
         super().__init__(
             [x for x in operands if not is_scalar(x)] if scalars else operands, outputs
         )

@@ -30,8 +30,7 @@ differently and cannot be computed in one kernel, so it raises ScheduleError.
 
 from __future__ import annotations
 
-import heapq
-import itertools
+from collections import deque
 from collections.abc import Callable, Iterable
 
 from fuserlite.ir.domain import Merge, Split, TensorDomain
@@ -319,13 +318,19 @@ def propagate(
     edges = propagation_edges(exprs) if edges is None else edges
     to_ref: dict[int, RefMap] = {}
     order: list[TensorView] = []
-    heap: list[tuple[int, int, TensorView, RefMap]] = []
-    counter = itertools.count()
     start = tuple(range(reference.domain.n_logical))
-    heapq.heappush(heap, (-len(start), next(counter), reference, start))
+    # A queue by priority, the number of axes mapped (a small integer): the tensor of
+    # most, the first reached on ties, as a heap of (-mapped, arrival) gives it.
+    queues: dict[int, deque[tuple[TensorView, RefMap]]] = {len(start): deque()}
+    queues[len(start)].append((reference, start))
+    top = len(start)
     neighbours = edges.of  # the loop runs once per tensor
-    while heap:
-        _, _, tv, ref_map = heapq.heappop(heap)
+    while True:
+        while top >= 0 and not queues.get(top):
+            top -= 1
+        if top < 0:
+            break
+        tv, ref_map = queues[top].popleft()
         if id(tv) in to_ref:
             _check_agrees(reference, tv, to_ref[id(tv)], ref_map)
             continue
@@ -339,7 +344,12 @@ def propagate(
             if id(other) in to_ref:
                 _check_agrees(reference, other, to_ref[id(other)], reached)
                 continue
-            heapq.heappush(heap, (-mapped, next(counter), other, reached))
+            queue = queues.get(mapped)
+            if queue is None:
+                queue = queues[mapped] = deque()
+            queue.append((other, reached))
+            if mapped > top:
+                top = mapped
     check_parallel_types(order)
     return order
 
