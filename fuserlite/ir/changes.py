@@ -20,6 +20,7 @@ the edit points (`object.__setattr__(tv, ...)`) escapes the log; `Pipeline(verif
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -46,40 +47,46 @@ class ChangeLog:
         )
 
 
-# The listening log (the innermost recording() block's), or None. The hottest edit
-# points (a tensor's attribute set) read it directly.
-LISTENING: list[ChangeLog | None] = [None]
+class _Listening(threading.local):
+    """The listening log of this thread (its innermost recording() block's), or None:
+    pipelines in two threads each hear their own edits."""
+
+    log: ChangeLog | None = None
+
+
+# The hottest edit points (a tensor's attribute set) read it directly.
+LISTENING = _Listening()
 
 
 @contextmanager
 def recording(log: ChangeLog | None = None) -> Iterator[ChangeLog]:
     """Record every edit of the IR made inside the block into `log` (a new one if None)."""
     log = ChangeLog() if log is None else log
-    before = LISTENING[0]
-    LISTENING[0] = log
+    before = LISTENING.log
+    LISTENING.log = log
     try:
         yield log
     finally:
-        LISTENING[0] = before
+        LISTENING.log = before
 
 
 def tensor_changed(tv: Any) -> None:
     """A TensorView was made or given an attribute."""
-    log = LISTENING[0]
+    log = LISTENING.log
     if log is not None:
         log.tensors[id(tv)] = tv
 
 
 def expr_changed(expr: Any) -> None:
     """An Expr was made or given an attribute."""
-    log = LISTENING[0]
+    log = LISTENING.log
     if log is not None:
         log.exprs[id(expr)] = expr
 
 
 def structure_changed() -> None:
     """A list that holds the graph together was edited."""
-    log = LISTENING[0]
+    log = LISTENING.log
     if log is not None:
         log.structure = True
 

@@ -179,9 +179,7 @@ class TensorDomain:
         cls, logical: Sequence[IterDomain], contiguity: Sequence[bool | None] | None = None
     ) -> TensorDomain:
         """The unscheduled domain of `logical` axes (loop = logical)."""
-        axes = tuple(logical)
-        contiguity = default_contiguity(axes) if contiguity is None else tuple(contiguity)
-        return cls.made(axes, len(axes), (), tuple(range(len(axes))), None, contiguity)
+        return _unscheduled(tuple(logical), None if contiguity is None else tuple(contiguity))
 
     @classmethod
     def made(
@@ -349,6 +347,14 @@ class TensorDomain:
             return f"{ax.iter_type.value}{ax.parallel_type.value}{p}{{{ax.extent}}}"
 
         return f"<TensorDomain [{', '.join(map(text, self.loop_positions))}]>"
+
+
+@fact
+def _unscheduled(
+    axes: tuple[IterDomain, ...], contiguity: tuple[bool | None, ...] | None
+) -> TensorDomain:
+    contiguity = default_contiguity(axes) if contiguity is None else contiguity
+    return TensorDomain.made(axes, len(axes), (), tuple(range(len(axes))), None, contiguity)
 
 
 @fact

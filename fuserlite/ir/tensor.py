@@ -218,7 +218,7 @@ class TensorView:
 
     def __setattr__(self, name: str, value: object) -> None:
         _set(self, name, value)
-        log = LISTENING[0]  # tensor_changed(self), inlined: the most frequent edit
+        log = LISTENING.log  # tensor_changed(self), inlined: the most frequent edit
         if log is not None:
             log.tensors[id(self)] = self
         if name == "definition":

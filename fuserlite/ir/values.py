@@ -53,7 +53,13 @@ def interned(key: Hashable, make: Callable[..., T], *args: object) -> T:
         if value is not None:
             return value
     value = make(*args)
-    _INTERNED[key] = weakref.ref(value, functools.partial(_forget, key))
+    new = weakref.ref(value, functools.partial(_forget, key))
+    ref = _INTERNED.setdefault(key, new)  # one step: a thread making it too finds ours
+    if ref is not new:
+        other = ref()
+        if other is not None:
+            return other
+        _INTERNED[key] = new  # the value made before is gone
     return value
 
 

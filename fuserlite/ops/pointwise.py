@@ -239,7 +239,7 @@ def _broadcast_output(name: str, operands: list[Operand], dtype: DType) -> tuple
     if any(len(t.domain.data_positions()) != len(shape) for t in tensors):
         aligned = iter(_align_ranks(*tensors))
         operands = [next(aligned) if isinstance(x, TensorView) else x for x in operands]
-    return TensorView(tensors[0].fusion, list(shape), dtype), operands
+    return TensorView(tensors[0].fusion, TensorDomain(shape), dtype), operands
 
 
 _PADDING = IterDomain(1, IterType.BROADCAST)  # a leading axis numpy's rule adds to a lower rank
