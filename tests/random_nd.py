@@ -50,7 +50,7 @@ class Shardings:
             shardable = reduced
         if shardable and self.chance(p_shard):
             i = int(self.pick(shardable))
-            pos = tv.domain.loop.index(tv.domain.logical[i])
+            pos = tv.domain.loop_positions.index(i)
             if tv.domain.logical[i].extent == mesh.size > 1 and self.chance(0.5):
                 # the same sharding as shard_axis gives, written as an outer split by D
                 # whose inner part has extent 1
@@ -64,7 +64,7 @@ class Shardings:
             self.sharded = True
         elif bcast and self.chance(p_bcast):
             i = int(self.pick(bcast))
-            pos = tv.domain.loop.index(tv.domain.logical[i])
+            pos = tv.domain.loop_positions.index(i)
             tv.axis(pos).parallelize(ParallelType.DIDx)
             self.sharded = True
             self.emit(f"{self.name(tv)}.axis({pos}).parallelize(fl.ParallelType.DIDx)")

@@ -103,7 +103,7 @@ class Generator(RandomFusion):
             self.lines.append(f"shard_axis({self.name(tv)}, {i}, mesh)")
         elif bcast and self.chance(p_bcast):  # seed 004: bDIDx
             i = int(self.pick(bcast))
-            pos = tv.domain.loop.index(logical[i])
+            pos = tv.domain.loop_positions.index(i)
             tv.axis(pos).parallelize(ParallelType.DIDx)
             self.lines.append(f"{self.name(tv)}.axis({pos}).parallelize(fl.ParallelType.DIDx)")
 

@@ -72,8 +72,9 @@ def test_in_a_host_program_a_buffer_is_freed_once_no_stream_reads_it() -> None:
 
 def test_a_deallocate_while_a_stream_may_read_is_an_error() -> None:
     program = with_buffers(in_a_loop())
-    free = program.steps.pop()
-    program.steps.insert(2, free)  # right after the loop (on stream 2), before the synchronizes
+    *steps, free = program.steps
+    steps.insert(2, free)  # right after the loop (on stream 2), before the synchronizes
+    program.steps = steps
     with pytest.raises(
         fl.VerifyError, match=r"Deallocate T1 on stream 2 while step 3 \(i=0\) may still use it"
     ):

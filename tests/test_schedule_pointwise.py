@@ -115,7 +115,7 @@ def _sharded(tv: fl.TensorView, logical: int, mesh: fl.DeviceMesh, outer: bool) 
     """Shard `tv` on a logical axis of extent D: whole (`ideviceIdx.x{D}`), or as an outer
     split by D whose inner part has extent 1 (`ideviceIdx.x{D}, iS{1}`)."""
     tv.set_device_mesh(mesh)
-    pos = tv.domain.loop.index(tv.domain.logical[logical])
+    pos = tv.domain.loop_positions.index(logical)
     if outer:
         tv.outer_split(pos, mesh.size).axis(pos).parallelize(ParallelType.DIDx)
     else:
