@@ -10,7 +10,8 @@ verify_all.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -210,39 +211,42 @@ BAD_CHANGES = {
 }
 
 
+@contextmanager
+def _program_passes(**runs: Callable) -> Iterator[None]:
+    """Test-only program passes, by name: each runs its function on the program."""
+    made = []
+    for name, fn in runs.items():
+
+        @dataclass(frozen=True)
+        class Made(Pass):
+            """Test-only: a program pass."""
+
+            level: ClassVar[Level] = Level.program
+            body: ClassVar[Callable] = staticmethod(fn)
+
+            def run(self, program):
+                self.body(program)
+
+        Made.name = name
+        REGISTRY[name] = Made
+        made.append(name)
+    try:
+        yield
+    finally:
+        for name in made:
+            del REGISTRY[name]
+
+
 def _run_with(change: Callable, *, verify_all: bool = False) -> PassFailed | None:
     """The default pipeline, a pass that changes nothing, then `change` as a program
     pass: the PassFailed it raises, or None."""
-
-    @dataclass(frozen=True)
-    class Bad(Pass):
-        """Test-only: change what the pass did not make."""
-
-        name: ClassVar[str] = "test-bad-change"
-        level: ClassVar[Level] = Level.program
-
-        def run(self, program):
-            change(program)
-
-    @dataclass(frozen=True)
-    class Nothing(Pass):
-        """Test-only: change nothing."""
-
-        name: ClassVar[str] = "test-nothing"
-        level: ClassVar[Level] = Level.program
-
-        def run(self, program):
-            pass
-
-    REGISTRY[Bad.name], REGISTRY[Nothing.name] = Bad, Nothing
-    try:
-        Pipeline([*DEFAULT_PASSES, Nothing.name, Bad.name], verify_all=verify_all).run(
-            sharded_add()
-        )
-    except PassFailed as exc:
-        return exc
-    finally:
-        del REGISTRY[Bad.name], REGISTRY[Nothing.name]
+    with _program_passes(**{"test-nothing": lambda program: None, "test-bad-change": change}):
+        try:
+            Pipeline(
+                [*DEFAULT_PASSES, "test-nothing", "test-bad-change"], verify_all=verify_all
+            ).run(sharded_add())
+        except PassFailed as exc:
+            return exc
     return None
 
 
@@ -293,28 +297,11 @@ def test_a_pass_that_changes_nothing_is_followed_by_no_check_of_a_tensor(monkeyp
     """After a pass that changes nothing, the validator checks no tensor again (before
     the change log, and without verify_all: every tensor after every pass)."""
     checked = _counting(monkeypatch, verify_module, "tensor_problems")
-
-    @dataclass(frozen=True)
-    class Nothing(Pass):
-        """Test-only: change nothing."""
-
-        name: ClassVar[str] = "test-nothing"
-        level: ClassVar[Level] = Level.program
-
-        def run(self, program):
-            pass
-
-    REGISTRY[Nothing.name] = Nothing
-    try:
-        quiet = _checked_per_pass(
-            Pipeline([*DEFAULT_PASSES, Nothing.name]), many_outputs(50), checked
-        )
+    names = [*DEFAULT_PASSES, "test-nothing"]
+    with _program_passes(**{"test-nothing": lambda program: None}):
+        quiet = _checked_per_pass(Pipeline(names), many_outputs(50), checked)
         checked.clear()
-        loud = _checked_per_pass(
-            Pipeline([*DEFAULT_PASSES, Nothing.name], verify_all=True), many_outputs(50), checked
-        )
-    finally:
-        del REGISTRY[Nothing.name]
+        loud = _checked_per_pass(Pipeline(names, verify_all=True), many_outputs(50), checked)
     assert quiet["assign-layouts"] == 0 and loud["assign-layouts"] > 100, (quiet, loud)
 
 
@@ -331,20 +318,7 @@ def test_a_changed_tensor_is_checked_with_the_expressions_next_to_it(monkeypatch
         out.memory_type = out.memory_type
         moves.clear()
 
-    @dataclass(frozen=True)
-    class Touch(Pass):
-        """Test-only: touch one output."""
-
-        name: ClassVar[str] = "test-touch"
-        level: ClassVar[Level] = Level.program
-
-        def run(self, program):
-            touch(program)
-
-    REGISTRY[Touch.name] = Touch
-    try:
-        Pipeline([*DEFAULT_PASSES, Touch.name]).run(many_outputs(30))
-    finally:
-        del REGISTRY[Touch.name]
+    with _program_passes(**{"test-touch": touch}):
+        Pipeline([*DEFAULT_PASSES, "test-touch"]).run(many_outputs(30))
     near = {id(e) for e in tensor.uses} | {id(tensor.definition)}
     assert 1 <= len(moves) <= 2 and all(id(e) in near for e in moves), moves
