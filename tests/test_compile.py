@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -39,12 +41,12 @@ def test_a_library_is_compiled_once_then_loaded_from_the_cache(tmp_path, monkeyp
     fn = first.functions(PRELUDE, {"fl_twice": TWICE})["fl_twice"]
     assert call_twice(fn, 1.5) == 3.0 and first.compiles == 1
     assert first.functions(PRELUDE, {"fl_twice": TWICE})["fl_twice"] is fn  # loaded: kept
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".cpp", ".json", ".so"]
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".cpp", ".sha256", ".so"]
 
     def no_compiler(*args, **kwargs):
         raise AssertionError(f"a warm cache launched {args[0]}")
 
-    monkeypatch.setattr(compile_module.subprocess, "run", no_compiler)
+    monkeypatch.setattr(compile_module.subprocess, "Popen", no_compiler)
     second = KernelCompiler(cache_dir=tmp_path)  # another process, as far as it knows
     assert call_twice(second.functions(PRELUDE, {"fl_twice": TWICE})["fl_twice"], 4.0) == 8.0
     assert second.compiles == 0
@@ -133,6 +135,28 @@ def test_without_openmp_the_same_source_runs_on_one_thread(tmp_path) -> None:
     assert bits_differ(got, want) is None
 
 
+@needs_compiler
+def test_a_long_build_says_so_on_stderr(tmp_path, monkeypatch, capsys) -> None:
+    slow = tmp_path / "slow-c++"
+    slow.write_text(f'#!/bin/sh\nsleep 0.5\nexec {compile_module.find_compiler()} "$@"\n')
+    slow.chmod(0o700)
+    compiler = KernelCompiler(str(slow), cache_dir=tmp_path)
+    _ = compiler.toolchain  # the probe says nothing
+    monkeypatch.setattr(compile_module, "BUILD_NOTE_S", 0.2)
+    monkeypatch.setattr(compile_module, "BUILD_NOTE_EVERY_S", 0.2)
+    compiler.functions(PRELUDE, {"fl_twice": TWICE})
+    lines = capsys.readouterr().err.splitlines()
+    assert 1 <= len(lines) <= 4
+    assert all(
+        re.fullmatch(
+            r"fuserlite: compiling 1 kernel function\(s\), 0\.0 MB of C\+\+ with "
+            r"slow-c\+\+: \d+ s so far",
+            line,
+        )
+        for line in lines
+    ), lines
+
+
 @pytest.fixture
 def fresh_defaults():
     """The process-wide default compiler and compute path, found again in this test."""
@@ -205,7 +229,10 @@ def test_mpi_ranks_compiling_at_once_share_one_cache(tmp_path) -> None:
         for _ in range(4)
     ]
     assert [p.communicate(timeout=120)[0].strip() for p in procs] == [b"ok"] * 4
-    assert len(list(tmp_path.glob("*.so"))) == 1 and not list(tmp_path.glob("build-*"))
+    (library,) = tmp_path.glob("*.so")
+    record = (tmp_path / (library.name + ".sha256")).read_text().strip()
+    assert record == hashlib.sha256(library.read_bytes()).hexdigest()
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".cpp", ".sha256", ".so"]
 
 
 @needs_compiler

@@ -6,38 +6,45 @@
 
 One `functions` call compiles every function it is given that this compiler has
 not loaded yet into one shared object: one compiler launch, however many
-kernels. The file is named by a hash of its translation unit, the compiler's
-identity, the CPU and the flags, in the cache directory (the `cache_dir`
-argument, else ~/.cache/fuserlite/kernels), next to its source. A later process with the same
-kernels loads that file and launches no compiler. Files are written under a
-temporary name and renamed, so processes compiling at once (MPI ranks) never
-load a partial file.
+kernels. The object is named by a hash of its translation unit and of the
+toolchain's identity (the compiler's path, its `--version` output and file, the
+CPU, every flag it may be built with), and kept in the cache directory (the
+`cache_dir` argument, else ~/.cache/fuserlite/kernels; fuserlite.kernel.cache
+says what it trusts there and why). A later process with the same kernels loads
+that file and launches no compiler. Builds happen in a private temporary
+directory; processes building one kernel at once (MPI ranks) each store a whole
+file, and each load a verified one.
 
-The compiler is probed once per CPU (the result is cached beside the
-kernels) for the OPTIONAL_FLAGS: the loop vectorizer, -march=native, -fopenmp
-and glibc's vector math library libmvec (FL_VECTOR_MATH); without them the
-same source builds for one thread with scalar math calls. The flags keep IEEE
-arithmetic exact: no fast-math, no contraction into fused multiply-adds,
-wrapping integer overflow as numpy's. Nothing is read from the environment:
-the compiler and the directory are arguments (`fuserlite run --cache-dir`).
+Nothing of the toolchain is read from the cache: its identity is found once per
+process (one `--version`), and which OPTIONAL_FLAGS the compiler takes (the loop
+vectorizer, -march=native, -fopenmp and glibc's vector math library libmvec,
+FL_VECTOR_MATH) is probed once per process, when something must be built;
+without them the same source builds for one thread with scalar math calls, so
+the key needs only the flags that may be taken. The flags keep IEEE arithmetic
+exact: no fast-math, no contraction into fused multiply-adds, wrapping integer
+overflow as numpy's. The compiler and the directory are arguments (`fuserlite
+run --cache-dir`). A build that takes over BUILD_NOTE_S seconds says so on
+stderr, and again every BUILD_NOTE_EVERY_S.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
-import json
 import os
 import platform
 import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from fuserlite.ir.errors import ExecutionError
+from fuserlite.kernel.cache import KernelCache, OpenCache, load_library, note
 
 CANDIDATES = ("c++", "g++", "clang++")
 # -O2 with the loop vectorizer's -O3 cost model (the "vectorize" flags below) runs these
@@ -73,6 +80,8 @@ OPTIONAL_FLAGS = (
     ("vector-math", ("-DFL_VECTOR_MATH",), ("-lmvec",)),
 )
 COMPILE_TIMEOUT_S = 600
+BUILD_NOTE_S = 2.0  # a build still running after this long says so on stderr,
+BUILD_NOTE_EVERY_S = 10.0  # and again this often
 MESSAGE_LINES = 8  # of the compiler's output, in an error
 
 
@@ -83,11 +92,11 @@ def find_compiler() -> str | None:
 
 def default_cache_dir() -> Path:
     """Where kernel libraries are kept unless told otherwise: ~/.cache/fuserlite/kernels
-    (for a user without a home directory, fuserlite-kernels in the temporary directory)."""
+    (for a user without a home directory, fuserlite-kernels-UID in the temporary directory)."""
     try:
         return Path.home() / ".cache" / "fuserlite" / "kernels"
     except RuntimeError:
-        return Path(tempfile.gettempdir()) / "fuserlite-kernels"
+        return Path(tempfile.gettempdir()) / f"fuserlite-kernels-{os.getuid()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +132,7 @@ _PROBE = """#ifdef FL_VECTOR_MATH
 )
 
 
+@functools.cache
 def cpu_identity() -> str:
     """What the CPU is, for cache keys: its model and feature flags where Linux says."""
     try:
@@ -131,6 +141,55 @@ def cpu_identity() -> str:
         text = ""
     lines = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
     return _digest(platform.machine(), platform.processor(), *sorted(set(lines)))[:16]
+
+
+@functools.cache
+def compiler_version(compiler: str) -> str:
+    """What `compiler --version` prints (once per process; a compiler that cannot say
+    is an ExecutionError)."""
+    proc = _run([compiler, "--version"])
+    if proc.returncode != 0:
+        raise ExecutionError(
+            f"the C++ compiler {compiler} failed `--version` (exit {proc.returncode}); "
+            "pass another (KernelCompiler(compiler=...)) or compute='interpret'"
+        )
+    return proc.stdout
+
+
+def compiler_identity(compiler: str) -> str:
+    """What the compiler is, for cache keys: its path, its `--version` output and its
+    file's size and time."""
+    info = os.stat(compiler)
+    return _digest(compiler, compiler_version(compiler), str(info.st_size), str(info.st_mtime_ns))
+
+
+@functools.cache
+def probe(compiler: str, extra_flags: tuple[str, ...]) -> Toolchain:
+    """The toolchain: which OPTIONAL_FLAGS the compiler takes, all at once where it takes
+    every one (one launch), else each in turn; once per process and compiler."""
+    version = (compiler_version(compiler).splitlines() or ["unknown"])[0].strip()
+
+    def toolchain(groups: Sequence) -> Toolchain:
+        before = tuple(f for _, b, _ in groups for f in b)
+        after = tuple(f for _, _, a in groups for f in a)
+        names = tuple(n for n, _, _ in groups)
+        flags = (*FLAGS, *before, *extra_flags)  # the caller's flags have the last word
+        return Toolchain(compiler, version, cpu_identity(), flags, after, names)
+
+    with tempfile.TemporaryDirectory(prefix="fuserlite-probe-") as tmp:
+        source, output = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
+        source.write_text(_PROBE)
+
+        def takes(groups: Sequence) -> bool:
+            return _run(toolchain(groups).command(source, output)).returncode == 0
+
+        if takes(OPTIONAL_FLAGS):
+            return toolchain(OPTIONAL_FLAGS)
+        taken: list = []
+        for group in OPTIONAL_FLAGS:
+            if takes([*taken, group]):
+                taken.append(group)
+    return toolchain(taken)
 
 
 class KernelCompiler:
@@ -154,18 +213,23 @@ class KernelCompiler:
             )
         self.compiler = os.path.abspath(found)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.cache = KernelCache(self.cache_dir)
         self.extra_flags = tuple(extra_flags)
-        self._toolchain: Toolchain | None = None
         self._loaded: dict[str, Callable] = {}
-        self._libraries: list[ctypes.CDLL] = []  # kept open while their functions are used
+        # Kept open while their functions are used: the libraries, and the memory files
+        # they were loaded from (fuserlite.kernel.cache.load_library).
+        self._libraries: list[tuple[ctypes.CDLL, int | None]] = []
         self.compiles = 0  # compiler launches for kernels (not probes), for tests and benchmarks
 
     @property
     def toolchain(self) -> Toolchain:
-        """The compiler's identity and flags, probed at first use (cached on disk)."""
-        if self._toolchain is None:
-            self._toolchain = self._probe()
-        return self._toolchain
+        """The compiler's identity and flags, probed at first use in this process."""
+        return probe(self.compiler, self.extra_flags)
+
+    def key(self, unit: str) -> str:
+        """The cache key of a translation unit: it and everything that decides its build."""
+        toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags))
+        return _digest(compiler_identity(self.compiler), cpu_identity(), *toolchain, unit)[:32]
 
     def functions(
         self,
@@ -183,104 +247,86 @@ class KernelCompiler:
 
     # -- building ---------------------------------------------------------------
     def _load(self, prelude: str, sources: dict[str, str], labels: Mapping[str, str]) -> None:
-        tc = self.toolchain
         unit = prelude + "".join("\n" + sources[s] for s in sorted(sources))
-        key = _digest(tc.compiler, tc.version, tc.cpu, *tc.flags, *tc.libraries, unit)[:32]
-        library = self.cache_dir / f"{key}.so"
-        if not library.exists():
-            self._build(unit, library, prelude, sources, labels)
-        try:
-            lib = ctypes.CDLL(str(library))
-        except OSError as exc:
-            raise ExecutionError(f"cannot load the compiled kernels {library}: {exc}") from None
-        self._libraries.append(lib)
+        key = self.key(unit)
+        with self.cache.opened() as cache:
+            library = None
+            data = cache.load(key)
+            if data is not None:
+                try:
+                    library = load_library(data, key)
+                except OSError as exc:  # verified, yet refused: a library it needs is gone
+                    note(f"cannot load {self.cache_dir / key}.so ({exc}): building it again")
+            if library is None:
+                data = self._build(unit, key, cache, prelude, sources, labels)
+                cache.store(key, data)
+                try:
+                    library = load_library(data, key)
+                except OSError as exc:
+                    raise ExecutionError(f"cannot load the kernels just compiled: {exc}") from None
+        self._libraries.append(library)
         for symbol in sources:
-            self._loaded[symbol] = lib[symbol]
+            self._loaded[symbol] = library[0][symbol]
 
     def _build(
         self,
         unit: str,
-        library: Path,
+        key: str,
+        cache: OpenCache,
         prelude: str,
         sources: dict[str, str],
         labels: Mapping[str, str],
-    ) -> None:
-        source = library.with_suffix(".cpp")
-        self._write(source, unit)
-        with self._scratch("build-") as tmp:
-            out = Path(tmp) / library.name
+    ) -> bytes:
+        """The shared object's bytes, built in a private temporary directory; the source
+        is saved beside the cached object for people to read (never compiled from there)."""
+        kept = self.cache_dir / f"{key}.cpp"
+        try:
+            cache.write(kept.name, unit.encode())
+            where_source = f"source: {kept}"
+        except OSError as exc:
+            where_source = f"the source could not be saved in {self.cache_dir}: {exc.strerror}"
+        with tempfile.TemporaryDirectory(prefix="fuserlite-build-") as tmp:
+            source, out = Path(tmp) / kept.name, Path(tmp) / f"{key}.so"
+            source.write_text(unit)
             self.compiles += 1
-            proc = self._run(self.toolchain.command(source, out))
+            what = f"{len(sources)} kernel function(s), {len(unit) / 1e6:.1f} MB of C++"
+            proc = _run(self.toolchain.command(source, out), what)
             if proc.returncode != 0:
                 where = _culprit(proc.stdout + proc.stderr, source.name, prelude, sources, labels)
                 raise ExecutionError(
                     f"the C++ compiler ({self.compiler}) rejected {where}:\n"
-                    f"{_abbreviate(proc.stdout + proc.stderr)}\n(source: {source}; "
+                    f"{_abbreviate(proc.stdout + proc.stderr)}\n({where_source}; "
                     "compute='interpret' runs the kernels without compiling)"
                 )
-            os.replace(out, library)
+            return out.read_bytes()
 
-    def _write(self, path: Path, text: str) -> None:
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            _write_atomically(path, text.encode())
-        except OSError as exc:
-            raise self._unwritable(exc) from None
 
-    def _scratch(self, prefix: str) -> tempfile.TemporaryDirectory:
-        """A temporary directory in the cache directory (renames from it are atomic)."""
-        try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            return tempfile.TemporaryDirectory(dir=self.cache_dir, prefix=prefix)
-        except OSError as exc:
-            raise self._unwritable(exc) from None
-
-    def _unwritable(self, exc: OSError) -> ExecutionError:
-        return ExecutionError(
-            f"cannot write compiled kernels to {self.cache_dir} ({exc.strerror or exc}); pass "
-            "another directory (KernelCompiler(cache_dir=...), fuserlite run --cache-dir DIR) "
-            "or run kernels interpreted (compute='interpret')"
-        )
-
-    def _run(self, argv: list[str]) -> subprocess.CompletedProcess:
-        try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ExecutionError(f"could not run the C++ compiler {argv[0]}: {exc}") from None
-
-    def _probe(self) -> Toolchain:
-        """Which OPTIONAL_FLAGS the compiler takes; remembered per compiler file and CPU."""
-        stat = os.stat(self.compiler)
-        what = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, *self.extra_flags)  # a new version re-probes
-        key = _digest(
-            self.compiler, str(stat.st_mtime_ns), str(stat.st_size), cpu_identity(), *what
-        )
-        record = self.cache_dir / f"toolchain-{key[:16]}.json"
-        try:
-            data = json.loads(record.read_text())
-            return Toolchain(**{k: v if isinstance(v, str) else tuple(v) for k, v in data.items()})
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        proc = self._run([self.compiler, "--version"])
-        version = (proc.stdout.splitlines() or ["unknown"])[0].strip()
-        taken: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
-
-        def toolchain(groups: list) -> Toolchain:
-            before = tuple(f for _, b, _ in groups for f in b)
-            after = tuple(f for _, _, a in groups for f in a)
-            names = tuple(n for n, _, _ in groups)
-            flags = (*FLAGS, *before, *self.extra_flags)  # the caller's flags have the last word
-            return Toolchain(self.compiler, version, cpu_identity(), flags, after, names)
-
-        with self._scratch("probe-") as tmp:
-            source, output = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
-            source.write_text(_PROBE)
-            for group in OPTIONAL_FLAGS:
-                if self._run(toolchain([*taken, group]).command(source, output)).returncode == 0:
-                    taken.append(group)
-        tc = toolchain(taken)
-        self._write(record, json.dumps(dataclasses.asdict(tc)))
-        return tc
+def _run(argv: list[str], building: str | None = None) -> subprocess.CompletedProcess:
+    """Run the compiler; `building` (what it builds) is said on stderr once it has taken
+    BUILD_NOTE_S seconds, and every BUILD_NOTE_EVERY_S after."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        raise ExecutionError(f"could not run the C++ compiler {argv[0]}: {exc}") from None
+    start = time.monotonic()
+    wait = BUILD_NOTE_S
+    with proc:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=min(wait, COMPILE_TIMEOUT_S))
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - start
+                if elapsed >= COMPILE_TIMEOUT_S:
+                    proc.kill()
+                    raise ExecutionError(
+                        f"the C++ compiler {argv[0]} took over {COMPILE_TIMEOUT_S} s; "
+                        "compute='interpret' runs the kernels without compiling"
+                    ) from None
+                if building is not None:
+                    note(f"compiling {building} with {Path(argv[0]).name}: {elapsed:.0f} s so far")
+                wait = BUILD_NOTE_EVERY_S
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _digest(*parts: str) -> str:
@@ -289,14 +335,6 @@ def _digest(*parts: str) -> str:
         h.update(p.encode())
         h.update(b"\0")
     return h.hexdigest()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that no reader ever sees part of it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _culprit(
