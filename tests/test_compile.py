@@ -21,7 +21,7 @@ import fuserlite.kernel.compile as compile_module
 import fuserlite.runtime.compute as compute
 from fuserlite.cli import main
 from fuserlite.kernel.compile import KernelCompiler, default_cache_dir
-from fuserlite.kernel.cpu import PRELUDE, cpu_function
+from fuserlite.kernel.cpu import PRELUDE, CpuFunction, cpu_function
 
 needs_compiler = pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")
 
@@ -98,10 +98,11 @@ def test_the_executor_never_falls_back_when_a_kernel_does_not_compile(monkeypatc
     f = build([[300]], lambda a: [a * 3.0 + 1.0])
 
     def broken(kernel):
-        symbol, source = cpu_function(kernel)
-        return symbol + "_broken", source.replace(symbol, symbol + "_broken").replace(
+        symbol, source, parts = cpu_function(kernel)
+        wrong = source.replace(symbol, symbol + "_broken").replace(
             "const bool", "const nonsense", 1
         )
+        return CpuFunction(symbol + "_broken", wrong, parts)
 
     monkeypatch.setattr(compute, "cpu_function", broken)
     ex = fl.FusionExecutor(f)
@@ -149,7 +150,7 @@ def test_a_long_build_says_so_on_stderr(tmp_path, monkeypatch, capsys) -> None:
     assert 1 <= len(lines) <= 4
     assert all(
         re.fullmatch(
-            r"fuserlite: compiling 1 kernel function\(s\), 0\.0 MB of C\+\+ with "
+            r"fuserlite: compiling 1 kernel \(\d+ KB of C\+\+\) with "
             r"slow-c\+\+: \d+ s so far",
             line,
         )

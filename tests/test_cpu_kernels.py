@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import re
 from pathlib import Path
 
 import ml_dtypes
@@ -15,6 +16,7 @@ from test_kernel_runner import _reschedule
 from three_way import HAVE_COMPILER, bits_differ, libm_outputs, run_three_ways
 
 import fuserlite as fl
+import fuserlite.kernel.cpu_parts as cpu_parts
 from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.kernel.cpu import PARALLEL_WORK, PRELUDE, cpu_function, cpu_source
@@ -37,7 +39,8 @@ def lines_after(source: str, opening: str) -> list[str]:
 @pytest.mark.parametrize("name", sorted(all_test_fusions()))
 def test_the_cpu_function_is_the_cuda_body_in_a_grid_loop(name: str) -> None:
     kernel = all_test_fusions()[name]
-    symbol, cpu = cpu_function(kernel)
+    symbol, cpu, parts = cpu_function(kernel)
+    assert parts == 1
     cuda = lines_after(kernel_source(kernel, "k"), 'extern "C"')[:-1]  # less its closing }
     ours = lines_after(cpu, "const fl_dim3 threadIdx")
     assert ours[: len(cuda)] == cuda
@@ -52,9 +55,9 @@ def test_equal_kernels_are_one_function_and_big_ones_run_in_parallel() -> None:
 
     small, again, big = chain([1000]), chain([1000]), chain([512, 300])
     assert cpu_function(small) == cpu_function(again)
-    assert "#pragma omp parallel for" not in cpu_function(small)[1]
+    assert "#pragma omp parallel for" not in cpu_function(small).source
     assert 512 * 300 * len(big.exprs) >= PARALLEL_WORK
-    assert "#pragma omp parallel for" in cpu_function(big)[1]
+    assert "#pragma omp parallel for" in cpu_function(big).source
     assert cpu_source([small, big]).count('extern "C" void fl_') == 2
 
 
@@ -98,7 +101,7 @@ def test_compiled_kernel_gives_the_runners_bits(name: str, kernels) -> None:
 def test_a_kernel_big_enough_for_threads_gives_the_runners_bits() -> None:
     fusion = build([[512, 300], [300]], lambda a, b: [fl.maximum(a * b - 1.5, fl.abs(b) / 3.0)])
     kernel = scheduled(fusion)
-    assert "#pragma omp parallel for" in cpu_function(kernel)[1]
+    assert "#pragma omp parallel for" in cpu_function(kernel).source
     compare(kernel, seed=4)
 
 
@@ -114,7 +117,7 @@ def test_block_and_thread_indices_in_y_and_z() -> None:
         for ax, pt in zip(tv.loop, (*dims, ParallelType.TIDx)):
             ax.parallelize(pt)
     kernel = Kernel(fusion.exprs(), list(fusion.inputs), list(fusion.outputs), None, True)
-    cpu = cpu_function(kernel)[1]
+    cpu = cpu_function(kernel).source
     assert "blockIdx = {fl_block % 3, fl_block / 3 % 4, 0}" in cpu
     assert "threadIdx = {fl_thread % 8, fl_thread / 8 % 2, fl_thread / 16}" in cpu
     compare(kernel, seed=5)
@@ -279,3 +282,78 @@ def test_nan_and_signed_zeros_through_maximum_minimum_abs_relu(dtype: str) -> No
     want = fl.evaluate(f, [xs, ys])
     for compute, outputs in run_three_ways(f, [xs, ys]).items():
         assert [bits_differ(got, ref) for got, ref in zip(outputs, want)] == [None] * 6, compute
+
+
+# -- a body too large for one function -----------------------------------------------
+@pytest.fixture
+def tiny_parts(monkeypatch) -> None:
+    """Every body is split, into parts of one or two statements (the test kernels' largest
+    statement is 236 bytes)."""
+    monkeypatch.setattr(cpu_parts, "FUNCTION_BYTES", 0)
+    monkeypatch.setattr(cpu_parts, "PART_BYTES", 240)
+
+
+@needs_compiler
+def test_kernels_split_into_parts_give_the_runners_bits(tiny_parts, capsys) -> None:
+    kernels = all_test_fusions()
+    split = {name: cpu_function(k).parts for name, k in kernels.items()}
+    several = sum(n > 1 for n in split.values())
+    assert several >= 25 and max(split.values()) >= 5, split
+    CompiledKernels(kernels.values(), default_compiler()).prepare()  # one compiler launch
+    for kernel in kernels.values():
+        compare(kernel)
+    err = capsys.readouterr().err
+    assert err.count("too much for one function: compiled as") == several
+
+
+@needs_compiler
+def test_a_split_kernel_with_device_indices_and_every_path(tiny_parts, monkeypatch) -> None:
+    """The uneven positions program (device indices in the predicates, iota, a mask)."""
+    from test_iota import positions
+
+    monkeypatch.setattr(cpu_parts, "PART_BYTES", 400)  # its statements are longer
+    fusion = positions(4, 13)
+    ex = fl.FusionExecutor(fusion)
+    assert "_part1(fl_args, " in cpu_source(ex.program.kernels)
+    run_three_ways(fusion, fl.random_inputs(fusion, seed=1), executor=ex)
+
+
+def test_a_split_puts_each_value_next_to_its_readers(monkeypatch) -> None:
+    """The kernel writer computes all of N outputs' values before it stores any; split in
+    that order, every value would cross to a later part. Reordered, the input does, and
+    at most one value computed just before a boundary and stored just after it."""
+    kernel = scheduled(build([[4]], lambda a: [a + float(k) for k in range(300)]))
+    assert cpu_function(kernel).parts == 1  # 40 KB: one function
+    monkeypatch.setattr(cpu_parts, "FUNCTION_BYTES", 1 << 15)
+    monkeypatch.setattr(cpu_parts, "PART_BYTES", 1 << 12)
+    function = cpu_function(kernel)  # decided from its size, nothing is built
+    assert function.parts == 10
+    assert re.findall(r"fl_reg fl_r\[(\d+)\];", function.source) == ["2"]
+    heads = function.source.split("_body(")[1::2]  # each body's parameters and statements
+    bodies = [b.split(") {\n", 1)[1].split("\n}\n")[0] for b in heads]
+    assert len(bodies) == 10 and max(len(b) for b in bodies) < 1.1 * cpu_parts.PART_BYTES
+
+
+def test_a_kernel_that_cannot_be_split_runs_through_the_kernel_runner(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cpu_parts, "FUNCTION_BYTES", 0)
+    f = build([[6, 5], [5]], lambda a, b: [fl.exp(a * b) - a, a + 1.0])
+    inputs = fl.random_inputs(f, 3)
+    for limits, why in [
+        ({"PART_BYTES": 40}, r"its statement computing t\d+ alone is \d+ bytes of C\+\+"),
+        ({"PART_BYTES": 200, "MAX_SLOTS": 0}, r"split into \d+ functions, it would pass"),
+    ]:
+        for name, value in limits.items():
+            monkeypatch.setattr(cpu_parts, name, value)
+        with pytest.raises(cpu_parts.KernelTooLarge, match=why):
+            cpu_function(scheduled(f))
+        compiler = KernelCompiler()
+        ex = fl.FusionExecutor(f, compute=compiler)
+        fl.validate(f, inputs, ex.run(inputs))
+        assert compiler.compiles == 0
+        err = capsys.readouterr().err
+        assert re.fullmatch(
+            rf"fuserlite: scheduled kernel 0 \(writes T\d+ T\d+\) is not compiled: {why}.*; "
+            r"the kernel runner computes it\n",
+            err,
+        ), err
+        assert "not compiled" in cpu_source(ex.program.kernels)

@@ -222,3 +222,15 @@ def test_a_full_disk_leaves_nothing_to_trust(tmp_path, monkeypatch, capsys) -> N
     monkeypatch.setattr(cache_module, "_write_all", real)
     assert twice_again(tmp_path).compiles == 1  # the object without a record: built again
     assert twice_again(tmp_path).compiles == 0
+
+
+def test_without_executable_memory_files_a_private_copy_is_loaded(tmp_path, monkeypatch) -> None:
+    """Where memfds may not be executable (vm.memfd_noexec) the checked bytes are loaded
+    from a private temporary copy instead."""
+
+    def refused(data: bytes, name: str):
+        raise OSError(errno.EACCES, "memfd not executable")
+
+    monkeypatch.setattr(cache_module, "_from_memory", refused)
+    built(tmp_path)
+    assert twice_again(tmp_path).compiles == 0  # loaded, from a copy

@@ -190,7 +190,8 @@ class OpenCache:
             with contextlib.suppress(OSError):
                 os.unlink(temporary, dir_fd=self.fd)
             raise
-        os.fsync(self.fd)
+        with contextlib.suppress(OSError):  # durability only: some file systems refuse it
+            os.fsync(self.fd)
 
     def _refuse(self, name: str, problem: str) -> None:
         entry = self.path / name
@@ -232,16 +233,24 @@ def load_library(data: bytes, name: str) -> tuple[ctypes.CDLL, int | None]:
     """(the library, a descriptor to keep open while it is used) dlopened from `data`
     itself: a sealed memory file where Linux has one, else a private temporary copy.
     OSError if the loader refuses it."""
-    if not (hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")):
-        with tempfile.TemporaryDirectory(prefix="fuserlite-load-") as private:
-            copy = Path(private) / f"{name}.so"
-            copy.write_bytes(data)
-            return ctypes.CDLL(str(copy)), None  # the mapping outlives the file
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        try:
+            return _from_memory(data, name)
+        except OSError:
+            pass  # memory files not executable here (vm.memfd_noexec), or no library
+    with tempfile.TemporaryDirectory(prefix="fuserlite-load-") as private:
+        copy = Path(private) / f"{name}.so"
+        copy.write_bytes(data)
+        return ctypes.CDLL(str(copy)), None  # the mapping outlives the file
+
+
+def _from_memory(data: bytes, name: str) -> tuple[ctypes.CDLL, int]:
     fd = os.memfd_create(f"fuserlite-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         with open(fd, "wb", closefd=False) as memory:
             memory.write(data)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)  # Linux: where memfd_create is
+        with contextlib.suppress(OSError):  # a kernel without seals: the file is still ours
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
         # glibc knows a loaded library by its path: the descriptor stays open, so that its
         # number is not reused, for as long as the library is loaded (the process).
         return ctypes.CDLL(f"/proc/self/fd/{fd}"), fd

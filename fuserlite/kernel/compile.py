@@ -231,6 +231,10 @@ class KernelCompiler:
         toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags))
         return _digest(compiler_identity(self.compiler), cpu_identity(), *toolchain, unit)[:32]
 
+    def has(self, symbol: str) -> bool:
+        """True if the function `symbol` is loaded (functions() would build nothing for it)."""
+        return symbol in self._loaded
+
     def functions(
         self,
         prelude: str,
@@ -289,7 +293,8 @@ class KernelCompiler:
             source, out = Path(tmp) / kept.name, Path(tmp) / f"{key}.so"
             source.write_text(unit)
             self.compiles += 1
-            what = f"{len(sources)} kernel function(s), {len(unit) / 1e6:.1f} MB of C++"
+            n = len(sources)
+            what = f"{n} kernel{'s' * (n != 1)} ({size_text(len(unit))} of C++)"
             proc = _run(self.toolchain.command(source, out), what)
             if proc.returncode != 0:
                 where = _culprit(proc.stdout + proc.stderr, source.name, prelude, sources, labels)
@@ -329,6 +334,11 @@ def _run(argv: list[str], building: str | None = None) -> subprocess.CompletedPr
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def size_text(n: int) -> str:
+    """A size in bytes for people: `4.8 MB`, `16 KB`."""
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB"
+
+
 def _digest(*parts: str) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -364,4 +374,4 @@ def _abbreviate(output: str) -> str:
     return shown + (f"\n  ... ({rest} more lines)" if rest > 0 else "")
 
 
-__all__ = ["KernelCompiler", "Toolchain", "default_cache_dir", "find_compiler"]
+__all__ = ["KernelCompiler", "Toolchain", "default_cache_dir", "find_compiler", "size_text"]

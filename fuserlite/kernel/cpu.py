@@ -21,6 +21,12 @@ threads as there are idle cores) and threads inside, and gives the body
 Without a GPU's shared state (no shared memory, no barriers: the kernels are
 pointwise), running the threads one after another is the same computation.
 
+A body too large for one function (thousands of statements: g++'s time grows
+faster than a function's size) is compiled as several, called in turn at each
+grid point, decided from its size before anything is built
+(fuserlite.kernel.cpu_parts); one that cannot be split is KernelTooLarge, and
+the executor computes it with the kernel runner.
+
 PRELUDE is what CUDA's headers give the body and C++ lacks, written without any
 #include so that one compiler launch stays short: `__half` and `__nv_bfloat16`
 as 16-bit storage types whose conversions round exactly as numpy (float16) and
@@ -34,12 +40,15 @@ not correctly rounded there nor in numpy, and the two differ in the last bits.
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
+from fuserlite.kernel.cpu_parts import KernelTooLarge, from_address, split_body, splits
 from fuserlite.kernel.cuda import (
-    kernel_body,
     kernel_header,
     kernel_params,
+    kernel_statements,
     launch_dims,
+    loop_nest,
     random_dtypes,
     random_source,
 )
@@ -48,6 +57,7 @@ from fuserlite.schedule.grid import kernel_grid
 
 PRELUDE = r"""// fuserlite CPU prelude: what CUDA's headers give a kernel body
 struct fl_dim3 { long long x, y, z; };
+union fl_reg { float f; double d; int i; long long q; bool b; };  // a value between parts
 
 static inline unsigned int fl_float_bits(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4); return u; }
 static inline float fl_bits_float(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
@@ -140,23 +150,42 @@ PARALLEL_WORK = 1 << 17
 _NAME = "__FL_KERNEL_NAME__"  # replaced by a hash of the function's text
 
 
-def cpu_function(kernel: Kernel) -> tuple[str, str]:
-    """(symbol, C++ source) of a scheduled kernel's CPU function. The symbol is a hash of
-    the source, so equal kernels, in any program, are one compiled function."""
+class CpuFunction(NamedTuple):
+    """A scheduled kernel's CPU function."""
+
+    symbol: str  # a hash of the source, so that equal kernels are one compiled function
+    source: str
+    parts: int  # the functions its body is split into (1: it is not)
+
+
+def cpu_function(kernel: Kernel) -> CpuFunction:
+    """The CPU function of a scheduled kernel: the CUDA body in a loop over the grid, in
+    one function, or if it is too large for one in parts (fuserlite.kernel.cpu_parts);
+    KernelTooLarge if it cannot be split."""
     grid = kernel_grid([e.output for e in kernel.exprs])
     (gx, gy, gz), (bx, by, bz) = launch_dims(grid)
     blocks, threads = gx * gy * gz, bx * by * bz
     params = kernel_params(kernel)
+    opening, inner, closing = loop_nest(grid, indent="      ")
+    statements = kernel_statements(kernel, grid, inner)
     lines = kernel_header(kernel, _NAME, grid)
-    # The entry point takes one array of buffer addresses (ctypes calls a function of at
-    # most 1024 arguments; a kernel of many outputs has more) and passes them on as the
-    # typed, __restrict__ parameters the body is written for.
-    lines.append(f"static void {_NAME}_grid({', '.join(params)});")
-    casts = [_from_address(p, f"fl_args[{i}]") for i, p in enumerate(params)]
-    lines.append(f'extern "C" void {_NAME}(void* const* fl_args) {{')
-    lines.append(f"  {_NAME}_grid({', '.join(casts)});")
-    lines.append("}")
-    lines.append(f"static void {_NAME}_grid({', '.join(params)}) {{")
+    parts = 1
+    if not splits(statements):
+        # The entry point takes one array of buffer addresses (ctypes calls a function of
+        # at most 1024 arguments; a kernel of many outputs has more) and passes them on as
+        # the typed, __restrict__ parameters the body is written for.
+        lines.append(f"static void {_NAME}_grid({', '.join(params)});")
+        lines.append(f'extern "C" void {_NAME}(void* const* fl_args) {{')
+        casts = [from_address(p, f"fl_args[{i}]") for i, p in enumerate(params)]
+        lines.append(f"  {_NAME}_grid({', '.join(casts)});")
+        lines.append("}")
+        lines.append(f"static void {_NAME}_grid({', '.join(params)}) {{")
+        body = [line for st in statements for line in st.lines]
+    else:
+        functions, body = split_body(_NAME, statements, params, len(grid), inner)
+        lines += functions
+        lines.append(f'extern "C" void {_NAME}(void* const* fl_args) {{')
+        parts = len(body) - 1  # a call per part, after the slots' declaration
     parallel = blocks > 1 and blocks * threads * len(kernel.exprs) >= PARALLEL_WORK
     if parallel:
         lines += ["  FL_PARALLEL_BEGIN", "#pragma omp parallel for schedule(static)"]
@@ -164,19 +193,11 @@ def cpu_function(kernel: Kernel) -> tuple[str, str]:
     lines.append(f"    const fl_dim3 blockIdx = {_dim3('fl_block', gx, gy, gz)};")
     lines.append(f"    for (long long fl_thread = 0; fl_thread < {threads}; ++fl_thread) {{")
     lines.append(f"      const fl_dim3 threadIdx = {_dim3('fl_thread', bx, by, bz)};")
-    lines += kernel_body(kernel, grid, indent="      ")
+    lines += opening + body + closing
     lines += ["    }", "  }"] + (["  FL_PARALLEL_END"] if parallel else []) + ["}"]
     text = "\n".join(lines) + "\n"
     symbol = "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
-    return symbol, text.replace(_NAME, symbol)
-
-
-def _from_address(param: str, slot: str) -> str:
-    """The argument for `param` read from an entry of the address array: a buffer's
-    address cast to its pointer type, or a device index (`didx`) carried as an integer."""
-    if " __restrict__ " in param:
-        return f"({param.rsplit(' __restrict__ ', 1)[0]}){slot}"
-    return f"(long long)(unsigned long long){slot}"
+    return CpuFunction(symbol, text.replace(_NAME, symbol), parts)
 
 
 def prelude(kernels: list[Kernel]) -> str:
@@ -186,9 +207,14 @@ def prelude(kernels: list[Kernel]) -> str:
 
 
 def cpu_source(kernels: list[Kernel]) -> str:
-    """The prelude and one CPU function per scheduled kernel: what compute="compiled" builds."""
+    """The prelude and one CPU function per scheduled kernel: what compute="compiled" builds
+    (a kernel too large to compile is a comment: the kernel runner computes it)."""
     parts = ["// generated by fuserlite.kernel.cpu\n", prelude(kernels)]
-    parts += ["\n" + cpu_function(k)[1] for k in kernels if k.scheduled]
+    for i, kernel in enumerate(k for k in kernels if k.scheduled):
+        try:
+            parts.append("\n" + cpu_function(kernel).source)
+        except KernelTooLarge as exc:
+            parts.append(f"\n// scheduled kernel {i}: not compiled, {exc}\n")
     return "".join(parts)
 
 
@@ -202,4 +228,4 @@ def _dim3(linear: str, x: int, y: int, z: int) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-__all__ = ["PARALLEL_WORK", "PRELUDE", "cpu_function", "cpu_source", "prelude"]
+__all__ = ["PARALLEL_WORK", "PRELUDE", "CpuFunction", "cpu_function", "cpu_source", "prelude"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from typing import NamedTuple
 
 from fuserlite.ir import args
 from fuserlite.ir.errors import ExecutionError
@@ -210,14 +211,26 @@ def _offset(tv: TensorView, coords: list) -> str:
     return c_expr(flat_offset(local_shape(tv), coords))
 
 
+class Statement(NamedTuple):
+    """What one thread computes for one expression, at the loop nest's innermost level."""
+
+    lines: tuple[str, ...]
+    register: str  # the register it defines: `t5`
+    ctype: str  # the register's C type
+    uses: tuple[str, ...]  # the registers of other statements it reads
+    buffers: tuple[str, ...]  # the kernel parameters (buffers) it loads or stores
+
+
 class _KernelWriter:
-    """Builds the body of one kernel."""
+    """Builds the statements of one kernel."""
 
     def __init__(self, kernel: Kernel, grid: list[GridAxis]) -> None:
         self.kernel = kernel
         self.grid = grid
         self.inputs = {id(t) for t in kernel.inputs}
-        self.lines: list[str] = []
+        self.statements: list[Statement] = []
+        self._uses: dict[str, None] = {}  # of the statement being written, in order
+        self._buffers: dict[str, None] = {}
 
     def coords(self, tv: TensorView) -> tuple[list[Ix], str]:
         ti = lower_tensor(tv, self.grid)
@@ -228,6 +241,7 @@ class _KernelWriter:
     def value_at(self, tv: TensorView, coords: list) -> str:
         """`tv` at the given coordinates: a global load or a recomputation."""
         if id(tv) in self.inputs or tv.definition is None:
+            self._buffers[tv.ir_name] = None
             return _load(tv, f"{tv.ir_name}[{_offset(tv, coords)}]")
         expr = tv.definition
         args = [self.value_at(p, producer_coords(expr, p, coords)) for p in expr.inputs]
@@ -235,6 +249,7 @@ class _KernelWriter:
 
     def operand(self, expr: Expr, tv: TensorView, coords: list, pred: str) -> str:
         if tv.compute_at_pos > 0 and id(tv) not in self.inputs:
+            self._uses[f"t{tv.number}"] = None
             return f"t{tv.number}"
         zero = f"static_cast<{COMPUTE_TYPES[tv.dtype]}>(0)"
         return f"({pred} ? {self.value_at(tv, producer_coords(expr, tv, coords))} : {zero})"
@@ -246,18 +261,26 @@ class _KernelWriter:
             stored = id(out) in outputs
             if out.compute_at_pos == 0 and not stored:
                 continue  # not inlined: its consumers recompute it where they need it
+            self._uses, self._buffers = {}, {}
+            lines = []
             coords, pred = self.coords(out)
             p = f"p{out.number}"
             args = [self.operand(expr, t, coords, p) for t in expr.inputs]
             if stored or any(p in a for a in args):
-                self.lines.append(f"{indent}const bool {p} = {pred};")
+                lines.append(f"{indent}const bool {p} = {pred};")
             ctype = COMPUTE_TYPES[out.dtype]
             text = _op_text(expr, args, _index(expr, coords))
-            self.lines.append(f"{indent}const {ctype} t{out.number} = {text};")
+            lines.append(f"{indent}const {ctype} t{out.number} = {text};")
             if stored:
                 offset = _offset(out, coords)
                 value = _store(out, f"t{out.number}")
-                self.lines.append(f"{indent}if ({p}) {out.ir_name}[{offset}] = {value};")
+                lines.append(f"{indent}if ({p}) {out.ir_name}[{offset}] = {value};")
+                self._buffers[out.ir_name] = None
+            register = f"t{out.number}"
+            uses = tuple(self._uses)
+            self.statements.append(
+                Statement(tuple(lines), register, ctype, uses, tuple(self._buffers))
+            )
 
 
 _BIT_CASTS = {
@@ -324,29 +347,39 @@ def kernel_header(kernel: Kernel, name: str, grid: list[GridAxis]) -> list[str]:
     ]
 
 
-def kernel_body(kernel: Kernel, grid: list[GridAxis], indent: str = "  ") -> list[str]:
-    """What one thread runs, one target-independent text for every target: the grid's
-    blockIdx/threadIdx positions read `blockIdx` and `threadIdx`, the others are loops."""
-    lines = []
-    closing = 0
+def loop_nest(grid: list[GridAxis], indent: str = "  ") -> tuple[list[str], str, list[str]]:
+    """(the lines that open the grid's loops, the indentation inside them, the lines that
+    close them): blockIdx/threadIdx positions read `blockIdx` and `threadIdx`, the others
+    are loops; position j's index is loop_var(j)."""
+    opening, closing = [], []
     for j, g in enumerate(grid):
         v = loop_var(j)
         hw = _HW_INDEX.get(g.parallel_type)
         if hw is not None:
-            lines.append(f"{indent}const long long {v} = {hw};")
+            opening.append(f"{indent}const long long {v} = {hw};")
         else:
-            lines.append(
+            opening.append(
                 f"{indent}for (long long {v} = 0; {v} < {g.extent}; ++{v}) {{  // {g.parallel_type.value}"
             )
+            closing.insert(0, f"{indent}}}")
             indent += "  "
-            closing += 1
+    return opening, indent, closing
+
+
+def kernel_statements(kernel: Kernel, grid: list[GridAxis], indent: str) -> list[Statement]:
+    """The statements one thread runs inside the loop nest, in order (one per expression
+    computed where it is; the others are recomputed inside their consumers')."""
     writer = _KernelWriter(kernel, grid)
     writer.write(indent)
-    lines += writer.lines
-    for _ in range(closing):
-        indent = indent[:-2]
-        lines.append(f"{indent}}}")
-    return lines
+    return writer.statements
+
+
+def kernel_body(kernel: Kernel, grid: list[GridAxis], indent: str = "  ") -> list[str]:
+    """What one thread runs, one target-independent text for every target: the loop nest
+    and, inside it, the kernel's statements."""
+    opening, inner, closing = loop_nest(grid, indent)
+    statements = kernel_statements(kernel, grid, inner)
+    return opening + [line for s in statements for line in s.lines] + closing
 
 
 def kernel_source(kernel: Kernel, name: str) -> str:
@@ -392,11 +425,14 @@ def cuda_source(target: Program | Kernel | list[Kernel], prefix: str = "fuserlit
 __all__ = [
     "cuda_source",
     "is_scheduled",
+    "Statement",
     "kernel_body",
     "kernel_header",
     "kernel_params",
     "kernel_source",
+    "kernel_statements",
     "launch_dims",
+    "loop_nest",
     "random_dtypes",
     "random_source",
 ]

@@ -13,7 +13,9 @@ The compiled path builds every scheduled kernel of the program at its first run,
 all in one shared object (fuserlite.kernel.compile caches it on disk), and calls
 each kernel with the device's numpy buffers. Outputs start as poison (NaN, the
 smallest integer, True), as the kernel runner's do, so an element no grid point
-writes reads the same on both paths.
+writes reads the same on both paths. A kernel body too large for one C++ function
+is compiled as several, and one too large to split (fuserlite.kernel.cpu.
+KernelTooLarge) runs through the kernel runner; each says so in one line.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.batches import KernelPlan, plan_kernel
-from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler
-from fuserlite.kernel.cpu import cpu_function, prelude
+from fuserlite.kernel.cache import note
+from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler, size_text
+from fuserlite.kernel.cpu import CpuFunction, cpu_function, prelude
+from fuserlite.kernel.cpu_parts import PART_BYTES, KernelTooLarge
 from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.indexing import device_indices
 from fuserlite.kernel.memory import poison
@@ -118,23 +122,40 @@ class _Entry:
 
 
 class CompiledKernels:
-    """Scheduled kernels compiled for the CPU; built together at the first run."""
+    """Scheduled kernels compiled for the CPU; built together at the first run. Those too
+    large to compile run through the kernel runner (`grids`: its index arrays)."""
 
-    def __init__(self, kernels: Iterable[Kernel], compiler: KernelCompiler) -> None:
+    def __init__(
+        self, kernels: Iterable[Kernel], compiler: KernelCompiler, grids: GridCache | None = None
+    ) -> None:
         self.kernels = [k for k in kernels if k.scheduled]
         self.compiler = compiler
-        self._entries: dict[int, _Entry] | None = None
+        self.interpreted = InterpretedKernels(grids if grids is not None else GridCache())
+        self._entries: dict[int, _Entry] | None = None  # the compiled ones
 
     def prepare(self) -> None:
         """Compile (or load from the cache) every kernel; a no-op once done."""
         if self._entries is not None:
             return
-        functions = [cpu_function(k) for k in self.kernels]  # (symbol, source) per kernel
-        labels = {
-            symbol: _label(k, i) for i, (k, (symbol, _)) in enumerate(zip(self.kernels, functions))
-        }
-        loaded = self.compiler.functions(prelude(self.kernels), dict(functions), labels)
-        self._entries = {id(k): _Entry(k, loaded[s]) for k, (s, _) in zip(self.kernels, functions)}
+        functions: list[tuple[Kernel, CpuFunction]] = []
+        labels = {}
+        for i, kernel in enumerate(self.kernels):
+            label = _label(kernel, i)
+            try:
+                function = cpu_function(kernel)
+            except KernelTooLarge as exc:
+                note(f"{label} is not compiled: {exc}; the kernel runner computes it")
+                continue
+            if function.parts > 1 and not self.compiler.has(function.symbol):
+                note(
+                    f"{label} is {size_text(len(function.source))} of C++, too much for one "
+                    f"function: compiled as {function.parts} of at most {size_text(PART_BYTES)} each"
+                )
+            functions.append((kernel, function))
+            labels[function.symbol] = label
+        sources = {f.symbol: f.source for _, f in functions}
+        loaded = self.compiler.functions(prelude(self.kernels), sources, labels) if sources else {}
+        self._entries = {id(k): _Entry(k, loaded[f.symbol]) for k, f in functions}
 
     def run(
         self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device=None
@@ -142,7 +163,9 @@ class CompiledKernels:
         """The kernel's local outputs on one device (`device`: its indices, as run_kernel's)."""
         if self._entries is None:
             self.prepare()
-        entry = self._entries[id(kernel)]
+        entry = self._entries.get(id(kernel))
+        if entry is None:
+            return self.interpreted.run(kernel, local_inputs, device)
         arrays = []
         for tv, shape, dtype in entry.inputs:
             array = np.asarray(local_inputs[tv], dtype=dtype, order="C")  # 0-d stays 0-d
@@ -164,7 +187,7 @@ def kernel_path(
 ) -> CompiledKernels | InterpretedKernels | None:
     """What runs a program's scheduled kernels; None for "numpy"."""
     if compute == "compiled":
-        return CompiledKernels(kernels, compiler)
+        return CompiledKernels(kernels, compiler, grids)
     return InterpretedKernels(grids) if compute == "interpret" else None
 
 
