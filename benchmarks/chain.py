@@ -8,7 +8,8 @@ add 1.0, multiply by 0.5, tanh, negate (one scheduled kernel). For each N:
 - build: the Python calls that make the fusion; lower: FusionExecutor's
   pipeline (the seven passes and the validator);
 - compile (cold): generating the C++ of the kernels and one compiler launch,
-  into an empty cache directory (the compiler's one-time probe is done before);
+  into an empty cache directory (the compiler's probe, once per process, is done
+  before);
 - load (warm): a new KernelCompiler on that directory, as a new process would
   be: generate, hash, find the library, dlopen it;
 - run: one `ex.run(inputs)` (global array in, global array out), compiled and
@@ -120,7 +121,7 @@ def measure(n: int, args, jax: Jax | None, table: Table) -> dict:
     cold, warm = [], []
     for _ in range(args.compiles):
         with tempfile.TemporaryDirectory() as cache:
-            _ = KernelCompiler(cache_dir=cache).toolchain  # the one-time probe, kept in `cache`
+            _ = KernelCompiler(cache_dir=cache).toolchain  # the probe, once per process
             first = KernelCompiler(cache_dir=cache)
             cold.append(timed(lambda c=first: compile_kernels(kernels, c))[0])
             compiler = KernelCompiler(cache_dir=cache)  # a new process, as far as it knows

@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,23 +58,23 @@ WRAPPER = (
 def compile_once(command: list[str], timeout: float) -> dict:
     """Wall seconds, g++ CPU seconds, peak MB and success of one compile."""
     start = time.perf_counter()
+    # Its own process group, so that a timeout ends cc1plus too, not only the wrapper.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRAPPER, *command],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        out = subprocess.run(
-            [sys.executable, "-c", WRAPPER, *command],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        ).stdout
-        rc, cpu, kb = json.loads(out)
+        out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         return {"wall_s": timeout, "cpu_s": math.nan, "peak_mb": math.nan, "ok": "timeout"}
+    rc, cpu, kb = json.loads(out)
     wall = time.perf_counter() - start
-    return {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "peak_mb": kb / 1024,
-        "ok": "yes" if rc == 0 else f"rc {rc}",
-    }
+    ok = "yes" if rc == 0 else f"rc {rc}"
+    return {"wall_s": wall, "cpu_s": cpu, "peak_mb": kb / 1024, "ok": ok}
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ devices (fuserlite.models.many_outputs), N = 1000, 2000, 5000, 20000, end to end
 sim backend, validate the outputs against the reference. Targets: N = 20000 under
 5 s end to end, t(20000) / t(2000) <= 12. The
 kernels run as `--compute` says (default interpret): compiled, the one kernel
-of N outputs is one C++ function of N stores, which g++ compiles in a time
-that grows faster than N (at -O2: 2 s for 250 outputs, 5.5 s for 500, 16 s for
-1000 on the shared machine; minutes for 20000), cached on disk afterwards.
+of N outputs is compiled as functions of at most 16 KB of C++ once it is over
+256 KB (fuserlite.kernel.cpu_parts), in a time linear in N (13 s of g++ for
+20000: benchmarks/compile_size.py), cached on disk afterwards.
 
 Each row is printed as soon as it is measured; the median of K runs (default
 3; one run for N >= 100000 and for 20000 outputs) and the spread (max - min),

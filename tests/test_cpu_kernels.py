@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -357,3 +360,31 @@ def test_a_kernel_that_cannot_be_split_runs_through_the_kernel_runner(monkeypatc
             err,
         ), err
         assert "not compiled" in cpu_source(ex.program.kernels)
+
+
+def test_a_split_kernel_is_the_same_text_in_every_process() -> None:
+    """MPI ranks and later runs must find one library: the split source does not depend
+    on the process's string hashing (the order of the values one part leaves in slots)."""
+    script = (
+        "import fuserlite.kernel.cpu_parts as cpu_parts\n"
+        "from fuserlite.kernel.cuda import Statement\n"
+        "cpu_parts.PART_BYTES = 100\n"
+        "defs = [Statement((f'const float t{k} = T0[l0] * {k}.0f;',), f't{k}', 'float', (),"
+        " ('T0',)) for k in range(1, 9)]\n"
+        "uses = tuple(f't{k}' for k in range(1, 9))\n"
+        "out = Statement(('T1[l0] = ' + ' + '.join(uses) + ';',), 't9', 'float', uses, ('T1',))\n"
+        "params = ['const float* __restrict__ T0', 'float* __restrict__ T1']\n"
+        "print(cpu_parts.split_body('k', [*defs, out], params, 1, ''))\n"
+    )
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(texts) == 1, texts
+    assert "fl_r[7].f" in texts.pop()  # 8 values crossed from one part to the next

@@ -1,11 +1,12 @@
 """A kernel body too large for one C++ function, as several: decided by its size.
 
 g++'s time grows faster than a function's size, mostly in its register allocator
-over every value live at once: 2000 outputs of one kernel took 3.2 s and 5000
-took 18 s in one function, 20 000 about 4 minutes, and a chain of 120 000
-statements took 53 s and 1.8 GB (on another machine g++ crashed on it).
-benchmarks/compile_size.py measures it. A body of more than FUNCTION_BYTES of
-C++ is therefore compiled as parts of at most PART_BYTES, in linear time:
+over every value live at once: 2000 outputs of one kernel took 3.3 s of CPU and
+5000 took 20 s in one function, 20 000 over 4 minutes, and a chain of 120 000
+statements took 50 s and 1.7 GB (on another machine g++ crashed on it). A body
+of more than FUNCTION_BYTES of C++ is therefore compiled as parts of at most
+PART_BYTES, in linear time (1.2, 3.1 and 13 s for those outputs, 3.8 s and 360
+MB for the chain: benchmarks/compile_size.py):
 
     static inline void fl_X_part3_body(const float* __restrict__ T0, float* __restrict__ T9,
                                        const long long l0, ..., fl_reg* fl_r) {
@@ -74,9 +75,11 @@ def split_body(
     slots = _slots(parts)
     types = {st.register: st.ctype for st in statements}
     variables = [loop_var(j) for j in range(loops)]
+    # name -> (its index in the address array, its declaration), buffers and device indices
+    named = {p.rsplit(" ", 1)[1]: (i, p) for i, p in enumerate(params)}
     functions = []
     for i, part in enumerate(parts):
-        functions += _part(f"{name}_part{i}", part, params, variables, slots, types, indent)
+        functions += _part(f"{name}_part{i}", part, named, variables, slots, types, indent)
     args = "".join(f"{v}, " for v in variables)
     calls = [f"{indent}fl_reg fl_r[{1 + max(slots.values(), default=0)}];"]
     calls += [f"{indent}{name}_part{i}(fl_args, {args}fl_r);" for i in range(len(parts))]
@@ -165,7 +168,7 @@ def _slots(parts: list[list[Statement]]) -> dict[str, int]:
 def _part(
     name: str,
     part: list[Statement],
-    params: list[str],
+    named: dict[str, tuple[int, str]],
     variables: list[str],
     slots: dict[str, int],
     types: dict[str, str],
@@ -174,18 +177,18 @@ def _part(
     """One part: its body (the buffers it uses as __restrict__ parameters, the registers
     of earlier parts read from their slots, its statements, what later parts read left in
     slots) and the function of one grid point that calls it with those buffers."""
-    used = {b for st in part for b in st.buffers}
-    mine = [
-        (i, p)
-        for i, p in enumerate(params)  # the device indices (`didx`) are few: all of them
-        if " __restrict__ " not in p or p.rsplit(" ", 1)[1] in used
-    ]
+    used = dict.fromkeys(b for st in part for b in st.buffers)
+    # In the kernel's order; the device indices (`didx`), few, are read inside predicates'
+    # text: all of them.
+    mine = sorted(named[b] for b in used)
+    mine += [(i, p) for i, p in named.values() if " __restrict__ " not in p]
     loops = "".join(f"const long long {v}, " for v in variables)
     typed = "".join(f"{p}, " for _, p in mine)
     head = "static inline __attribute__((always_inline)) void"
     lines = [f"{head} {name}_body({typed}{loops}fl_reg* fl_r) {{"]
-    defined = {st.register for st in part}
-    for r in dict.fromkeys(r for st in part for r in st.uses if r not in defined):
+    defined = [st.register for st in part]  # in order: the text is the same in every process
+    own = set(defined)
+    for r in dict.fromkeys(r for st in part for r in st.uses if r not in own):
         lines.append(f"  const {types[r]} {r} = fl_r[{slots[r]}].{_MEMBER[types[r]]};")
     lines += ["  " + line.removeprefix(indent) for st in part for line in st.lines]
     lines += [f"  fl_r[{slots[r]}].{_MEMBER[types[r]]} = {r};" for r in defined if r in slots]
