@@ -86,8 +86,10 @@ def test_a_collective_that_combines_partial_values_wrongly_is_rejected(name, k, 
     """The op edits read back and ran to wrong numbers without an error (a max of partial
     sums: max error 4.6 on "sum 2x3"); the team edits read back and failed only when run."""
     text, comms = lowered_text(name)
-    with pytest.raises(fl.VerifyError, match=message):
-        parse_printed(edited(text, comms[k], old, new))
+    bad = edited(text, comms[k], old, new)
+    with pytest.raises(fl.ParseError, match=message) as info:  # at the communication's line
+        parse_printed(bad)
+    assert bad.split("\n")[info.value.line - 1].startswith("Communication ")
 
 
 def test_an_op_on_complete_values_and_a_missing_op_are_rejected():

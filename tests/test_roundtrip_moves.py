@@ -120,7 +120,7 @@ def test_a_communication_whose_teams_do_not_make_its_placements_is_rejected() ->
     to (S0,R); it read back, and only the run failed."""
     text, line = _nd_line()
     bad = text.replace(line, line.replace("teams=(DIDx)", "teams=(DIDy DIDx)"))
-    with pytest.raises(fl.VerifyError, match=r"Allreduce on \(DIDy, DIDx\) teams does not apply"):
+    with pytest.raises(ParseError, match=r"Allreduce on \(DIDy, DIDx\) teams does not apply"):
         parse_printed(bad)
 
 

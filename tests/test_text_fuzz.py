@@ -31,6 +31,7 @@ from fus_mutants import EXAMPLES, NUM_MUTANTS, Mutant, mutants
 
 import fuserlite as fl
 import fuserlite.cli
+from fuserlite.text.source import QUOTE_WIDTH, quote
 
 FILENAME = "mutant.fus"
 MAX_ELEMENTS = 1 << 16  # run only fusions whose tensors and loop nests stay this small
@@ -126,8 +127,8 @@ def check_parse_error(err: fl.ParseError, text: str, filename: str) -> None:
     if len(lines) < 3 or not lines[0].startswith(prefix):
         raise Bug("parse", f"ParseError without a {prefix!r} prefix: {message!r}")
     src = text.split("\n")[err.line - 1].rstrip("\r") if err.line <= text.count("\n") + 1 else ""
-    caret = "".join(c if c == "\t" else " " for c in src[: err.column - 1]) + "^"
-    if lines[-2] != src or lines[-1] != caret:
+    shown, caret = quote(src, err.column)
+    if lines[-2] != shown or lines[-1] != caret or len(shown) > QUOTE_WIDTH + 6 * 4 + 6:
         raise Bug("parse", f"ParseError without the source line and caret: {message!r}")
 
 

@@ -238,10 +238,13 @@ def test_a_communication_line_that_contradicts_its_tensors(tmp_path, kind, old, 
 )
 def test_a_communication_that_combines_by_another_op_is_invalid(tmp_path, kind, old, new, fragment):
     """The executor reduces by op= (a max of partial sums read back and ran to wrong
-    numbers): the program validator checks it against the partial values' op."""
+    numbers): the program validator checks it against the partial values' op, and the
+    reader reports its problem at the communication's line."""
     path = tmp_path / "ring.fus"
     path.write_text(RING)
     text, line = printed_line(path if kind == "CollectivePermute" else TP_MLP, kind)
-    with pytest.raises(fl.VerifyError) as info:
+    number = text.splitlines().index(line) + 1
+    with pytest.raises(fl.ParseError) as info:  # at the communication's line
         parse_printed(text.replace(line, line.replace(old, new, 1)), "t.txt")
-    assert str(info.value).startswith("t.txt: invalid program:") and fragment in str(info.value)
+    message = str(info.value)
+    assert message.startswith(f"t.txt:{number}:1: invalid program:") and fragment in message

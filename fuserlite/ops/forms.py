@@ -315,13 +315,21 @@ def match_body(text: str) -> tuple[OpDef, dict[str, object]]:
 
 
 def build_from_printed(
-    text: str, outputs: list[TensorView], tensor: Callable[[str], TensorView]
+    text: str,
+    outputs: list[TensorView],
+    tensor: Callable[[str], TensorView],
+    check: Callable[[OpDef, list[TensorView], list[Operand], dict[str, object]], None]
+    | None = None,
 ) -> Expr:
     """The expression a printed body describes, between existing tensors: `outputs`,
-    and the operands `tensor(printed text)` resolves."""
+    and the operands `tensor(printed text)` resolves; `check(op, outputs, operands,
+    attributes)`, if given, sees its parts before it is made (and may raise)."""
     d, values = match_body(text)
     operands = []
     for v in (values[name] for name in d.operands if name in values):
         items = v if isinstance(v, tuple) else (v,)  # a `tensors` field: several
         operands += [tensor(x) if isinstance(x, str) else x for x in items]
-    return d.make(outputs, operands, {a: values.get(a) for a in d.attrs})
+    attrs = {a: values.get(a) for a in d.attrs}
+    if check is not None:
+        check(d, outputs, operands, attrs)
+    return d.make(outputs, operands, attrs)

@@ -34,6 +34,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.forms import build_from_printed
+from fuserlite.ops.registry import OpDef
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.printer import implied_io
 from fuserlite.program import host
@@ -54,6 +55,7 @@ from fuserlite.program.printer import (
 )
 from fuserlite.program.program import HostStep, Kernel, Program, finish_kernel
 from fuserlite.program.reader import TENSOR, TENSOR_NUMBER, Block, Line, build_tensor
+from fuserlite.program.rebuild import rebuild_problem
 from fuserlite.program.reshardings import derive_reshardings
 from fuserlite.program.sections import (
     BODY,
@@ -68,8 +70,13 @@ from fuserlite.program.sections import (
 from fuserlite.program.verify import verify_program
 from fuserlite.text.parser import check_source, read_source
 from fuserlite.text.parser import parse as parse_fus
-from fuserlite.text.source import Source
+from fuserlite.text.source import Source, invalid_fusion
 from fuserlite.verify.fusion import verify
+
+# What a validator's problem names first: a step (`step 3`, `kernel 3`) or a tensor.
+_NAMED = re.compile(r"\b(?:(?:step|kernel) (?P<step>\d+)|T(?P<tensor>\d+))\b")
+# A communication, `Allgather T1 -> T2`: at the line that computes its output.
+_COMMUNICATION = re.compile(r"\b[A-Z]\w+ T\d+ -> T(?P<tensor>\d+)\b")
 
 
 def parse_printed(text: str, filename: str = "<string>") -> Fusion | Program:
@@ -85,7 +92,10 @@ def parse_any(text: str, filename: str = "<string>") -> Fusion | Program:
     if is_printed(text):
         return parse_printed(text, filename)
     fusion = parse_fus(text, filename)
-    verify(fusion)
+    try:
+        verify(fusion)
+    except VerifyError as exc:
+        raise invalid_fusion(Source(text, filename), str(exc), fusion) from None
     return fusion
 
 
@@ -142,7 +152,10 @@ class _Builder:
             exprs = [self.expression(e) for e in text.fusion.exprs]
             self.set_io(exprs)
             self.check_shown(self.fusion.tensors())
-            verify(self.fusion)
+            try:
+                verify(self.fusion)
+            except VerifyError as exc:
+                raise self.invalid(exc) from None
             return self.fusion
         steps = [self.step(s) for s in text.steps]
         runs = list(host.runs(steps))
@@ -157,10 +170,30 @@ class _Builder:
         self.check_shown(printed_tensors(program))
         try:
             verify_program(program)
-        except VerifyError as exc:  # its problems name tensors and steps: add the file
-            raise VerifyError(f"{self.source.filename}: {exc}") from None
+        except VerifyError as exc:
+            raise self.invalid(exc) from None
         program.reshardings = self.reshardings(program)  # what fl.explain reads
         return program
+
+    def invalid(self, exc: VerifyError) -> ParseError:
+        """The validator's problems at the line of the first step or tensor they name:
+        the step's first line, or the line that computes the tensor, else its block's."""
+        message = str(exc)
+        first = message.split("\n  ")[1] if "\n  " in message else message
+        line = self.text.steps[0] if self.text.steps else None
+        m = _COMMUNICATION.search(first) or _NAMED.search(first)
+        named = {} if m is None else {k: int(v) for k, v in m.groupdict().items() if v}
+        if named.get("step", len(self.text.steps)) < len(self.text.steps):
+            line = self.text.steps[named["step"]]
+        elif named.get("tensor") in self.heads:
+            line = self.computed_at.get(named["tensor"], self.heads[named["tensor"]])
+        if isinstance(line, KernelText):
+            line = line.label
+        elif isinstance(line, ExprText):
+            line = line.outputs[0] if line.outputs else line.body[0]
+        elif line is None:
+            line = self.text.fusion.label if self.text.fusion else Line(1, "")
+        return self.fail(message, line.number, 1)
 
     def latency(self) -> int:
         """The `Planner: latency_bytes=N` line's N (the planner's default without one)."""
@@ -322,8 +355,13 @@ class _Builder:
             line, column = where(max(body.find(text), 0))
             return self.tensor(text, line, column)
 
+        def check(d: OpDef, outs: list, operands: list, attrs: dict) -> None:
+            problem = rebuild_problem(d, outs, operands, attrs)
+            if problem is not None:
+                raise self.fail(problem, first.number, len(BODY) + 1)
+
         try:
-            return build_from_printed(body, outputs, operand)
+            return build_from_printed(body, outputs, operand, check)
         except ParseError as exc:
             if exc.line is not None:  # located already
                 raise

@@ -51,7 +51,9 @@ def communication_problems(comms: list[Communication]) -> list[str]:
     for c in comms:
         what = f"{c.kind.value} {c.input.name} -> {c.output.name}"
         step = recorded_step(c)
-        if step is not None:
+        if step is not None and _axes_problem(c):
+            problems.append(f"{what}: {_axes_problem(c)}")
+        elif step is not None:
             before, after = placement(c.input), placement(c.output)
             done = step.apply(before)
             if done != after:
@@ -63,6 +65,28 @@ def communication_problems(comms: list[Communication]) -> list[str]:
                 )
         problems.extend(_op_problems(c, what))
     return problems
+
+
+# The tensor axes each step on one mesh names, as its printed line shows them.
+_AXES_SHOWN = {
+    "LocalSlice": "in_axis=N (the axis it slices)",
+    "Allgather": "in_axis=N (the axis it gathers)",
+    "ReduceScatter": "in_axis=N (the axis it scatters onto)",
+    "AllToAll": "in_axis=N and out_axis=M (the axes it moves from and to)",
+    "Allreduce": "no tensor axis",
+}
+
+
+def _axes_problem(c: Communication) -> str | None:
+    """What is wrong with the tensor axes a communication on one mesh names, if anything."""
+    shown = _AXES_SHOWN[c.kind.value]
+    rank = len(placement(c.input).shards)
+    if len(c.axes) != shown.count("=N") + shown.count("=M"):
+        return f"names {len(c.axes)} tensor axes; {c.kind.value} on one mesh shows {shown}"
+    bad = [a for a in c.axes if not 0 <= a < rank]
+    if bad:
+        return f"axis {bad[0]} is not an axis of {c.input.name}, which has {rank}"
+    return None
 
 
 def _op_problems(c: Communication, what: str) -> list[str]:

@@ -133,6 +133,8 @@ def step_problems(program: Program) -> list[str]:
         for t in step.inputs:
             if id(t) not in available:
                 problems.append(f"step {k} reads {t.name} before any step computes it")
+        if isinstance(step, Kernel):
+            problems.extend(kernel_problems(k, step))
         for e in exprs:
             if id(e) in placed:
                 problems.append(f"{e.output.name} = {e.op_name}(...) is in two steps")
@@ -145,3 +147,28 @@ def step_problems(program: Program) -> list[str]:
         if id(t) not in available:
             problems.append(f"output {t.name} is computed by no step of the program")
     return problems
+
+
+def kernel_problems(k: int, kernel: Kernel) -> list[str]:
+    """Kernel `k` runs on every device of its mesh, which holds a shard of each tensor
+    it reads or writes (every one on that mesh), and computes each tensor before it
+    reads it."""
+    problems = []
+    for tv in kernel.tensors:
+        if kernel.mesh is not None and tv.mesh != kernel.mesh:
+            problems.append(
+                f"kernel {k} runs on {kernel.mesh}, but {tv.name} is on {tv.mesh}; a kernel's "
+                "tensors are on its mesh (a communication moves a tensor to another)"
+            )
+    ready = {id(t) for t in kernel.inputs}
+    for e in kernel.exprs:
+        for t in e.inputs:
+            if id(t) not in ready:
+                problems.append(
+                    f"kernel {k}: {e.output.name} = {e.op_name}(...) reads {t.name}, which the "
+                    "kernel computes after it"
+                )
+                ready.add(id(t))  # said once
+        ready.update(id(t) for t in e.outputs)
+    return problems
+
