@@ -11,6 +11,7 @@ with `verify_all`, the whole IR.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -132,6 +133,7 @@ class Pipeline:
     def default(cls, latency_bytes: int | None = None, **kwargs) -> Pipeline:
         """The default lowering pipeline (docs/design.md §4), its planner's collectives
         costing `latency_bytes` each where given (plan.cost)."""
+        args.keywords(kwargs, [*PIPELINE_KEYWORDS, "latency_bytes"], "Pipeline", PassOptionError)
         return cls(default_pass_names(**latency_options(latency_bytes)), **kwargs)
 
     def run(self, ir: Fusion | Program) -> Fusion | Program:
@@ -240,6 +242,14 @@ def _context(p: Pass, ran: list[str]) -> str:
     return f"pass {p} (after: {before}) "
 
 
+# Pipeline's keyword arguments (Pipeline.default and fl.lower take them too).
+PIPELINE_KEYWORDS = tuple(
+    p.name for p in inspect.signature(Pipeline).parameters.values() if p.kind is p.KEYWORD_ONLY
+)
+
+
 def lower(fusion: Fusion, **kwargs) -> Program:
-    """The Program of the default pipeline, run on a copy of `fusion`."""
+    """The Program of the default pipeline, run on a copy of `fusion` (`kwargs`:
+    latency_bytes and Pipeline's keyword arguments)."""
+    args.keywords(kwargs, [*PIPELINE_KEYWORDS, "latency_bytes"], "lower", PassOptionError)
     return Pipeline.default(**kwargs).run(fusion)

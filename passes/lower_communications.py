@@ -85,6 +85,12 @@ def table_move(inp: TensorView, out: TensorView) -> TableMove | None:
     a_in, a_out = sharded_data_axis(inp), sharded_data_axis(out)
     partial = is_partial(inp)
     b_in, b_out = inp.nbytes, out.nbytes
+    # Equal meshes with one sharding are sent device to device; from {0} to {1} too (one
+    # sender and one receiver: a SendRecv, as nvFuser lowers it, not a 2-device Broadcast).
+    if mi.size == mo.size and not partial and a_in == a_out:
+        team = tuple(dict.fromkeys(mi.devices + mo.devices))
+        per = b_in // mi.size if a_in is not None else b_in
+        return TableMove(CommKind.SendRecv, team, None, per)
     if mi.size == 1 and not partial:
         root = mi.devices[0]
         team = mo.devices if root in mo else (root, *mo.devices)
@@ -100,10 +106,6 @@ def table_move(inp: TensorView, out: TensorView) -> TableMove | None:
             return TableMove(CommKind.Reduce, team, root, b_out)
         if a_in is not None:
             return TableMove(CommKind.Gather, team, root, b_in // mi.size)
-    if mi.size == mo.size and not partial and a_in == a_out:
-        team = tuple(dict.fromkeys(mi.devices + mo.devices))
-        per = b_in // mi.size if a_in is not None else b_in
-        return TableMove(CommKind.SendRecv, team, None, per)
     return None
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import fuserlite as fl
+from fuserlite.schedule.shard import shard_axis
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -480,6 +481,34 @@ BAD = [
     bad("explain machine", lambda e: fl.explain(e.ex.program, machine=3), "machine", "int"),
     bad("timeline int", lambda e: fl.timeline(5), "timeline", "program", "5"),
     bad("timeline machine", lambda e: fl.timeline(e.fusion, "tpu"), "unknown machine 'tpu'"),
+    # -- keyword arguments passed on (**kwargs): named, with the closest one taken --------
+    bad("lower unknown keyword", lambda e: fl.lower(e.fusion, bogus=1), "lower", "'bogus'", "dump"),
+    bad(
+        "lower misspelled keyword",
+        lambda e: fl.lower(e.fusion, latency_byte=1),
+        "lower: unexpected keyword argument 'latency_byte'; did you mean 'latency_bytes'?",
+    ),
+    bad(
+        "pipeline default keyword",
+        lambda e: fl.Pipeline.default(verify_eac=False),
+        "Pipeline: unexpected keyword argument 'verify_eac'; did you mean 'verify_each'?",
+    ),
+    # -- shard_axis --------------------------------------------------------------------
+    bad(
+        "shard_axis axis out of range",
+        lambda e: shard_axis(e.x, 5, e.mesh),
+        "shard_axis: logical_index",
+        "T0's 2 logical axes",
+        "-2..1, got 5",
+    ),
+    bad("shard_axis float axis", lambda e: shard_axis(e.x, 1.0, e.mesh), "logical_index", "1.0"),
+    bad("shard_axis mesh list", lambda e: shard_axis(e.x, 0, [0, 1]), "mesh must be", "[0, 1]"),
+    bad(
+        "shard_axis thread type",
+        lambda e: shard_axis(e.x, 0, e.mesh, fl.ParallelType.TIDx),
+        "parallel_type must be one of DIDx, DIDy, DIDz",
+    ),
+    bad("shard_axis not a tensor", lambda e: shard_axis(3, 0, e.mesh), "tv must be", "3"),
 ]
 
 

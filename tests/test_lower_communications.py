@@ -218,3 +218,12 @@ def test_moves_between_meshes_outside_the_table_run_and_match_the_reference():
         assert all(c.transfers is not None for c in program.communications)
         inputs = fl.random_inputs(fusion, 3)
         fl.validate(fusion, inputs, fl.FusionExecutor(program).run(inputs))
+
+
+@pytest.mark.parametrize("sharded", [None, 0])
+def test_one_device_to_another_is_a_send_recv(sharded):
+    """From {0} to {1}: one sender, one receiver, nvFuser's SendRecv (it was a Broadcast
+    over a team of 2)."""
+    (comm,) = run(build(mesh([0]), sharded, mesh([1]), sharded))
+    assert (comm.kind.value, comm.team, comm.root) == ("SendRecv", (0, 1), None)
+    assert comm.bytes_per_device == ROWS * COLS * 4

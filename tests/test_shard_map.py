@@ -318,3 +318,28 @@ def test_a_2x4_mesh_gathers_over_one_axis_and_reduces_over_the_other():
     np.testing.assert_array_equal(got, out)
     # Allgather of a [1, 4] block over 4 devices: 3 * 16 B; Allreduce of [4, 4] over 2: 64 B
     assert lowered(ex) == [("Allgather", ("DIDx",), 48), ("Allreduce", ("DIDy",), 64)]
+
+
+@pytest.mark.parametrize("in_specs", [[], (), None])
+def test_a_function_of_no_arguments(in_specs):
+    """JAX's `shard_map(lambda: ..., in_specs=())`: each device's value from its index
+    alone (it failed with "an op needs at least one tensor operand"); it writes as a
+    block of no arguments and reads back."""
+
+    def per_device():
+        return fl.add(fl.iota(2, fl.DType.float32), fl.mul(fl.axis_index(DIDx), 10.0))
+
+    (out,), comms = run(lambda: per_device(), [], in_specs, (DIDx,))
+    np.testing.assert_array_equal(out, [0, 1, 10, 11, 20, 21, 30, 31])
+    assert comms == []
+    with fl.Fusion() as fusion:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        fusion.add_output(fl.shard_map(per_device, mesh, in_specs, (DIDx,))())
+    text = fl.to_fus(fusion)
+    assert "shard_map m0 () -> (T6 [DIDx])" in text and fl.to_fus(fl.parse(text)) == text
+
+
+def test_a_function_of_no_arguments_still_needs_its_specs_to_match():
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion(), pytest.raises(fl.FusionError, match="one spec per argument"):
+        fl.shard_map(lambda: fl.axis_index(DIDx), mesh, [(DIDx,)], ())()

@@ -18,7 +18,8 @@ function and a `register(commands, common)` that adds its subparser; adding a
 command is one such module and one entry in COMMANDS. `main` is the single
 place that turns errors into messages and exit codes: a
 FuserliteError is a user error (one paragraph on stderr, exit 1), anything else
-is an internal error (exit 1, asking for a report). `--debug` adds the traceback.
+is an internal error (exit 1, asking for a report), Ctrl-C one line (exit 130).
+`--debug` adds the traceback.
 Output is coloured with rich on a terminal and plain text when piped.
 """
 
@@ -44,6 +45,7 @@ from fuserlite.cli import (
 from fuserlite.cli.output import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     ArgumentParser,
     Output,
@@ -52,7 +54,14 @@ from fuserlite.cli.output import (
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.runtime.backends import silent_rank
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_ERROR", "EXIT_OK", "build_parser", "main"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "build_parser",
+    "main",
+]
 
 # In the order `fuserlite --help` lists them.
 COMMANDS = (
@@ -96,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     except BrokenPipeError:
         return _closed_pipe()
+    except KeyboardInterrupt:  # Ctrl-C: one line, and the status a shell gives SIGINT
+        print("fuserlite: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _closed_pipe() -> int:

@@ -13,7 +13,6 @@ from rich.highlighter import RegexHighlighter
 from rich.table import Table
 from rich.theme import Theme
 
-import fuserlite
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
 from fuserlite.pipeline import Pipeline, default_pass_names, latency_options
@@ -24,6 +23,7 @@ from fuserlite.timing.machine import DEFAULT_MACHINE, Machine, built_in_names, m
 
 EXIT_OK = 0
 EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (2): what a shell reports for a Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13): what a shell reports for `cat big | head -1`
 PIPED_WIDTH = 160  # columns of a table written to a file or a pipe
 
@@ -140,14 +140,13 @@ def load_ir(path: str) -> Fusion | Program:
 def load_fusion(path: str) -> Fusion:
     """Read a .fus file or a printed fusion, or stdin for `-` (unreadable files are
     ParseErrors), and validate it; a printed program is a UsageError."""
-    fusion = fuserlite.load(sys.stdin.buffer, STDIN) if path == "-" else fuserlite.load(path)
+    fusion = load_any(sys.stdin.buffer, STDIN) if path == "-" else load_any(path)
     if not isinstance(fusion, Fusion):  # a printed program: segment ran already
         raise UsageError(
             f"fuserlite: error: {source_name(path)} is a printed program (after segment); this "
             "command takes a fusion (a .fus file, or `fuserlite print` of one without passes); "
             "`fuserlite opt` and `fuserlite explain` read programs"
         )
-    fuserlite.verify(fusion)
     return fusion
 
 

@@ -13,6 +13,7 @@ ranges and 1-D integer arrays where a list of integers is expected.
 
 from __future__ import annotations
 
+import difflib
 import math
 import operator
 import re
@@ -210,3 +211,19 @@ def identifier(value: object, who: str, arg: str, error: type[FuserliteError] = 
             error,
         )
     return value
+
+
+def keywords(
+    given: Iterable[str],
+    accepted: Sequence[str],
+    who: str,
+    error: type[FuserliteError] = FusionError,
+) -> None:
+    """`error` naming the first of the keyword arguments `given` that `who` does not take,
+    the closest one it does ("did you mean ...?") and all it takes."""
+    for name in given:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, accepted, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            takes = ", ".join(accepted) or "none"
+            raise error(f"{who}: unexpected keyword argument {name!r}{hint} (it takes {takes})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fuserlite.ir import args
 from fuserlite.ir.domain import TensorDomain
 from fuserlite.ir.errors import FusionError, ScheduleError
 from fuserlite.ir.fusion import Fusion
@@ -30,6 +31,8 @@ def shard_axis(
     chunk of the old ones). The new domain is a fact of the old one (`sharded_axis`);
     where a primitive refuses a step, the primitives themselves say why.
     """
+    _check_shard_arguments(tv, logical_index, mesh, parallel_type)
+    logical_index %= len(tv.domain.logical)
     tv.set_device_mesh(mesh)
     d = mesh.axis_size(parallel_type)
     try:
@@ -101,6 +104,29 @@ def _innermost_shard(dom: TensorDomain, li: int) -> int | None:
             return None
         p = t.inner
     return p
+
+
+def _check_shard_arguments(
+    tv: object, logical_index: object, mesh: object, parallel_type: object
+) -> None:
+    """A ScheduleError naming the argument of shard_axis that is wrong, and what it takes."""
+    who = "shard_axis"
+    args.instance(tv, TensorView, who, "tv", "a TensorView", ScheduleError)
+    n = len(tv.domain.logical)
+    args.integer(
+        logical_index,
+        who,
+        f"logical_index (an axis of {tv.name}'s {n} logical axes)",
+        minimum=-n,
+        maximum=n - 1,
+        error=ScheduleError,
+    )
+    args.instance(mesh, DeviceMesh, who, "mesh", "a DeviceMesh", ScheduleError)
+    dids = [pt.name for pt in ParallelType if pt.is_device]
+    if not isinstance(parallel_type, ParallelType) or not parallel_type.is_device:
+        raise args.fail(
+            who, "parallel_type", f"one of {', '.join(dids)}", parallel_type, ScheduleError
+        )
 
 
 def shard_as(tv: TensorView, mesh: DeviceMesh | None, wanted: Placement) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from fuserlite import ops
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
+from fuserlite.ir.fusion import active_fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
@@ -74,6 +75,8 @@ def _specs(specs: object, n: int, what: str) -> list:
     """One spec per value: a list of specs, or one spec for a single value."""
     if n == 1 and (specs is None or _is_spec(specs)):
         return [specs]
+    if n == 0 and specs is None:  # a function of no arguments needs no in_specs
+        return []
     if not isinstance(specs, (list, tuple)) or len(specs) != n:
         raise FusionError(
             f"shard_map: {what} must give one spec per {'argument' if 'in' in what else 'output'} "
@@ -168,7 +171,8 @@ def shard_map(
     def mapped(*xs: TensorView):
         for k, x in enumerate(xs):
             args.instance(x, TensorView, "shard_map", f"argument {k}", "a TensorView")
-        trace = Trace(mesh, fusion_of(*xs))
+        # No arguments (JAX allows them: lambda: axis_index(...)): the active fusion's.
+        trace = Trace(mesh, fusion_of(*xs) if xs else active_fusion())
         made = len(trace.fusion.tensors_created)
         specs = _specs(in_specs, len(xs), "in_specs")
         local_args, ins = [], []

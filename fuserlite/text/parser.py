@@ -146,11 +146,27 @@ def read_source(path: str | Path | BinaryIO, name: str | None = None) -> str:
         if len(data) > MAX_SOURCE_BYTES:
             raise ParseError(too_big)
         return data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise not_utf8(data, exc, name) from None
+    except OSError as exc:
         raise ParseError(f"{name}: cannot read the file: {exc}") from None
 
 
-MAX_LIST_DEPTH = 2  # every argument of the format is a number, a list, or a list of lists
+def not_utf8(data: bytes, exc: UnicodeDecodeError, name: str) -> ParseError:
+    """The ParseError of bytes that are not UTF-8, located at the first bad byte."""
+    before = data[: exc.start].decode("utf-8")
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1) + 1
+    bad = data[exc.start]
+    why = "the file is not UTF-8 text"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        why += " (it starts with a UTF-16 byte-order mark: save it as UTF-8)"
+    else:
+        why += f" (byte 0x{bad:02x} here: a binary file?)"
+    return Source(data.decode("utf-8", errors="replace"), name).error(why, line, column)
+
+
+MAX_LIST_DEPTH = 3  # every argument is a number or a list nested at most 3 deep (a 3-D mesh)
 
 
 class _TooDeep(Exception):
