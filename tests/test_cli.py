@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from three_way import HAVE_COMPILER
 
 import fuserlite as fl
 from fuserlite.cli import cmd_run, main
+from fuserlite.program import parser
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.fus"))
@@ -199,10 +201,11 @@ def test_the_validator_runs_before_printing(capsys, add_fus, monkeypatch) -> Non
         fusion.add_input(x)
         fusion.add_output(fl.neg(x))
         x.axis(0).parallelize(fl.ParallelType.DIDx)
-    monkeypatch.setattr(fl, "load", lambda path: fusion)
+    monkeypatch.setattr(parser, "parse_fus", lambda text, name: fusion)
     for command in ("print", "run"):
         code, out, err = run_cli(capsys, command, add_fus)
         _assert_user_error(code, out, err, "invalid fusion", "no device mesh")
+        assert err.startswith(f"error: {add_fus}:")  # located in the file
 
 
 def test_debug_shows_the_traceback(capsys, tmp_path: Path) -> None:
@@ -269,3 +272,37 @@ def test_every_command_that_runs_passes_takes_verify_all(capsys, add_fus: Path, 
     assert code == 0
     code, checked, _ = run_cli(capsys, command, add_fus, *flags, "--verify-all")
     assert code == 0 and checked == plain
+
+
+def test_run_says_which_tensors_an_uneven_mesh_moves(capsys) -> None:
+    """8 heads on 3 devices: the reshape into heads needs q/k/v whole, so they are
+    all-gathered, which the file's 8 devices do not do; the report says so and why."""
+    block = str(REPO / "examples" / "transformer_block.fus")
+    code, out, _ = run_cli(capsys, "run", block, "--devices", "3", "--compute", "numpy")
+    assert code == 0 and "validation: ok" in out
+    (note,) = [line for line in out.splitlines() if line.startswith("note:")]
+    assert note == (
+        "note: on 3 devices, q2 (T33), k2 (T34) and v2 (T35) are moved (Allgather) "
+        "before reshape; on the file's mesh (8 devices) they stay sharded. Their axis 2 (64) "
+        "splits unevenly over 3 devices (22 per device), which reshape cannot keep split; to "
+        "keep them sharded, run on a device count that divides 64 (as 8 does)."
+    )
+    code, out, _ = run_cli(capsys, "run", block, "--devices", "4", "--compute", "numpy")
+    assert code == 0 and "note:" not in out
+
+
+def test_a_float16_overflow_is_reported_without_numpy_warnings(capsys, tmp_path: Path) -> None:
+    """inf and nan are values `run` checks and reports: numpy's RuntimeWarnings about them
+    (`overflow encountered in cast`, `invalid value encountered in reduce`) stay out."""
+    path = tmp_path / "f16.fus"
+    path.write_text(
+        "mesh m = [0, 1]\ninput x: float16[4, 8] on m\ny = mul(x, 60000.0)\nz = sum(y, [1])\n"
+        "output z\noutput y\nouter_split x axis 1 by 2\nparallelize x axis 1 DIDx\n"
+    )
+    for compute in ("numpy", "interpret"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            code, out, err = run_cli(capsys, "run", str(path), "--compute", compute)
+        assert (code, err) == (0, "") and "validation: ok" in out
+        assert "inf" in out  # the overflow shows in the checksums
+    assert np.geterr()["over"] == "warn"  # the user's numpy settings are untouched

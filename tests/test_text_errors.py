@@ -153,8 +153,17 @@ def test_load_reports_the_path(tmp_path: Path) -> None:
     with pytest.raises(fl.ParseError, match=rf"^{path}:2:7: unexpected end of line"):
         fl.load(path)
     path.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(fl.ParseError, match="cannot read"):
+    with pytest.raises(fl.ParseError, match=rf"^{path}:1:1: the file is not UTF-8 text .*UTF-16"):
         fl.load(path)
+    path.write_bytes(b"input x: float32[2]\ny = neg(x)\x1b[2J\xc3\x28\n")
+    with pytest.raises(fl.ParseError) as info:
+        fl.load(path)
+    # located at the bad byte; the control character quoted escaped, the caret under it
+    assert str(info.value).splitlines() == [
+        f"{path}:2:15: the file is not UTF-8 text (byte 0xc3 here: a binary file?)",
+        "y = neg(x)\\x1b[2J\ufffd(",
+        " " * 17 + "^",
+    ]
 
 
 @pytest.mark.parametrize("name", ["softmax.fus", "bias_gelu.fus"])
@@ -172,3 +181,20 @@ def test_no_internal_exception_on_any_truncation(name: str) -> None:
 def test_garbage_is_a_parse_error(garbage: str) -> None:
     with pytest.raises(fl.ParseError):
         fl.parse(garbage)
+
+
+@pytest.mark.parametrize("at", [30, 500_000, 999_990])
+def test_an_error_in_a_long_line_quotes_a_window_around_the_column(at: int) -> None:
+    """A 1 MB line gave 200 KB-1 MB of stderr: the error quotes at most ~200 characters
+    of it, cut with "...", the caret still under the column."""
+    line = "y = add(x, " + "1, " * ((1_000_000 - 20) // 3) + ")"
+    column = min(at, len(line))
+    text = "input x: float32[2]\n" + line[: column - 1] + "?" + line[column:] + "\n"
+    with pytest.raises(fl.ParseError) as info:
+        fl.parse(text, "long.fus")
+    first, shown, caret = str(info.value).split("\n")
+    assert first.startswith(f"long.fus:2:{column}: unexpected character '?'")
+    assert len(shown) <= 206 and len(caret) <= 206
+    assert shown[len(caret) - 1] == "?"  # the caret points at the column
+    assert shown.startswith("...") == (column > 101)
+    assert shown.endswith("...") == (column < len(line) - 100)

@@ -24,6 +24,7 @@ from fuserlite.cli.output import (
     source_name,
 )
 from fuserlite.cli.progress import ProgressDisplay
+from fuserlite.cli.resized import resize_notes
 from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
@@ -77,8 +78,11 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
             return EXIT_ERROR  # every process reads the same flags and file: rank 0 says it
         raise
     backend = make_backend(args.backend or "sim", timeout=args.timeout)
-    # Long work shows progress on a terminal (only in the process that reports).
-    with ProgressDisplay(out.console if backend.is_host() else None) as progress:
+    # Long work shows progress on a terminal (only in the process that reports). An
+    # overflow (inf, nan) is a value this command checks against the reference and
+    # reports: numpy's RuntimeWarnings about it are noise here (and only here).
+    display = ProgressDisplay(out.console if backend.is_host() else None)
+    with display as progress, np.errstate(all="ignore"):
         return _run(args, out, fusion, backend, progress, names)
 
 
@@ -122,6 +126,10 @@ def _run(
         table.add_row(*checksum_row(tv.name, array))
     out.table(table)
     out.table(communications_table(executor))
+    if getattr(args, "devices", None) is not None or getattr(args, "mesh", None) is not None:
+        where = f"{len(executor.devices)} devices"
+        for note in resize_notes(fusion, executor.program, names[1:], where):
+            out.text(note + "\n")
     progress.phase(VALIDATION)
     errors = fuserlite.validate(fusion, inputs, outputs)
     worst = max(errors, default=0.0)
