@@ -19,6 +19,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.registry import OpDef, Operand, is_scalar
+from fuserlite.text.writer import read_argument
 
 
 def _stand_in(fusion: Fusion, tv: TensorView) -> TensorView:
@@ -81,9 +82,5 @@ def _attrs(expr: Expr) -> str:
 def _arguments(d: OpDef, expr: Expr) -> dict[str, object]:
     """The builder's keyword arguments that make `expr` (as fuserlite.text writes them)."""
     values = d.values(expr)
-    out = {}
-    for p in d.params:
-        value = p.read(expr) if p.read is not None else values.get(p.name)
-        if value is not None:
-            out[p.name] = value
-    return out
+    out = {p.name: read_argument(p, expr, values) for p in d.params}
+    return {name: value for name, value in out.items() if value is not None}

@@ -67,7 +67,9 @@ def _value(kind: str, value: object, name: Callable[[TensorView], str] = _ir_nam
     return str(value) if kind == "ident" else _scalar(value)
 
 
-def _read(param: Param, expr: Expr, values: dict[str, object]) -> object:
+def read_argument(param: Param, expr: Expr, values: dict[str, object]) -> object:
+    """The value of the builder's parameter `param` that makes `expr` (`values`: the
+    OpDef's values of it); None for an optional one left out."""
     return param.read(expr) if param.read is not None else values.get(param.name)
 
 
@@ -82,7 +84,7 @@ def _args(expr: Expr, name: Callable[[TensorView], str] = _ir_name) -> tuple[str
     written: list[str] = []
     skipped = False
     for param in d.params:
-        value = _read(param, expr, values)
+        value = read_argument(param, expr, values)
         if value is None:
             skipped = True
             continue
