@@ -81,7 +81,7 @@ _COMMUNICATION = re.compile(r"\b[A-Z]\w+ T\d+ -> T(?P<tensor>\d+)\b")
 
 def parse_printed(text: str, filename: str = "<string>") -> Fusion | Program:
     """Read printed text back into the Fusion or Program it shows, verified; any mistake
-    is a ParseError with file:line:col (an invalid result is a VerifyError)."""
+    is a ParseError with file:line:col (an invalid result too, at the line at fault)."""
     check_source(text, filename, "parse_printed", "printed text")
     source = Source(text, filename)
     return _Builder(source, split_text(source)).build()
@@ -124,6 +124,19 @@ def is_printed(text: str) -> bool:
             starts = ("%kernel", "Inputs:", "Planner:", "Communication ", TRANSFORM_PRINTER)
             return line.startswith(starts) or TENSOR.match(line) is not None
     return False
+
+
+def _first_line(part: KernelText | ExprText | Line | PostText | LoopText) -> Line:
+    """The first line of a step's text."""
+    if isinstance(part, KernelText):
+        return part.label
+    if isinstance(part, ExprText):
+        return part.outputs[0] if part.outputs else part.body[0]
+    if isinstance(part, PostText):
+        return part.line
+    if isinstance(part, LoopText):
+        return part.head
+    return part
 
 
 # -- building ------------------------------------------------------------------------
@@ -187,13 +200,9 @@ class _Builder:
             line = self.text.steps[named["step"]]
         elif named.get("tensor") in self.heads:
             line = self.computed_at.get(named["tensor"], self.heads[named["tensor"]])
-        if isinstance(line, KernelText):
-            line = line.label
-        elif isinstance(line, ExprText):
-            line = line.outputs[0] if line.outputs else line.body[0]
-        elif line is None:
+        if line is None:
             line = self.text.fusion.label if self.text.fusion else Line(1, "")
-        return self.fail(message, line.number, 1)
+        return self.fail(message, _first_line(line).number, 1)
 
     def latency(self) -> int:
         """The `Planner: latency_bytes=N` line's N (the planner's default without one)."""
