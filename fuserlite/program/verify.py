@@ -171,4 +171,3 @@ def kernel_problems(k: int, kernel: Kernel) -> list[str]:
                 ready.add(id(t))  # said once
         ready.update(id(t) for t in e.outputs)
     return problems
-
