@@ -9,7 +9,8 @@ program's communications. The lower bound of a §5 row is its formula; for the
 tensor-parallel MLP it is one Allreduce of the output, 2(D-1)/D * B_out, and
 for the sequence-parallel MLP an Allgather of x plus a ReduceScatter of the
 output, (D-1)/D * (B_x + B_out), and for the transformer block (bfloat16,
-Megatron-SP) four collectives of the activation, 4 (D-1)/D * B_act.
+Megatron-SP) four collectives of the activation, two Allgathers of it and two
+ReduceScatters of its float32 partial sums, 6 (D-1)/D * B_act.
 
 Uneven rows: the §5 rows whose collectives chunk an axis (Allgather, AllToAll,
 ReduceScatter, Scatter, Gather) on x[509, 509] float32 (509 is prime: no D
@@ -59,7 +60,9 @@ def cases(d: int) -> list[Case]:
         (
             "transformer-block",
             lambda: models.transformer_block(d, "bfloat16", BLOCK),
-            4 * ((d - 1) * (activation // 2) // d),  # Megatron-SP: 4 collectives, bfloat16
+            # Megatron-SP: 2 Allgathers of the bfloat16 activation, 2 ReduceScatters of
+            # its partial sums, which are float32 (insert-reshardings.partial_dtype)
+            2 * ((d - 1) * (activation // 2) // d) + 2 * ((d - 1) * activation // d),
         ),
     ]
 

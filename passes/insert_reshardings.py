@@ -42,9 +42,15 @@ from fuserlite.ir.sharding import (
     on_data_axes,
 )
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, ReductionOpType
 from fuserlite.ops.common import like
 from fuserlite.ops.registry import definition_of, operand_to_output
-from fuserlite.ops.sharding import has_unmapped_sharding, moves_data, needed_placement
+from fuserlite.ops.sharding import (
+    has_unmapped_sharding,
+    moves_data,
+    needed_placement,
+    partial_op,
+)
 from fuserlite.passes import multi_output
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.propagate_shardings import meshes_given
@@ -115,14 +121,27 @@ def _write_instead(expr: Expr, k: int, written: TensorView) -> TensorView:
     return written
 
 
+HALVES = (DType.float16, DType.bfloat16)
+
+
+def partial_dtype(dtype: DType, op: ReductionOpType | None) -> DType:
+    """The dtype partial values of `dtype` combined by `op` are held in: float32 for
+    partial sums of a half or bfloat16 tensor (accumulated in float, so that 40000 +
+    40000 does not overflow float16's 65504 in one device's partial), rounded to `dtype`
+    once, where the Set that completes them stores the value; `dtype` otherwise (a
+    partial max is exact in any dtype)."""
+    return DType.float32 if dtype in HALVES and op is ReductionOpType.sum else dtype
+
+
 def _split_device_reduction(expr: Expr, k: int) -> TensorView:
     """If `expr` reduces a sharded axis into output k, make it write a partial tensor
-    there; return the tensor whose sharding the expression computes in."""
+    there (of partial_dtype); return the tensor whose sharding the expression computes in."""
     out = expr.outputs[k]
     wanted = _device_reduction(expr, out)
     if wanted is None:
         return out
-    partial = like(out, keep_reductions=True)
+    dtype = partial_dtype(out.dtype, definition_of(expr).sharding.partial)
+    partial = like(out, dtype, keep_reductions=True)
     shard_as(partial, *wanted)
     return _write_instead(expr, k, partial)
 
@@ -179,6 +198,23 @@ def _complete_outputs(fusion: Fusion) -> None:
         complete = next((t for t in done if mesh_placement(t) == copy), None)
         new_of[out] = complete or _resharded(out, wanted)
     fusion.replace_outputs(new_of)
+
+
+def _widen_half_partials(fusion: Fusion) -> None:
+    """Partial sums the user declared half or bfloat16 (rDIDx on their tensor, or over a
+    mesh axis their input does not shard) are written as float32 like the ones this pass
+    makes (partial_dtype): the expression writes a float32 copy of the tensor, which
+    every reader (the Sets that combine or complete it) reads instead."""
+    for expr in fusion.exprs():
+        for k, out in enumerate(expr.outputs):
+            if not is_partial(out) or partial_dtype(out.dtype, partial_op(out)) is out.dtype:
+                continue
+            wide = like(out, DType.float32, keep_reductions=True)
+            shard_as(wide, *mesh_placement(out))
+            Expr.replace_uses(out, wide, list(out.uses))
+            expr.outputs[k] = wide
+            wide.definition = expr
+            out.definition = None
 
 
 def _rewrite_if_partial(expr: Expr, new_of: dict[TensorView, TensorView]) -> list[Expr]:
@@ -275,3 +311,4 @@ class InsertReshardings(Pass):
         reshardings.insert()
         fusion.replace_outputs(new_of)
         _complete_outputs(fusion)
+        _widen_half_partials(fusion)

@@ -84,7 +84,8 @@ def table_move(inp: TensorView, out: TensorView) -> TableMove | None:
         return None
     a_in, a_out = sharded_data_axis(inp), sharded_data_axis(out)
     partial = is_partial(inp)
-    b_in, b_out = inp.nbytes, out.nbytes
+    b_in = inp.nbytes
+    b_out = out.nbytes // out.dtype.itemsize * inp.dtype.itemsize  # in the dtype that moves
     # Equal meshes with one sharding are sent device to device; from {0} to {1} too (one
     # sender and one receiver: a SendRecv, as nvFuser lowers it, not a 2-device Broadcast).
     if mi.size == mo.size and not partial and a_in == a_out:

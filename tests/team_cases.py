@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from plan_simulator import holds, source_arrays
 from plan_simulator import run_step as simulate
@@ -79,6 +80,10 @@ def _random(seed: int, device: int, shape: tuple[int, ...], dtype: str) -> np.nd
 
 
 def _fold(arrays: list[np.ndarray], op: ReductionOpType) -> np.ndarray:
+    """Left to right; sums of float16 and bfloat16 in float32, rounded once at the end."""
+    dtype = arrays[0].dtype
+    if op is ReductionOpType.sum and dtype in (np.float16, ml_dtypes.bfloat16):
+        return functools.reduce(np.add, [a.astype(np.float32) for a in arrays]).astype(dtype)
     return functools.reduce(NUMPY_OP[op], arrays)
 
 

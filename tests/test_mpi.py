@@ -84,6 +84,8 @@ def test_two_ranks_are_bit_identical_to_sim():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
     for name in ("iota-positions", "iota-positions-uneven", "axis_index"):  # computed in place
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
+    for dtype in ("float16", "bfloat16"):  # 40000 + 40000 - 40000 - 40000: float32 partials
+        assert results[f"half-partials-{dtype}"]["first"] == [0.0, 0.0], dtype
     seed = results["seed000-ones"]  # torch_xla's program in shard_map form
     assert seed["first"] == [4096.0, 4096.0]
     assert seed["kinds"] == ["Allgather", "Allreduce", "ReduceScatter"]

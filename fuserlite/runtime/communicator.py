@@ -170,11 +170,23 @@ class Communicator:
 
 
 def fold(arrays: Sequence[np.ndarray], op: ReductionOpType) -> np.ndarray:
-    """arrays[0] op arrays[1] op ... left to right: the one combine order of every backend."""
-    out = canonical(np.array(arrays[0]))  # a new array (0-d stays an array)
+    """arrays[0] op arrays[1] op ... left to right: the one combine order of every backend.
+
+    Sums of float16 or bfloat16 are accumulated in float32 and rounded once at the end,
+    as a kernel's sums are (partials insert-reshardings makes are float32 already)."""
+    dtype = np.asarray(arrays[0]).dtype
+    wide = op is ReductionOpType.sum and DType.from_numpy(dtype) in HALVES
+    within = np.float32 if wide else dtype
+    out = canonical(np.array(arrays[0], within))  # a new array (0-d stays an array)
     for a in arrays[1:]:
-        out = combine(op, out, a)
-    return out
+        out = combine(op, out, np.asarray(a, within))
+    if not wide:
+        return out
+    with np.errstate(over="ignore"):  # beyond float16's range: inf, as any store of it
+        return out.astype(dtype)
+
+
+HALVES = frozenset({DType.float16, DType.bfloat16})
 
 
 def combine(op: ReductionOpType, a: np.ndarray, b: np.ndarray) -> np.ndarray:

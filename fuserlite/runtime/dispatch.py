@@ -13,6 +13,10 @@ Communication once, in prepare() (`teams_of`).
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import local_shape, placement
@@ -183,7 +187,18 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
 
     On an axis its mesh does not divide, a `padded` one pads every chunk to ceil(n/d)
     rows and trims what it receives; a `variable` one hands the backend each chunk's
-    rows (docs/design.md §5); a move between meshes sends each device's own box."""
+    rows (docs/design.md §5); a move between meshes sends each device's own box.
+    Partial sums of a half tensor travel and are combined in float32 (insert-reshardings'
+    partial_dtype); the complete value is rounded to its tensor's dtype once, here."""
+    got = _run(comm, backend, bufs)
+    dtype = comm.output.dtype.numpy
+    if comm.input.dtype is comm.output.dtype:
+        return got
+    with np.errstate(over="ignore"):  # beyond float16's range: inf, as any store of it
+        return {d: a.astype(dtype) for d, a in got.items()}
+
+
+def _run(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
     k = comm.kind
     senders = backend.hosted(comm.input.mesh.devices)
     _check_buffers(comm, bufs, senders)

@@ -135,6 +135,14 @@ def _matmul_partials(dtype: str, mesh) -> tuple:
     return f, None
 
 
+def _half_partials(size: int, dtype: str) -> tuple:
+    """sum(x, [0]) of x[2 * size, 12] row-sharded: rows of 40000 then of -40000, so a
+    device's partial sum (80000) overflows float16; float32 partials give the reference's 0."""
+    f, _ = _reduction(dtype, "sum", M(range(size)), M(range(size)), False)
+    rows = np.repeat(np.array([40000.0, -40000.0]), size)
+    return f, [np.repeat(rows[:, None], 12, axis=1).astype(dtype)]
+
+
 def reduction_cases(size: int) -> dict[str, object]:
     """Every dtype x sum/max x Allreduce/ReduceScatter/Reduce on special values."""
     every = M(range(size))
@@ -154,6 +162,8 @@ def reduction_cases(size: int) -> dict[str, object]:
                 )
     for dtype in DTYPES:
         cases[f"Allreduce-matmul-{dtype}"] = lambda d=dtype: _matmul_partials(d, every)
+    for dtype in ("float16", "bfloat16"):
+        cases[f"half-partials-{dtype}"] = lambda d=dtype: _half_partials(size, d)
     return cases
 
 
