@@ -134,7 +134,8 @@ def test_print_every_example(capsys, example: Path, flags: list[str]) -> None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_run_every_example(capsys, golden, example: Path, monkeypatch) -> None:
     """The golden text comes from the interpreted kernels: the compiled ones call the C
-    library's tanh and exp, whose last bits (and so the maximum error) vary by machine."""
+    library's tanh and exp, whose last bits (and so the validation's numbers) vary by
+    machine."""
     monkeypatch.chdir(REPO)
     code, out, err = run_cli(capsys, "run", f"examples/{example.name}", "--compute", "interpret")
     assert (code, err) == (0, "")
@@ -143,8 +144,9 @@ def test_run_every_example(capsys, golden, example: Path, monkeypatch) -> None:
         return
     code, compiled, err = run_cli(capsys, "run", f"examples/{example.name}")
     assert (code, err) == (0, "")
-    *report, validation = compiled.splitlines()
-    assert report == out.splitlines()[:-1] and validation.startswith("validation: ok")
+    report, validation = compiled.split("validation: ", 1)  # its numbers vary by machine
+    assert report == out.split("validation: ", 1)[0] and validation.startswith("ok\n")
+    assert "sharded" in validation and "vs the float reference" in validation
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)

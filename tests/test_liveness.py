@@ -13,7 +13,7 @@ from three_way import PATHS
 
 import fuserlite as fl
 import fuserlite.reference.evaluator as reference
-import fuserlite.reference.magnitude as magnitude
+import fuserlite.reference.rounding as rounding
 from fuserlite.ir.liveness import dead_after, peak_live
 from fuserlite.schedule.shard import shard_axis
 
@@ -84,22 +84,27 @@ def test_reference_frees_intermediates_after_their_last_use(monkeypatch):
     assert most_alive <= 2  # a chain: the operand and nothing older
 
 
-def test_magnitudes_free_dead_magnitudes(monkeypatch):
+def test_rounding_bounds_free_dead_bounds(monkeypatch):
     f = chain_with_communication(n_ops=10)
     produced: list[weakref.ref] = []
     most_alive = 0
-    original = magnitude.magnitude
 
-    def counting(expr, args, mags, value):
-        nonlocal most_alive
-        most_alive = max(most_alive, sum(r() is not None for r in produced))
-        out = original(expr, args, mags, value)
-        produced.append(weakref.ref(out))
-        return out
+    def counting(rule):
+        def counted(op):
+            nonlocal most_alive
+            most_alive = max(most_alive, sum(r() is not None for r in produced))
+            out = rule(op)
+            produced.append(weakref.ref(out[0].parts))
+            return out
 
-    monkeypatch.setattr(magnitude, "magnitude", counting)
-    (m,) = magnitude.magnitudes(f, fl.random_inputs(f))
-    assert len(produced) == 21 and m.shape == (8, 6)
+        return counted
+
+    rules = {name: counting(rule) for name, rule in rounding.PROPAGATE.items()}
+    monkeypatch.setattr(rounding, "PROPAGATE", rules)
+    found = rounding.bounds(f, fl.random_inputs(f), rounding.AGAINST_REFERENCE)
+    # every op of the chain but the first two (x * 0.5 is exact, and exp of it has only
+    # its own rounding) propagates a bound
+    assert len(produced) == 19 and found.errs[0].parts.shape[1:] == (8, 6)
     assert most_alive <= 2  # as the reference's values: the operand's and nothing older
 
 

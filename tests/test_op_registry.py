@@ -20,8 +20,8 @@ from fuserlite.ops import registry
 from fuserlite.ops.forms import Template, build_from_printed, match_body, print_body, tensor_name
 from fuserlite.ops.registry import Category, OpDef, all_composites, all_ops, definition
 from fuserlite.printer import Namer
-from fuserlite.reference.magnitude import MAGNITUDE
 from fuserlite.reference.numpy_ops import NUMPY
+from fuserlite.reference.rounding import PROPAGATE
 from fuserlite.schedule.pointwise import schedule_pointwise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ POINTWISE = sorted(d.name for d in all_ops() if d.category is Category.POINTWISE
 # -- every op is everywhere it must be ----------------------------------------------
 def test_every_backend_table_has_one_row_per_op() -> None:
     assert sorted(NUMPY) == NAMES
-    assert sorted(MAGNITUDE) == NAMES
+    assert sorted(PROPAGATE) == NAMES
     assert sorted(CUDA) == POINTWISE
 
 

@@ -1,4 +1,5 @@
-"""fl.validate: element by element within the dtype's tolerance, NaN only equal to NaN."""
+"""fl.validate: element by element within the rounding possible there (LAMBDA sigma,
+fuserlite.reference.rounding), bit-identical where none is, NaN only equal to NaN."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import fuserlite as fl
 import fuserlite.reference.validate as validate_module
 from fuserlite import models
-from fuserlite.reference.validate import TOLERANCES, mismatch, output_tolerances
+from fuserlite.reference.rounding import LAMBDA
 from fuserlite.schedule.shard import shard_axis
 
 
@@ -23,14 +24,25 @@ def negation(n: int = 4, dtype: str = "float32") -> fl.Fusion:
 X = np.array([1e6, -50, 60, -80], np.float32)  # neg(X) = [-1e6, 50, -60, 80]
 
 
-def test_small_wrong_elements_next_to_a_large_one_fail_with_the_worst_element():
+def summed(n: int = 1024, dtype: str = "float32") -> fl.Fusion:
+    with fl.Fusion() as f:
+        x = fl.tensor([8, n], dtype)
+        f.add_input(x)
+        f.add_output(fl.sum(x, [1]))
+    return f
+
+
+def test_an_exact_result_must_be_bit_identical_and_the_worst_element_is_named():
     got = np.array([-1e6, -1, -2, -3], np.float32)
     with pytest.raises(fl.ValidationError) as info:
         fl.validate(negation(), [X], [got])
     text = str(info.value)
     assert "output T1 differs from the reference at [3]: got -3.0, expected 80.0" in text
     assert "3 of 4 elements differ" in text
-    assert "atol 1e-05 + rtol 1e-05" in text
+    assert "must be bit-identical" in text  # -x of an exact x: no rounding anywhere
+    one_ulp = np.nextafter(-X, np.float32(np.inf))
+    with pytest.raises(fl.ValidationError, match="must be bit-identical"):
+        fl.validate(negation(), [X], [one_ulp])
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -48,7 +60,9 @@ def test_a_finite_value_where_the_reference_is_inf_fails():
 
 def test_nan_matches_nan_and_an_infinity_itself():
     x = np.array([np.nan, np.inf, -np.inf, 0.0], np.float32)
-    assert fl.validate(negation(), [x], [-x]) == [0.0]
+    found = fl.validate(negation(), [x], [-x])
+    assert found.max_errors == [0.0] and found.differing == 0
+    assert found.summary() == ["bit-identical (4 elements)"]
 
 
 def test_integers_are_exact_beyond_float64():
@@ -67,29 +81,35 @@ def test_an_output_of_another_dtype_is_rejected():
 
 
 def test_a_term_counted_twice_in_a_long_sum_fails():
-    with fl.Fusion() as f:
-        x = fl.tensor([8, 1024])
-        f.add_input(x)
-        f.add_output(fl.sum(x, [1]))
+    f = summed()
     (x,) = fl.random_inputs(f, 3)
     got = fl.evaluate(f, [x])[0].copy()
-    got[5] += x[5, 7]
+    k = int(np.argmax(np.abs(x[5])))
+    got[5] += x[5, k]
     with pytest.raises(fl.ValidationError, match=r"at \[5\].*1 of 8 elements differ"):
         fl.validate(f, [x], [got])
 
 
+def test_a_sum_in_another_order_passes_and_says_where_its_error_comes_from():
+    f = summed()
+    (x,) = fl.random_inputs(f, 3)
+    pairs = x.reshape(8, 512, 2).sum(axis=2, dtype=np.float32)  # another order of the terms
+    found = fl.validate(f, [x], [pairs.sum(axis=1, dtype=np.float32)])
+    assert found.differing > 0 and found.nearest.origin() == "float32 sum order"
+    assert 0 < found.nearest.used < 1 and found.nearest.allowed > found.nearest.error
+
+
 def test_rounding_in_sums_that_cancel_passes():
     # Elements near 0 made of terms in the thousands: the per-device partial sums round
-    # differently from the reference's single sum by more than rtol * |expected|.
+    # differently from the reference's single sum by far more than |expected| allows.
     f = models.tensor_parallel_mlp(2, batch=2, seq=64, hidden=64)
-    inputs = fl.random_inputs(f, 1)
+    inputs = fl.random_inputs(f, 1, "normal")
     (out,) = fl.FusionExecutor(f).run(inputs)
-    (ref,) = fl.evaluate(f, inputs)
-    assert mismatch(out, ref, TOLERANCES[fl.DType.float32]) is not None  # |ref| alone: too strict
-    fl.validate(f, inputs, [out])
+    found = fl.validate(f, inputs, [out])
+    assert found.differing > 0 and found.nearest.used < 1
 
 
-def test_outputs_computed_from_half_get_halfs_tolerance():
+def test_outputs_computed_from_half_allow_its_rounding_at_stores():
     # y (float32) reads h (float16), which the executor stores as half between two
     # kernels (h is resharded) while the reference keeps it in float.
     with fl.Fusion() as f:
@@ -103,22 +123,25 @@ def test_outputs_computed_from_half_get_halfs_tolerance():
         shard_axis(y, 1, mesh)
         f.add_output(y)
         f.add_output(fl.mul(a, 2.0))
-    assert output_tolerances(f) == [TOLERANCES[fl.DType.float16], TOLERANCES[fl.DType.float32]]
     inputs = fl.random_inputs(f, 1196)
-    fl.validate(f, inputs, fl.FusionExecutor(f).run(inputs))
+    outputs = fl.FusionExecutor(f).run(inputs)
+    found = fl.validate(f, inputs, outputs)
+    assert found.nearest.origin() == "float16 rounding of intermediates at kernel stores"
+    assert found.max_errors[1] == 0.0  # a * 2 rounds alike everywhere: bit-identical
 
 
 def test_the_worst_element_is_found_across_blocks(monkeypatch):
     monkeypatch.setattr(validate_module, "BLOCK", 7)  # 50 elements: 8 blocks
-    ref = np.arange(50, dtype=np.float32)
-    out = ref.copy()
+    f = negation(50)
+    x = np.arange(50, dtype=np.float32)
+    out = -x
     out[[3, 40]] += [1, 5]
-    worst = mismatch(out, ref, TOLERANCES[fl.DType.float32])
-    assert (worst.index, worst.got, worst.count) == ((40,), "45.0", 2)
+    with pytest.raises(fl.ValidationError, match=r"at \[40\]: got -35.0.*2 of 50 elements"):
+        fl.validate(f, [x], [out])
 
 
 def many_outputs(n: int, dtype: str = "float32", shape=(4, 8)) -> fl.Fusion:
-    """`x + k` for k < n: outputs of one shape, dtype and tolerance, compared stacked."""
+    """`x + k` for k < n: outputs of one shape and dtype, compared stacked."""
     with fl.Fusion() as f:
         x = fl.tensor(list(shape), dtype)
         f.add_input(x)
@@ -127,17 +150,15 @@ def many_outputs(n: int, dtype: str = "float32", shape=(4, 8)) -> fl.Fusion:
     return f
 
 
-def test_outputs_alike_are_compared_stacked_and_the_first_that_differs_is_reported(
-    monkeypatch,
-):
+def test_outputs_alike_are_compared_stacked_and_the_first_worst_is_reported(monkeypatch):
     f = many_outputs(50)
     inputs = fl.random_inputs(f, 2)
     ref = fl.evaluate(f, inputs)
     calls: list[int] = []
-    compare = validate_module.mismatch
-    monkeypatch.setattr(validate_module, "mismatch", lambda *a: calls.append(1) or compare(*a))
-    assert fl.validate(f, inputs, ref) == [0.0] * 50
-    assert calls == []  # one stacked comparison, no per-output one
+    bounds = validate_module.bounds
+    monkeypatch.setattr(validate_module, "bounds", lambda *a: calls.append(1) or bounds(*a))
+    assert fl.validate(f, inputs, ref).max_errors == [0.0] * 50
+    assert calls == []  # every output identical: no bounds evaluated
     got = [r.copy() for r in ref]
     got[37][2, 5] += 1.0
     got[20][1, 1] = np.nan
@@ -145,25 +166,19 @@ def test_outputs_alike_are_compared_stacked_and_the_first_that_differs_is_report
         fl.validate(f, inputs, got)
     assert str(info.value).startswith(f"output {f.outputs[20].name} differs from the reference")
     assert "at [1, 1]: got nan" in str(info.value)
+    assert calls == [1]  # once for all outputs
     got[20] = ref[20]
     with pytest.raises(fl.ValidationError, match=rf"output {f.outputs[37].name} .* at \[2, 5\]"):
         fl.validate(f, inputs, got)
 
 
 def test_stacked_outputs_keep_their_own_max_errors_nans_and_exact_integers():
-    f = many_outputs(6)
+    f = many_outputs(6, "float64")
     inputs = fl.random_inputs(f, 2)
     got = [r.copy() for r in fl.evaluate(f, inputs)]
-    for k, g in enumerate(got):
-        g[0, k] += 1e-6 * k  # within float32's tolerance, one error per output
     got[4][3, 3] = np.inf  # an infinity only where expected: must fail
     with pytest.raises(fl.ValidationError, match=rf"{f.outputs[4].name} .* at \[3, 3\]: got inf"):
         fl.validate(f, inputs, got)
-    got[4] = fl.evaluate(f, inputs)[4]
-    got[4][0, 4] += 4e-6
-    errors = fl.validate(f, inputs, got)
-    assert errors == validate_module.max_errors(got, fl.evaluate(f, inputs))
-    assert errors[0] == 0.0 and all(e > 0 for e in errors[1:])
     ints = many_outputs(5, "int64")
     x = np.full((4, 8), 2**62, np.int64)
     wrong = fl.evaluate(ints, [x])
@@ -172,4 +187,20 @@ def test_stacked_outputs_keep_their_own_max_errors_nans_and_exact_integers():
         fl.validate(ints, [x], wrong)
     scalars = many_outputs(4, shape=())  # 0-d outputs: one element each
     inputs = fl.random_inputs(scalars)
-    assert fl.validate(scalars, inputs, fl.evaluate(scalars, inputs)) == [0.0] * 4
+    assert fl.validate(scalars, inputs, fl.evaluate(scalars, inputs)).max_errors == [0.0] * 4
+
+
+def test_the_allowance_is_lambda_sigma_and_the_report_says_so():
+    f = summed(64)
+    (x,) = fl.random_inputs(f, 0)
+    (ref,) = fl.evaluate(f, [x])
+    got = ref.copy()
+    got[2] = np.nextafter(ref[2], np.float32(np.inf))  # one ulp: well within
+    found = fl.validate(f, [x], [got])
+    e = found.nearest
+    assert e.index == (2,) and e.error == pytest.approx(abs(float(got[2]) - float(ref[2])))
+    assert e.relative == pytest.approx(e.error / abs(float(ref[2])))
+    assert f"= {LAMBDA:g} sigma of float32 sum order" in found.summary()[1]
+    got[2] = ref[2] + 2 * e.allowed  # twice its allowance
+    with pytest.raises(fl.ValidationError, match=rf"allowed {e.allowed:.3g} = {LAMBDA:g} sigma"):
+        fl.validate(f, [x], [got])

@@ -7,7 +7,7 @@ checks), its `.fus` signature, its printed form (nvFuser's math printer, both
 ways: see fuserlite.ops.forms), its scheduler category, its axis map, its
 sharding rule and its cost (FLOPs and bytes, fuserlite.ops.cost). Generic code
 asks the registry (`definition(expr)`) instead of testing expression classes;
-each backend (numpy, CUDA, magnitudes) keeps one table keyed by op name, and
+each backend (numpy, CUDA, rounding) keeps one table keyed by op name, and
 `tests/test_op_registry.py` checks that every table has a row for every op.
 
 Every op but Set (the IR's own LoadStoreOp) builds the one expression class `Op`:

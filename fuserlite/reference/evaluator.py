@@ -124,16 +124,52 @@ def stacks(exprs: list[Expr]) -> list[slice]:
 
 
 MAX_INPUT_BYTES = 2**32  # 4 GiB of random inputs in all: more is a typo, not a test
+INITS = ("scaled", "normal")  # random_inputs' `init`
+# Ops whose operand 1 is a weight, and where its contraction axis (fan_in) is.
+WEIGHT_FAN_IN = {"matmul": -2, "linear": -1}  # b[..., k, n]; weight[..., n, k]
+# Ops that pass a tensor's values on unchanged: a weight reached through them is a weight.
+VIEWS = frozenset({"set", "permute", "reshape", "squeeze", "broadcast", "expand", "cast"})
 
 
-def random_inputs(fusion: Fusion, seed: int = 0) -> list[np.ndarray]:
+def fan_ins(fusion: Fusion) -> dict[TensorView, int]:
+    """The fusion inputs that are weights, each with its fan_in: the second operand of a
+    matmul or linear (directly or through copies, views and casts: VIEWS), fan_in the
+    extent of its contraction axis there, and a linear's bias, with its weight's fan_in
+    (the first such use decides)."""
+    found: dict[TensorView, int] = {}
+    inputs = set(fusion.inputs)
+    for expr in fusion.exprs():
+        axis = WEIGHT_FAN_IN.get(expr.op_name)
+        if axis is None or len(expr.inputs) < 2:
+            continue
+        weight = expr.inputs[1]
+        fan_in = weight.shape[axis]
+        for t in expr.inputs[1:]:  # the weight, and a linear's bias
+            while t not in inputs and t.definition is not None and t.definition.op_name in VIEWS:
+                t = t.definition.inputs[0]
+            if t in inputs:
+                found.setdefault(t, fan_in)
+    return found
+
+
+def random_inputs(fusion: Fusion, seed: int = 0, init: str = "scaled") -> list[np.ndarray]:
     """Seeded random inputs matching the fusion's inputs (at most MAX_INPUT_BYTES in all).
 
-    Floats are standard normal, integers uniform in [-8, 8), bools fair coins; each
-    input is drawn in blocks straight into an array of its dtype, which gives the same
-    values as drawing it whole."""
+    Floats are normal: with init="scaled" (the default) a weight (`fan_ins`: the second
+    operand of a matmul or linear, and a linear's bias) has standard deviation
+    1/sqrt(fan_in), as a layer is initialised (torch's kaiming-uniform and Xavier have
+    that scale), so that activations stay of order 1 through the layers; every other
+    float input is standard normal, and init="normal" makes the weights standard normal
+    too. Integers are uniform in [-8, 8), bools fair coins. Each input is drawn in
+    blocks straight into an array of its dtype, which gives the same values as drawing
+    it whole."""
     args.instance(fusion, Fusion, "random_inputs", "fusion", "a Fusion", ExecutionError)
     seed = args.integer(seed, "random_inputs", "the seed", minimum=0, error=ExecutionError)
+    if init not in INITS:
+        raise ExecutionError(
+            f"random_inputs: init must be one of {', '.join(INITS)} (weights scaled by "
+            f"1/sqrt(fan_in), or every float standard normal), got {init!r}"
+        )
     sizes = {tv: tv.nbytes for tv in fusion.inputs}
     total = sum(sizes.values())
     if total > MAX_INPUT_BYTES:
@@ -144,18 +180,31 @@ def random_inputs(fusion: Fusion, seed: int = 0) -> list[np.ndarray]:
             f"random inputs are limited to {MAX_INPUT_BYTES} bytes (4 GiB) in all: shrink the "
             "shapes, or pass your own arrays to FusionExecutor.run"
         )
+    fan_in = fan_ins(fusion) if init == "scaled" else {}
     rng = np.random.default_rng(seed)
-    return [_draw(rng, tv.shape, tv.dtype.numpy, tv.dtype.is_float) for tv in fusion.inputs]
+    return [
+        _draw(
+            rng,
+            tv.shape,
+            tv.dtype.numpy,
+            tv.dtype.is_float,
+            1 / math.sqrt(max(fan_in.get(tv, 1), 1)),
+        )
+        for tv in fusion.inputs
+    ]
 
 
-def _draw(rng: np.random.Generator, shape, dtype: np.dtype, is_float: bool) -> np.ndarray:
-    """One input: `rng`'s stream cast element by element into an array of `dtype`."""
+def _draw(
+    rng: np.random.Generator, shape, dtype: np.dtype, is_float: bool, std: float = 1.0
+) -> np.ndarray:
+    """One input: `rng`'s stream cast element by element into an array of `dtype`
+    (floats times `std`)."""
     out = np.empty(shape, dtype)
     flat = out.reshape(-1)  # a view: a float64 temporary of a block, not of the input
     for b in blocks(flat.size):
         part = flat[b]
         if is_float:
-            part[...] = rng.standard_normal(part.size)
+            part[...] = rng.standard_normal(part.size) * std
         elif dtype == np.bool_:
             part[...] = rng.integers(0, 2, part.size)
         else:

@@ -1,14 +1,22 @@
-"""Compare executed outputs with the reference evaluator (like nvFuser's testValidate).
+"""Compare executed outputs with expected ones, element by element, within the rounding
+error actually possible there (like nvFuser's testValidate, with a bound per element).
 
-Element by element, as numpy's allclose: `out` matches `ref` where
-|out - ref| <= atol + rtol * |ref|, with (rtol, atol) from TOLERANCES by dtype
-(see output_tolerances); integers and bools must be equal. NaN matches only NaN,
-an infinity only the same infinity.
+An element matches when |out - expected| <= LAMBDA sigma, sigma the standard deviation
+of the difference two correct evaluations can have at that element
+(fuserlite.reference.rounding: the order of sums, math libraries, half stores; 0 where
+both compute it from equal values by the same exactly rounded operations, so it must be
+bit-identical there). NaN matches only NaN, an infinity only the same infinity.
+
+`validate` compares with the float reference (fl.evaluate); `compare` with any other
+evaluation of the fusion (the executor's unsharded run: runtime/validation.py), for
+the differences it may have. Either returns a Comparison that says how close the
+outputs came and where the error comes from; validate raises ValidationError for an
+element beyond its allowance, naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,245 +24,311 @@ import numpy as np
 from fuserlite.ir import args
 from fuserlite.ir.errors import ExecutionError, ValidationError
 from fuserlite.ir.fusion import Fusion
-from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
 from fuserlite.reference.evaluator import evaluate
-from fuserlite.reference.magnitude import magnitudes
 from fuserlite.reference.numpy_ops import blocks
+from fuserlite.reference.rounding import (
+    AGAINST_REFERENCE,
+    LAMBDA,
+    SOURCES,
+    Bounds,
+    Differences,
+    Source,
+    bounds,
+)
 
-# (rtol, atol) per float dtype; every other dtype is compared exactly. The executor
-# sums and multiplies in other orders than the reference (per-device partial sums,
-# GEMM blocking), and it rounds a half or bfloat16 tensor wherever a kernel stores it
-# while the reference keeps it in float up to the fusion's outputs: those two get the
-# widest margins, both about 20 units of their rounding (2**-11 for half, 2**-8 for
-# bfloat16). torch's defaults (half 1e-3, bfloat16 1.6e-2) allow one or two roundings,
-# fewer than a chain of kernels makes.
-TOLERANCES: dict[DType, tuple[float, float]] = {
-    DType.float64: (1e-9, 1e-9),
-    DType.float32: (1e-5, 1e-5),
-    DType.float16: (1e-2, 1e-2),
-    DType.bfloat16: (8e-2, 8e-2),
+BLOCK = 1 << 18  # elements compared at once: float64 temporaries stay a few MiB
+REFERENCE = "the reference"
+
+# What each source's rounding is, for a report ("bfloat16 rounding at kernel stores").
+SOURCE_TEXT = {
+    Source.ORDER: "{} sum order",
+    Source.LIBRARY: "{} exp, tanh, log of another math library",
+    Source.STORE: "{} rounding of intermediates at kernel stores",
 }
-Tolerance = tuple[float, float] | None  # (rtol, atol); None: exactly equal
-
-
-def tolerance(dtypes: Iterable[DType]) -> Tolerance:
-    """The loosest tolerance among `dtypes` (an output's and those it is computed from)."""
-    found = [TOLERANCES[d] for d in dtypes if d in TOLERANCES]
-    return (max(r for r, _ in found), max(a for _, a in found)) if found else None
-
-
-def output_tolerances(fusion: Fusion) -> list[Tolerance]:
-    """Per output: the tolerance of its dtype and of every tensor computed on its way.
-
-    A float32 output computed from a half intermediate carries that intermediate's
-    rounding (where the executor stores it), so it is compared with half's tolerance.
-    """
-    none: frozenset[DType] = frozenset()
-    grown: dict[tuple[frozenset[DType], DType], frozenset[DType]] = {}
-
-    def plus(seen: frozenset[DType], dtype: DType) -> frozenset[DType]:
-        """seen | {dtype}, one set per distinct value (outputs alike share one)."""
-        if dtype in seen:
-            return seen
-        hit = grown.get((seen, dtype))
-        if hit is None:
-            hit = grown[(seen, dtype)] = seen | {dtype}
-        return hit
-
-    upstream: dict[TensorView, frozenset[DType]] = {t: none for t in fusion.inputs}
-    for expr in fusion.exprs():
-        sets = [upstream.get(t, none) for t in expr.inputs]
-        seen = sets[0] if len(sets) == 1 else none.union(*sets)
-        for out in expr.outputs:
-            upstream[out] = plus(seen, out.dtype)
-    found: dict[frozenset[DType], Tolerance] = {}
-    tolerances = []
-    for t in fusion.outputs:
-        dtypes = plus(upstream.get(t, none), t.dtype)
-        if dtypes not in found:
-            found[dtypes] = tolerance(dtypes)
-        tolerances.append(found[dtypes])
-    return tolerances
 
 
 @dataclass(frozen=True)
-class Mismatch:
-    """The worst element of an output that differs from the reference."""
+class Element:
+    """One element of an output, compared: where, what it is and what it may be."""
 
+    output: str
     index: tuple[int, ...]
     got: str
     expected: str
     error: float  # |got - expected|; inf where a NaN or an infinity does not match
-    allowed: float  # atol + rtol * scale at that element
-    scale: float | None  # None: |expected|; else the magnitude of the element's terms
-    count: int  # elements that differ
-    size: int
+    allowed: float  # LAMBDA sigma there (inf: unbounded; 0: must be bit-identical)
+    sources: tuple[tuple[str, float], ...]  # sigma's parts: (what, share of its variance)
+    exact_dtype: bool  # an integer or bool output
 
-    def describe(self, tol: Tolerance) -> str:
-        """`at [1, 2]: got -1, expected 50 (error 51, allowed 0.0005 = ...); 3 of 8 differ`."""
-        if tol is None:
-            why = "integers and bools must be equal"
-        elif self.error == float("inf"):
-            why = "a NaN or an infinity matches only itself"
-        else:
-            rtol, atol = tol
-            scale = "|expected|" if self.scale is None else f"{self.scale:.3g}"
-            why = f"error {self.error:.3g}, allowed {self.allowed:.3g} = atol {atol:g} + rtol {rtol:g} * {scale}"
-            if self.scale is not None:
-                why += ", the magnitude of the terms that element is computed from"
+    @property
+    def relative(self) -> float:
+        """|error| / |expected| (inf where expected is 0 and the error is not)."""
+        expected = abs(float(self.expected))
+        if self.error == 0:
+            return 0.0
+        return self.error / expected if expected else float("inf")
+
+    @property
+    def used(self) -> float:
+        """error / allowed: how much of its allowance the element uses."""
+        if self.error == 0:
+            return 0.0
+        return self.error / self.allowed if self.allowed else float("inf")
+
+    def where(self) -> str:
+        return f"{self.output}{list(self.index)}"
+
+    def why(self) -> str:
+        """`error 83, allowed 0.5 = 10 sigma (float32 sum order 100%)`, or why none is."""
+        if self.error == float("inf"):
+            return "a NaN or an infinity matches only itself"
+        if self.allowed == 0:
+            if self.exact_dtype:
+                return "integers and bools must be equal"
+            return (
+                "allowed 0: it is computed from equal values by exactly rounded operations, "
+                "so it must be bit-identical"
+            )
+        return f"error {self.error:.3g}, allowed {self.allowed:.3g} = {LAMBDA:g} sigma of {self.origin()}"
+
+    def origin(self) -> str:
+        """Where the rounding allowed at this element comes from, largest share first."""
+        shown = [(what, share) for what, share in self.sources if share >= 0.005]
+        if not shown:
+            return "no rounding"
+        if len(shown) == 1:
+            return shown[0][0]
+        return ", ".join(f"{what} ({share:.0%})" for what, share in shown)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Outputs compared with expected ones (`against`): max abs error per output, how
+    many elements differ at all, the element that uses most of its allowance and, where
+    some exceed theirs, the worst of them and how many."""
+
+    against: str
+    max_errors: list[float]
+    differing: int
+    size: int
+    nearest: Element | None  # None: every element equal
+    failed: int
+    worst: Element | None  # the worst element beyond its allowance (failed > 0)
+    unbounded: int  # elements whose allowance is unbounded (a division near 0)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+    def summary(self) -> list[str]:
+        """`bit-identical`, or the max error and (a second line) the element nearest its
+        allowance: its relative error, the allowance and where the error comes from."""
+        if self.differing == 0:
+            return [f"bit-identical ({self.size} elements)"]
+        e = self.nearest
+        worst = max(self.max_errors, default=0.0)
+        lines = [
+            f"{self.differing} of {self.size} elements differ, max error {worst:.3g}",
+            f"nearest its allowance: {e.output} at {list(e.index)}: {e.got} vs {e.expected}, "
+            f"error {e.error:.3g} (relative {e.relative:.2g}), {100 * e.used:.2g}% of the "
+            f"{e.allowed:.3g} allowed = {LAMBDA:g} sigma of {e.origin()}",
+        ]
+        if self.unbounded:
+            lines.append(f"{self.unbounded} elements unbounded (a division or log near 0)")
+        return lines
+
+    def failure(self) -> str:
+        """The message of a comparison that failed: its worst element, and how many."""
+        e = self.worst
         return (
-            f"at {list(self.index)}: got {self.got}, expected {self.expected} ({why}); "
-            f"{self.count} of {self.size} elements differ"
+            f"output {e.output} differs from {self.against} at {list(e.index)}: got {e.got}, "
+            f"expected {e.expected} ({e.why()}); {self.failed} of {self.size} elements differ"
         )
 
 
-BLOCK = 1 << 18  # elements compared at once: float64 temporaries stay a few MiB
-
-
-def _errors(o: np.ndarray, r: np.ndarray, tol: Tolerance, s: np.ndarray | None):
-    """(differs, |o - r|) of one flat block; the error is inf where a NaN or an inf is."""
-    if tol is None:  # compared in the dtype itself: an int64 does not fit a float64
-        with np.errstate(over="ignore"):
-            return o != r, np.abs(o.astype(np.float64) - r.astype(np.float64))
-    rtol, atol = tol
-    o, r = o.astype(np.float64), r.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, nan - x
-        error = np.abs(o - r)
-        allowed = atol + rtol * (np.abs(r) if s is None else s)
-        same = (o == r) | (np.isnan(o) & np.isnan(r))
-        finite = np.isfinite(o) & np.isfinite(r)
-    return ~same & ~(finite & (error <= allowed)), np.where(finite, error, np.inf)
-
-
-def mismatch(
-    out: np.ndarray, ref: np.ndarray, tol: Tolerance, scale: np.ndarray | None = None
-) -> Mismatch | None:
-    """The element of `out` farthest from `ref` among those outside `tol` (None: must be
-    equal), or None if every element matches. The error allowed at an element is
-    atol + rtol * scale, where scale is |ref| unless given (see fuserlite.reference.magnitude)."""
-    out, ref = np.asarray(out), np.asarray(ref)
-    o, r = out.reshape(-1), ref.reshape(-1)
-    s = None if scale is None else np.broadcast_to(scale, out.shape).reshape(-1)
-    count, worst, worst_error = 0, 0, -1.0
-    for b in blocks(out.size, BLOCK):
-        bad, error = _errors(o[b], r[b], tol, None if s is None else s[b])
-        n = int(np.count_nonzero(bad))
-        if n:
-            k = int(np.argmax(np.where(bad, error, -1.0)))
-            if error[k] > worst_error:
-                worst, worst_error = b.start + k, float(error[k])
-        count += n
-    if count == 0:
-        return None
-    magnitude = abs(float(r[worst])) if s is None else float(s[worst])
-    allowed = 0.0 if tol is None else tol[1] + tol[0] * magnitude
-    return Mismatch(
-        tuple(int(k) for k in np.unravel_index(worst, out.shape)),
-        str(o[worst]),
-        str(r[worst]),
-        worst_error,
-        allowed,
-        None if s is None else magnitude,
-        count,
-        out.size,
-    )
-
-
-def max_errors(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> list[float]:
-    """Largest absolute difference per output, over the elements where both are finite."""
-    errors = []
-    for out, ref in zip(outputs, reference):
-        o, r, worst = np.asarray(out).reshape(-1), np.asarray(ref).reshape(-1), 0.0
-        for b in blocks(o.size, BLOCK):
-            with np.errstate(invalid="ignore", over="ignore"):  # inf - inf
-                error = np.abs(o[b].astype(np.float64) - r[b].astype(np.float64))
-            error = error[np.isfinite(error)]
-            worst = max(worst, float(error.max())) if error.size else worst
-        errors.append(worst)
-    return errors
+def _checked(
+    fusion: Fusion, outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], against: str
+) -> list[np.ndarray]:
+    accepted = "a list or tuple of arrays, one per fusion output"
+    args.instance(outputs, (list, tuple), "validate", "outputs", accepted, ExecutionError)
+    if len(outputs) != len(expected):
+        raise ValidationError(f"expected {len(expected)} outputs, got {len(outputs)}")
+    arrays = []
+    for tv, out, ref in zip(fusion.outputs, outputs, expected):
+        out = np.asarray(out)
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            name = "the reference" if against == REFERENCE else against
+            raise ValidationError(
+                f"output {tv.name}: {out.dtype}{list(out.shape)}, {name} is "
+                f"{ref.dtype}{list(ref.shape)}"
+            )
+        arrays.append(out)
+    return arrays
 
 
 def validate(
     fusion: Fusion, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
-) -> list[float]:
+) -> Comparison:
     """Raise ValidationError unless `outputs` equal evaluate(fusion, inputs) element by
-    element within their tolerance (see output_tolerances); returns the max errors."""
-    return _validate(fusion, inputs, outputs)
-
-
-def _validate(
-    fusion: Fusion, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
-) -> list[float]:
+    element within the rounding possible there (module doc); returns the Comparison."""
     reference = evaluate(fusion, inputs)
-    accepted = "a list or tuple of arrays, one per fusion output"
-    args.instance(outputs, (list, tuple), "validate", "outputs", accepted, ExecutionError)
-    if len(outputs) != len(reference):
-        raise ValidationError(f"expected {len(reference)} outputs, got {len(outputs)}")
-    arrays = []
-    for tv, out, ref in zip(fusion.outputs, outputs, reference):
-        out = np.asarray(out)
-        if out.shape != ref.shape or out.dtype != ref.dtype:
-            raise ValidationError(
-                f"output {tv.name}: {out.dtype}{list(out.shape)}, the reference is "
-                f"{ref.dtype}{list(ref.shape)}"
+    found = compare(fusion, inputs, outputs, reference, AGAINST_REFERENCE, REFERENCE)
+    if not found.ok:
+        raise ValidationError(found.failure())
+    return found
+
+
+def compare(
+    fusion: Fusion,
+    inputs: Sequence[np.ndarray],
+    outputs: Sequence[np.ndarray],
+    expected: Sequence[np.ndarray],
+    differences: Differences,
+    against: str,
+) -> Comparison:
+    """`outputs` against `expected` (both evaluations of `fusion` on `inputs`), each
+    element within LAMBDA sigma of the `differences` the two may have; the rounding
+    bounds are evaluated only where some element differs at all."""
+    with COLLECTOR_PAUSE, reading_only():
+        arrays = _checked(fusion, outputs, expected, against)
+        identical = _identical(arrays, list(expected))
+        found: Bounds | None = None
+        counts = [0, 0, 0, 0]  # elements: all, differing, failed, unbounded
+        nearest: Element | None = None
+        worst: Element | None = None
+        errors = []
+        for i, (out, ref) in enumerate(zip(arrays, expected)):
+            counts[0] += out.size
+            if identical[i]:
+                errors.append(0.0)
+                continue
+            found = found or bounds(fusion, inputs, differences)
+            result = _compare_one(fusion, i, out, ref, found)
+            errors.append(result[0])
+            for k, n in enumerate(result[1:4]):
+                counts[k + 1] += n
+            near, bad = result[4], result[5]
+            if near is not None and (nearest is None or _closer(near, nearest)):
+                nearest = near
+            if bad is not None and (worst is None or _closer(bad, worst)):
+                worst = bad
+    return Comparison(against, errors, counts[1], counts[0], nearest, counts[2], worst, counts[3])
+
+
+def _closer(a: Element, b: Element) -> bool:
+    """Whether `a` uses more of its allowance than `b` (then the larger error)."""
+    return (a.used, a.error) > (b.used, b.error)
+
+
+def _identical(outs: list[np.ndarray], refs: list[np.ndarray]) -> list[bool]:
+    """Per output: every element equal to the expected one (NaN to NaN). Outputs of one
+    shape and dtype are compared stacked (20000 small outputs: a few numpy calls)."""
+    found = [False] * len(outs)
+    start = 0
+    while start < len(outs):
+        stop, size = start + 1, outs[start].size
+        while (
+            stop < len(outs)
+            and outs[stop].shape == outs[start].shape
+            and outs[stop].dtype == outs[start].dtype
+            and size + outs[stop].size <= BLOCK
+        ):
+            size += outs[stop].size
+            stop += 1
+        shape = (stop - start, outs[start].size)
+        o = np.stack(outs[start:stop]).reshape(shape)
+        r = np.stack(refs[start:stop]).reshape(shape)
+        same = o == r
+        if DType.from_numpy(o.dtype).is_float:
+            same |= np.isnan(o) & np.isnan(r)
+        found[start:stop] = [bool(row) for row in same.all(axis=1)]
+        start = stop
+    return found
+
+
+def _compare_one(fusion: Fusion, i: int, out: np.ndarray, ref: np.ndarray, found: Bounds):
+    """(max error, differing, failed, unbounded, nearest, worst) of output i."""
+    tv = fusion.outputs[i]
+    err = found.errs[i]
+    parts = None if err is None else np.broadcast_to(err.parts, (len(SOURCES), *out.shape))
+    o, r = out.reshape(-1), ref.reshape(-1)
+    flat = None if parts is None else parts.reshape(len(SOURCES), -1)
+    max_error, differing, failed, unbounded = 0.0, 0, 0, 0
+    found_at: list = [None, None]  # nearest its allowance, worst beyond it: (used, error, k)
+    exact_dtype = not tv.dtype.is_float
+    for b in blocks(o.size, BLOCK):
+        ob, rb = o[b].astype(np.float64), r[b].astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, nan - x
+            error = np.abs(ob - rb)
+            if exact_dtype:  # in their own dtype: an int64 does not fit a float64
+                same = o[b] == r[b]
+                error = np.where(same, 0.0, np.maximum(error, 1.0))
+            else:
+                same = (ob == rb) | (np.isnan(ob) & np.isnan(rb))
+            finite = np.isfinite(ob) & np.isfinite(rb)
+            error = np.where(same, 0.0, np.where(finite, error, np.inf))
+            sigma = np.zeros(error.shape) if flat is None else np.sqrt((flat[:, b] ** 2).sum(0))
+            allowed = LAMBDA * sigma
+            beyond = error > allowed
+            used = np.divide(
+                error, allowed, out=np.where(error > 0, np.inf, 0.0), where=allowed > 0
             )
-        arrays.append(out)
-    tolerances = output_tolerances(fusion)
-    scales = None
-    errors: list[float] = []
-    for run in _runs(arrays, tolerances):
-        outs, refs, tol = arrays[run], reference[run], tolerances[run.start]
-        suspects, worst = _compare(outs, refs, tol)
-        for k in suspects:  # in order: the first output that differs is the one reported
-            i = run.start + k
-            bad = mismatch(arrays[i], reference[i], tol)
-            if bad is not None and tol is not None:
-                # Near-cancellations carry the error of their terms: allow that, and pay
-                # for the magnitudes only when |ref| alone was not enough.
-                scales = scales or magnitudes(fusion, inputs)
-                bad = mismatch(arrays[i], reference[i], tol, scales[i])
-            if bad is not None:
-                raise ValidationError(
-                    f"output {fusion.outputs[i].name} differs from the reference "
-                    f"{bad.describe(tol)}"
+        fin = error[np.isfinite(error)]
+        max_error = max(max_error, float(fin.max())) if fin.size else max_error
+        differing += int(np.count_nonzero(~same))
+        failed += int(np.count_nonzero(beyond))
+        unbounded += int(np.count_nonzero(np.isinf(allowed) & ~same))
+        for mask, which in ((~same, 0), (beyond, 1)):
+            k = _most(mask, used, error)
+            if k is not None and (
+                found_at[which] is None or (used[k], error[k]) > found_at[which][:2]
+            ):
+                found_at[which] = (float(used[k]), float(error[k]), b.start + k)
+    near, bad = found_at
+
+    def element(at) -> Element | None:
+        if at is None:
+            return None
+        k = at[2]
+        shares: tuple = ()
+        if flat is not None:
+            var = flat[:, k] ** 2
+            total = float(var.sum())
+            if total > 0 and np.isfinite(total):
+                shares = tuple(
+                    sorted(
+                        (
+                            (_source_text(s, found), float(v) / total)
+                            for s, v in zip(SOURCES, var)
+                            if v > 0
+                        ),
+                        key=lambda x: -x[1],
+                    )
                 )
-        errors.extend(worst)
-    return errors
+        sigma = 0.0 if flat is None else float(np.sqrt((flat[:, k] ** 2).sum()))
+        return Element(
+            tv.name,
+            tuple(int(j) for j in np.unravel_index(k, out.shape)),
+            str(o[k]),
+            str(r[k]),
+            at[1],
+            LAMBDA * sigma,
+            shares,
+            exact_dtype,
+        )
+
+    return max_error, differing, failed, unbounded, element(near), element(bad)
 
 
-def _runs(arrays: list[np.ndarray], tolerances: list[Tolerance]) -> list[slice]:
-    """The outputs as runs of consecutive ones of one shape, dtype and tolerance and at
-    most BLOCK elements together (compared as one stacked array), or alone."""
-    runs: list[slice] = []
-    start, size = 0, 0
-    for i, (a, tol) in enumerate(zip(arrays, tolerances)):
-        first = arrays[start]
-        alike = a.shape == first.shape and a.dtype == first.dtype and tol == tolerances[start]
-        if i > start and not (alike and size + a.size <= BLOCK):
-            runs.append(slice(start, i))
-            start, size = i, 0
-        size += a.size
-    if arrays:
-        runs.append(slice(start, len(arrays)))
-    return runs
+def _most(mask: np.ndarray, used: np.ndarray, error: np.ndarray) -> int | None:
+    """The index among `mask` of the largest (used, error), or None if the mask is empty."""
+    if not mask.any():
+        return None
+    order = np.lexsort((np.where(mask, error, -1.0), np.where(mask, used, -1.0)))
+    return int(order[-1])
 
 
-def _compare(
-    outs: list[np.ndarray], refs: list[np.ndarray], tol: Tolerance
-) -> tuple[list[int], list[float]]:
-    """(the outputs of a run with an element outside `tol`, each output's max error); a
-    single output is compared block by block, a run of several as one stacked block."""
-    if len(outs) == 1:
-        out, ref = outs[0], refs[0]
-        return ([] if mismatch(out, ref, tol) is None else [0]), max_errors([out], [ref])
-    shape = (len(outs), outs[0].size)  # not -1: outputs of no elements have no rows to infer
-    o, r = np.stack(outs).reshape(shape), np.stack(refs).reshape(shape)
-    if np.array_equal(o, r):  # every element equal (what _errors counts as no error)
-        return [], [0.0] * len(outs)
-    bad, _ = _errors(o.reshape(-1), r.reshape(-1), tol, None)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf
-        error = np.abs(o.astype(np.float64) - r.astype(np.float64))
-    worst = np.where(np.isfinite(error), error, -np.inf).max(axis=1, initial=-np.inf)
-    suspects = np.flatnonzero(bad.reshape(shape).any(axis=1))
-    return [int(k) for k in suspects], [max(0.0, float(w)) for w in worst]
+def _source_text(source: Source, found: Bounds) -> str:
+    dtypes = sorted(d.name for d in found.dtypes.get(source, ())) or ["float"]
+    return SOURCE_TEXT[source].format("/".join(dtypes))

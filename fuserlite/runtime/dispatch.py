@@ -13,8 +13,6 @@ Communication once, in prepare() (`teams_of`).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError, FuserliteError

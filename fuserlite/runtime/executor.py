@@ -55,6 +55,7 @@ from fuserlite.runtime.backends.mpi_watchdog import check_timeout
 from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
+from fuserlite.runtime.validation import Validation, validate_run
 
 SINGLE_DEVICE = DeviceMesh([0])
 
@@ -147,13 +148,17 @@ class FusionExecutor:
         self.backend = make_backend(backend, timeout) if isinstance(backend, str) else backend
         schedule = args.boolean(schedule, who, "schedule", ExecutionError)
         self.compute, compiler = resolve_compute(compute, schedule, who)
+        self.compiler = compiler  # "compiled": the KernelCompiler; else None
         self.schedule = self.compute != "numpy"
         if pipeline is not None:
             args.instance(pipeline, Pipeline, who, "pipeline", "a Pipeline or None", ExecutionError)
         self.progress = progress
+        # The pipeline that lowered the fusion (None: a Program given lowered already).
+        self.pipeline: Pipeline | None = None
         if isinstance(ir, Fusion):
             self.fusion = ir
-            self.program = _lowered(ir, pipeline or Pipeline.default(progress=progress))
+            self.pipeline = pipeline or Pipeline.default(progress=progress)
+            self.program = _lowered(ir, self.pipeline)
         else:
             verify_program(ir)  # built or edited outside a pipeline: check it as one would
             self.program = ir
@@ -201,6 +206,12 @@ class FusionExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def validate(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> Validation:
+        """Check `outputs` of a run on `inputs`: against the same program run unsharded on
+        this compute path, then against the float reference (runtime.validation); returns
+        the Validation, or raises ValidationError."""
+        return validate_run(self, inputs, outputs)
 
     def working_set(self) -> WorkingSet:
         """Bytes of the inputs, the outputs and the largest set of intermediates live
