@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {what}: {c.before} -> {c.after}, {c.bytes_per_device} B/device")
     inputs = fl.random_inputs(step, seed=0)
     outputs = fl.FusionExecutor(program).run(inputs)
-    errors = fl.validate(step, inputs, outputs)
+    checked = fl.validate(step, inputs, outputs)
     print(f"loss {float(outputs[0]):.5f}; {len(outputs) - 1} gradients, each placed as its input")
-    print(f"validation ok (max abs error {max(errors):.3g})")
+    print(f"validation ok: {checked.summary()[0]}")
 
 
 if __name__ == "__main__":
