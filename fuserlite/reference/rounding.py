@@ -59,9 +59,15 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.liveness import dead_after
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
-from fuserlite.numerics import attention
 from fuserlite.ops.reductions import reduced_axes
 from fuserlite.ops.registry import compute_dtype, is_scalar, operand_to_output
+from fuserlite.reference.attention_rounding import (
+    absolute,
+    score_scale,
+    sdpa_bwd_change,
+    sdpa_sigma,
+    swap_last,
+)
 from fuserlite.reference.evaluator import evaluate
 from fuserlite.reference.numpy_ops import eval_expr
 
@@ -126,15 +132,6 @@ class Err:
         return np.sqrt(np.sum(self.parts**2, axis=0))
 
 
-def _abs(v) -> np.ndarray:
-    """|v| as float64 (|int64 min| does not fit an int64)."""
-    return np.abs(np.asarray(v, F64))
-
-
-def _t(x: np.ndarray) -> np.ndarray:
-    return np.swapaxes(x, -1, -2)
-
-
 def _quadrature(*terms: np.ndarray) -> np.ndarray:
     return np.sqrt(sum(t**2 for t in terms))
 
@@ -159,21 +156,21 @@ def _exp_d(vals, y, sig):
     reach = LAMBDA * sig[0]
     with np.errstate(all="ignore"):
         grow = np.where(reach > 1e-3, np.expm1(reach) / np.where(reach > 0, reach, 1), 1.0)
-    return [_abs(y) * grow]
+    return [absolute(y) * grow]
 
 
 def _sqrt_d(vals, y, sig):
     # |sqrt(x + d) - sqrt(x)| <= |d| / sqrt(x), and <= sqrt(|d|) always
-    return [1 / np.maximum(_abs(y), np.sqrt(LAMBDA * sig[0]))]
+    return [1 / np.maximum(absolute(y), np.sqrt(LAMBDA * sig[0]))]
 
 
 def _log_d(vals, y, sig):
-    return [_inverse(_abs(vals[0]) - LAMBDA * sig[0])]  # near 0: unbounded
+    return [_inverse(absolute(vals[0]) - LAMBDA * sig[0])]  # near 0: unbounded
 
 
 def _div_d(vals, y, sig):
-    inv = _inverse(_abs(vals[1]) - LAMBDA * sig[1])
-    return [inv, _abs(y) * inv]
+    inv = _inverse(absolute(vals[1]) - LAMBDA * sig[1])
+    return [inv, absolute(y) * inv]
 
 
 def _constant(*c: float) -> Derivatives:
@@ -193,7 +190,7 @@ DERIVATIVES: dict[str, Derivatives] = {
     "silu": _constant(1.1),  # |silu'| < 1.1
     "add": _constant(1.0, 1.0),
     "sub": _constant(1.0, 1.0),
-    "mul": lambda vals, y, sig: [_abs(vals[1]), _abs(vals[0])],
+    "mul": lambda vals, y, sig: [absolute(vals[1]), absolute(vals[0])],
     "div": _div_d,
     "maximum": _constant(1.0, 1.0),
     "minimum": _constant(1.0, 1.0),
@@ -281,7 +278,7 @@ def _cast(op: _Op) -> list[Err]:
         return [Err(np.broadcast_to(op.parts(0, y.shape), (K, *y.shape)), coherent)]
     sigma = op.sigma(0)
     # to bool: x != 0 may flip within its sigma of 0; to an integer: truncation may step
-    near = _abs(op.vals[0]) <= LAMBDA * sigma if target is DType.bool else sigma > 0
+    near = absolute(op.vals[0]) <= LAMBDA * sigma if target is DType.bool else sigma > 0
     flip = _flip_parts(op, (0,), near, y.shape)
     parts = flip if target is DType.bool else _quadrature(op.parts(0, y.shape), flip)
     return [Err(np.broadcast_to(parts, (K, *y.shape)), coherent)]
@@ -359,72 +356,15 @@ def _none(op: _Op) -> list[Err | None]:
     return [None] * len(op.outs)
 
 
-def _weights(expr: Expr, q: np.ndarray, k: np.ndarray) -> tuple:
-    a = expr.attrs
-    p, factor, scale = attention.probabilities(
-        q, k, a["dropout_p"], a["is_causal"], a["scale"], seed=a["seed"], offset=a["offset"]
-    )
-    return p.astype(F64), np.asarray(factor, F64), scale
-
-
-def _sdpa_sigma(expr: Expr, vals, sq, sk, sv, ss=0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(out, lse)'s sigma for sigmas (sq, sk, sv) of (q, k, v) and `ss` of each score of
-    its own, in quadrature. out = sum_s D_s p_s v_s with p = softmax(s), s_s = scale
-    q.k_s, so dout = sum_s c_s ds_s + sum_s D_s p_s dv_s, c_s = p_s (D_s v_s - out): a
-    key's error and a score's own are independent from key to key, a query's is the
-    same for every key of its row (summed before squaring); d lse = sum_s p_s ds_s."""
-    q, k, v = (np.asarray(x, F64) for x in vals[:3])
-    p, factor, scale = _weights(expr, q, k)
-    pd = p * factor
-    out = pd @ v
-    w = scale**2 * ((q**2) @ _t(sk**2)) + ss**2  # [..., L, S]: independent per score
-    keys = (
-        (pd**2 * w) @ v**2 - 2 * out * ((p * pd * w) @ v) + out**2 * np.sum(p**2 * w, -1)[..., None]
-    )
-    per_q = (
-        np.einsum("...ls,...sj,...sd->...ljd", pd, v, k) - out[..., None] * (p @ k)[..., None, :]
-    )
-    query = scale**2 * np.einsum("...ljd,...ld->...lj", per_q**2, sq**2)
-    sigma_out = np.sqrt(np.maximum(keys, 0) + query + (pd**2) @ sv**2)
-    lse = np.sum(p**2 * w, -1) + scale**2 * np.sum(sq**2 * (p @ k) ** 2, -1)
-    return sigma_out, np.sqrt(lse)
-
-
-def expr_scale(expr: Expr, q: np.ndarray) -> float:
-    """The score scale of an attention: its own, or 1 / sqrt(head size)."""
-    scale = expr.attrs["scale"]
-    return float(scale) if scale is not None else 1 / np.sqrt(q.shape[-1])
-
-
-def _sdpa_bwd_change(expr: Expr, vals, ms) -> tuple[np.ndarray, ...]:
-    """The gradients' change, added up: sdpa_bwd's formulas on |x| and the changes, with
-    the probabilities' change through the scores."""
-    (dout, q, k, v, out, _), (mdo, mq, mk, mv, mo, _) = vals, ms
-    p, factor, scale = _weights(expr, q, k)
-    ado, aq, ak, av, ao = (_abs(x) for x in (dout, q, k, v, out))
-    ms_ = scale * (mq @ _t(ak) + aq @ _t(mk))
-    grad_p = factor * (ado @ _t(av))
-    row = np.sum(ado * ao, axis=-1, keepdims=True)
-    m_grad_p = factor * (mdo @ _t(av) + ado @ _t(mv))
-    m_row = np.sum(mdo * ao + ado * mo, axis=-1, keepdims=True)
-    grad_s = p * (grad_p + row)
-    m_grad_s = p * (m_grad_p + m_row) + grad_s * (ms_ + np.sum(p * ms_, axis=-1, keepdims=True))
-    pd = p * factor
-    m_dq = scale * (m_grad_s @ ak + grad_s @ mk)
-    m_dk = scale * (_t(m_grad_s) @ aq + _t(grad_s) @ mq)
-    m_dv = _t(pd) @ mdo + _t(pd * ms_) @ ado
-    return m_dq, m_dk, m_dv
-
-
 def _sdpa(op: _Op) -> list[Err]:
-    made = [_sdpa_sigma(op.expr, op.vals, *(op.parts(k)[c] for k in range(3))) for c in range(K)]
+    made = [sdpa_sigma(op.expr, op.vals, *(op.parts(k)[c] for k in range(3))) for c in range(K)]
     return [Err(np.stack([m[j] for m in made])) for j in range(2)]
 
 
 def _sdpa_bwd(op: _Op) -> list[Err]:
     """The gradients' first-order change added up (an upper bound of its sigma)."""
     made = [
-        _sdpa_bwd_change(op.expr, op.vals, [op.parts(k)[c] for k in range(len(op.vals))])
+        sdpa_bwd_change(op.expr, op.vals, [op.parts(k)[c] for k in range(len(op.vals))])
         for c in range(K)
     ]
     return [Err(np.stack([m[j] for m in made])) for j in range(3)]
@@ -470,7 +410,7 @@ LIBRARY_OPS = frozenset({"exp", "tanh", "log", "sigmoid", "silu", "gelu"})
 
 def _terms(expr: Expr, vals: list, shape) -> np.ndarray:
     """The op on |operands|: the magnitude of the terms of a sum or a contraction."""
-    return eval_expr(expr, [_abs(v) for v in vals], shape, F64)
+    return eval_expr(expr, [absolute(v) for v in vals], shape, F64)
 
 
 Own = tuple[Source, np.ndarray] | None
@@ -494,19 +434,21 @@ def _own(op: _Op, differences: Differences) -> list[Own]:
     elif name == "sdpa":
         q, k, v = vals[:3]
         # each score rounded over d terms, exp and softmax a few roundings; p @ v over S
-        ss = u * (np.sqrt(q.shape[-1]) * expr_scale(expr, q) * (_abs(q) @ _t(_abs(k))) + 4)
-        sv = u * np.sqrt(k.shape[-2]) * _abs(v)
+        ss = u * (
+            np.sqrt(q.shape[-1]) * score_scale(expr, q) * (absolute(q) @ swap_last(absolute(k))) + 4
+        )
+        sv = u * np.sqrt(k.shape[-2]) * absolute(v)
         return [
-            (Source.ORDER, BOTH * (s + u * _abs(o)))
-            for s, o in zip(_sdpa_sigma(expr, vals, 0.0 * q, 0.0 * k, sv, ss), outs)
+            (Source.ORDER, BOTH * (s + u * absolute(o)))
+            for s, o in zip(sdpa_sigma(expr, vals, 0.0 * q, 0.0 * k, sv, ss), outs)
         ]
     elif name == "sdpa_bwd":
         q, k = vals[1], vals[2]
         n = BOTH * np.sqrt(q.shape[-1] + 2 * k.shape[-2] + 10) * u  # scores, softmax, sums
-        change = _sdpa_bwd_change(expr, vals, [_abs(v) for v in vals])
-        return [(Source.ORDER, n * (c + _abs(o))) for c, o in zip(change, outs)]
+        change = sdpa_bwd_change(expr, vals, [absolute(v) for v in vals])
+        return [(Source.ORDER, n * (c + absolute(o))) for c, o in zip(change, outs)]
     elif differences.libraries and name in LIBRARY_OPS:
-        m = _abs(y) + (_abs(vals[0]) if name == "gelu" else 0)  # gelu: its 1 + tanh
+        m = absolute(y) + (absolute(vals[0]) if name == "gelu" else 0)  # gelu: its 1 + tanh
         own = (Source.LIBRARY, LIBM_ULPS * u * m)
     return [own] + [None] * (len(outs) - 1)
 
@@ -584,18 +526,18 @@ class _Bounding:
             e = _plus(e, mine[0], mine[1], y.shape)
             self.seen[mine[0]].add(c)
         if expr.op_name not in EXACT and unit(c):
-            e = _rounded(e, unit(c) * _abs(y))
+            e = _rounded(e, unit(c) * absolute(y))
         u = unit(t.dtype)
         # A copy or a choice of values (or random bits drawn in their dtype) was rounded
         # where its values were made, if at all: storing it again changes nothing.
         copied = expr.op_name in EXACT and expr.op_name != "cast" and t not in self.outputs
         if t.dtype in HALVES and not copied:
             if t in self.outputs or expr.op_name == "cast" or not self.differences.stores:
-                return _rounded(e, u * _abs(y))  # both round it: where it may differ
+                return _rounded(e, u * absolute(y))  # both round it: where it may differ
             self.seen[Source.STORE].add(t.dtype)  # one side stores it in half, the other not
-            return _plus(e, Source.STORE, u * _abs(y), y.shape)
+            return _plus(e, Source.STORE, u * absolute(y), y.shape)
         if expr.op_name == "cast" and u > unit(expr.inputs[0].dtype):  # both round it
-            return _rounded(e, u * _abs(y))
+            return _rounded(e, u * absolute(y))
         return e
 
 
