@@ -190,29 +190,28 @@ def compare(
     """`outputs` against `expected` (both evaluations of `fusion` on `inputs`), each
     element within LAMBDA sigma of the `differences` the two may have; the rounding
     bounds are evaluated only where some element differs at all."""
-    with COLLECTOR_PAUSE, reading_only():
-        arrays = _checked(fusion, outputs, expected, against)
-        identical = _identical(arrays, list(expected))
-        found: Bounds | None = None
-        counts = [0, 0, 0, 0]  # elements: all, differing, failed, unbounded
-        nearest: Element | None = None
-        worst: Element | None = None
-        errors = []
-        for i, (out, ref) in enumerate(zip(arrays, expected)):
-            counts[0] += out.size
-            if identical[i]:
-                errors.append(0.0)
-                continue
-            found = found or bounds(fusion, inputs, differences)
-            result = _compare_one(fusion, i, out, ref, found)
-            errors.append(result[0])
-            for k, n in enumerate(result[1:4]):
-                counts[k + 1] += n
-            near, bad = result[4], result[5]
-            if near is not None and (nearest is None or _closer(near, nearest)):
-                nearest = near
-            if bad is not None and (worst is None or _closer(bad, worst)):
-                worst = bad
+    arrays = _checked(fusion, outputs, expected, against)
+    identical = _identical(arrays, list(expected))
+    found: Bounds | None = None
+    counts = [0, 0, 0, 0]  # elements: all, differing, failed, unbounded
+    nearest: Element | None = None
+    worst: Element | None = None
+    errors = []
+    for i, (out, ref) in enumerate(zip(arrays, expected)):
+        counts[0] += out.size
+        if identical[i]:
+            errors.append(0.0)
+            continue
+        found = found or bounds(fusion, inputs, differences)
+        result = _compare_one(fusion, i, out, ref, found)
+        errors.append(result[0])
+        for k, n in enumerate(result[1:4]):
+            counts[k + 1] += n
+        near, bad = result[4], result[5]
+        if near is not None and (nearest is None or _closer(near, nearest)):
+            nearest = near
+        if bad is not None and (worst is None or _closer(bad, worst)):
+            worst = bad
     return Comparison(against, errors, counts[1], counts[0], nearest, counts[2], worst, counts[3])
 
 

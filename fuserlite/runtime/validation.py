@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fuserlite.ir.collector import COLLECTOR_PAUSE
 from fuserlite.ir.errors import FuserliteError, ValidationError
 from fuserlite.pipeline import Pipeline
 from fuserlite.reference.rounding import SAME_PATH
@@ -85,21 +84,20 @@ def validate_run(
 ) -> Validation:
     """Check `outputs` of `executor` on `inputs` (module doc); a ValidationError names
     the step that failed and its worst element."""
-    with COLLECTOR_PAUSE:
-        fusion = executor.fusion
-        other = unsharded_run(executor)
-        unsharded = None
-        if not isinstance(other, str):
-            against = f"the unsharded run (the same program on 1 device, {executor.compute})"
-            with other:
-                expected = other.run(inputs)
-            unsharded = compare(fusion, inputs, outputs, expected, SAME_PATH, against)
-            if not unsharded.ok:
-                raise ValidationError(
-                    "the sharded run disagrees with the same program run unsharded beyond the "
-                    f"rounding they may differ by: {unsharded.failure()}"
-                )
-        reference = validate(fusion, inputs, outputs)
+    fusion = executor.fusion
+    other = unsharded_run(executor)
+    unsharded = None
+    if not isinstance(other, str):
+        against = f"the unsharded run (the same program on 1 device, {executor.compute})"
+        with other:
+            expected = other.run(inputs)
+        unsharded = compare(fusion, inputs, outputs, expected, SAME_PATH, against)
+        if not unsharded.ok:
+            raise ValidationError(
+                "the sharded run disagrees with the same program run unsharded beyond the "
+                f"rounding they may differ by: {unsharded.failure()}"
+            )
+    reference = validate(fusion, inputs, outputs)
     return Validation(
         len(executor.devices),
         executor.compute,
