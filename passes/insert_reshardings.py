@@ -212,7 +212,7 @@ def _widen_half_partials(fusion: Fusion) -> None:
             wide = like(out, DType.float32, keep_reductions=True)
             shard_as(wide, *mesh_placement(out))
             Expr.replace_uses(out, wide, list(out.uses))
-            expr.outputs[k] = wide
+            expr.outputs = [*expr.outputs[:k], wide, *expr.outputs[k + 1 :]]
             wide.definition = expr
             out.definition = None
 
