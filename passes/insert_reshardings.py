@@ -42,13 +42,14 @@ from fuserlite.ir.sharding import (
     on_data_axes,
 )
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DType, ReductionOpType
+from fuserlite.ir.types import DType
 from fuserlite.ops.common import like
 from fuserlite.ops.registry import definition_of, operand_to_output
 from fuserlite.ops.sharding import (
     has_unmapped_sharding,
     moves_data,
     needed_placement,
+    partial_dtype,
     partial_op,
 )
 from fuserlite.passes import multi_output
@@ -119,18 +120,6 @@ def _write_instead(expr: Expr, k: int, written: TensorView) -> TensorView:
     out.definition = None
     LoadStoreOp(out, written)
     return written
-
-
-HALVES = (DType.float16, DType.bfloat16)
-
-
-def partial_dtype(dtype: DType, op: ReductionOpType | None) -> DType:
-    """The dtype partial values of `dtype` combined by `op` are held in: float32 for
-    partial sums of a half or bfloat16 tensor (accumulated in float, so that 40000 +
-    40000 does not overflow float16's 65504 in one device's partial), rounded to `dtype`
-    once, where the Set that completes them stores the value; `dtype` otherwise (a
-    partial max is exact in any dtype)."""
-    return DType.float32 if dtype in HALVES and op is ReductionOpType.sum else dtype
 
 
 def _split_device_reduction(expr: Expr, k: int) -> TensorView:

@@ -28,7 +28,7 @@ from fuserlite.ir.sharding import (
     shardings,
 )
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import ReductionOpType
+from fuserlite.ir.types import DType, ReductionOpType
 from fuserlite.ir.values import fact
 from fuserlite.ops.registry import (
     Category,
@@ -314,3 +314,15 @@ def partial_op(tv: TensorView) -> ReductionOpType:
             "says how they combine"
         )
     return op.sharding.partial
+
+
+_HALVES = (DType.float16, DType.bfloat16)
+
+
+def partial_dtype(dtype: DType, op: ReductionOpType | None) -> DType:
+    """The dtype partial values of `dtype` combined by `op` are held in: float32 for
+    partial sums of a half or bfloat16 tensor (accumulated in float, so that 40000 +
+    40000 does not overflow float16's 65504 in one device's partial), rounded to `dtype`
+    once, where the Set that completes them stores the value; `dtype` otherwise (a
+    partial max is exact in any dtype)."""
+    return DType.float32 if dtype in _HALVES and op is ReductionOpType.sum else dtype

@@ -17,8 +17,11 @@ from fuserlite.ir.domain import IterDomain
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.sharding import is_partial
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType, ReductionOpType
 from fuserlite.ops.registry import OpDef, Operand, is_scalar
+from fuserlite.ops.sharding import partial_dtype
 from fuserlite.text.writer import read_argument
 
 
@@ -28,12 +31,12 @@ def _stand_in(fusion: Fusion, tv: TensorView) -> TensorView:
     return TensorView(fusion, axes, tv.dtype)
 
 
-def _logical(tv: TensorView, reductions: bool = True) -> str:
-    """`float[i{2}, r{16}]`: dtype, iteration types and extents (`reductions`: with the
-    reduction axes)."""
+def _logical(tv: TensorView, reductions: bool = True, dtype: DType | None = None) -> str:
+    """`float[i{2}, r{16}]`: dtype (tv's, or `dtype`), iteration types and extents
+    (`reductions`: with the reduction axes)."""
     logical = [ax for ax in tv.domain.logical if reductions or not ax.is_reduction]
     axes = ", ".join(f"{ax.iter_type.value}{{{ax.extent}}}" for ax in logical)
-    return f"{tv.dtype.value}[{axes}]"
+    return f"{(dtype or tv.dtype).value}[{axes}]"
 
 
 def rebuild_problem(
@@ -64,7 +67,16 @@ def rebuild_problem(
         # A Set of partial values keeps their reduction axes (insert-reshardings' Sets,
         # completed by the communication): where the builder makes none, any may stay.
         reductions = any(ax.is_reduction for ax in out.domain.logical)
-        if _logical(printed_out, reductions) != _logical(out, reductions):
+        # Partial sums of a half tensor are held in float32 once insert-reshardings has
+        # run (ops.sharding.partial_dtype), and the Set that completes them rounds them to
+        # the half dtype once: either dtype is what the op computes.
+        dtypes = {out.dtype}
+        if is_partial(real):
+            dtypes.add(partial_dtype(out.dtype, d.sharding.partial))
+        if _rounds_partials(d, operands, real):
+            dtypes.add(real.dtype)
+        printed_text = _logical(printed_out, reductions)
+        if all(printed_text != _logical(out, reductions, t) for t in dtypes):
             return (
                 f"{d.name} of these operands computes {_logical(out)}, but T{real.number} "
                 f"is {_logical(printed_out)}"
@@ -73,6 +85,16 @@ def rebuild_problem(
     if definition.attributes() != printed.attributes():
         return f"{d.name} of these operands has {_attrs(definition)}, not {_attrs(printed)}"
     return None
+
+
+def _rounds_partials(d: OpDef, operands: Sequence[Operand], out: TensorView) -> bool:
+    """A Set from float32 partial sums to the half tensor they complete."""
+    if d.name != "set" or not isinstance(operands[0], TensorView):
+        return False
+    x = operands[0]
+    return (
+        is_partial(x) and x.dtype is partial_dtype(out.dtype, ReductionOpType.sum) is not out.dtype
+    )
 
 
 def _attrs(expr: Expr) -> str:
