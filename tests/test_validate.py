@@ -130,6 +130,29 @@ def test_outputs_computed_from_half_allow_its_rounding_at_stores():
     assert found.max_errors[1] == 0.0  # a * 2 rounds alike everywhere: bit-identical
 
 
+def test_a_half_output_read_again_allows_its_rounding_at_stores():
+    # As above, but h is itself an output: the reference rounds it only as it gives it
+    # back, its reader y reads the float value (regression: y was allowed 0 and its
+    # elements one bfloat16 ulp of h apart failed as "must be bit-identical").
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        a, b = fl.tensor([4, 6]), fl.tensor([4, 6], "bfloat16")
+        for t in (a, b):
+            f.add_input(t)
+            shard_axis(t, 0, mesh)
+        h = fl.sub(3.0, b)
+        y = fl.maximum(h, a)
+        shard_axis(y, 1, mesh)
+        f.add_output(y)
+        f.add_output(h)
+    inputs = fl.random_inputs(f, 139)
+    outputs = fl.FusionExecutor(f).run(inputs)
+    found = fl.validate(f, inputs, outputs)
+    assert found.max_errors[0] > 0.0  # the case needs y to differ
+    assert found.nearest.origin() == "bfloat16 rounding of intermediates at kernel stores"
+    assert found.max_errors[1] == 0.0  # h itself both sides round alike: bit-identical
+
+
 def test_the_worst_element_is_found_across_blocks(monkeypatch):
     monkeypatch.setattr(validate_module, "BLOCK", 7)  # 50 elements: 8 blocks
     f = negation(50)

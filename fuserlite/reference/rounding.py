@@ -491,6 +491,7 @@ class _Bounding:
         dead = dead_after(exprs, attrgetter("inputs"), attrgetter("outputs"), keep=fusion.outputs)
         self.dead_of = {id(e): d for e, d in zip(exprs, dead)}
         self.outputs = set(fusion.outputs)
+        self.final: dict[TensorView, Err | None] = {}  # an output's sigma as the fusion gives it
         self.seen: dict[Source, set[DType]] = {s: set() for s in SOURCES}
 
     def __call__(self, expr: Expr, args: list[np.ndarray], values: list[np.ndarray]) -> None:
@@ -512,15 +513,17 @@ class _Bounding:
             exact = all(e is None for e in errs)
             made = [None] * len(values) if exact else PROPAGATE[expr.op_name](op)
             for t, y, e, mine in zip(expr.outputs, values, made, _own(op, self.differences)):
-                e = self._stored(expr, t, y, e, mine)
-                if e is not None:  # 0 * inf where an unbounded sigma meets a 0: unbounded
-                    self.errs[t] = Err(np.where(np.isnan(e.parts), np.inf, e.parts), e.coherent)
+                e, final = self._stored(expr, t, y, e, mine)
+                if e is not None:
+                    self.errs[t] = _unbounded_nan(e)
+                if t in self.outputs:
+                    self.final[t] = None if final is None else _unbounded_nan(final)
         for t in self.dead_of[id(expr)]:
             self.errs.pop(t, None)
 
     def _stored(self, expr: Expr, t: TensorView, y: np.ndarray, e: Err | None, mine: Own):
-        """t's sigma: carried (`e`), its own rounding's, and its rounding to its dtype
-        where one side or both round it."""
+        """t's sigma as its readers see it and as the fusion's output: carried (`e`), its
+        own rounding's, and its rounding to its dtype where one side or both round it."""
         c = compute_dtype(expr)
         if mine is not None:
             e = _plus(e, mine[0], mine[1], y.shape)
@@ -532,13 +535,21 @@ class _Bounding:
         # where its values were made, if at all: storing it again changes nothing.
         copied = expr.op_name in EXACT and expr.op_name != "cast" and t not in self.outputs
         if t.dtype in HALVES and not copied:
-            if t in self.outputs or expr.op_name == "cast" or not self.differences.stores:
-                return _rounded(e, u * absolute(y))  # both round it: where it may differ
+            both = _rounded(e, u * absolute(y))  # both round it: where it may differ
+            if expr.op_name == "cast" or not self.differences.stores:
+                return both, both
+            # The reference rounds a half output only as it gives it back: its readers
+            # read the float value, where a kernel's store may have rounded it.
             self.seen[Source.STORE].add(t.dtype)  # one side stores it in half, the other not
-            return _plus(e, Source.STORE, u * absolute(y), y.shape)
+            return _plus(e, Source.STORE, u * absolute(y), y.shape), both
         if expr.op_name == "cast" and u > unit(expr.inputs[0].dtype):  # both round it
-            return _rounded(e, u * absolute(y))
-        return e
+            e = _rounded(e, u * absolute(y))
+        return e, e
+
+
+def _unbounded_nan(e: Err) -> Err:
+    """`e` where 0 * inf (an unbounded sigma meeting a 0) is unbounded, not NaN."""
+    return Err(np.where(np.isnan(e.parts), np.inf, e.parts), e.coherent)
 
 
 def bounds(fusion: Fusion, inputs: Sequence[np.ndarray], differences: Differences) -> Bounds:
@@ -549,6 +560,6 @@ def bounds(fusion: Fusion, inputs: Sequence[np.ndarray], differences: Difference
     bounding = _Bounding(fusion, differences)
     evaluate(fusion, inputs, bounding)
     return Bounds(
-        [bounding.errs.get(t) for t in fusion.outputs],
+        [bounding.final.get(t) for t in fusion.outputs],
         {s: frozenset(d) for s, d in bounding.seen.items()},
     )
