@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from fuserlite.ir.domain import Split, TensorDomain
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import MemoryType
 from fuserlite.ops.registry import definition
@@ -141,6 +142,22 @@ def io_header(
     return "\n".join(lines) + "\n\n"
 
 
+# `Mesh axes: DeviceMesh{{0 1 2 3}{4 5 6 7}} DIDy (dp), DIDx (tp)`: the user's names of a
+# mesh's axes beside nvFuser's, one line per named mesh before the rest of a print (the
+# tensors print their meshes as nvFuser does; the parser gives them these names back)
+MESH_AXES = "Mesh axes: "
+
+
+def mesh_axes_header(meshes: Iterable[DeviceMesh | None]) -> str:
+    """A `Mesh axes:` line per distinct mesh with named axes, in order of appearance."""
+    named: list[DeviceMesh] = []
+    for m in meshes:
+        if m is not None and m.axis_names is not None and m not in named:
+            named.append(m)
+    labels = (", ".join(m.axis_label(a) for a in range(m.rank)) for m in named)
+    return "".join(f"{MESH_AXES}{m.text()} {text}\n" for m, text in zip(named, labels))
+
+
 def tensor_text(tv: TensorView) -> str:
     """One tensor as printed in its fusion."""
     return Namer(tv.fusion).tensor(tv)
@@ -211,7 +228,8 @@ def print_kernel(fusion: Fusion) -> str:
     exprs = fusion.exprs()
     shown = fusion.tensors(exprs)
     namer = Namer(shown)
-    header = io_header(fusion.inputs, fusion.outputs, implied_io(shown, exprs), namer)
+    header = mesh_axes_header(tv.mesh for tv in shown)
+    header += io_header(fusion.inputs, fusion.outputs, implied_io(shown, exprs), namer)
     math = "".join(expr_text(e, namer) + "\n" for e in exprs)
     blocks = "".join(transforms_text(tv, namer) + "\n" for tv in shown)
     return f"{header}%kernel {{\n{math}\nTransformPrinter : \n{blocks}}} // %kernel\n"

@@ -118,6 +118,6 @@ def test_the_run_table_names_the_teams_of_an_nd_collective() -> None:
     from fuserlite.cli.cmd_run import team_text
 
     (comm,) = fl.FusionExecutor(fl.load(REPO / "examples/dp_tp_mlp.fus")).communications
-    assert team_text(comm) == "DIDx: 0 1 2 3 | 4 5 6 7"
+    assert team_text(comm) == "DIDx (tp): 0 1 2 3 | 4 5 6 7"  # the file names its axes
     (comm,) = fl.lower(fl.load(REPO / "examples/tp_mlp.fus")).communications
     assert team_text(comm) == "0 1"

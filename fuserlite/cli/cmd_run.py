@@ -143,6 +143,8 @@ def team_text(comm: Communication) -> str:
     if len(teams) == 1:
         return abbreviate(comm.team)
     shown = " | ".join(abbreviate(t) for t in teams[:4]) + (" | ..." if len(teams) > 4 else "")
+    if comm.mesh is not None and comm.mesh.axis_names is not None:  # DIDx (tp): 0 1 2 3 | ...
+        return f"{'/'.join(comm.mesh.axis_label(a) for a in comm.group)}: {shown}"
     return f"{'/'.join(comm.group_names)}: {shown}"
 
 

@@ -5,6 +5,12 @@ lists them flat in row-major order (the last axis varies fastest), `shape`
 gives the axis sizes, axis 0 outermost. nvFuser's convention names the mesh
 axes from the inside out: DIDx is the last axis, DIDy the one before it, DIDz
 the one before that. A 1-D mesh has DIDx only.
+
+Its axes may also have the user's names, JAX's and DTensor's `axis_names`
+(`DeviceMesh(devices, axis_names=("dp", "tp"))`): every API that takes a mesh axis
+accepts its name as well as its parallel type (`parallel_type_of`), and messages
+show the name beside nvFuser's (`DIDx (tp)`, `axis_label`). The names are labels:
+two meshes of the same devices on the same grid are equal whatever their names.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -127,14 +133,43 @@ def parallel_types_of_rank(rank: int) -> tuple[ParallelType, ...]:
     return _TYPES_OF_RANK[rank]
 
 
+def _axis_names(names: object, rank: int) -> tuple[str, ...] | None:
+    """The user's names of a rank-`rank` mesh's axes, checked: None, or one distinct
+    identifier per axis that is not a parallel type's name (DIDx, deviceIdx.x, ...)."""
+    if names is None:
+        return None
+    if isinstance(names, str) and rank == 1:
+        names = (names,)
+    accepted = f"None or {rank} distinct names, one per mesh axis, axis 0 first"
+    if isinstance(names, str) or not _is_row(names) or len(names) != rank:
+        raise fail("DeviceMesh", "axis_names", accepted, names)
+    names = tuple(names)
+    for n in names:
+        if not isinstance(n, str) or not n.isidentifier() or not n.isascii():
+            raise fail("DeviceMesh", "axis_names", f"{accepted} (identifiers)", names)
+        if n in _DEVICE_NAMES:
+            raise FusionError(
+                f"DeviceMesh: axis name {n!r} is a parallel type's name; name the axes "
+                "otherwise (e.g. dp, tp): DIDx, DIDy and DIDz stay nvFuser's names of them"
+            )
+    if len(set(names)) != len(names):
+        raise FusionError(f"DeviceMesh: axis_names {names} names an axis twice")
+    return names
+
+
+_DEVICE_NAMES = frozenset(n for pt in DEVICE_PARALLEL_TYPES for n in (pt.name, pt.value))
+
+
 @dataclass(frozen=True)
 class DeviceMesh:
-    """Distinct device ids on a grid of rank 1..3 (compared by ids and shape)."""
+    """Distinct device ids on a grid of rank 1..3 (compared by ids and shape), its axes
+    optionally named by the user."""
 
     devices: tuple[int, ...]  # flat, row-major
     shape: tuple[int, ...]
+    axis_names: tuple[str, ...] | None = field(default=None, compare=False)  # axis 0 first
 
-    def __init__(self, devices) -> None:
+    def __init__(self, devices, axis_names: Sequence[str] | None = None) -> None:
         accepted = (
             f"a list of distinct device ids in 0..{MAX_DEVICES - 1}, or a list of equally "
             "long such lists (an N-D mesh)"
@@ -165,6 +200,7 @@ class DeviceMesh:
             )
         object.__setattr__(self, "devices", devs)
         object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "axis_names", _axis_names(axis_names, len(shape)))
         # Hashed once: a mesh is an argument of many facts (fuserlite.ir.values).
         object.__setattr__(self, "_hash", hash((devs, shape)))
 
@@ -172,12 +208,12 @@ class DeviceMesh:
         return self._hash
 
     @classmethod
-    def for_num_devices(cls, n: int) -> DeviceMesh:
+    def for_num_devices(cls, n: int, axis_names: Sequence[str] | None = None) -> DeviceMesh:
         """The 1-D mesh of devices 0..n-1."""
-        return cls(range(check_device_count(n, "DeviceMesh.for_num_devices")))
+        return cls(range(check_device_count(n, "DeviceMesh.for_num_devices")), axis_names)
 
     @classmethod
-    def for_shape(cls, shape: Sequence[int]) -> DeviceMesh:
+    def for_shape(cls, shape: Sequence[int], axis_names: Sequence[str] | None = None) -> DeviceMesh:
         """The mesh of devices 0..prod(shape)-1 laid out row-major on `shape`."""
         if not _is_row(shape) or not shape or len(shape) > MAX_MESH_RANK:
             raise fail(
@@ -185,7 +221,11 @@ class DeviceMesh:
             )
         sizes = [integer(s, "DeviceMesh.for_shape", "an axis size", minimum=1) for s in shape]
         count = check_device_count(math.prod(sizes), "DeviceMesh.for_shape")
-        return cls(np.arange(count).reshape(sizes))
+        return cls(np.arange(count).reshape(sizes), axis_names)
+
+    def with_axis_names(self, axis_names: Sequence[str] | None) -> DeviceMesh:
+        """This mesh with its axes named `axis_names` (None: unnamed)."""
+        return DeviceMesh(self.tolist(), axis_names)
 
     # -- shape ----------------------------------------------------------------------
     @property
@@ -237,6 +277,26 @@ class DeviceMesh:
                 f"{self} has {self.rank} axis{'es' if self.rank > 1 else ''} ({names})"
             )
         return types.index(pt)
+
+    def parallel_type_of(self, axis: object, who: str = "mesh axis") -> ParallelType:
+        """The device parallel type of the mesh axis `axis` names: a ParallelType, its name
+        or printed form (DIDx, deviceIdx.x) or the user's name of the axis (tp)."""
+        pt = axis if isinstance(axis, ParallelType) else None
+        if isinstance(axis, str):
+            names = self.axis_names or ()
+            if axis in names:
+                return self.parallel_types[names.index(axis)]
+            pt = next((p for p in DEVICE_PARALLEL_TYPES if axis in (p.name, p.value)), None)
+        if pt is None or pt not in self.parallel_types:
+            labels = ", ".join(self.axis_label(a) for a in range(self.rank))
+            raise fail(who, "axis", f"a mesh axis of {self}: {labels}", axis)
+        return pt
+
+    def axis_label(self, axis: int | ParallelType) -> str:
+        """A mesh axis as messages name it: `DIDx`, or `DIDx (tp)` when the user named it."""
+        a = axis if isinstance(axis, int) else self.axis_of(axis)
+        name = self.parallel_types[a].name
+        return name if self.axis_names is None else f"{name} ({self.axis_names[a]})"
 
     def axis_size(self, pt: ParallelType) -> int:
         """Devices along the mesh axis of `pt` (a FusionError when the mesh lacks it)."""

@@ -75,9 +75,11 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
 
 
 def mesh_axis_text(mesh: DeviceMesh, pt: ParallelType) -> str:
-    """'DIDy (mesh axis 0 of DeviceMesh{{0 1}{2 3}}, 2 devices)'."""
+    """'DIDy (mesh axis 0 of DeviceMesh{{0 1}{2 3}}, 2 devices)', 'DIDy (mesh axis 0, dp,
+    of ...)' where the user named it."""
     a = mesh.axis_of(pt)
-    return f"{pt.name} (mesh axis {a} of {mesh}, {mesh.shape[a]} devices)"
+    name = "" if mesh.axis_names is None else f", {mesh.axis_names[a]},"
+    return f"{pt.name} (mesh axis {a}{name} of {mesh}, {mesh.shape[a]} devices)"
 
 
 @fact

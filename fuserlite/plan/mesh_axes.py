@@ -50,9 +50,10 @@ def axis_name(rank: int, axis: int) -> str:
     return named[axis - outer].name if axis >= outer else f"mesh axis {axis}"
 
 
-def team_name(rank: int, group: Group) -> str:
-    """'DIDx teams', or '(DIDy, DIDx) teams' for the flattened teams of several axes."""
-    names = [axis_name(rank, a) for a in group]
+def team_name(rank: int, group: Group, labels: Sequence[str] | None = None) -> str:
+    """'DIDx teams', or '(DIDy, DIDx) teams' for the flattened teams of several axes; the
+    mesh axes called by `labels` where given ('DIDx (tp) teams')."""
+    names = [labels[a] if labels is not None else axis_name(rank, a) for a in group]
     return f"{names[0]} teams" if len(names) == 1 else f"({', '.join(names)}) teams"
 
 

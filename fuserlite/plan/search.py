@@ -109,15 +109,18 @@ class Plan:
         alt = self.alternative
         return head + self.describe_steps() + (f"; {alt.describe()}" if alt else "")
 
-    def describe_steps(self) -> str:
-        """'AllToAll S1->S2 on DIDx teams, 384 B/device'; several steps with their bytes."""
+    def describe_steps(self, labels: Sequence[str] | None = None) -> str:
+        """'AllToAll S1->S2 on DIDx teams, 384 B/device'; several steps with their bytes
+        (the mesh axes called by `labels` where given: 'DIDx (tp) teams')."""
         rank = len(self.geometry.mesh)
         if not self.steps:
             return "nothing to move, 0 B/device"
         if len(self.steps) == 1:
-            chosen = self.steps[0].step.describe(rank)
+            chosen = self.steps[0].step.describe(rank, labels)
         else:
-            chosen = " + ".join(f"{s.step.describe(rank)} ({s.bytes} B)" for s in self.steps)
+            chosen = " + ".join(
+                f"{s.step.describe(rank, labels)} ({s.bytes} B)" for s in self.steps
+            )
         return f"{chosen}, {self.cost.amount()}"
 
 

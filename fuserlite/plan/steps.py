@@ -134,15 +134,16 @@ class Step:
         shards[t] += g
         return Placement(p.mesh_rank, tuple(map(tuple, shards)), rest)
 
-    def describe(self, mesh_rank: int) -> str:
-        """'AllToAll S1->S2 on DIDx teams', 'Allreduce on (DIDy, DIDx) teams'."""
+    def describe(self, mesh_rank: int, labels: Sequence[str] | None = None) -> str:
+        """'AllToAll S1->S2 on DIDx teams', 'Allreduce on (DIDy, DIDx) teams' (the mesh axes
+        called by `labels` where given, plan.mesh_axes.team_name)."""
         what = {
             StepKind.LocalSlice: f" R->S{self.axis}",
             StepKind.Allgather: f" S{self.axis}->R",
             StepKind.AllToAll: f" S{self.axis}->S{self.to_axis}",
             StepKind.ReduceScatter: f" P->S{self.axis}",
         }.get(self.kind, "")
-        return f"{self.kind.value}{what} on {team_name(mesh_rank, self.group)}"
+        return f"{self.kind.value}{what} on {team_name(mesh_rank, self.group, labels)}"
 
 
 def _innermost(axes: Sequence[int], g: Group) -> bool:

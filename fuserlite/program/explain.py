@@ -37,7 +37,8 @@ def _axis_text(p: Placement, axis: int) -> str:
 
 
 def per_mesh_axis(source: Placement, target: Placement, names: tuple[str, ...]) -> str:
-    """'DIDy: Shard(0) -> Shard(0); DIDx: Partial -> Replicate'."""
+    """'DIDy: Shard(0) -> Shard(0); DIDx: Partial -> Replicate' (`names`: the mesh axes'
+    labels, 'DIDx (tp)' where the user named them)."""
     return "; ".join(
         f"{name}: {_axis_text(source, a)} -> {_axis_text(target, a)}"
         for a, name in enumerate(names)
@@ -52,12 +53,13 @@ def explain_resharding(r: Resharding) -> str:
     head = f"{dst.name} = Set({src.name}), needed by {r.needed_by}"
     if r.plan is not None:
         mesh = src.mesh
-        names = tuple(pt.name for pt in mesh.parallel_types)
+        names = _labels(mesh)
         plan = r.plan
         lines = [
             f"{head}, on {mesh}",
             "  " + per_mesh_axis(plan.source, plan.target, names),
-            f"  {plan.source} -> {plan.target}: {plan.describe_steps()}",
+            f"  {plan.source} -> {plan.target}: "
+            + plan.describe_steps(names if mesh.axis_names else None),
         ]
         if plan.steps:
             lines.append(f"  cost: {plan.cost.describe()}")
@@ -83,11 +85,16 @@ def explain_resharding(r: Resharding) -> str:
     )
 
 
+def _labels(mesh) -> tuple[str, ...]:
+    """The mesh's axes as messages name them: ('DIDy', 'DIDx'), ('DIDy (dp)', 'DIDx (tp)')."""
+    return tuple(mesh.axis_label(a) for a in range(mesh.rank))
+
+
 def _explain_permute(r: Resharding, comm: Communication) -> str:
     """A take of whole blocks: its CollectivePermute against gathering the blocks, taking
     them locally and keeping one's own (the lowering it replaces)."""
     src, mesh, before = r.source, r.source.mesh, comm.before
-    names = tuple(pt.name for pt in mesh.parallel_types)
+    names = _labels(mesh)
     gathered = Placement(before.mesh_rank, ((), *before.shards[1:]), before.partial)
     via = Planner(src.shape, src.dtype.itemsize, mesh.shape, r.latency_bytes).plan(before, gathered)
     kinds = " + ".join([*(s.step.kind.value for s in via.steps), "take", "LocalSlice"])
@@ -96,7 +103,7 @@ def _explain_permute(r: Resharding, comm: Communication) -> str:
         [
             f"{r.target.name} = take({src.name}), needed by {r.needed_by}, on {mesh}",
             "  " + per_mesh_axis(before, comm.after, names),
-            f"  {before} -> {comm.after}: CollectivePermute on {team_name(mesh.rank, comm.group)}"
+            f"  {before} -> {comm.after}: CollectivePermute on {team_name(mesh.rank, comm.group, names)}"
             f", {comm.permutation}: {moved} transfers, "
             f"{comm.bytes_per_device} B/device (one block)",
             f"  rejected: via replicate: {kinds}, {via.bytes} B/device",

@@ -36,7 +36,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.forms import build_from_printed
 from fuserlite.ops.registry import OpDef
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
-from fuserlite.printer import implied_io
+from fuserlite.printer import MESH_AXES, implied_io
 from fuserlite.program import host
 from fuserlite.program.communication import Communication
 from fuserlite.program.printer import (
@@ -121,7 +121,8 @@ def is_printed(text: str) -> bool:
     for line in text.split("\n"):
         line = line.strip()
         if line and not line.startswith("//"):
-            starts = ("%kernel", "Inputs:", "Planner:", "Communication ", TRANSFORM_PRINTER)
+            starts = ("%kernel", "Inputs:", "Planner:", MESH_AXES, "Communication ")
+            starts += (TRANSFORM_PRINTER,)
             return line.startswith(starts) or TENSOR.match(line) is not None
     return False
 
@@ -153,6 +154,41 @@ class _Builder:
         self.marks: dict[int, Line] = {}  # tensor number -> its ` plan intermediate :` line
         self.posts: dict[int, host.PostOnStream] = {}  # a posted communication's output number
         self.loops: list[str] = []  # the indices of the loops around the step being read
+        self.named = self.named_meshes()  # the meshes whose axes the user named
+
+    def named_meshes(self) -> dict[DeviceMesh, DeviceMesh]:
+        """{mesh: the same mesh with its axes' names} from the `Mesh axes:` lines."""
+        named: dict[DeviceMesh, DeviceMesh] = {}
+        for line in self.text.mesh_axes:
+            m = re.fullmatch(r"(DeviceMesh\{[{}\d ]*\}) (.*)", line.text[len(MESH_AXES) :])
+            mesh = None
+            if m is not None:
+                try:
+                    mesh = DeviceMesh.from_text(m[1])
+                except FuserliteError:
+                    mesh = None
+            labels = m[2].split(", ") if m is not None else []
+            pairs = [re.fullmatch(r"(DID[xyz]) \((\w+)\)", t) for t in labels]
+            if mesh is None or len(pairs) != mesh.rank or not all(pairs):
+                raise self.fail(
+                    "expected `Mesh axes: DeviceMesh{...} DIDy (dp), DIDx (tp)`: a mesh and its "
+                    "axes' names, one `DID? (name)` per mesh axis, axis 0 first",
+                    line.number,
+                    len(MESH_AXES) + 1,
+                )
+            types = [p[1] for p in pairs]
+            if types != [pt.name for pt in mesh.parallel_types] or mesh in named:
+                raise self.fail(
+                    f"{mesh} has axes {', '.join(pt.name for pt in mesh.parallel_types)}, named "
+                    "once: one `DID? (name)` each, axis 0 first",
+                    line.number,
+                    len(MESH_AXES) + len(m[1]) + 2,
+                )
+            try:
+                named[mesh] = mesh.with_axis_names([p[2] for p in pairs])
+            except FuserliteError as exc:
+                raise self.fail(str(exc), line.number, len(MESH_AXES) + len(m[1]) + 2) from None
+        return named
 
     def fail(self, message: str, line: int, column: int) -> ParseError:
         return self.source.error(message, line, column)
@@ -286,6 +322,8 @@ class _Builder:
                 block = Block((block.head, *block.lines[2:]))
             tv = build_tensor(self.fusion, block, taken, self.fail)
             tv.origin = f"{self.source.filename}:{block.head.number}"
+            if tv.mesh in self.named:
+                tv.set_device_mesh(self.named[tv.mesh])
             self.tensors[n] = tv
             self.heads[n] = block.head
 
@@ -438,6 +476,7 @@ class _Builder:
                 mesh = DeviceMesh.from_text(s.mesh)
             except FuserliteError as exc:
                 raise self.fail(str(exc), s.label.number, s.label.text.index("(") + 2) from None
+            mesh = self.named.get(mesh, mesh)
         kernel = Kernel([self.expression(e) for e in s.exprs], [], [], mesh)
         for line in s.annotations:
             if line.text.startswith(NOTE):

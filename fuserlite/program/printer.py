@@ -3,7 +3,8 @@ communication on its own line, in execution order (nvFuser's dialect).
 
 What the steps do not show is printed too, so that the text parses back to an
 equal program (fuserlite.program.parser; docs/printed-form.md): a `Planner:` line
-with the latency_bytes the communications were planned at and an `Inputs:` /
+with the latency_bytes the communications were planned at, a `Mesh axes:` line per
+mesh whose axes the user named, and an `Inputs:` /
 `Outputs:` header where the tensors do not imply them, a kernel's schedule and
 notes, a ` plan intermediate : T7 -> T14` line in the block of each tensor between
 two steps of one plan, and a last `TransformPrinter :` section for the tensors no
@@ -22,6 +23,7 @@ from fuserlite.printer import (
     expr_text,
     implied_io,
     io_header,
+    mesh_axes_header,
     transforms_text,
 )
 from fuserlite.program import host
@@ -112,6 +114,8 @@ def print_program(program: Program) -> str:
     namer = Namer(shown)
     implied = implied_io(shown, step_exprs(program))
     header = io_header(program.inputs, program.outputs, implied, namer)
+    meshes = [*(tv.mesh for tv in shown), *(k.mesh for k in program.kernels)]
+    header = mesh_axes_header(meshes) + header
     latency = plans_latency(program)
     if latency is not None:
         header = f"{PLANNER}{latency}\n" + (header or "\n")

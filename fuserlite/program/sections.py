@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from fuserlite.ir.errors import ParseError
+from fuserlite.printer import MESH_AXES
 from fuserlite.program.printer import (
     ALLOCATE,
     DEALLOCATE,
@@ -86,6 +87,7 @@ class Text:
     resharding Set's expression, a communication's line), and every tensor's block."""
 
     planner: Line | None = None  # `Planner: latency_bytes=N` (a program's first line)
+    mesh_axes: list[Line] = field(default_factory=list)  # `Mesh axes: DeviceMesh{...} ...`
     header: tuple[list[Line], list[Line]] | None = None
     fusion: KernelText | None = None  # `%kernel { ... }`: the text is a fusion
     # A Line is a communication's or a host construct's (SetCurrentStream, Wait, ...).
@@ -131,6 +133,10 @@ class _Reader:
             raise self.source.error("the text is empty: nothing was printed", 1, 1)
         if first.text.startswith(PLANNER.split()[0]):
             out.planner = self.take()
+            self.skip_blank()
+            first = self.peek()
+        while first is not None and first.text.startswith(MESH_AXES):
+            out.mesh_axes.append(self.take())
             self.skip_blank()
             first = self.peek()
         if first is not None and first.text.rstrip() == "Inputs:":

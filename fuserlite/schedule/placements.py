@@ -41,8 +41,9 @@ Placements = Sequence[MeshAxisPlacement] | str  # one per mesh axis, or the text
 
 
 def _axis_label(mesh: DeviceMesh, axis: int) -> str:
-    """'mesh axis 1 (DIDx)'."""
-    return f"mesh axis {axis} ({mesh.parallel_types[axis].name})"
+    """'mesh axis 1 (DIDx)', 'mesh axis 1 (DIDx, tp)'."""
+    name = "" if mesh.axis_names is None else f", {mesh.axis_names[axis]}"
+    return f"mesh axis {axis} ({mesh.parallel_types[axis].name}{name})"
 
 
 def _count(n: int, what: str) -> str:

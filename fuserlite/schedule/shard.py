@@ -174,12 +174,17 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
     Only tensors whose transforms are their sharding splits can be moved, a
     device-parallel logical axis cannot change its number of devices (its extent
     is that number), and the new mesh must have every parallel type used. Each
-    raises FusionError naming the tensor.
+    raises FusionError naming the tensor. An unnamed new mesh of the rank of the
+    fusion's named one keeps its axis names.
     """
     if not isinstance(new_mesh, DeviceMesh):
         if new_mesh < 1:
             raise FusionError(f"the number of devices must be at least 1, got {new_mesh}")
         new_mesh = DeviceMesh.for_num_devices(new_mesh)
+    names = {t.mesh.axis_names for t in fusion.tensors_created if t.mesh is not None}
+    names.discard(None)
+    if new_mesh.axis_names is None and len(names) == 1 and len(next(iter(names))) == new_mesh.rank:
+        new_mesh = new_mesh.with_axis_names(names.pop())  # the user's axes keep their names
     for tv in fusion.tensors_created:
         if tv.mesh is not None and tv.mesh != DeviceMesh.for_shape(tv.mesh.shape):
             raise FusionError(

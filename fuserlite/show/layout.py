@@ -81,14 +81,14 @@ def _drawn_axes(shape: tuple[int, ...], p: Placement) -> tuple[int | None, int |
 
 
 def _description(mesh: DeviceMesh, p: Placement) -> str:
-    names = mesh.parallel_types
+    label = mesh.axis_label  # DIDx, or DIDx (tp) where the user named the axis
     parts = [
-        f"axis {d} sharded over {', then '.join(names[a].name for a in axes)}"
+        f"axis {d} sharded over {', then '.join(label(a) for a in axes)}"
         for d, axes in enumerate(p.shards)
         if axes
     ]
     if p.partial:
-        over = ", ".join(names[a].name for a in p.partial)
+        over = ", ".join(label(a) for a in p.partial)
         parts.append(f"partial over {over}: each device holds an addend")
     return "; ".join(parts) if parts else "replicated"
 

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from fuserlite import ops
-from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -41,26 +40,16 @@ def axis_size(mesh: DeviceMesh, pt: ParallelType) -> int:
 
 
 def mesh_axis(mesh: DeviceMesh, axis: object, what: str) -> ParallelType:
-    """The mesh axis `axis` names (a ParallelType or its name, DIDx or deviceIdx.x);
-    None names the only axis of a 1-D mesh."""
-    axes = mesh_axes(mesh)
-    names = ", ".join(pt.name for pt in axes)
+    """The mesh axis `axis` names (a ParallelType, its name or printed form, DIDx or
+    deviceIdx.x, or the user's name of the axis, DeviceMesh.axis_names); None names the
+    only axis of a 1-D mesh."""
     if axis is None:
+        axes = mesh_axes(mesh)
         if len(axes) == 1:
             return axes[0]
-        raise FusionError(f"{what}: {mesh} has axes {names}; say which with axis=")
-    by_name = {**{pt.name: pt for pt in DEVICE_PARALLEL_TYPES}}
-    by_name.update({pt.value: pt for pt in DEVICE_PARALLEL_TYPES})
-    pt = (
-        axis
-        if isinstance(axis, ParallelType)
-        else by_name.get(axis)
-        if isinstance(axis, str)
-        else None
-    )
-    if pt is None or pt not in axes:
-        raise args.fail(what, "axis", f"a mesh axis of {mesh}: {names}", axis)
-    return pt
+        labels = ", ".join(mesh.axis_label(a) for a in range(mesh.rank))
+        raise FusionError(f"{what}: {mesh} has axes {labels}; say which with axis=")
+    return mesh.parallel_type_of(axis, what)
 
 
 # -- local values -----------------------------------------------------------------

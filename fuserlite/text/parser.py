@@ -3,7 +3,7 @@
 One statement per line, `#` starts a comment (full grammar: fus.lark; guide:
 docs/fus-format.md)::
 
-    mesh m = [0, 1]                       # a device mesh
+    mesh m = [0, 1]                       # a device mesh (`... axes (tp)`: its axes' names)
     input x: float32[4, 8] on m           # declare a tensor and make it a fusion input
     tensor t: float32[4]                  # declare a tensor that is not an input
     input t                               # make a declared tensor an input
@@ -39,7 +39,7 @@ from lark.lexer import PatternStr
 
 from fuserlite import ops
 from fuserlite.ir import args
-from fuserlite.ir.errors import FuserliteError, ParseError, ScheduleError
+from fuserlite.ir.errors import FuserliteError, FusionError, ParseError, ScheduleError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import sharding_problem
@@ -324,8 +324,19 @@ class _Builder:
         return arg.value
 
     # -- declarations -------------------------------------------------------------
-    def _mesh_decl(self, name: Token, devices: Tree) -> None:
-        self.meshes[self._define(name)] = self._mesh(devices)
+    def _mesh_decl(self, name: Token, devices: Tree, axes: Tree | None = None) -> None:
+        key = self._define(name)
+        mesh = self._mesh(devices)
+        if axes is not None:
+            names = [str(t) for t in axes.children]
+            for t in axes.children:
+                if t in reserved_words():
+                    raise self._fail(f"{t!s} is a reserved word and cannot name a mesh axis", t)
+            try:
+                mesh = mesh.with_axis_names(names)
+            except FuserliteError as exc:
+                raise self._fail(str(exc), axes.children[0]) from None
+        self.meshes[key] = mesh
 
     def _declare(self, name: Token, ttype: Tree) -> TensorView:
         key = self._define(name)
@@ -426,8 +437,8 @@ class _Builder:
     def _parallelize(self, name: Token, axis: Token, ptype: Tree) -> None:
         tv = self._tensor(name)
         text = ".".join(str(t) for t in ptype.children)
-        try:
-            pt = ParallelType.parse(text)
+        try:  # a mesh axis by the user's name (`tp`), else a parallel type
+            pt = self._named_axis(tv, text) or ParallelType.parse(text)
         except FuserliteError as exc:
             raise self._fail(str(exc), ptype.children[0]) from None
         ax = tv.axis(self._int(axis, "an axis"))
@@ -458,6 +469,18 @@ class _Builder:
                 )
             written.append(text)
         distribute(tv, mesh, "(" + ",".join(written) + ")")
+
+    def _named_axis(self, tv: TensorView, name: str) -> ParallelType | None:
+        """The parallel type of the mesh axis the user called `name`: on tv's mesh, or,
+        for a tensor not placed yet, on the file's meshes (which must agree)."""
+        meshes = [tv.mesh] if tv.mesh is not None else list(self.meshes.values())
+        found = {m.parallel_type_of(name) for m in meshes if name in (m.axis_names or ())}
+        if len(found) > 1:
+            raise FusionError(
+                f"{tv.name} has no mesh yet and the meshes name different axes {name}; "
+                f"give it its mesh first (set_mesh) or write the parallel type"
+            )
+        return found.pop() if found else None
 
     def _check_sharding(self, tv: TensorView, ax: Axis) -> None:
         # Without a mesh the tensor inherits one during propagation; verify() checks it then.

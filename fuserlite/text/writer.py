@@ -206,6 +206,11 @@ def _mesh_names(fusion: Fusion) -> dict[DeviceMesh, str]:
     return meshes
 
 
+def _axes(mesh: DeviceMesh) -> str:
+    """` axes (dp, tp)`: the user's names of the mesh's axes, where it has them."""
+    return "" if mesh.axis_names is None else f" axes ({', '.join(mesh.axis_names)})"
+
+
 def _section(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
@@ -248,7 +253,7 @@ def to_fus(fusion: Fusion) -> str:
     marks = [] if inline else [f"input {tv.ir_name}" for tv in fusion.inputs]
     marks += [f"output {tv.ir_name}" for tv in fusion.outputs]
     header = ["# written by fuserlite.to_fus"]
-    header += [f"mesh {name} = {_nested(m.tolist())}" for m, name in meshes.items()]
+    header += [f"mesh {name} = {_nested(m.tolist())}{_axes(m)}" for m, name in meshes.items()]
     parts = [_section(header), _section(body + marks)]
     if directives:
         parts.append(_section(directives))
