@@ -155,7 +155,8 @@ def mesh_axes_header(meshes: Iterable[DeviceMesh | None]) -> str:
         if m is not None and m.axis_names is not None and m not in named:
             named.append(m)
     labels = (", ".join(m.axis_label(a) for a in range(m.rank)) for m in named)
-    return "".join(f"{MESH_AXES}{m.text()} {text}\n" for m, text in zip(named, labels))
+    lines = "".join(f"{MESH_AXES}{m.text()} {text}\n" for m, text in zip(named, labels))
+    return lines + "\n" if lines else ""  # a blank line, as after the `Inputs:` header
 
 
 def tensor_text(tv: TensorView) -> str:
