@@ -91,14 +91,16 @@ from fuserlite.spmd.collectives import (  # noqa: E402
     all_to_all,
     axis_index,
     pmax,
+    pmin,
     ppermute,
     psum,
     psum_scatter,
     reduce_scatter,
 )
-from fuserlite.spmd.shard_map import shard_map  # noqa: E402
+from fuserlite.spmd.shard_map import PartitionSpec, shard_map  # noqa: E402
 
 __all__ += [
+    "PartitionSpec",
     "Partial",
     "Replicate",
     "Shard",
@@ -109,6 +111,7 @@ __all__ += [
     "all_to_all",
     "axis_index",
     "pmax",
+    "pmin",
     "ppermute",
     "psum",
     "psum_scatter",

@@ -35,6 +35,7 @@ OP_CALLS = {
     "broadcast": "broadcast(x, [false, true, false])",
     "sum": "sum(x, [0])",
     "max": "max(x, axes=1)",
+    "min": "min(x, axes=1)",
     "expand": "expand(w, [4, 8])",
     "reshape": "reshape(x, [2, -1])",
     "permute": "permute(x, [1, 0])",

@@ -27,6 +27,7 @@ DRAWN = {
     "broadcast": "broadcast",
     "sum": "reduce",
     "max": "reduce",
+    "min": "reduce",
     "set": "set",
     "linear": "linear",
     "matmul": "matmul",

@@ -1,4 +1,4 @@
-"""Random sum/max programs on meshes of 1 to 3 axes: x (rank 2-3, extents the mesh axes
+"""Random sum/max/min programs on meshes of 1 to 3 axes: x (rank 2-3, extents the mesh axes
 divide or not) sharded at random, s = sum or max of x over one or two axes with s sharded
 at random too, its reduction axes included (partial values over mesh axes x's reduced
 axes may not be sharded on), s an output or read by neg.
@@ -42,7 +42,8 @@ def reduction_case(seed: int) -> fl.Fusion:
     rank = int(rng.integers(2, 4))
     shape = [int(rng.choice(EXTENTS)) for _ in range(rank)]
     axes = sorted(int(i) for i in rng.choice(rank, size=1 + int(rng.random() < 0.3), replace=False))
-    op = fl.sum if rng.random() < 0.5 else fl.max
+    r = rng.random()
+    op = fl.sum if r < 0.5 else fl.max if r < 0.75 else fl.min
     with fl.Fusion() as f:
         x = fl.tensor(shape, name="x")
         f.add_input(x)

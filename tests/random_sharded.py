@@ -202,7 +202,7 @@ class Generator(NNOps, TransformerOps, Shardings, RandomFusion):
             k = 1 if rank == 1 or self.chance(0.7) else 2
             axes = sorted(int(i) for i in self.rng.choice(rank, size=k, replace=False))
         keepdim = self.chance(0.4)
-        name = self.pick(["sum", "max"])
+        name = self.pick(["sum", "max", "min"])
         arg = axes[0] if len(axes) == 1 else axes
         n = int(np.prod([a.shape[i] for i in axes]))
         nb = self.bound[id(a)] * (n if name == "sum" else 1)

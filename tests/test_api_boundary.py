@@ -367,6 +367,15 @@ BAD = [
     ),
     bad("psum axis", lambda e: e.local(lambda s: fl.psum(s, 3)), "psum", "axis", "3"),
     bad("pmax outside", lambda e: fl.pmax(e.x), "pmax", "only inside"),
+    bad("pmin outside", lambda e: fl.pmin(e.x), "pmin", "only inside"),
+    bad("min of a tensor", lambda e: fl.min(e.x, e.x), "reduction", "fl.minimum"),
+    bad("psum axes twice", lambda e: e.local(lambda s: fl.psum(s, ("DIDx", "DIDx"))), "distinct"),
+    bad("psum no axes", lambda e: e.local(lambda s: fl.psum(s, ())), "one or more distinct"),
+    bad(
+        "all_to_all two axes",
+        lambda e: e.local(lambda s: fl.all_to_all(s, 0, 1, axis=("DIDx",) * 2)),
+        "distinct",
+    ),
     bad(
         "psum_scatter dim",
         lambda e: e.local(lambda s: fl.psum_scatter(s, None, "0")),

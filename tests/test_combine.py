@@ -11,7 +11,7 @@ from fuserlite.ir.types import ReductionOpType
 from fuserlite.numerics.casts import identity
 from fuserlite.runtime.communicator import canonical, combine
 
-SUM, MAX = ReductionOpType.sum, ReductionOpType.max
+SUM, MAX, MIN = ReductionOpType.sum, ReductionOpType.max, ReductionOpType.min
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -39,14 +39,14 @@ def bits(a: np.ndarray) -> bytes:
 
 
 @pytest.mark.parametrize("dtype", [*FLOATS, "int32", "int64", "bool"])
-@pytest.mark.parametrize("op", [SUM, MAX])
+@pytest.mark.parametrize("op", [SUM, MAX, MIN])
 def test_combine_is_commutative_bit_for_bit(dtype, op):
     a, b, _ = every_pair(dtype)
     assert bits(combine(op, a, b)) == bits(combine(op, b, a))
 
 
 @pytest.mark.parametrize("dtype", [*FLOATS, "int32", "int64", "bool"])
-@pytest.mark.parametrize("op", [SUM, MAX])
+@pytest.mark.parametrize("op", [SUM, MAX, MIN])
 def test_combine_is_associative_on_values_that_sum_exactly(dtype, op):
     # Small integers, zeros, infinities and NaN sum exactly, so every grouping agrees.
     a, b, c = every_pair(dtype)
@@ -63,8 +63,19 @@ def test_max_propagates_nan_and_prefers_positive_zero(dtype):
         assert not np.signbit(combine(MAX, a, b)).any()
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_min_propagates_nan_and_prefers_negative_zero(dtype):
+    nan, zero = np.array([np.nan], dtype), np.array([0.0], dtype)
+    for a, b in itertools.permutations([nan, np.array([5.0], dtype)]):
+        assert np.isnan(combine(MIN, a, b)).all()
+    for a, b in itertools.permutations([-zero, zero]):
+        assert np.signbit(combine(MIN, a, b)).all()
+    lo = np.array([-3.0], dtype)
+    assert combine(MIN, lo, np.array([2.0], dtype))[0] == -3.0
+
+
 @pytest.mark.parametrize("dtype", [*FLOATS, "int32", "int64", "bool"])
-@pytest.mark.parametrize("op", [SUM, MAX])
+@pytest.mark.parametrize("op", [SUM, MAX, MIN])
 def test_identity_is_neutral(dtype, op):
     # What a Reduce root outside the input mesh contributes on the mpi backend.
     v = specials(dtype)

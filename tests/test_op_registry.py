@@ -227,12 +227,14 @@ def test_partial_values_combine_by_their_ops_rule() -> None:
         rules = {
             "sum": partial_op(fl.sum(x, 1)),
             "max": partial_op(fl.max(x, 1)),
+            "min": partial_op(fl.min(x, 1)),
             "linear": partial_op(fl.linear(x, w)),
             "set of max": partial_op(fl.set(fl.max(x, 1))),
         }
         assert rules == {
             "sum": ReductionOpType.sum,
             "max": ReductionOpType.max,
+            "min": ReductionOpType.min,
             "linear": ReductionOpType.sum,
             "set of max": ReductionOpType.max,
         }

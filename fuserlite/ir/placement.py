@@ -51,13 +51,13 @@ class Replicate:
 
 # How a Partial's addends combine: DTensor's reduce_op names, as the reductions' names
 # (ir.types.ReductionOpType) spell them.
-PARTIAL_OPS = ("sum", "max")
+PARTIAL_OPS = ("sum", "max", "min")
 
 
 @dataclass(frozen=True)
 class Partial:
     """DTensor's Partial(reduce_op): the devices of this mesh axis hold addends of the
-    value, combined by `reduce_op` ("sum", the default, or "max")."""
+    value, combined by `reduce_op` ("sum", the default, "max" or "min")."""
 
     reduce_op: str = "sum"
 

@@ -241,11 +241,15 @@ class ReductionOpType(Enum):
 
     sum = "add"
     max = "max"
+    min = "min"
 
     def identity(self, dtype: DType) -> int | float | bool:
         """The neutral element on `dtype`, where a reduction starts: -0.0 for a float sum
-        (-0.0 + x is x bit for bit, even for x = -0.0), 0 for other sums, and for max
-        the dtype's lowest value (-inf, the integer minimum, False)."""
+        (-0.0 + x is x bit for bit, even for x = -0.0), 0 for other sums, for max the
+        dtype's lowest value (-inf, the integer minimum, False), for min its highest
+        (inf, the integer maximum, True)."""
         if self is ReductionOpType.sum:
             return -0.0 if dtype.is_float else 0
+        if self is ReductionOpType.min:
+            return float("inf") if dtype.is_float else dtype.largest
         return dtype.lowest

@@ -1,4 +1,4 @@
-"""Reductions: sum and max over some axes, which stay in the output as reduction axes."""
+"""Reductions: sum, max and min over some axes, which stay in the output as reduction axes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fuserlite.ops.forms import Template
 from fuserlite.ops.registry import LocalRule, Op, Param, Sharding, define
 from fuserlite.ops.views import broadcast, expand
 
-__all__ = ["sum", "max"]  # the builders of its ops
+__all__ = ["sum", "max", "min"]  # the builders of its ops
 
 
 def reduced_axes(expr: Expr) -> tuple[int, ...]:
@@ -121,3 +121,21 @@ def max(
             "max(x, axes) is a reduction; use fl.maximum(a, b) for an elementwise max"
         )
     return _reduction("max", x, axes, keepdim)
+
+
+@define(
+    Template(_FORM.format(op="min")),
+    _PARAMS,
+    attrs=("init",),
+    sharding=Sharding(partial=ReductionOpType.min),
+    local=LocalRule.reduced,
+)
+def min(
+    x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
+) -> TensorView:  # noqa: A001
+    """Min over `axes` (all by default); for an elementwise min use `minimum`."""
+    if isinstance(axes, TensorView):
+        raise FusionError(
+            "min(x, axes) is a reduction; use fl.minimum(a, b) for an elementwise min"
+        )
+    return _reduction("min", x, axes, keepdim)

@@ -162,6 +162,9 @@ NUMPY: dict[str, Row] = {
     "max": lambda e, a, shape: np.max(
         a[0], axis=reduced_axes(e), initial=identity(a[0].dtype, ReductionOpType.max)
     ),
+    "min": lambda e, a, shape: np.min(
+        a[0], axis=reduced_axes(e), initial=identity(a[0].dtype, ReductionOpType.min)
+    ),
     "expand": lambda e, a, shape: np.broadcast_to(a[0], shape),
     "reshape": lambda e, a, shape: a[0].reshape(shape),
     "take": lambda e, a, shape: np.take(a[0], e.attrs["indices"], axis=0),

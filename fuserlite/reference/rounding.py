@@ -320,7 +320,7 @@ def _same(op: _Op) -> list[Err]:
 
 def _reduced(op: _Op) -> list[Err]:
     """sum: quadrature over the reduced axes, linearly over those its sigma is repeated
-    along; max: the largest sigma (|max(x + d) - max(x)| <= max |d|)."""
+    along; max and min: the largest sigma (|max(x + d) - max(x)| <= max |d|)."""
     y = op.outs[0]
     e = op.errs[0]
     reduced = set(reduced_axes(op.expr))
@@ -328,7 +328,7 @@ def _reduced(op: _Op) -> list[Err]:
     coherent = frozenset(shift[a] for a in e.coherent - reduced)
     p = e.parts
     axes = lambda s: tuple(1 + a for a in sorted(s))  # noqa: E731 - past the parts axis
-    if op.expr.op_name == "max":
+    if op.expr.op_name in ("max", "min"):
         p = np.max(p, axis=axes(reduced), initial=0.0)
     else:
         p = np.sum(p, axis=axes(reduced & e.coherent), keepdims=True)
@@ -386,6 +386,7 @@ PROPAGATE: dict[str, Rule] = {
     "cat": _same,
     "sum": _reduced,
     "max": _reduced,
+    "min": _reduced,
     "matmul": _bilinear,
     "linear": _bilinear,
     **{name: _pointwise for name in DERIVATIVES},
@@ -402,7 +403,7 @@ PROPAGATE: dict[str, Rule] = {
 # of their own, so equal operands give equal results (all others round their result).
 EXACT = frozenset(
     {"set", "broadcast", "permute", "expand", "reshape", "take", "squeeze", "select"}
-    | {"slice", "cat", "max", "neg", "abs", "relu", "maximum", "minimum", "where", "lt"}
+    | {"slice", "cat", "max", "min", "neg", "abs", "relu", "maximum", "minimum", "where", "lt"}
     | {"rand_like", "cast"}  # a cast rounds as a store does (its output dtype's)
 )
 LIBRARY_OPS = frozenset({"exp", "tanh", "log", "sigmoid", "silu", "gelu"})

@@ -192,15 +192,20 @@ HALVES = frozenset({DType.float16, DType.bfloat16})
 def combine(op: ReductionOpType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a op b element by element: how every backend combines partial results of devices.
 
-    Commutative bit for bit, and for max, integers and bools associative too, so any
-    reduction tree (MPI picks its own) gives the bits of the left-to-right one. max
-    propagates NaN, as np.maximum does, and max(-0.0, 0.0) is 0.0 in either order;
+    Commutative bit for bit, and for max, min, integers and bools associative too, so
+    any reduction tree (MPI picks its own) gives the bits of the left-to-right one. max
+    and min propagate NaN, as np.maximum does, max(-0.0, 0.0) is 0.0 and min(-0.0, 0.0)
+    is -0.0 in either order;
     every NaN either op makes is the one quiet NaN (`canonical`). Float sums round at
     each step, so only their order decides the last bit.
     """
     with np.errstate(all="ignore"):
         if op is ReductionOpType.sum:
             out = np.add(a, b)
+        elif op is ReductionOpType.min:
+            out = np.minimum(a, b)
+            if is_float(a.dtype):
+                out = np.where(a == b, np.where(np.signbit(a), a, b), out)
         elif is_float(a.dtype):
             out = np.where(a == b, np.where(np.signbit(a), b, a), np.maximum(a, b))
         else:

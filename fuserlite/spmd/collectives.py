@@ -1,7 +1,10 @@
 """The collectives of a shard_map function (torch_xla's and JAX's), in the global view.
 
 Each takes a local value of the shard_map being traced and the mesh axis it runs
-over (`axis=`: a ParallelType or its name; on a 1-D mesh the only axis by default),
+over (`axis=`: a ParallelType, its name or the user's name of the axis; on a 1-D mesh
+the only axis by default) or, as JAX's do, a tuple of mesh axes: one team of their
+devices, flattened in the order given (the first outermost: device (i, j) of
+("dp", "tp") is member i * |tp| + j),
 and builds ordinary IR on the value's global tensor (fuserlite.spmd.shard_map.Local):
 a set that changes a sharding, a reduction over a leading (device) axis, views
 that move the leading axis. The passes lower them to Allgather, Allreduce,
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Sequence
 
 from fuserlite import ops
@@ -26,11 +30,13 @@ from fuserlite.spmd.trace import (
     active_trace,
     axis_size,
     declare,
+    in_order,
     leading,
-    mesh_axis,
+    mesh_axes_of,
+    team_size,
 )
 
-_OPS = {"sum": ops.sum, "max": ops.max}
+_OPS = {"sum": ops.sum, "max": ops.max, "min": ops.min}
 COLLECTIVES: dict[str, Callable[..., TensorView]] = {}  # name -> the public function
 
 
@@ -56,11 +62,31 @@ def _local(t: TensorView, what: str) -> TensorView:
 
 
 def _enter(t: TensorView, axis: object, what: str) -> tuple[Trace, Local, ParallelType]:
-    """The trace, t's Local made to vary over the axis, and the axis."""
+    """The trace, t's Local made to vary over the axis, and the axis (one mesh axis)."""
+    trace, v, pts = _enter_team(t, axis, what)
+    if len(pts) > 1:
+        raise FusionError(
+            f"{what} runs over one mesh axis, got axis={axis!r}; call it once per axis"
+        )
+    return trace, v, pts[0]
+
+
+def _enter_team(
+    t: TensorView, axis: object, what: str
+) -> tuple[Trace, Local, tuple[ParallelType, ...]]:
+    """The trace, t's Local made to vary over the team's axes, and the axes as given."""
     trace = active_trace(what)
     v = trace.value(t, what)
-    pt = mesh_axis(trace.mesh, axis, what)
-    return trace, trace.vary(v, pt), pt
+    pts = mesh_axes_of(trace.mesh, axis, what)
+    for pt in pts:
+        v = trace.vary(v, pt)
+    return trace, v, pts
+
+
+def _team_text(trace: Trace, pts: tuple[ParallelType, ...]) -> str:
+    """'the 4 devices of DIDx', 'the 8 devices of (DIDy, DIDx)'."""
+    names = pts[0].name if len(pts) == 1 else "(" + ", ".join(pt.name for pt in pts) + ")"
+    return f"the {team_size(trace.mesh, pts)} devices of {names}"
 
 
 def _dim(t: TensorView, dim: object, what: str, arg: str) -> int:
@@ -75,8 +101,9 @@ def _reduce_fn(op: str, what: str):
     return _OPS[op]
 
 
-def _without(v: Local, pt: ParallelType) -> tuple[ParallelType, ...]:
-    return tuple(p for p in v.varying if p is not pt)
+def _without(v: Local, pts: ParallelType | tuple[ParallelType, ...]) -> tuple[ParallelType, ...]:
+    pts = (pts,) if isinstance(pts, ParallelType) else pts
+    return tuple(p for p in v.varying if p not in pts)
 
 
 def _move(trace: Trace, t: TensorView, src: int, dst: int, sharded: dict[int, ParallelType]):
@@ -106,9 +133,9 @@ def _merged(trace: Trace, t: TensorView, at: int, sharded: dict[int, ParallelTyp
 
 @collective
 def all_gather(t: TensorView, dim: int = 0, axis: object = None, tiled: bool = True) -> TensorView:
-    """Every device of the axis gets all their local values, concatenated along `dim`
-    (torch_xla's all_gather, JAX's with tiled=True) or stacked in a new axis `dim`
-    (tiled=False)."""
+    """Every device of the axis (or of a tuple of axes: one flattened team) gets all
+    their local values, concatenated along `dim` in team order (torch_xla's all_gather,
+    JAX's with tiled=True) or stacked in a new axis `dim` (tiled=False)."""
     what = "all_gather"
     t = _local(t, what)
     tiled = args.boolean(tiled, what, "tiled")
@@ -116,36 +143,50 @@ def all_gather(t: TensorView, dim: int = 0, axis: object = None, tiled: bool = T
     dim = args.integer(
         dim, f"{what}: {t.name}{list(t.shape)}", "dim", minimum=0, maximum=n if not tiled else n - 1
     )
-    trace, v, pt = _enter(t, axis, what)
-    rest = _without(v, pt)
+    trace, v, pts = _enter_team(t, axis, what)
+    rest = _without(v, pts)
     k = len(rest)
-    # pt's rows go just before `dim` (merged with it when tiled): the global tensor the
-    # local values are blocks of; the set then makes every device hold all of it.
-    at = {**leading(rest), k + dim: pt}
-    g = _move(trace, v.tensor, v.varying.index(pt), k + dim, at)
-    if tiled:
-        g = _merged(trace, g, k + dim, at)
+    # The team's rows go just before `dim`, in the team's order (merged with it when
+    # tiled): the global tensor the local values are blocks of; the set then makes every
+    # device hold all of it.
+    labels = list(range(len(v.tensor.shape)))
+    lead = {pt: v.varying.index(pt) for pt in v.varying}
+    local = labels[len(v.varying) :]
+    target = [lead[pt] for pt in rest] + local[:dim] + [lead[pt] for pt in pts] + local[dim:]
+    g = _arranged(trace, v.tensor, labels, target, {lead[pt]: pt for pt in v.varying})
+    merged = len(pts) + (1 if tiled else 0)  # the team's rows (and the gathered axis)
+    if merged > 1:
+        shape = list(g.shape)
+        shape[k + dim : k + dim + merged] = [math.prod(shape[k + dim : k + dim + merged])]
+        g = declare(ops.reshape(g, shape), trace.mesh, {**leading(rest), k + dim: pts})
     g = declare(ops.set(g), trace.mesh, leading(rest))
     return trace.bind(None, Local(g, rest))
 
 
-def _reduced(trace: Trace, v: Local, pt: ParallelType, op: str, what: str) -> TensorView:
-    """The reduction over the devices of `pt` (leading axis), still to be placed."""
-    return _reduce_fn(op, what)(v.tensor, [v.varying.index(pt)])
+def _reduced(trace: Trace, v: Local, pts: tuple[ParallelType, ...], op: str, what: str):
+    """The reduction over the devices of `pts` (their leading axes), still to be placed."""
+    return _reduce_fn(op, what)(v.tensor, [v.varying.index(pt) for pt in pts])
 
 
 @collective
 def all_reduce(t: TensorView, op: str = "sum", axis: object = None) -> TensorView:
-    """Every device of the axis gets the sum (or max) of their local values."""
+    """Every device of the axis (or of a tuple of axes) gets the sum (max, min) of their
+    local values."""
     return _all_reduce(t, op, axis, "all_reduce")
 
 
 def _all_reduce(t: TensorView, op: str, axis: object, what: str) -> TensorView:
     _reduce_fn(op, what)
-    trace, v, pt = _enter(t, axis, what)
-    rest = _without(v, pt)
-    out = declare(_reduced(trace, v, pt, op, what), trace.mesh, leading(rest))
+    trace, v, pts = _enter_team(t, axis, what)
+    rest = _without(v, pts)
+    out = declare(_reduced(trace, v, pts, op, what), trace.mesh, leading(rest))
     return trace.bind(None, Local(out, rest))
+
+
+@collective
+def pmin(t: TensorView, axis: object = None) -> TensorView:
+    """JAX's pmin: all_reduce with op="min"."""
+    return _all_reduce(t, "min", axis, "pmin")
 
 
 @collective
@@ -169,9 +210,10 @@ def reduce_scatter(
     axis: object = None,
     tiled: bool = True,
 ) -> TensorView:
-    """Reduce the local values over the axis; device i keeps block i of `scatter_dim`
-    (torch_xla's reduce_scatter; tiled=False drops the axis, whose extent must then be
-    the device count, as JAX's psum_scatter does)."""
+    """Reduce the local values over the axis (or a tuple of axes: one team, flattened in
+    order); member i of the team keeps block i of `scatter_dim` (torch_xla's
+    reduce_scatter; tiled=False drops the axis, whose extent must then be the team's
+    size, as JAX's psum_scatter does)."""
     return _reduce_scatter(t, op, scatter_dim, shard_count, axis, tiled, "reduce_scatter")
 
 
@@ -179,33 +221,37 @@ def _reduce_scatter(t, op, scatter_dim, shard_count, axis, tiled, what: str) -> 
     _reduce_fn(op, what)
     t = _local(t, what)
     tiled = args.boolean(tiled, what, "tiled")
-    s = _dim(t, scatter_dim, what, "scatter_dim")
-    trace, v, pt = _enter(t, axis, what)
-    size = axis_size(trace.mesh, pt)
+    sd = _dim(t, scatter_dim, what, "scatter_dim")
+    trace, v, pts = _enter_team(t, axis, what)
+    size = team_size(trace.mesh, pts)
     if shard_count is not None and args.integer(shard_count, what, "shard_count") != size:
-        raise FusionError(
-            f"{what}: shard_count {shard_count} must equal the {size} devices of {pt.name}"
-        )
-    n = t.shape[s]
+        raise FusionError(f"{what}: shard_count {shard_count} must equal {_team_text(trace, pts)}")
+    n = t.shape[sd]
     if n % size or (not tiled and n != size):
-        need = f"equal to the {size} devices" if not tiled else f"divisible by the {size} devices"
+        need = "equal to" if not tiled else "divisible by"
         raise FusionError(
-            f"{what}: scatter_dim {s} of {t.name}{list(t.shape)} has extent {n}; it must be "
-            f"{need} of {pt.name}"
+            f"{what}: scatter_dim {sd} of {t.name}{list(t.shape)} has extent {n}; it must be "
+            f"{need} {_team_text(trace, pts)}"
         )
-    rest = _without(v, pt)
+    rest = _without(v, pts)
     k = len(rest)
-    # Sharded on the scatter axis, the reduction of partial sums is one ReduceScatter.
-    r = declare(_reduced(trace, v, pt, op, what), trace.mesh, {**leading(rest), k + s: pt})
+    # Sharded on the scatter axis over the team (nested, in its order), the reduction of
+    # partial sums is one ReduceScatter; the axis then splits into one row per mesh axis
+    # of the team and the block, and the rows go back in front, in mesh-axis order.
+    at = {**leading(rest), k + sd: pts}
+    r = declare(_reduced(trace, v, pts, op, what), trace.mesh, at)
     shape = list(r.shape)
-    shape[k + s : k + s + 1] = [size, n // size]
-    r = declare(ops.reshape(r, shape), trace.mesh, {**leading(rest), k + s: pt})
-    varying = v.varying  # pt's leading axis comes back where it was
-    j = varying.index(pt)
-    r = _move(trace, r, k + s, j, leading(varying))
+    shape[k + sd : k + sd + 1] = [*(axis_size(trace.mesh, pt) for pt in pts), n // size]
+    rows = {k + sd + i: pt for i, pt in enumerate(pts)}
+    r = declare(ops.reshape(r, shape), trace.mesh, {**leading(rest), **rows})
+    labels = [*(("lead", pt) for pt in rest), *(("local", d) for d in range(sd))]
+    labels += [*(("lead", pt) for pt in pts), *(("local", d) for d in range(sd, len(t.shape)))]
+    target = [*(("lead", pt) for pt in v.varying), *(("local", d) for d in range(len(t.shape)))]
+    r = _arranged(trace, r, labels, target, {("lead", pt): pt for pt in v.varying})
+    varying = v.varying
     if not tiled:
         shape = list(r.shape)
-        del shape[len(varying) + s]
+        del shape[len(varying) + sd]
         r = declare(ops.reshape(r, shape), trace.mesh, leading(varying))
     return trace.bind(None, Local(r, varying))
 
@@ -261,14 +307,22 @@ def all_to_all(t: TensorView, split_dim: int, concat_dim: int, axis: object = No
 @collective
 def axis_index(axis: object = None) -> TensorView:
     """This device's index along the mesh axis, an int32 scalar (JAX's axis_index,
-    torch_xla's ordinal within the axis); in the global view an iota over the axis's
-    devices, sharded on it, so each device computes its own index."""
+    torch_xla's ordinal within the axis); over a tuple of axes, its index in their
+    flattened team (i * |tp| + j for ("dp", "tp")). In the global view an iota over
+    the team's devices, sharded on them, so each device computes its own index."""
     what = "axis_index"
     trace = active_trace(what)
-    pt = mesh_axis(trace.mesh, axis, what)
+    pts = mesh_axes_of(trace.mesh, axis, what)
+    mesh = trace.mesh
     with trace.fusion:  # the global tensor; inside fn the local program is active
-        index = declare(ops.iota(axis_size(trace.mesh, pt), DType.int32), trace.mesh, {0: pt})
-    return trace.bind(None, Local(index, (pt,)))
+        index = declare(ops.iota(team_size(mesh, pts), DType.int32), mesh, {0: pts})
+        if len(pts) > 1:  # one axis per mesh axis of the team, then in mesh-axis order
+            sizes = [axis_size(mesh, pt) for pt in pts]
+            index = declare(ops.reshape(index, sizes), mesh, dict(enumerate(pts)))
+            order = in_order(mesh, pts)
+            labels = list(pts)
+            index = _arranged(trace, index, labels, list(order), {pt: pt for pt in pts})
+    return trace.bind(None, Local(index, in_order(mesh, pts)))
 
 
 def _sources(perm: object, size: int, pt: ParallelType, what: str) -> dict[int, int]:

@@ -11,7 +11,8 @@ there. Each local op is replayed on the global tensors with its axes shifted pas
 leading ones, so it acts on each device's own value; the only cross-device ops are the
 collectives of fuserlite.spmd.collectives, which build the sets and reductions that the usual
 passes lower to communications. in_specs and out_specs (one entry per tensor axis: the
-mesh axis sharding it, or None) say how global arguments become local values and back.
+mesh axis sharding it, a tuple of mesh axes splitting it in turn, the first outermost,
+or None) say how global arguments become local values and back.
 """
 
 from __future__ import annotations
@@ -37,15 +38,42 @@ from fuserlite.spmd.trace import (
     in_order,
     leading,
     mesh_axis,
+    team_size,
     tracing,
 )
 
+
 # -- specs ------------------------------------------------------------------------
-Spec = tuple  # one entry per tensor axis: a mesh axis (ParallelType or name) or None
+class PartitionSpec(tuple):
+    """JAX's PartitionSpec: one entry per tensor axis, the mesh axis that splits it, a
+    tuple of mesh axes splitting it in turn (the first outermost), or None. A plain tuple
+    is a spec too; a PartitionSpec is one even where a tuple would read as a list of
+    specs (`in_specs=PartitionSpec(("dp", "tp"))` for a single argument)."""
+
+    def __new__(cls, *entries: object) -> PartitionSpec:
+        return super().__new__(cls, entries)
+
+    def __repr__(self) -> str:
+        return "PartitionSpec" + spec_text(self)
 
 
-def _spec(spec: object, mesh: DeviceMesh, rank: int, what: str) -> dict[int, ParallelType]:
-    """{tensor axis: mesh axis} of one spec; trailing axes it leaves out are replicated."""
+Spec = (
+    tuple  # one entry per tensor axis: a mesh axis (ParallelType or name), a tuple of them, or None
+)
+Sharded = dict[
+    int, tuple[ParallelType, ...]
+]  # tensor axis -> the mesh axes splitting it, outer first
+
+
+def _entry(mesh: DeviceMesh, e: object, what: str) -> tuple[ParallelType, ...]:
+    """The mesh axes of one spec entry (a tuple or list: several, outer first)."""
+    if isinstance(e, (tuple, list)):
+        return tuple(mesh_axis(mesh, a, what) for a in e)
+    return (mesh_axis(mesh, e, what),)
+
+
+def _spec(spec: object, mesh: DeviceMesh, rank: int, what: str) -> Sharded:
+    """{tensor axis: its mesh axes} of one spec; trailing axes it leaves out are replicated."""
     if spec is None:
         return {}
     if not isinstance(spec, (tuple, list)):
@@ -55,19 +83,25 @@ def _spec(spec: object, mesh: DeviceMesh, rank: int, what: str) -> dict[int, Par
             f"{what}: the spec {spec_text(spec)} has {len(spec)} entries but the tensor has "
             f"{rank} axes; give at most one entry per axis"
         )
-    out = {d: mesh_axis(mesh, e, what) for d, e in enumerate(spec) if e is not None}
-    used = list(out.values())
+    out = {d: _entry(mesh, e, what) for d, e in enumerate(spec) if e is not None}
+    out = {d: pts for d, pts in out.items() if pts}
+    used = [pt for pts in out.values() for pt in pts]
     if len(set(used)) != len(used):
         raise FusionError(f"{what}: the spec {spec_text(spec)} names a mesh axis twice")
     return out
 
 
+def _entry_text(e: object) -> str:
+    if isinstance(e, ParallelType):
+        return e.name
+    if isinstance(e, (tuple, list)):
+        return "(" + ", ".join(map(_entry_text, e)) + ("," if len(e) == 1 else "") + ")"
+    return repr(e) if isinstance(e, str) else str(e)
+
+
 def spec_text(spec: Sequence) -> str:
-    """A spec as written: (DIDx, None)."""
-    names = [
-        e.name if isinstance(e, ParallelType) else repr(e) if isinstance(e, str) else str(e)
-        for e in spec
-    ]
+    """A spec as written: (DIDx, None), (('dp', 'tp'), None)."""
+    names = [_entry_text(e) for e in spec]
     return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
 
@@ -86,32 +120,41 @@ def _specs(specs: object, n: int, what: str) -> list:
 
 
 def _is_spec(value: object) -> bool:
+    """A PartitionSpec, or a tuple of plain entries (a tuple holding tuples is a list of
+    specs, as before multi-axis entries: write PartitionSpec for those)."""
+    if isinstance(value, PartitionSpec):
+        return True
     return isinstance(value, tuple) and all(
         e is None or isinstance(e, (ParallelType, str)) for e in value
     )
 
 
-def _entering(trace: Trace, x: TensorView, spec: dict[int, ParallelType], what: str) -> Local:
+def _blocks(mesh: DeviceMesh, pts: tuple[ParallelType, ...]) -> str:
+    return " x ".join(f"{axis_size(mesh, pt)} devices of {pt.name}" for pt in pts)
+
+
+def _entering(trace: Trace, x: TensorView, spec: Sharded, what: str) -> Local:
     """The Local of a global argument: device blocks per spec, stacked in front."""
     mesh = trace.mesh
-    for d, pt in spec.items():
-        if x.shape[d] % axis_size(mesh, pt):
+    for d, pts in spec.items():
+        if x.shape[d] % team_size(mesh, pts):
             raise FusionError(
                 f"{what}: axis {d} of {x.name}{list(x.shape)} is not divisible by the "
-                f"{axis_size(mesh, pt)} devices of {pt.name}; shard_map needs even blocks"
+                f"{_blocks(mesh, pts)}; shard_map needs even blocks"
             )
     if x.mesh is None:  # a new input arrives already distributed as its spec says
         declare(x, mesh, spec)
-    varying = in_order(mesh, spec.values())
+    varying = in_order(mesh, [pt for pts in spec.values() for pt in pts])
     if not varying:
         return Local(x, ())
+    # Axis d split over (a, b) is [|a|, |b|, n / (|a| |b|)]: block (i, j) is device
+    # (i, j)'s, as the nested sharding lays it out (the first mesh axis outermost).
     shape, where = [], {}
     for d, n in enumerate(x.shape):
-        if d in spec:
-            where[spec[d]] = len(shape)
-            shape += [axis_size(mesh, spec[d]), n // axis_size(mesh, spec[d])]
-        else:
-            shape.append(n)
+        for pt in spec.get(d, ()):
+            where[pt] = len(shape)
+            shape.append(axis_size(mesh, pt))
+        shape.append(n // team_size(mesh, spec[d]) if d in spec else n)
     r = declare(ops.reshape(x, shape), mesh, {where[pt]: pt for pt in varying})
     front = [where[pt] for pt in varying]
     dims = front + [k for k in range(len(shape)) if k not in front]
@@ -120,10 +163,11 @@ def _entering(trace: Trace, x: TensorView, spec: dict[int, ParallelType], what: 
     return Local(r, varying)
 
 
-def _leaving(trace: Trace, v: Local, spec: dict[int, ParallelType], what: str) -> TensorView:
+def _leaving(trace: Trace, v: Local, spec: Sharded, what: str) -> TensorView:
     """The global output of a local value: device blocks concatenated per spec."""
     mesh = trace.mesh
-    stray = [pt for pt in v.varying if pt not in spec.values()]
+    named = [pt for pts in spec.values() for pt in pts]
+    stray = [pt for pt in v.varying if pt not in named]
     if stray:
         names = ", ".join(pt.name for pt in stray)
         raise FusionError(
@@ -131,24 +175,23 @@ def _leaving(trace: Trace, v: Local, spec: dict[int, ParallelType], what: str) -
             f"devices of {names}; name {names} in the spec to concatenate the blocks, or "
             "combine them first (all_gather, psum)"
         )
-    for pt in spec.values():
+    for pt in named:
         v = trace.vary(v, pt)  # an invariant value repeats its block once per device
     if not v.varying:
         return v.tensor
     k = len(v.varying)
     local = v.tensor.shape[k:]
-    # Each leading axis goes just before the local axis it concatenates along, then
-    # the reshape merges the two.
+    # The leading axes of a local axis's mesh axes go just before it, in the spec's order
+    # (outer first), then the reshape merges them.
     order: list[int] = []
     for d in range(len(local)):
-        if d in spec:
-            order.append(v.varying.index(spec[d]))
+        order += [v.varying.index(pt) for pt in spec.get(d, ())]
         order.append(k + d)
     t = v.tensor
     if order != list(range(len(order))):
         moved = {order.index(i): pt for i, pt in enumerate(v.varying)}
         t = declare(ops.permute(t, order), mesh, moved)
-    shape = [n * axis_size(mesh, spec[d]) if d in spec else n for d, n in enumerate(local)]
+    shape = [n * team_size(mesh, spec[d]) if d in spec else n for d, n in enumerate(local)]
     return declare(ops.reshape(t, shape), mesh, spec)
 
 
@@ -218,4 +261,4 @@ def shard_map(
     return mapped
 
 
-__all__ = ["shard_map"]
+__all__ = ["PartitionSpec", "shard_map"]

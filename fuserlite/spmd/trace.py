@@ -9,9 +9,10 @@ tensors, its axes shifted past the leading ones (the op's local rule,
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,10 +21,12 @@ from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
 from fuserlite.ops.registry import LocalRule, OpDef, definition
+from fuserlite.schedule.shard import shard_as
 
 _state = threading.local()  # the stack of traces being built (at most one: no nesting)
 
@@ -52,6 +55,24 @@ def mesh_axis(mesh: DeviceMesh, axis: object, what: str) -> ParallelType:
     return mesh.parallel_type_of(axis, what)
 
 
+def mesh_axes_of(mesh: DeviceMesh, axis: object, what: str) -> tuple[ParallelType, ...]:
+    """The mesh axes `axis` names: one (as mesh_axis), or a tuple or list of them (JAX's
+    `psum(x, ("dp", "tp"))`: the flattened team, the first outermost)."""
+    if not isinstance(axis, (tuple, list)):
+        return (mesh_axis(mesh, axis, what),)
+    pts = tuple(mesh_axis(mesh, a, what) for a in axis)
+    if not pts or len(set(pts)) != len(pts):
+        raise FusionError(
+            f"{what}: axis={tuple(axis)!r} must name one or more distinct mesh axes of {mesh}"
+        )
+    return pts
+
+
+def team_size(mesh: DeviceMesh, pts: Sequence[ParallelType]) -> int:
+    """Devices in one team over the mesh axes `pts`."""
+    return math.prod(mesh.axis_size(pt) for pt in pts)
+
+
 # -- local values -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Local:
@@ -62,17 +83,18 @@ class Local:
     varying: tuple[ParallelType, ...]
 
 
-def declare(tv: TensorView, mesh: DeviceMesh, sharded: dict[int, ParallelType]) -> TensorView:
-    """Put tv on `mesh`, data axis d sharded on mesh axis sharded[d] (replicated elsewhere)."""
-    tv.set_device_mesh(mesh)
+MeshAxes = ParallelType | tuple[ParallelType, ...]  # one mesh axis, or several outer first
+
+
+def declare(tv: TensorView, mesh: DeviceMesh, sharded: Mapping[int, MeshAxes]) -> TensorView:
+    """Put tv on `mesh`, data axis d split over the mesh axes sharded[d] (one, or a tuple
+    of them, outer first), replicated elsewhere: schedule.shard.shard_as's splits."""
     data = tv.data_positions()
-    for d, pt in sharded.items():
-        ax = tv.logical[data[d]]
-        if ax.extent == axis_size(mesh, pt):
-            ax.parallelize(pt)
-        else:
-            pos = tv.domain.loop_positions.index(ax.position)
-            tv.outer_split(pos, axis_size(mesh, pt)).axis(pos).parallelize(pt)
+    shards: list[tuple[int, ...]] = [()] * len(tv.domain.logical)
+    for d, pts in sharded.items():
+        pts = (pts,) if isinstance(pts, ParallelType) else pts
+        shards[data[d]] = tuple(mesh.axis_of(pt) for pt in pts)
+    shard_as(tv, mesh, Placement(mesh.rank, tuple(shards)))
     return tv
 
 
@@ -359,9 +381,9 @@ class Region:
     trace: Trace
     arguments: tuple[TensorView, ...]  # global
     local_arguments: tuple[TensorView, ...]
-    in_specs: tuple[dict[int, ParallelType], ...]
+    in_specs: tuple[dict[int, tuple[ParallelType, ...]], ...]  # tensor axis -> mesh axes
     results: tuple[TensorView, ...]  # local
-    out_specs: tuple[dict[int, ParallelType], ...]
+    out_specs: tuple[dict[int, tuple[ParallelType, ...]], ...]
     outputs: tuple[TensorView, ...]  # global
     made: frozenset[int]  # ids of the global tensors the call made, outputs included
 

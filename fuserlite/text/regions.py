@@ -28,7 +28,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.spmd.collectives import COLLECTIVES
-from fuserlite.spmd.shard_map import shard_map
+from fuserlite.spmd.shard_map import PartitionSpec, shard_map
 from fuserlite.spmd.trace import Region
 from fuserlite.text.calls import Arg
 from fuserlite.text.source import Source
@@ -46,14 +46,24 @@ class Block:
 
 
 def spec_of(arg: Arg) -> tuple:
-    """A written spec `[DIDx, none]` as a shard_map spec."""
-    bad = [a for a in arg.value if a.kind != "name"]
-    if arg.kind != "list" or bad:
-        where = bad[0] if bad else arg
+    """A written spec `[DIDx, none]`, `[[dp, tp], none]` (an axis split over two mesh
+    axes, the first outermost) as a shard_map spec."""
+
+    def entry(a: Arg) -> object:
+        if a.kind == "list" and a.value and all(b.kind == "name" for b in a.value):
+            return tuple(b.value for b in a.value)
+        if a.kind != "name":
+            raise ParseError(
+                "a spec lists a mesh axis (DIDx, DIDy, DIDz or its name), a list of them "
+                f"([dp, tp]: split over both) or none per axis, got {a.text}"
+            )
+        return None if a.value == "none" else a.value
+
+    if arg.kind != "list":
         raise ParseError(
-            f"a spec lists a mesh axis (DIDx, DIDy, DIDz) or none per axis, got {where.text}"
+            f"a spec is a list of entries, one per axis ([DIDx, none]), got {arg.text}"
         )
-    return tuple(None if a.value == "none" else a.value for a in arg.value)
+    return PartitionSpec(*map(entry, arg.value))
 
 
 def python_value(arg: Arg) -> object:
@@ -93,14 +103,24 @@ def call_collective(
 # -- writing ------------------------------------------------------------------------
 
 
-def _spec_text(spec: dict[int, ParallelType]) -> str:
+def _spec_text(spec: dict[int, tuple[ParallelType, ...]], mesh: DeviceMesh) -> str:
+    """`[DIDx, none]`, `[[dp, tp], none]`: the mesh axes by the user's names where it has them."""
+
+    def axis(pt: ParallelType) -> str:
+        return pt.name if mesh.axis_names is None else mesh.axis_names[mesh.axis_of(pt)]
+
+    def entry(pts: tuple[ParallelType, ...]) -> str:
+        return axis(pts[0]) if len(pts) == 1 else "[" + ", ".join(map(axis, pts)) + "]"
+
     n = max(spec, default=-1) + 1
-    return "[" + ", ".join(spec[d].name if d in spec else "none" for d in range(n)) + "]"
+    return "[" + ", ".join(entry(spec[d]) if d in spec else "none" for d in range(n)) + "]"
 
 
 def _argument_text(value: object) -> str:
     if isinstance(value, ParallelType):
         return value.name
+    if isinstance(value, str):  # a mesh axis by the user's name
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
@@ -121,12 +141,13 @@ def write_region(region: Region, mesh_name: str, body_of: Callable) -> list[str]
     def name(t: TensorView) -> str:
         return names[id(t)]
 
+    mesh = trace.mesh
     ins = ", ".join(
-        f"{g.ir_name} {_spec_text(s)}" + ("" if name(t) == g.ir_name else f" as {name(t)}")
+        f"{g.ir_name} {_spec_text(s, mesh)}" + ("" if name(t) == g.ir_name else f" as {name(t)}")
         for t, g, s in zip(region.local_arguments, region.arguments, region.in_specs)
     )
     outs = ", ".join(
-        f"{g.ir_name} {_spec_text(s)}" for g, s in zip(region.outputs, region.out_specs)
+        f"{g.ir_name} {_spec_text(s, mesh)}" for g, s in zip(region.outputs, region.out_specs)
     )
     lines = [f"shard_map {mesh_name} ({ins}) -> ({outs})"]
     for t in trace.local.tensors_created:
