@@ -20,6 +20,11 @@ MAX_RANK = 4
 # op or composite -> the generator method (op_<kind>) that draws it
 DRAWN = {
     **{u: "unary" for u in ("neg", "exp", "tanh", "relu", "abs", "gelu", "sigmoid", "silu")},
+    "sin": "unary",
+    "cos": "unary",
+    "rsqrt": "positive",
+    "pow": "power",
+    "grouped_mm": "grouped",
     **{b: "binary" for b in ("add", "sub", "mul", "maximum", "minimum")},
     "div": "div",
     "sqrt": "positive",
@@ -57,12 +62,42 @@ class TransformerOps:
         return self.register(out, call, bound, self.producer_mesh(a))
 
     def op_positive(self):
-        """sqrt or log of |a| + 1 (their domain)."""
+        """sqrt, log or rsqrt of |a| + 1 (their domain)."""
         a = self.operand()
-        name = self.pick(["sqrt", "log"])
+        name = self.pick(["sqrt", "log", "rsqrt"])
         out = getattr(fl, name)(fl.add(fl.abs(a), 1.0))
         call = f"fl.{name}(fl.add(fl.abs({self.name(a)}), 1.0))"
-        return self._unary_op(a, out, call, self.bound[id(a)] + 1.0)
+        bound = 1.0 if name == "rsqrt" else self.bound[id(a)] + 1.0
+        return self._unary_op(a, out, call, bound)
+
+    def op_power(self):
+        """(|a| + 1) ** e for a small exponent e (a tensor base, a number exponent)."""
+        a = self.operand()
+        e = float(self.pick([0.5, 2.0, 3.0]))
+        bound = (self.bound[id(a)] + 1.0) ** e
+        if bound > 1000.0:
+            return None
+        out = fl.pow(fl.add(fl.abs(a), 1.0), e)
+        call = f"fl.pow(fl.add(fl.abs({self.name(a)}), 1.0), {e!r})"
+        return self._unary_op(a, out, call, bound)
+
+    def op_grouped(self):
+        """grouped_mm of a[m, k] by a weight w[g, k, n] sharded at random (on experts:
+        gathered; on n or k: in place), the groups' ends an iota (every row in a group
+        but those past the last end, which are 0)."""
+        a = self.operand()
+        if len(a.shape) != 2 or len(self.inputs) >= 5 or self.bound[id(a)] * 4.0 * a.shape[1] > 100:
+            return None
+        m, k = a.shape
+        g = min(int(self.pick([1, 2, 3])), m)
+        step = m // g
+        w = self._weight([g, k, self.extent()], a, 0.5)
+        ends = fl.iota(g, "int32", step, step)
+        call = (
+            f"fl.grouped_mm({self.name(a)}, {self.name(w)}, fl.iota({g}, 'int32', {step}, {step}))"
+        )
+        out = fl.grouped_mm(a, w, ends)
+        return self.register(out, call, self.bound[id(a)] * 4.0 * k, self.producer_mesh(a, w))
 
     def op_cast(self):
         """To bfloat16, half or double (and back to float32 half the time): the loosest

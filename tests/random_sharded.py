@@ -28,7 +28,8 @@ KNOWN_BUGS: dict[str, str] = {}
 
 MAX_RANK = 4
 MAX_BOUND = 100.0  # keep |values| small so float32 reordering stays within tolerance
-UNARY = ("neg", "exp", "tanh", "relu", "abs", "gelu", "sigmoid", "silu")
+UNARY = ("neg", "exp", "tanh", "relu", "abs", "gelu", "sigmoid", "silu", "sin", "cos")
+BOUNDED = ("tanh", "sin", "cos")  # |f| <= 1
 
 
 @dataclass
@@ -136,7 +137,7 @@ class Generator(NNOps, TransformerOps, Shardings, RandomFusion):
             + ["positive", "cast", "cast", "permute", "permute", "where", "squeeze", "unsqueeze"]
             + ["select", "slice", "slice", "cat", "flatten", "batched", "take"]
             + ["compare", "random", "norm", "softmax", "var_mean", "backward", "attention"]
-            + ["iota"]
+            + ["iota", "power", "grouped"]
         )
         return getattr(self, f"op_{kind}")()
 
@@ -145,7 +146,7 @@ class Generator(NNOps, TransformerOps, Shardings, RandomFusion):
         b = self.bound[id(a)]
         name = self.pick([u for u in UNARY if u != "exp" or b <= 4.0])
         out = getattr(fl, name)(a)
-        nb = float(np.exp(b)) if name == "exp" else (1.0 if name == "tanh" else b)
+        nb = float(np.exp(b)) if name == "exp" else (1.0 if name in BOUNDED else b)
         return self.register(out, f"fl.{name}({self.name(a)})", nb, self.producer_mesh(a))
 
     def op_binary(self):

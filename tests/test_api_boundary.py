@@ -103,6 +103,13 @@ BAD = [
     bad("gelu axis", lambda e: fl.gelu(e.x.axis(0)), "gelu", "x must be", "Axis"),
     bad("sqrt fusion", lambda e: fl.sqrt(e.fusion), "sqrt", "x must be", "Fusion"),
     bad("log float", lambda e: fl.log(3.0), "log", "x must be", "3.0"),
+    bad("sin str", lambda e: fl.sin("x"), "sin", "x must be", "'x'"),
+    bad("cos None", lambda e: fl.cos(None), "cos", "x must be", "None"),
+    bad("rsqrt int", lambda e: fl.rsqrt(3), "rsqrt", "x must be", "3"),
+    bad("pow str exponent", lambda e: fl.pow(e.x, "2"), "pow", "'2'"),
+    bad("pow two numbers", lambda e: fl.pow(2, 3), "pow", "one must be a tensor"),
+    bad("grouped_mm float offsets", lambda e: fl.grouped_mm(e.x, e.w3, e.b), "offsets", "int32"),
+    bad("grouped_mm groups", lambda e: fl.grouped_mm(e.w, e.w3, e.i), "2 groups", "offsets"),
     bad("sigmoid tuple", lambda e: fl.sigmoid((e.x,)), "sigmoid", "x must be", "tuple"),
     bad(
         "cast unknown dtype",

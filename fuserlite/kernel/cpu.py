@@ -32,9 +32,10 @@ PRELUDE is what CUDA's headers give the body and C++ lacks, written without any
 as 16-bit storage types whose conversions round exactly as numpy (float16) and
 ml_dtypes (bfloat16) do, so a compiled kernel stores the very bits the kernel
 runner stores; the bit casts of nvcc's intrinsics; and the math functions for
-float and double. Those come from the C library (vectorized through glibc's
-libmvec where the compiler supports it, FL_VECTOR_MATH): exp, log and tanh are
-not correctly rounded there nor in numpy, and the two differ in the last bits.
+float and double. Those come from the C library (exp, log and tanh vectorized
+through glibc's libmvec where the compiler supports it, FL_VECTOR_MATH; sin, cos
+and pow called as they are): none is correctly rounded there nor in numpy, and the
+two differ in the last bits.
 """
 
 from __future__ import annotations
@@ -136,10 +137,19 @@ float logf(float) FL_SIMD;
 double log(double) FL_SIMD;
 float tanhf(float) FL_SIMD;
 double tanh(double) FL_SIMD;
+float sinf(float);
+double sin(double);
+float cosf(float);
+double cos(double);
+float powf(float, float);
+double pow(double, double);
 }
 static inline float exp(float x) { return expf(x); }
 static inline float log(float x) { return logf(x); }
 static inline float tanh(float x) { return tanhf(x); }
+static inline float sin(float x) { return sinf(x); }
+static inline float cos(float x) { return cosf(x); }
+static inline float pow(float x, float y) { return powf(x, y); }
 static inline float sqrt(float x) { return __builtin_sqrtf(x); }
 static inline double sqrt(double x) { return __builtin_sqrt(x); }
 """

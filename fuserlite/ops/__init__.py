@@ -1,10 +1,10 @@
 """The ops: user-facing builders, each op defined once (fuserlite.ops.registry).
 
-    pointwise.py     neg, exp, tanh, relu, abs, gelu, sqrt, log, sigmoid, silu; add, sub,
-                     mul, div, maximum, minimum, lt, where
+    pointwise.py     neg, exp, tanh, relu, abs, gelu, sqrt, log, sigmoid, silu, sin, cos,
+                     rsqrt; add, sub, mul, div, pow, maximum, minimum, lt, where
     views.py         set, broadcast, expand, reshape, take
-    reductions.py    sum, max
-    contraction.py   matmul, linear
+    reductions.py    sum, max, min
+    contraction.py   matmul, linear, grouped_mm (mixture of experts)
     casts.py         cast
     movement.py      permute, squeeze, select, slice, cat; composites transpose,
                      unsqueeze, flatten, split, chunk

@@ -1,10 +1,16 @@
-"""Contractions: matmul and linear (evaluated whole; each its own kernel).
+"""Contractions: matmul, linear and grouped_mm (evaluated whole; each its own kernel).
 
 The output keeps the contracted axis as a trailing reduction axis `rk`, so a
 sharded contraction axis makes the output partial (rDIDx), completed by a sum.
 Batch axes broadcast as in numpy (matmul) or stack (linear's weight batch axes
 come first, as nvFuser's linear with a device-batched weight `[D, n/D, k]`): a
 sharded batch, row or output-feature axis passes through, the axis maps say so.
+
+grouped_mm is nvFuser's (torch._grouped_mm) for mixture-of-experts: the rows of
+mat1, sorted by expert, multiplied by their group's matrix; `offsets` (int, one per
+group) are where each group's rows end. Which rows a group holds is data, so the
+group axis is never sharded (an expert-sharded weight is gathered) and a device
+holding some of the rows finds their groups from their global row indices.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from fuserlite.ops.reductions import sum as sum_of
 from fuserlite.ops.registry import LocalRule, Op, Param, Rewrite, Sharding, define
 from fuserlite.ops.views import broadcast, reshape
 
-__all__ = ["matmul", "linear"]  # the builders of its ops
+__all__ = ["matmul", "linear", "grouped_mm"]  # the builders of its ops
 
 
 def _check_contraction(
@@ -244,4 +250,64 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
     # axis is sharded, insert-reshardings adds the bias once, after the reduction
     # (bias_after_partial_sums, the op's sharding rule).
     Op("linear", [out], operands)
+    return out
+
+
+def _grouped_axes(expr: Expr, position: int) -> dict[int, int]:
+    """mat1[m, k] @ mat2[g, k, n] -> [m, n, rk]: m in place, k onto rk, n onto n, g onto
+    nothing (its rows are data); mat1[m, k] @ mat2[k, n] in groups of k -> [g, m, n]:
+    m and n in place, k onto nothing (a group's rows are data); offsets onto nothing."""
+    p = expr.inputs[position].data_positions()
+    if position == 2:
+        return {}
+    if len(expr.inputs[1].shape) == 3:  # rows in groups: [m, n, rk]
+        return {p[0]: 0, p[1]: 2} if position == 0 else {p[1]: 2, p[2]: 1}
+    return {p[0]: 1} if position == 0 else {p[1]: 2}  # k in groups: [g, m, n]
+
+
+@define(
+    Template("grouped_mm({mat1},\n          {mat2},\n          {offsets})"),
+    (Param("mat1", "tensor"), Param("mat2", "tensor"), Param("offsets", "tensor")),
+    axis_map=_grouped_axes,
+    # Column- and row-parallel experts keep their weights in place, as linear does.
+    sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,)),
+    indexed=True,  # a device's rows find their groups by their global row index
+    local=LocalRule.whole,
+)
+def grouped_mm(mat1: TensorView, mat2: TensorView, offsets: TensorView) -> TensorView:
+    """Grouped matmul (nvFuser's, mixture of experts): mat1[m, k] @ mat2[g, k, n] ->
+    [m, n], rows offsets[i-1]:offsets[i] by mat2[i]; or mat1[m, k] @ mat2[k, n] with
+    offsets over k -> [g, m, n], group i contracting k offsets[i-1]:offsets[i]."""
+    names = ("mat1", "mat2", "offsets")
+    a, b, ends = (check_tensor(t, "grouped_mm", n) for t, n in zip((mat1, mat2, offsets), names))
+    fusion_of(a, b, ends)
+    what = f"grouped_mm: {shape_text(a)} @ {shape_text(b)}"
+    if len(a.shape) != 2 or len(b.shape) not in (2, 3):
+        raise FusionError(
+            f"{what}: mat1 is [m, k] and mat2 [g, k, n] (rows in groups) or [k, n] (k in "
+            "groups); other ranks are not supported"
+        )
+    if ends.dtype.name not in ("int32", "int64") or len(ends.shape) != 1:
+        raise FusionError(
+            f"grouped_mm: offsets {shape_text(ends)} must be a 1-D int32 or int64 tensor, "
+            "the end of each group (a cumulative sum of the group sizes)"
+        )
+    groups = ends.shape[0]
+    if len(b.shape) == 3 and b.shape[0] != groups:
+        raise FusionError(
+            f"{what}: mat2 has {b.shape[0]} groups but offsets {shape_text(ends)} {groups}; "
+            "give one offset per group"
+        )
+    if a.shape[1] != b.shape[-2]:
+        raise FusionError(
+            f"{what}: the contracted extents differ: mat1's k is {a.shape[1]}, mat2's {b.shape[-2]}"
+        )
+    rows, cols = _copy(data_axes(a)[:1]), _copy(data_axes(b)[-1:])
+    if len(b.shape) == 3:
+        axes = [*rows, *cols, _contraction_axes(a.shape[1])]
+    else:
+        g = new_axis(groups, IterType.BROADCAST if groups == 1 else IterType.ITERATION)
+        axes = [g, *rows, *cols]
+    out = TensorView(a.fusion, axes, promote(a, b, "mul"))
+    Op("grouped_mm", [out], [a, b, ends])
     return out

@@ -44,7 +44,8 @@ from fuserlite.ops.views import broadcast
 
 # The builders of its ops.
 __all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log", "sigmoid", "silu"]
-__all__ += ["add", "sub", "mul", "div", "maximum", "minimum", "lt", "where"]
+__all__ += ["sin", "cos", "rsqrt"]
+__all__ += ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "where"]
 
 POINTWISE = Category.POINTWISE
 
@@ -161,6 +162,24 @@ def silu(x: TensorView) -> TensorView:
     return unary("silu", x)
 
 
+@define(call("sin"), UNARY, POINTWISE)
+def sin(x: TensorView) -> TensorView:
+    """sine (radians), as rotary position embeddings use it"""
+    return unary("sin", x)
+
+
+@define(call("cos"), UNARY, POINTWISE)
+def cos(x: TensorView) -> TensorView:
+    """cosine (radians)"""
+    return unary("cos", x)
+
+
+@define(call("rsqrt"), UNARY, POINTWISE)
+def rsqrt(x: TensorView) -> TensorView:
+    """1 / sqrt(x), both steps rounded exactly (nvFuser's rsqrt; normalizations use it)"""
+    return unary("rsqrt", x)
+
+
 # -- binary -----------------------------------------------------------------------
 def promote(a: Operand, b: Operand, name: str) -> DType:
     """The result dtype of a binary op (torch's promotion; true division gives a float):
@@ -177,8 +196,10 @@ def _promoted(name: str, a: DType | type, b: DType | type) -> DType:
     tensors = [k for k in (a, b) if isinstance(k, DType)]
     scalars = [k() for k in (a, b) if not isinstance(k, DType)]  # a value of that type
     dtype = result_type(tensors, scalars)
-    if name == "div" and not dtype.is_float:
-        dtype = DType.float32  # true division of integers or bools, as in torch
+    if name in ("div", "pow") and not dtype.is_float:
+        # true division of integers or bools, as in torch; pow of integers in float too
+        # (C's pow is a float function: an integer power that overflows is no wrap-around)
+        dtype = DType.float32
     return dtype
 
 
@@ -353,6 +374,12 @@ def div(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     return binary("div", a, b)
 
 
+@define(binary_call("pow"), BINARY, POINTWISE)
+def pow(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:  # noqa: A001
+    """a ** b, a float (integer and bool operands are computed in float32)"""
+    return binary("pow", a, b, numbers_only=True)
+
+
 @define(binary_call("fmax"), BINARY, POINTWISE, vjp=_extremum_vjp)
 def maximum(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     """Elementwise max(a, b)."""
@@ -416,9 +443,10 @@ def lt(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
 
 
 def install_operators() -> None:
-    """`x + y`, `2 * x`, `x / y`, `-x` on TensorViews: the ops side installs the sugar
+    """`x + y`, `2 * x`, `x / y`, `x ** 2`, `-x` on TensorViews: the ops side installs the sugar
     (as torch.fx installs Proxy's magic methods); the IR imports no ops."""
-    for builder, name in ((add, "add"), (sub, "sub"), (mul, "mul"), (div, "truediv")):
+    pairs = ((add, "add"), (sub, "sub"), (mul, "mul"), (div, "truediv"), (pow, "pow"))
+    for builder, name in pairs:
         setattr(TensorView, f"__{name}__", lambda a, b, f=builder: f(a, b))
         setattr(TensorView, f"__r{name}__", lambda a, b, f=builder: f(b, a))
     TensorView.__neg__ = neg  # type: ignore[method-assign]

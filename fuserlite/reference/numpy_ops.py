@@ -100,6 +100,29 @@ def _rows_block(expr: Expr, start: tuple[int, ...]) -> Block:
     return Block((*q.shape[:-1], k.shape[-2]), (*start[:-1], 0))
 
 
+def _grouped_mm(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
+    """This device's block of grouped_mm: each of its rows (global row start[0] + r) by
+    its group's matrix, or each group's k range; rows past the last offset are 0."""
+    a, b, offsets = operands
+    ends = offsets.astype(np.int64)
+    extent = expr.inputs[0].shape[0] if b.ndim == 3 else expr.inputs[0].shape[1]
+    if np.any(np.diff(ends) < 0) or (ends.size and (ends[0] < 0 or ends[-1] > extent)):
+        raise ExecutionError(
+            f"{expr!r}: offsets {ends.tolist()} must be non-decreasing ends of the groups "
+            f"in 0..{extent}"
+        )
+    out = np.zeros(shape, np.result_type(a, b))
+    if b.ndim == 3:
+        group = np.searchsorted(ends, start[0] + np.arange(a.shape[0]), side="right")
+        for g in np.unique(group[group < len(ends)]):
+            rows = group == g
+            out[rows] = a[rows] @ b[g]
+        return out
+    for g, (lo, hi) in enumerate(zip([0, *ends[:-1]], ends)):
+        out[g] = a[:, lo:hi] @ b[lo:hi]
+    return out
+
+
 def _sdpa(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
     """(output, logsumexp) of this device's query rows."""
     a = expr.attrs
@@ -143,12 +166,16 @@ NUMPY: dict[str, Row] = {
     "log": np.log,
     "sigmoid": nn.sigmoid,
     "silu": nn.silu,
+    "sin": np.sin,
+    "cos": np.cos,
+    "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),  # 1 / sqrt(x), each rounded, as in C
     "where": lambda c, a, b: np.where(c != 0, a, b),  # c arrives in the output's type
     "cast": _cast,
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.true_divide,
+    "pow": np.power,
     "maximum": np.maximum,
     "minimum": np.minimum,
     "lt": np.less,
@@ -174,6 +201,7 @@ NUMPY: dict[str, Row] = {
     "cat": lambda e, a, shape: np.concatenate(a, axis=e.attrs["axis"]),
     "matmul": lambda e, a, shape: _matmul(*a),
     "linear": lambda e, a, shape: _linear(*a),
+    "grouped_mm": _grouped_mm,
 }
 
 

@@ -173,6 +173,19 @@ def _div_d(vals, y, sig):
     return [inv, absolute(y) * inv]
 
 
+def _rsqrt_d(vals, y, sig):
+    # d x^-1/2 = -y / (2x) dx
+    return [absolute(y) * _inverse(2 * (absolute(vals[0]) - LAMBDA * sig[0]))]
+
+
+def _pow_d(vals, y, sig):
+    # d a^b = b y / a da + y ln|a| db (0 where y is 0)
+    ay = absolute(y)
+    with np.errstate(all="ignore"):
+        by_exponent = np.where(ay == 0, 0.0, ay * np.abs(np.log(absolute(vals[0]))))
+    return [absolute(vals[1]) * ay * _inverse(absolute(vals[0]) - LAMBDA * sig[0]), by_exponent]
+
+
 def _constant(*c: float) -> Derivatives:
     return lambda vals, y, sig: list(c)
 
@@ -188,10 +201,14 @@ DERIVATIVES: dict[str, Derivatives] = {
     "log": _log_d,
     "sigmoid": _constant(0.25),  # |sigmoid'| <= 1/4
     "silu": _constant(1.1),  # |silu'| < 1.1
+    "sin": _constant(1.0),  # |sin'| <= 1
+    "cos": _constant(1.0),  # |cos'| <= 1
+    "rsqrt": _rsqrt_d,
     "add": _constant(1.0, 1.0),
     "sub": _constant(1.0, 1.0),
     "mul": lambda vals, y, sig: [absolute(vals[1]), absolute(vals[0])],
     "div": _div_d,
+    "pow": _pow_d,
     "maximum": _constant(1.0, 1.0),
     "minimum": _constant(1.0, 1.0),
 }
@@ -351,6 +368,19 @@ def _bilinear(op: _Op) -> list[Err]:
     return [Err(np.stack([one(c) for c in range(K)]))]
 
 
+def _grouped(op: _Op) -> list[Err]:
+    """grouped_mm: as _bilinear, its offsets exact (they pick groups, they are not added)."""
+    y = op.outs[0]
+    a2, b2 = (np.asarray(v, F64) ** 2 for v in op.vals[:2])
+    pa, pb, ends = op.parts(0), op.parts(1), op.vals[2]
+
+    def one(c: int) -> np.ndarray:
+        first = eval_expr(op.expr, [a2, pb[c] ** 2, ends], y.shape, F64)
+        return np.sqrt(first + eval_expr(op.expr, [pa[c] ** 2, b2, ends], y.shape, F64))
+
+    return [Err(np.stack([one(c) for c in range(K)]))]
+
+
 def _none(op: _Op) -> list[Err | None]:
     """A value that depends on no operand's value (random bits, positions)."""
     return [None] * len(op.outs)
@@ -389,6 +419,7 @@ PROPAGATE: dict[str, Rule] = {
     "min": _reduced,
     "matmul": _bilinear,
     "linear": _bilinear,
+    "grouped_mm": _grouped,
     **{name: _pointwise for name in DERIVATIVES},
     "cast": _cast,
     "where": _where,
@@ -406,7 +437,7 @@ EXACT = frozenset(
     | {"slice", "cat", "max", "min", "neg", "abs", "relu", "maximum", "minimum", "where", "lt"}
     | {"rand_like", "cast"}  # a cast rounds as a store does (its output dtype's)
 )
-LIBRARY_OPS = frozenset({"exp", "tanh", "log", "sigmoid", "silu", "gelu"})
+LIBRARY_OPS = frozenset({"exp", "tanh", "log", "sigmoid", "silu", "gelu", "sin", "cos", "pow"})
 
 
 def _terms(expr: Expr, vals: list, shape) -> np.ndarray:

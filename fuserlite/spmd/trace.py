@@ -327,6 +327,18 @@ def _linear(r: Replay) -> TensorView:
     return ops.add(declare(out, r.trace.mesh, leading(r.varying)), b)
 
 
+def _whole(r: Replay) -> TensorView:
+    """An op with no batch axes to stack device values on (grouped_mm): only of values
+    the same on every device."""
+    if r.varying:
+        raise FusionError(
+            f"shard_map: {r.op.name} of values that differ between devices is not supported "
+            "inside shard_map (it has no batch axis for them); call it in the global view, "
+            "its operands distributed (fl.distribute)"
+        )
+    return r.build()
+
+
 def _axis(r: Replay) -> TensorView:
     axis = r.attrs["axis"]  # select and cat
     return r.build(axis=axis + len(r.varying) if axis >= 0 else axis)
@@ -359,6 +371,7 @@ REPLAYS: dict[LocalRule, Replayer] = {  # an op's rule is in its OpDef (`local`)
     LocalRule.matmul: _matmul,
     LocalRule.linear: _linear,
     LocalRule.batch: _leading_batch,
+    LocalRule.whole: _whole,
 }
 
 
