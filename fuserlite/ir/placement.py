@@ -15,7 +15,7 @@ each of its entries with its depth, 0 outermost: (1, 0) on tensor axis 0 of a
 The IR's sharding queries (fuserlite.ir.sharding) read a TensorView's
 placement in this form, and the redistribution planner (fuserlite.plan)
 plans between two of them: one type for both. Users write the per-mesh-axis
-values `Shard(dim)`, `Replicate()` and `Partial("sum" | "max")` as DTensor spells
+values `Shard(dim)`, `Replicate()` and `Partial("sum" | "max" | "min")` as DTensor spells
 them (`fl.distribute`, `tv.placements`: fuserlite.schedule.placements), which
 `Placement.from_dtensor` and `of_mesh_axis` convert to and from this form. A
 placement's `partial` says which mesh axes hold addends, not how they combine:

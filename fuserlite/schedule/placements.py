@@ -3,7 +3,7 @@
 A sharding is one placement per mesh axis, mesh axis 0 first (DTensor's order;
 DIDx is the last mesh axis): `Shard(d)` splits the tensor's axis d over that
 mesh axis (torch.chunk's chunks: ceil(n/k) rows per device, the trailing devices
-short or empty), `Replicate()` copies it, `Partial("sum" | "max")` says the
+short or empty), `Replicate()` copies it, `Partial("sum" | "max" | "min")` says the
 devices hold addends of a reduction's output (its reduced axis is sharded there).
 
     fl.distribute(x, mesh, [fl.Shard(0), fl.Replicate()])  # x on a 2-D mesh, rows over DIDy
