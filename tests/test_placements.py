@@ -225,3 +225,14 @@ def test_nested_uneven_shards_follow_nvfusers_layout_not_dtensors() -> None:
     chunk the second chunk again (one row each)."""
     rows = [b[0] for b in blocks((5,), (2, 2), Placement.parse("(S0,S0)", 1))]
     assert rows == [(0, 2), (2, 3), (3, 5), (5, 5)]
+
+
+@pytest.mark.parametrize("name", ["dp_tp_mlp", "transformer_block"])
+def test_the_examples_write_back_as_place_lines(name: str, golden) -> None:
+    """to_fus of the examples written with placements: one `place` line per sharded
+    tensor (and the mesh's axis names), which reads back to the same fusion."""
+    f = fl.load(f"examples/{name}.fus")
+    text = fl.to_fus(f)
+    golden(f"fus/{name}.fus", text)
+    assert "outer_split" not in text and "parallelize" not in text
+    assert str(fl.parse(text)) == str(f)
