@@ -55,23 +55,16 @@ def test_combine_is_associative_on_values_that_sum_exactly(dtype, op):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_max_propagates_nan_and_prefers_positive_zero(dtype):
+@pytest.mark.parametrize("op, negative_zero", [(MAX, False), (MIN, True)])
+def test_max_and_min_propagate_nan_and_prefer_their_zero(dtype, op, negative_zero):
+    """max(-0.0, 0.0) is 0.0 and min(-0.0, 0.0) is -0.0, in either order."""
     nan, zero = np.array([np.nan], dtype), np.array([0.0], dtype)
     for a, b in itertools.permutations([nan, np.array([5.0], dtype)]):
-        assert np.isnan(combine(MAX, a, b)).all()
+        assert np.isnan(combine(op, a, b)).all()
     for a, b in itertools.permutations([-zero, zero]):
-        assert not np.signbit(combine(MAX, a, b)).any()
-
-
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_min_propagates_nan_and_prefers_negative_zero(dtype):
-    nan, zero = np.array([np.nan], dtype), np.array([0.0], dtype)
-    for a, b in itertools.permutations([nan, np.array([5.0], dtype)]):
-        assert np.isnan(combine(MIN, a, b)).all()
-    for a, b in itertools.permutations([-zero, zero]):
-        assert np.signbit(combine(MIN, a, b)).all()
-    lo = np.array([-3.0], dtype)
-    assert combine(MIN, lo, np.array([2.0], dtype))[0] == -3.0
+        assert np.signbit(combine(op, a, b)).all() == negative_zero
+    lo, hi = np.array([-3.0], dtype), np.array([2.0], dtype)
+    assert combine(op, lo, hi)[0] == (-3.0 if op is MIN else 2.0)
 
 
 @pytest.mark.parametrize("dtype", [*FLOATS, "int32", "int64", "bool"])

@@ -104,6 +104,16 @@ def sum(
     return _reduction("sum", x, axes, keepdim)
 
 
+def _extreme(name: str, x: TensorView, axes, keepdim: bool) -> TensorView:
+    """max or min over axes; a tensor where the axes go is the elementwise op's call."""
+    if isinstance(axes, TensorView):
+        elementwise = {"max": "maximum", "min": "minimum"}[name]
+        raise FusionError(
+            f"{name}(x, axes) is a reduction; use fl.{elementwise}(a, b) for an elementwise {name}"
+        )
+    return _reduction(name, x, axes, keepdim)
+
+
 @define(
     Template(_FORM.format(op="max")),
     _PARAMS,
@@ -116,11 +126,7 @@ def max(
     x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
 ) -> TensorView:  # noqa: A001
     """Max over `axes` (all by default); for an elementwise max use `maximum`."""
-    if isinstance(axes, TensorView):
-        raise FusionError(
-            "max(x, axes) is a reduction; use fl.maximum(a, b) for an elementwise max"
-        )
-    return _reduction("max", x, axes, keepdim)
+    return _extreme("max", x, axes, keepdim)
 
 
 @define(
@@ -134,8 +140,4 @@ def min(
     x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
 ) -> TensorView:  # noqa: A001
     """Min over `axes` (all by default); for an elementwise min use `minimum`."""
-    if isinstance(axes, TensorView):
-        raise FusionError(
-            "min(x, axes) is a reduction; use fl.minimum(a, b) for an elementwise min"
-        )
-    return _reduction("min", x, axes, keepdim)
+    return _extreme("min", x, axes, keepdim)
