@@ -84,6 +84,18 @@ CASES: list[Case] = [
     _case("sum keepdim", A)(lambda x: fl.mul(fl.sum(x, [1], keepdim=True), x)),
     _case("mean of all", A)(lambda x: fl.mul(fl.sum(fl.mul(x, x)), 1.0 / 12)),
     _case("max", A)(lambda x: fl.max(x, [1])),
+    _case("min", A)(lambda x: fl.min(x, [0])),
+    _case("sin", A)(lambda x: fl.sin(fl.mul(x, 3.0))),
+    _case("cos", A)(lambda x: fl.cos(fl.mul(x, 3.0))),
+    _case("rsqrt", A, positive=True)(fl.rsqrt),
+    _case("pow", A, R, positive=True)(fl.pow),
+    _case("pow scalar exponent", A, positive=True)(lambda x: fl.add(x**2.5, fl.pow(2.0, x))),
+    _case("grouped_mm rows", (7, 3), (2, 3, 4))(  # rows 0-2, 3-5; row 6 in no group
+        lambda x, w: fl.grouped_mm(x, w, fl.iota(2, "int32", 3, 3))
+    ),
+    _case("grouped_mm k", (3, 7), (7, 4))(  # k 0-1, 2-5; k 6 in no group
+        lambda x, w: fl.grouped_mm(x, w, fl.iota(2, "int64", 2, 4))
+    ),
     _case("matmul", (2, 3, 4), (4, 5))(fl.matmul),
     _case("matmul batch broadcast", (1, 3, 4), (2, 4, 2))(fl.matmul),
     _case("matmul vector", (4,), (2, 4, 3))(fl.matmul),

@@ -265,6 +265,24 @@ def _grouped_axes(expr: Expr, position: int) -> dict[int, int]:
     return {p[0]: 1} if position == 0 else {p[1]: 2}  # k in groups: [g, m, n]
 
 
+def _grouped_vjp(expr, operands, outputs, grads):
+    """grouped_mm's gradients are grouped_mms: rows in groups, out[m, n] = a[m, k] @
+    b[g, k, n]: da = g @ b^T per group (rows in groups), db[g] = a_g^T @ g_g (k of the
+    k-grouped form, the rows); k in groups, out[g, m, n]: da^T = b @ g^T per group and
+    db = a^T @ g per group (both rows in groups). The offsets have none."""
+    from fuserlite.ops.movement import permute
+
+    (a, b, ends), (g,) = operands, grads
+    if len(b.shape) == 3:
+        return [
+            grouped_mm(g, permute(b, [0, 2, 1]), ends),
+            grouped_mm(permute(a, [1, 0]), g, ends),
+            None,
+        ]
+    da = permute(grouped_mm(b, permute(g, [0, 2, 1]), ends), [1, 0])
+    return [da, grouped_mm(permute(a, [1, 0]), g, ends), None]
+
+
 @define(
     Template("grouped_mm({mat1},\n          {mat2},\n          {offsets})"),
     (Param("mat1", "tensor"), Param("mat2", "tensor"), Param("offsets", "tensor")),
@@ -273,6 +291,7 @@ def _grouped_axes(expr: Expr, position: int) -> dict[int, int]:
     sharding=Sharding(partial=_PARTIAL_SUMS, prefer=(1,)),
     indexed=True,  # a device's rows find their groups by their global row index
     local=LocalRule.whole,
+    vjp=_grouped_vjp,
 )
 def grouped_mm(mat1: TensorView, mat2: TensorView, offsets: TensorView) -> TensorView:
     """Grouped matmul (nvFuser's, mixture of experts): mat1[m, k] @ mat2[g, k, n] ->

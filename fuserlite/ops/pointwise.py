@@ -9,6 +9,7 @@ number on either side (not both).
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as np
 
@@ -162,19 +163,19 @@ def silu(x: TensorView) -> TensorView:
     return unary("silu", x)
 
 
-@define(call("sin"), UNARY, POINTWISE)
+@define(call("sin"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: cos(x)))
 def sin(x: TensorView) -> TensorView:
     """sine (radians), as rotary position embeddings use it"""
     return unary("sin", x)
 
 
-@define(call("cos"), UNARY, POINTWISE)
+@define(call("cos"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: neg(sin(x))))
 def cos(x: TensorView) -> TensorView:
     """cosine (radians)"""
     return unary("cos", x)
 
 
-@define(call("rsqrt"), UNARY, POINTWISE)
+@define(call("rsqrt"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: mul(-0.5, div(y, x))))
 def rsqrt(x: TensorView) -> TensorView:
     """1 / sqrt(x), both steps rounded exactly (nvFuser's rsqrt; normalizations use it)"""
     return unary("rsqrt", x)
@@ -374,7 +375,21 @@ def div(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:
     return binary("div", a, b)
 
 
-@define(binary_call("pow"), BINARY, POINTWISE)
+def _ln(a: Scalar) -> float:
+    """ln of a number as numpy's log has it: -inf at 0, NaN below."""
+    return math.log(a) if a > 0 else (float("-inf") if a == 0 else float("nan"))
+
+
+def _pow_vjp(expr, operands, outputs, grads):
+    """d(a ** b) = b a ** (b - 1) da + a ** b ln(a) db (the second only for a tensor b)."""
+    (a, b), (y,), (g,) = operands, outputs, grads
+    ga = mul(g, mul(b, pow(a, sub(b, 1) if isinstance(b, TensorView) else b - 1)))
+    ln_a = log(a) if isinstance(a, TensorView) else _ln(a)
+    gb = mul(g, mul(y, ln_a)) if isinstance(b, TensorView) else None
+    return _summed([ga if isinstance(a, TensorView) else None, gb], operands)
+
+
+@define(binary_call("pow"), BINARY, POINTWISE, vjp=_pow_vjp)
 def pow(a: TensorView | Scalar, b: TensorView | Scalar) -> TensorView:  # noqa: A001
     """a ** b, a float (integer and bool operands are computed in float32)"""
     return binary("pow", a, b, numbers_only=True)

@@ -70,13 +70,15 @@ def _sum_vjp(expr, operands, outputs, grads):
 
 
 def _max_vjp(expr, operands, outputs, grads):
-    """g to the elements equal to the maximum, split evenly among ties (torch's amax)."""
+    """g to the elements equal to the maximum (or the minimum), split evenly among ties
+    (torch's amax and amin)."""
     from fuserlite.ops.pointwise import div, lt, mul, where
 
     x = operands[0]
     axes = list(reduced_axes(expr))
     top = _spread(outputs[0], expr)
-    winners = where(lt(x, top), 0.0, 1.0)  # x <= max: not below it is equal to it
+    # x <= max: not below it is equal to it; x >= min: not above it is equal to it
+    winners = where(lt(x, top) if expr.op_name == "max" else lt(top, x), 0.0, 1.0)
     share = div(_spread(grads[0], expr), _spread(sum(winners, axes), expr))
     return [mul(winners, share)]
 
@@ -135,6 +137,7 @@ def max(
     attrs=("init",),
     sharding=Sharding(partial=ReductionOpType.min),
     local=LocalRule.reduced,
+    vjp=_max_vjp,
 )
 def min(
     x: TensorView, axes: int | Sequence[int] | None = None, keepdim: bool = False
