@@ -40,6 +40,7 @@ FLOPS = {
         ["neg", "exp", "tanh", "relu", "abs", "sqrt", "log", "where", "add", "sub", "mul"], 32
     ),
     **dict.fromkeys(["div", "maximum", "minimum", "sum", "max", "lt"], 32),
+    **dict.fromkeys(["sin", "cos", "rsqrt", "pow", "min"], 32),
     **dict.fromkeys(
         ["cast", "set", "broadcast", "expand", "reshape", "permute", "take", "squeeze"], 0
     ),
@@ -51,10 +52,11 @@ FLOPS = {
     "iota": 8,
     "matmul": 2 * 4 * 3 * 8,
     "linear": 2 * 4 * 3 * 8 + 4 * 3,  # + the bias
+    "grouped_mm": 2 * 4 * 3 * 8,
     "sdpa": 2 * 4 * 4 * (8 + 8) // 2,
     "sdpa_bwd": 5 * (2 * 4 * 4 * (8 + 8) // 2) // 2,
 }
-MATMUL_UNITS = {"matmul", "linear", "sdpa", "sdpa_bwd"}
+MATMUL_UNITS = {"matmul", "linear", "grouped_mm", "sdpa", "sdpa_bwd"}
 
 
 def test_every_op_has_a_cost_in_its_definition() -> None:

@@ -24,7 +24,7 @@ from fuserlite.ir.fusion import takes_place_of
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, ReductionOpType
 from fuserlite.ops.common import X, check_tensor, data_axes, fusion_of, new_axis, shape_text
-from fuserlite.ops.cost import contraction
+from fuserlite.ops.cost import contraction, grouped
 from fuserlite.ops.forms import Template
 from fuserlite.ops.gradients import unbroadcast
 from fuserlite.ops.movement import squeeze, transpose, unsqueeze
@@ -292,6 +292,7 @@ def _grouped_vjp(expr, operands, outputs, grads):
     indexed=True,  # a device's rows find their groups by their global row index
     local=LocalRule.whole,
     vjp=_grouped_vjp,
+    cost=grouped,
 )
 def grouped_mm(mat1: TensorView, mat2: TensorView, offsets: TensorView) -> TensorView:
     """Grouped matmul (nvFuser's, mixture of experts): mat1[m, k] @ mat2[g, k, n] ->

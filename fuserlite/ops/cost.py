@@ -19,6 +19,7 @@ fuserlite.timing turns kernels of these into time with a roofline. The counts:
 | gelu, silu, sigmoid, rand_like | 8, 4, 3 and 10 per element (their formulas' operations) |
 | views, copies, cat, cast | 0: they only move data |
 | matmul, linear | 2 m n k on the local blocks (+ m n for linear's bias) |
+| grouped_mm | 2 m n k: each row (or each k) in one group |
 | sdpa | 2 (E + Ev) L S per batch entry, half of it causal (FlashAttention's count) |
 | sdpa_bwd | 2.5 x sdpa's (FlashAttention-2: five matmuls for two) |
 """
@@ -80,6 +81,14 @@ def contraction(expr: Expr, shape: ShapeOf) -> OpCost:
     k = shape(expr.inputs[0])[-1] if shape(expr.inputs[0]) else 1
     bias = out if expr.op_name == "linear" and len(expr.inputs) == 3 else 0
     return OpCost(2 * out * k + bias, io_bytes(expr, shape), matmul=True)
+
+
+def grouped(expr: Expr, shape: ShapeOf) -> OpCost:
+    """grouped_mm: 2 m n k, each row by its one group's matrix (or each k in one group's
+    product: the [g, m, n] form's g products share its k)."""
+    m, k = shape(expr.inputs[0])
+    n = shape(expr.inputs[1])[-1]
+    return OpCost(2 * m * n * k, io_bytes(expr, shape), matmul=True)
 
 
 def _attention_flops(expr: Expr, shape: ShapeOf, query: int) -> int:
