@@ -24,7 +24,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
+from fuserlite.ir.types import ParallelType
 from fuserlite.ops.registry import LocalRule, OpDef, definition
 from fuserlite.schedule.shard import shard_as
 
