@@ -30,6 +30,27 @@ def test_names_are_labels_of_the_axes_not_part_of_the_mesh() -> None:
     assert NAMED.text() == plain.text()  # nvFuser's printed mesh
 
 
+def test_a_cached_sharding_error_names_the_axes_of_its_own_mesh() -> None:
+    """Meshes alike but for their names are equal, so a fact cached for one is the other's:
+    the error text still names each mesh's own axes (regression: the second mesh's error
+    said 'tp' though its axis has no name)."""
+
+    def bad_sharding(mesh: fl.DeviceMesh) -> str:
+        with fl.Fusion() as fusion:
+            x = fl.tensor([6, 4], name="x")
+            x.set_device_mesh(mesh)
+            x.axis(0).parallelize(X)
+            fusion.add_output(fl.exp(x))
+        with pytest.raises(fl.FuserliteError) as info:
+            fl.lower(fusion)
+        return str(info.value)
+
+    named = bad_sharding(fl.DeviceMesh([0, 1, 2, 3], axis_names=("tp",)))
+    plain = bad_sharding(fl.DeviceMesh([0, 1, 2, 3]))
+    assert "mesh axis 0, tp, of" in named
+    assert "mesh axis 0 of" in plain and "tp" not in plain
+
+
 @pytest.mark.parametrize(
     "names, fragment",
     [

@@ -82,10 +82,22 @@ def mesh_axis_text(mesh: DeviceMesh, pt: ParallelType) -> str:
     return f"{pt.name} (mesh axis {a}{name} of {mesh}, {mesh.shape[a]} devices)"
 
 
-@fact
 def sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str | None:
     """Why device-parallel axis `p` of a domain on `mesh` is not a valid sharding (None
     if it is)."""
+    why = _sharding_problem(dom, mesh, p)
+    if why is None or _WHERE not in why:
+        return why
+    # Meshes alike but for their axis names are equal (one cached answer for both), so
+    # the cached text names the mesh axis by a placeholder, filled in with this mesh's.
+    return why.replace(_WHERE, mesh_axis_text(mesh, dom.axes[p].parallel_type))
+
+
+_WHERE = "\0where\0"
+
+
+@fact
+def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str | None:
     ax = dom.axes[p]
     pt = ax.parallel_type
     if ax.is_broadcast:
@@ -111,7 +123,7 @@ def sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str 
     split_extent = dom.axes[split].extent
     if _fits(ax.extent, split_extent, None if inner is None else inner.extent, d):
         return None
-    where = mesh_axis_text(mesh, pt)
+    where = _WHERE
     if ax.extent != d:
         fix = (
             f"outer_split the axis by {d} and parallelize the outer part"
