@@ -460,8 +460,10 @@ def _own(op: _Op, differences: Differences) -> list[Own]:
     elif name == "sum":
         n = np.size(vals[0]) // y.size if y.size else 0  # terms per element
         own = (Source.ORDER, BOTH * np.sqrt(n) * u * _terms(expr, vals, y.shape))
-    elif name in ("matmul", "linear"):
-        k = np.shape(vals[0])[-1] + len(vals) - 2  # + a bias: one more term
+    elif name in ("matmul", "linear", "grouped_mm"):
+        # + a bias: one more term; a grouped_mm's offsets are no term, and its k bounds
+        # the terms of a k group
+        k = np.shape(vals[0])[-1] + (len(vals) - 2 if name == "linear" else 0)
         own = (Source.ORDER, BOTH * np.sqrt(k) * u * _terms(expr, vals, y.shape))
     elif name == "sdpa":
         q, k, v = vals[:3]
