@@ -17,7 +17,8 @@ linears here; Megatron's fused QKV linear makes it one), and an Allreduce of the
 gradient of each parameter the sequence shards all read (the layer norms' weights and
 the biases added after a ReduceScatter). Attention's backward (sdpa_bwd) draws the
 forward's dropout mask again and needs nothing from other devices. The step is run and
-checked against the reference evaluator of the derived fusion.
+checked against the reference evaluator of the derived fusion, and its time modelled on
+8 H100s on NVLink (fl.timeline: compute, communication and what is exposed).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import argparse
 
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.timing.chart import totals_text
+from fuserlite.timing.units import seconds_text
 
 
 def block_loss(dtype: str, devices: int = 8) -> fl.Fusion:
@@ -61,6 +64,14 @@ def main(argv: list[str] | None = None) -> None:
     checked = fl.validate(step, inputs, outputs)
     print(f"loss {float(outputs[0]):.5f}; {len(outputs) - 1} gradients, each placed as its input")
     print(f"validation ok: {checked.summary()[0]}")
+    # The step's modelled time (`fuserlite timeline` of it draws the chart per device):
+    # on one stream per device every communication is exposed.
+    forward_time, step_time = fl.timeline(forward), fl.timeline(program)
+    print(
+        f"step time {seconds_text(step_time.step_time)} on {step_time.machine.name} (forward "
+        f"{seconds_text(forward_time.step_time)}): {totals_text(step_time)}",
+        end="",
+    )
 
 
 if __name__ == "__main__":

@@ -230,3 +230,26 @@ def test_run_grad_of_an_unknown_input_is_one_paragraph(capsys) -> None:
     err = capsys.readouterr().err
     assert code == 1
     assert "grad: 'w3' is not an input of the fusion (its inputs: x, w1, b1, w2, b2)" in err
+
+
+def _allreduces(out: str) -> int:
+    return sum(line.split()[:1] == ["Allreduce"] for line in out.splitlines())
+
+
+def test_timeline_and_explain_grad_show_the_training_step(capsys) -> None:
+    """The step's time and its reshardings: Megatron's two Allreduces, as run shows."""
+    assert main(["timeline", str(LOSS_FUS), "--grad", "w1,b1,w2,b2,x"]) == 0
+    timeline = capsys.readouterr().out
+    assert _allreduces(timeline) == 2 and "step time" in timeline
+    assert main(["timeline", str(LOSS_FUS)]) == 0  # the forward alone: one
+    assert _allreduces(capsys.readouterr().out) == 1
+    assert main(["explain", str(LOSS_FUS), "--grad", "x"]) == 0
+    assert capsys.readouterr().out.count("Allreduce on DIDx teams") == 2
+
+
+def test_grad_of_a_lowered_program_is_a_usage_error(capsys, tmp_path) -> None:
+    printed = tmp_path / "step.txt"
+    assert main(["print", str(LOSS_FUS), "--lowered"]) == 0
+    printed.write_text(capsys.readouterr().out)
+    assert main(["timeline", str(printed), "--grad", "x"]) == 1
+    assert "--grad derives a training step from a fusion" in capsys.readouterr().err

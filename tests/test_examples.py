@@ -37,6 +37,7 @@ KEY_LINES = {
         "backward: Allgather, ReduceScatter, Allgather, ReduceScatter, ReduceScatter, "
         "ReduceScatter, Allreduce, Allreduce, Allreduce, Allreduce, Allreduce, Allreduce",
         "validation ok",
+        "step time 382 us on h100-nvlink (forward 93.8 us): compute 242 us, communication 140 us",
     ],
     "transformer_block.py": [
         "placements: x Shard(dim=1), wq Shard(dim=0), bq Shard(dim=0),",

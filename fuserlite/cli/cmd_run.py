@@ -16,12 +16,14 @@ from fuserlite.cli.output import (
     Output,
     UsageError,
     add_command,
+    add_grad_option,
     add_latency_option,
     add_mesh_options,
     load_fusion,
     lowering_pass_names,
     pipeline,
     source_name,
+    training_step,
 )
 from fuserlite.cli.progress import ProgressDisplay
 from fuserlite.cli.resized import resize_notes
@@ -72,8 +74,7 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
             )
         names = lowering_pass_names(args)  # checks --devices before anything is built
         fusion = load_fusion(args.path)
-        if args.grad is not None:  # the training step: the loss and its gradients
-            fusion = fuserlite.grad(fusion, [n.strip() for n in args.grad.split(",")])
+        fusion = training_step(fusion, args)
     except (FuserliteError, UsageError):
         if silent_rank():
             return EXIT_ERROR  # every process reads the same flags and file: rank 0 says it
@@ -195,12 +196,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add `run` to the subcommands."""
     r = add_command(commands, common, cmd_run, "run", "lower, execute and validate a .fus fusion")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    r.add_argument(
-        "--grad",
-        metavar="NAMES",
-        help="run the derived training step instead: the first output (a scalar loss) and "
-        "its gradients with respect to these inputs (comma-separated), sharded as they are",
-    )
+    add_grad_option(r)
     r.add_argument(
         "--init",
         choices=INITS,

@@ -13,6 +13,7 @@ from rich.highlighter import RegexHighlighter
 from rich.table import Table
 from rich.theme import Theme
 
+from fuserlite.autodiff import grad
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
 from fuserlite.pipeline import Pipeline, default_pass_names, latency_options
@@ -261,20 +262,44 @@ def lowered_program(args: argparse.Namespace, command: str) -> Program:
     names = lowering_pass_names(args)
     ir = load_ir(args.path)
     if isinstance(ir, Program):
+        if args.grad is not None:
+            raise UsageError(
+                f"fuserlite {command}: error: --grad derives a training step from a fusion, "
+                f"but {source_name(args.path)} is a lowered program; give the .fus file"
+            )
         _check_lowered(ir, args, command)
         return ir
-    return pipeline(args, names).run(ir)
+    return pipeline(args, names).run(training_step(ir, args))
+
+
+def add_grad_option(parser: argparse.ArgumentParser) -> None:
+    """`--grad NAMES`: the derived training step instead of the fusion (fl.grad)."""
+    parser.add_argument(
+        "--grad",
+        metavar="NAMES",
+        help="the derived training step instead: the first output (a scalar loss) and "
+        "its gradients with respect to these inputs (comma-separated), sharded as they are",
+    )
+
+
+def training_step(fusion: Fusion, args: argparse.Namespace) -> Fusion:
+    """The fusion, or with --grad its training step: the loss and the named gradients."""
+    if args.grad is None:
+        return fusion
+    return grad(fusion, [n.strip() for n in args.grad.split(",")])
 
 
 def add_program_arguments(parser: argparse.ArgumentParser) -> None:
     """PATH (a fusion, lowered by the default pipeline, or a lowered program: what
-    `lowered_program` reads), --devices / --mesh, --latency-bytes and --machine."""
+    `lowered_program` reads), --devices / --mesh, --latency-bytes, --machine and
+    --grad."""
     parser.add_argument(
         "path", metavar="PATH", help="a .fus file or printed IR (fuserlite print); - for stdin"
     )
     add_mesh_options(parser)
     add_latency_option(parser)
     add_machine_option(parser)
+    add_grad_option(parser)
 
 
 def add_machine_option(parser: argparse.ArgumentParser) -> None:
