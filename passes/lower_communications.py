@@ -285,7 +285,7 @@ def _step_communication(
 @register
 @dataclass(frozen=True)
 class LowerCommunications(Pass):
-    """Lower every resharding Set to one Communication (or a local slice)."""
+    """Lower every resharding Set to its planned steps, a Communication each (or a local slice)."""
 
     name: ClassVar[str] = "lower-communications"
     level: ClassVar[Level] = Level.program
