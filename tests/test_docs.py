@@ -1,7 +1,7 @@
 """The docs tell the truth: every snippet and command in README.md and docs/ runs as
 written, and what they say it prints is what it prints.
 
-Three conventions make the quoted numbers checkable (docs/design.md, "Docs"):
+Three conventions make the quoted numbers checkable (docs/design.md, section 10):
 
 - A ```python block runs alone, as a newcomer would paste it into a file; a line's
   `# prints TEXT` comment says TEXT is in what the snippet prints. A block that is not
