@@ -32,7 +32,7 @@ import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.numerics.nn import compute_dtype
-from fuserlite.numerics.philox import Block, keep_mask
+from fuserlite.numerics.philox import Block, Dropout, check_seed, dropout_scale, keep_mask
 
 
 def _check(q: np.ndarray, k: np.ndarray, v: np.ndarray, op: str) -> tuple[int, ...]:
@@ -79,9 +79,12 @@ def _block(op: str, block: Block | None, shape: tuple[int, ...]) -> Block:
 
 
 class _Probabilities:
-    """softmax(scale q k^T, causal) recomputed from (q, k), and the dropout mask."""
+    """softmax(scale q k^T, causal) recomputed from (q, k), and the dropout mask (or the
+    `dropout` function that applies it, which draws no mask here)."""
 
-    def __init__(self, q, k, shape, dropout_p, is_causal, scale, seed, offset, block, op):
+    def __init__(
+        self, q, k, shape, dropout_p, is_causal, scale, seed, offset, block, op, dropout=None
+    ):
         self.shape = shape
         self.block = _block(op, block, shape)
         self.c = compute_dtype(q.dtype)
@@ -93,17 +96,23 @@ class _Probabilities:
             allowed = np.arange(self.shape[-1])[None, :] <= rows[:, None]
             scores = np.where(allowed, scores, -np.inf)
         self.scores = scores
-        self.keep, self.dropout_scale = None, self.c.type(1.0)
+        self.keep, self.dropout, self.drop = None, dropout, None
         if dropout_p > 0:
-            index = self.block.index(self.shape)
-            self.keep = keep_mask(float(dropout_p), seed, offset, index, self.c)
-            self.dropout_scale = self.c.type(1.0 / (1.0 - dropout_p) if dropout_p < 1 else 1.0)
+            self.drop = (float(dropout_p), *check_seed(seed, offset))
+            if dropout is None:  # numpy's: the mask, drawn once for every use
+                index = self.block.index(self.shape)
+                self.keep = keep_mask(float(dropout_p), seed, offset, index, self.c)
+            else:
+                self.block.check(self.shape)
 
     def dropped(self, p: np.ndarray) -> np.ndarray:
         """p * mask / (1 - dropout_p): what multiplies the values."""
-        if self.keep is None:
+        if self.drop is None:
             return p
-        return np.where(self.keep, p * self.dropout_scale, np.zeros((), p.dtype))
+        if self.keep is None:
+            return self.dropout(p, *self.drop, self.block)
+        scale = dropout_scale(self.drop[0], p.dtype)
+        return np.where(self.keep, p * scale, np.zeros((), p.dtype))
 
 
 def probabilities(
@@ -137,12 +146,14 @@ def sdpa_fwd(
     seed: int = 0,
     offset: int = 0,
     block: Block | None = None,
+    dropout: Dropout | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(output, logsumexp, philox_seed, philox_offset) of attention, see the module."""
+    """(output, logsumexp, philox_seed, philox_offset) of attention, see the module;
+    `dropout` applies the mask as philox.apply_dropout does (default: that, in numpy)."""
     _flags("sdpa_fwd", dropout_p, is_causal)
     shape = _check(q, k, v, "sdpa_fwd")
     probs = _Probabilities(
-        q, k, shape, dropout_p, is_causal, scale, seed, offset, block, "sdpa_fwd"
+        q, k, shape, dropout_p, is_causal, scale, seed, offset, block, "sdpa_fwd", dropout
     )
     m = np.max(probs.scores, axis=-1, keepdims=True)  # finite: key 0 is never masked
     e = np.exp(probs.scores - m)

@@ -31,6 +31,7 @@ program draws there: a sharded dropout keeps exactly the unsharded mask.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -144,6 +145,29 @@ def keep_mask(p: float, seed: int, offset: int, index: np.ndarray, dtype: np.dty
     return u < compute(1.0 - p)
 
 
+def check_seed(seed: int, offset: int) -> tuple[int, int]:
+    """(seed, offset) as ints, if each is a uint64 (an ExecutionError otherwise)."""
+    return _u64(seed, "seed"), _u64(offset, "offset")
+
+
+def dropout_scale(p: float, dtype: np.dtype) -> np.generic:
+    """What dropout multiplies a kept value by, 1 / (1 - p) (1 for p = 1), in `dtype`."""
+    return np.dtype(dtype).type(1.0 / (1.0 - p) if p < 1 else 1.0)
+
+
+def apply_dropout(values: np.ndarray, p: float, seed: int, offset: int, block: Block) -> np.ndarray:
+    """Dropout of a local array of float32 or float64 `values` lying at `block` of the
+    global tensor: each value kept where keep_mask is at its global linear index, scaled
+    by 1 / (1 - p), else 0. A compiled kernel draws the same numbers in C (C_SOURCE)."""
+    keep = keep_mask(p, seed, offset, block.index(values.shape), values.dtype)
+    return np.where(keep, values * dropout_scale(p, values.dtype), np.zeros((), values.dtype))
+
+
+# Dropout as a function of (values, p, seed, offset, block), as apply_dropout: what a
+# caller with a compiled one gives attention instead.
+Dropout = Callable[[np.ndarray, float, int, int, "Block"], np.ndarray]
+
+
 @dataclass(frozen=True)
 class Block:
     """Where a local array lies in a global tensor: the global shape and the global
@@ -159,6 +183,16 @@ class Block:
 
     def index(self, local_shape: tuple[int, ...]) -> np.ndarray:
         """int64 global linear index of every element of a local array of `local_shape`."""
+        local_shape = self.check(local_shape)
+        total = np.zeros((), np.int64)
+        for axis, (n, s, k) in enumerate(zip(self.shape, self.start, local_shape)):
+            coord = np.arange(s, s + k, dtype=np.int64)
+            total = total * np.int64(n) + coord.reshape((k,) + (1,) * (len(local_shape) - axis - 1))
+        return np.broadcast_to(total, local_shape)
+
+    def check(self, local_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """`local_shape` as a tuple, if a local array of it lies inside the tensor (an
+        ExecutionError otherwise): what index() and a compiled draw at these indices need."""
         local_shape = tuple(local_shape)
         if not len(local_shape) == len(self.shape) == len(self.start):
             raise ExecutionError(
@@ -173,11 +207,7 @@ class Block:
                 )
         if math.prod(self.shape) >= 2**63:
             raise ExecutionError(f"a {list(self.shape)} tensor has more than 2**63 elements")
-        total = np.zeros((), np.int64)
-        for axis, (n, s, k) in enumerate(zip(self.shape, self.start, local_shape)):
-            coord = np.arange(s, s + k, dtype=np.int64)
-            total = total * np.int64(n) + coord.reshape((k,) + (1,) * (len(local_shape) - axis - 1))
-        return np.broadcast_to(total, local_shape)
+        return local_shape
 
 
 # The same generator in C (C99/C++ and CUDA: host and device functions). The code

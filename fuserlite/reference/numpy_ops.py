@@ -63,7 +63,8 @@ def _linear(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
     rows = math.prod(w.shape[:-1])  # not -1: an empty chunk of k has no rows to infer
     out = _matmul(x, w.reshape(rows, w.shape[-1]).T).reshape(*x.shape[:-1], *wbatch, n)
     xb = x.ndim - 1
-    out = np.moveaxis(out, range(xb, xb + len(wbatch)), range(len(wbatch)))
+    if wbatch:  # np.moveaxis costs microseconds even when it moves nothing
+        out = np.moveaxis(out, range(xb, xb + len(wbatch)), range(len(wbatch)))
     return out + bias[0].reshape(*wbatch, *[1] * xb, n) if bias else out
 
 
@@ -125,6 +126,17 @@ def _grouped_mm(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, 
 
 def _sdpa(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
     """(output, logsumexp) of this device's query rows."""
+    return sdpa_block(expr, operands, start)
+
+
+def sdpa_block(
+    expr: Expr,
+    operands: list[np.ndarray],
+    start: tuple[int, ...],
+    dropout: philox.Dropout | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(output, logsumexp) of an sdpa expression on the query rows whose output starts at
+    global `start`; `dropout` applies its mask (default: numpy's, philox.apply_dropout)."""
     a = expr.attrs
     out, lse, _, _ = attention.sdpa_fwd(
         *operands,
@@ -132,6 +144,7 @@ def _sdpa(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
         seed=a["seed"],
         offset=a["offset"],
         block=_rows_block(expr, start),
+        dropout=dropout,
     )
     return out, lse
 

@@ -34,6 +34,7 @@ from fuserlite.ir.sharding import (
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.kernel.grid_index import GridCache
+from fuserlite.kernel.library import LibraryKernels
 from fuserlite.kernel.runner import device_coordinates
 from fuserlite.pipeline import Level, Pipeline, Progress
 from fuserlite.program.communication import Communication
@@ -187,6 +188,10 @@ class FusionExecutor:
         self._layouts: dict[int, list] = {}  # per scheduled kernel, its outputs' (layouts, meshes)
         # How scheduled kernels run; None: op by op, as unscheduled ones always do.
         self._kernels = kernel_path(self.compute, compiler, program.kernels, self.grids)
+        # Kernels of one matmul, linear or sdpa: numpy's BLAS, sdpa's dropout compiled.
+        self._library = None
+        if self._kernels is not None:
+            self._library = LibraryKernels(program.kernels, compiler)
         self._dead_in_kernel = {  # for the kernels run op by op
             id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
             for k in program.kernels
@@ -321,6 +326,9 @@ class FusionExecutor:
                 )
             if kernel.scheduled and self._kernels is not None:
                 local.update(self._run_scheduled(kernel, local, mesh, d))
+                continue
+            if self._library is not None and kernel in self._library:
+                local.update(self._library.run(kernel, local, d))
                 continue
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
                 operands = [local[t] for t in e.inputs]

@@ -1,0 +1,207 @@
+"""Library kernels: a kernel of one matmul, linear or sdpa runs numpy's BLAS, planned once.
+
+nvFuser gives such a segment to ATen (its expression-evaluator executor) rather than
+generating code for it; fuserlite's counterpart calls numpy's GEMM once per device
+for the whole batch (numpy_ops' rows: `[(...) * m, k] @ [k, n]` as one 2-D GEMM),
+its operands cast to the compute dtype, its outputs stored in their dtype: the same
+numpy calls on the same arrays as the op-by-op path, so the same bits, without that
+path's per-expression checks. What each device's call needs (its outputs' shapes, its
+first output's global start) is worked out once per device, as the lowered program
+never changes.
+
+sdpa's dropout draws its Philox numbers inside a compiled function at each element's
+global linear index (DROPOUT_SOURCE, after numerics.philox.C_SOURCE: the generator the
+C++ and CUDA kernels' rand_like use) and scales or zeroes the probabilities in place,
+so no mask is ever materialised; it keeps exactly the elements numpy's keep_mask keeps
+(tests/test_library_kernels.py). Without a compiler (compute="interpret") the numpy
+mask is drawn, bit for bit the same.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterable
+
+import numpy as np
+
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.tensor import TensorView
+from fuserlite.numerics.philox import C_SOURCE, Block, check_seed, dropout_scale
+from fuserlite.ops.registry import compute_dtype
+from fuserlite.program.program import Kernel
+from fuserlite.program.shards import device_box, device_shape
+from fuserlite.reference.numpy_ops import NUMPY, sdpa_block, store
+
+LIBRARY_OPS = ("matmul", "linear", "sdpa")
+MAX_RANK = 8  # of the array a compiled dropout takes
+
+DROPOUT_SYMBOL = "fl_dropout_inplace"
+# values: a C-contiguous local array of `rank` axes (local_shape) lying at `start` of a
+# global tensor of `shape`; element i's global linear index is row-major in `shape`.
+DROPOUT_SOURCE = r"""
+template <typename T>
+static void fl_dropout_block(T* values, int rank, const int64_t* shape, const int64_t* start,
+                             const int64_t* local_shape, uint64_t seed, uint64_t offset,
+                             T keep_below, T scale) {
+  int64_t rows = 1;
+  for (int a = 0; a + 1 < rank; ++a) rows *= local_shape[a];
+  const int64_t width = local_shape[rank - 1];
+  int64_t coord[8] = {0};
+  for (int64_t row = 0; row < rows; ++row) {
+    uint64_t base = 0; /* the global linear index of this row's first element */
+    for (int a = 0; a < rank; ++a) base = base * (uint64_t)shape[a] + (uint64_t)(start[a] + coord[a]);
+    T* v = values + row * width;
+    for (int64_t j = 0; j < width; ++j) {
+      const uint64_t index = base + (uint64_t)j;
+      T u;
+      if (sizeof(T) == 8) u = (T)fl_uniform(seed, offset, index);
+      else u = (T)fl_uniformf(seed, offset, index);
+      v[j] = u < keep_below ? v[j] * scale : (T)0;
+    }
+    for (int a = rank - 2; a >= 0; --a) { /* the next row: carry along the outer axes */
+      if (++coord[a] < local_shape[a]) break;
+      coord[a] = 0;
+    }
+  }
+}
+
+extern "C" void fl_dropout_inplace(void* values, int is_double, int rank, const int64_t* shape,
+                                   const int64_t* start, const int64_t* local_shape, uint64_t seed,
+                                   uint64_t offset, double keep_below, double scale) {
+  if (is_double)
+    fl_dropout_block<double>((double*)values, rank, shape, start, local_shape, seed, offset,
+                             keep_below, scale);
+  else
+    fl_dropout_block<float>((float*)values, rank, shape, start, local_shape, seed, offset,
+                            (float)keep_below, (float)scale);
+}
+"""
+
+
+class CompiledDropout:
+    """numerics.philox.apply_dropout, its numbers drawn in C into the values in place
+    (float32 or float64, C-contiguous; anything else is copied to that first)."""
+
+    def __init__(self, compiler) -> None:
+        """`compiler`: a fuserlite.kernel.compile.KernelCompiler; built at the first call."""
+        self.compiler = compiler
+        self._function = None
+
+    def _load(self):
+        function = self.compiler.functions(
+            C_SOURCE, {DROPOUT_SYMBOL: DROPOUT_SOURCE}, {DROPOUT_SYMBOL: "sdpa's dropout"}
+        )[DROPOUT_SYMBOL]
+        int64s = ctypes.POINTER(ctypes.c_int64)
+        function.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            int64s,
+            int64s,
+            int64s,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.c_double,
+            ctypes.c_double,
+        ]
+        function.restype = None
+        self._function = function
+        return function
+
+    def __call__(
+        self, values: np.ndarray, p: float, seed: int, offset: int, block: Block
+    ) -> np.ndarray:
+        """Dropout of `values` at `block`, as apply_dropout; returns `values` (or its copy)."""
+        if not 0.0 <= p <= 1.0:
+            raise ExecutionError(f"dropout: the probability must be in [0, 1], got {p}")
+        seed, offset = check_seed(seed, offset)
+        local = block.check(values.shape)
+        if not 1 <= len(local) <= MAX_RANK:
+            raise ExecutionError(
+                f"compiled dropout: a {len(local)}-d array; it takes 1 to {MAX_RANK} axes"
+            )
+        dtype = np.float64 if values.dtype == np.float64 else np.float32
+        if values.dtype != dtype or not values.flags.c_contiguous or not values.flags.writeable:
+            values = np.array(values, dtype, order="C")
+        if values.size == 0:
+            return values
+        # compared in the values' type, as keep_mask compares u < 1 - p (float32 for float32)
+        keep_below = float(np.dtype(dtype).type(1.0 - p))
+        scale = float(dropout_scale(p, dtype))
+        shapes = np.array([block.shape, block.start, local], np.int64)
+        rows = [shapes[j].ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for j in range(3)]
+        function = self._function or self._load()
+        function(values.ctypes.data, dtype == np.float64, len(local), *rows, seed, offset,
+                 keep_below, scale)  # fmt: skip
+        return values
+
+
+def library_expr(kernel: Kernel) -> Expr | None:
+    """The kernel's expression if the kernel is one matmul, linear or sdpa (else None)."""
+    if kernel.scheduled or len(kernel.exprs) != 1:
+        return None
+    expr = kernel.exprs[0]
+    return expr if expr.op_name in LIBRARY_OPS else None
+
+
+class _Plan:
+    """One library kernel's call: its expression, compute dtype and, per device, its
+    outputs' shapes and its first output's global start."""
+
+    def __init__(self, kernel: Kernel, expr: Expr) -> None:
+        self.kernel = kernel
+        self.expr = expr
+        self.compute = [t.dtype.compute.numpy for t in expr.outputs]
+        self.dtype = compute_dtype(expr).numpy  # the operands', as eval_outputs casts them
+        self.row = NUMPY[expr.op_name]
+        self._devices: dict[int, tuple[list[tuple[int, ...]], tuple[int, ...]]] = {}
+
+    def where(self, device: int) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+        """(the outputs' shapes, the first output's start) on `device`."""
+        found = self._devices.get(device)
+        if found is None:
+            shapes = [device_shape(t, device) for t in self.expr.outputs]
+            start = tuple(s for s, _ in device_box(self.expr.output, device))
+            found = self._devices[device] = (shapes, start)
+        return found
+
+
+class LibraryKernels:
+    """The library kernels of a program (library_expr), each planned once; `compiler`
+    (a KernelCompiler, or None: numpy draws dropout's mask) compiles sdpa's dropout."""
+
+    def __init__(self, kernels: Iterable[Kernel], compiler=None) -> None:
+        self._plans = {
+            id(k): _Plan(k, expr) for k in kernels if (expr := library_expr(k)) is not None
+        }
+        self.dropout = CompiledDropout(compiler) if compiler is not None else None
+
+    def __contains__(self, kernel: Kernel) -> bool:
+        return id(kernel) in self._plans
+
+    def run(
+        self, kernel: Kernel, local: dict[TensorView, np.ndarray], device: int
+    ) -> dict[TensorView, np.ndarray]:
+        """The kernel's outputs on `device` from its local inputs, stored in their dtypes."""
+        plan = self._plans[id(kernel)]
+        expr = plan.expr
+        shapes, start = plan.where(device)
+        operands = [local[t].astype(plan.dtype, copy=False) for t in expr.inputs]
+        with np.errstate(all="ignore"):
+            if expr.op_name == "sdpa":
+                values = sdpa_block(expr, operands, start, self.dropout)
+            else:
+                values = (plan.row(expr, operands, shapes[0]),)
+        outputs = {}
+        for tv, value, shape, compute in zip(expr.outputs, values, shapes, plan.compute):
+            value = np.asarray(value).astype(compute, copy=False)
+            if value.shape != shape:
+                raise ExecutionError(
+                    f"{expr!r} produced shape {value.shape}, expected {shape} for {tv.name}"
+                )
+            outputs[tv] = store(tv, value)
+        return outputs
+
+
+__all__ = ["DROPOUT_SOURCE", "CompiledDropout", "LibraryKernels", "library_expr"]

@@ -1,0 +1,105 @@
+"""Library kernels (fuserlite.kernel.library): a kernel of one matmul, linear or sdpa runs
+numpy's BLAS through a plan made once, and sdpa's dropout draws Philox in C at each
+element's global index, bit for bit the numbers numpy's keep_mask draws."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.kernel.library import CompiledDropout, library_expr
+from fuserlite.numerics import attention
+from fuserlite.numerics.philox import Block, apply_dropout
+from fuserlite.runtime.compute import default_compiler
+
+BLOCKS = [  # (global shape, start, local shape)
+    ((37,), (5,), (30,)),
+    ((2, 3, 16, 16), (1, 0, 0, 0), (1, 3, 16, 16)),
+    ((2, 8, 16, 16), (0, 3, 4, 0), (2, 2, 9, 16)),
+    ((3, 5, 7), (2, 4, 6), (1, 1, 1)),
+    ((4, 0, 3), (0, 0, 0), (4, 0, 3)),
+]
+
+
+@pytest.fixture(scope="module")
+def dropout() -> CompiledDropout:
+    return CompiledDropout(default_compiler())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_compiled_dropout_is_numpys_bit_for_bit(dropout, dtype, p: float) -> None:
+    rng = np.random.default_rng(7)
+    for seed, offset in ((0, 0), (3, 5), (2**64 - 1, 2**40 + 3)):
+        for shape, start, local in BLOCKS:
+            values = rng.standard_normal(local).astype(dtype)
+            block = Block(shape, start)
+            want = apply_dropout(values, p, seed, offset, block)
+            got = dropout(values.copy(), p, seed, offset, block)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_compiled_dropout_copies_what_it_cannot_write_in_place(dropout) -> None:
+    values = np.arange(64, dtype=np.float32).reshape(8, 8).T  # not C-contiguous
+    block = Block((8, 8), (0, 0))
+    got = dropout(values, 0.5, 1, 2, block)
+    assert got is not values
+    np.testing.assert_array_equal(got, apply_dropout(values, 0.5, 1, 2, block))
+    assert values[0, 1] == 8  # the caller's array is left alone
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((0.5, 0, 0, Block((4,), (2,))), "outside"),
+        ((1.5, 0, 0, Block((4,), (0,))), "probability"),
+        ((0.5, -1, 0, Block((4,), (0,))), "seed"),
+    ],
+)
+def test_compiled_dropout_rejects_what_numpy_rejects(dropout, args, message: str) -> None:
+    with pytest.raises(ExecutionError, match=message):
+        dropout(np.ones(4, np.float32), *args)
+
+
+def test_attention_with_the_compiled_dropout_is_numpys(dropout) -> None:
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 3, 6, 4)).astype(np.float32) for _ in range(3))
+    block = Block((2, 3, 6, 6), (0, 0, 0, 0))
+    flags = {"dropout_p": 0.3, "is_causal": True, "seed": 4, "offset": 9, "block": block}
+    want = attention.sdpa_fwd(q, k, v, **flags)
+    got = attention.sdpa_fwd(q, k, v, **flags, dropout=dropout)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_blocks_library_kernels_are_the_op_by_op_path_bit_for_bit(
+    dtype: str, monkeypatch
+) -> None:
+    """The six linears and the sdpa of the GPT block run as library kernels, compiled and
+    interpreted, and give the bits they give run op by op (compiled pointwise kernels
+    round float32's tanh otherwise than numpy, so each path is compared with itself with
+    its library kernels run op by op); compiled, no dropout mask is drawn."""
+    fusion = models.transformer_block(8, dtype)
+    inputs = fl.random_inputs(fusion, seed=4)
+    for compute in ("interpret", "compiled"):
+        executor = fl.FusionExecutor(fusion, compute=compute)
+        library = [library_expr(k) for k in executor.program.kernels]
+        assert sorted(e.op_name for e in library if e is not None) == ["linear"] * 6 + ["sdpa"]
+        op_by_op = fl.FusionExecutor(fusion, compute=compute)
+        op_by_op._library = None
+        (want,) = op_by_op.run(inputs)
+        with monkeypatch.context() as patched:
+            if compute == "compiled":
+                patched.setattr(attention, "keep_mask", _no_mask)
+            (got,) = executor.run(inputs)
+        np.testing.assert_array_equal(got, want)
+    fl.validate(fusion, inputs, [got])
+
+
+def _no_mask(*args, **kwargs):
+    raise AssertionError("the compiled path drew a dropout mask in numpy")
