@@ -34,6 +34,7 @@ DEFAULT_PASSES = (
     "reorder-sharded-axis",
     "segment",
     "schedule-pointwise",
+    "schedule-reduction",
     "lower-communications",
     "assign-layouts",
 )

@@ -9,6 +9,7 @@ from fuserlite.passes import (
     reorder_sharded_axis,  # noqa: F401
     resize_mesh,  # noqa: F401
     schedule_pointwise,  # noqa: F401
+    schedule_reduction,  # noqa: F401
     segment,  # noqa: F401
 )
 from fuserlite.passes.base import REGISTRY, Pass, make_pass, register

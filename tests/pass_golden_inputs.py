@@ -186,6 +186,25 @@ CASES = [
         "row softmax: the reduction kernels are left with a note, the pointwise ones scheduled",
         example("softmax"),
     ),
+    # schedule-reduction: a kernel of one sum or max gets a row per block and threads across.
+    Case(
+        "schedule-reduction",
+        "softmax",
+        "row softmax, rows sharded: its max and sum kernels each a row per block, 8 threads",
+        example("softmax"),
+    ),
+    Case(
+        "schedule-reduction",
+        "layer_norm",
+        "the GPT block's layer_norms: their sums of 64 a row per block; other kernels untouched",
+        lambda: models.transformer_block(8, "bfloat16"),
+    ),
+    Case(
+        "schedule-reduction",
+        "partial_sum",
+        "seed 000: a sum over the sharded axis is a partial sum, left with a note",
+        seed_000,
+    ),
     # lower-communications: each resharding Set becomes its Communication.
     Case(
         "lower-communications",

@@ -29,6 +29,7 @@ from fuserlite.kernel.indexing import (
     global_index,
     lowering_key,
 )
+from fuserlite.kernel.reduction import Reduction, reduction_of
 from fuserlite.ops.registry import compute_dtype, definition, is_indexed
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.axis_maps import axis_positions, producer_coords, producer_positions
@@ -177,9 +178,13 @@ class KernelPlan:
     devices: list[str]  # the device indices the kernel's tensors read (device_indices)
 
 
-def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan:
+def plan_kernel(kernel: Kernel, grids: GridCache) -> KernelPlan | Reduction:
     """The kernel's grid and passes, lowered in batches, with the registers each batch
-    is the last to read."""
+    is the last to read; a scheduled reduction's plan is its Reduction
+    (fuserlite.kernel.reduction)."""
+    reduction = reduction_of(kernel)
+    if reduction is not None:
+        return reduction
     computed = [e.outputs[0] for e in kernel.exprs]
     layouts = _layouts(computed)
     firsts = list(dict.fromkeys(first for first, _ in layouts.values()))

@@ -53,6 +53,7 @@ from fuserlite.kernel.cuda import (
     random_dtypes,
     random_source,
 )
+from fuserlite.kernel.reduction import cpu_reduction, reduction_of
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.grid import kernel_grid
 
@@ -171,7 +172,11 @@ class CpuFunction(NamedTuple):
 def cpu_function(kernel: Kernel) -> CpuFunction:
     """The CPU function of a scheduled kernel: the CUDA body in a loop over the grid, in
     one function, or if it is too large for one in parts (fuserlite.kernel.cpu_parts);
-    KernelTooLarge if it cannot be split."""
+    KernelTooLarge if it cannot be split. A scheduled reduction's is its own loop nest
+    (fuserlite.kernel.reduction)."""
+    reduction = reduction_of(kernel)
+    if reduction is not None:
+        return CpuFunction(*cpu_reduction(kernel, reduction), 1)
     grid = kernel_grid([e.output for e in kernel.exprs])
     (gx, gy, gz), (bx, by, bz) = launch_dims(grid)
     blocks, threads = gx * gy * gz, bx * by * bz

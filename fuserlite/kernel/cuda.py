@@ -388,6 +388,11 @@ def kernel_body(kernel: Kernel, grid: list[GridAxis], indent: str = "  ") -> lis
 
 def kernel_source(kernel: Kernel, name: str) -> str:
     """One `extern "C" __global__` function for a scheduled kernel."""
+    from fuserlite.kernel.reduction import cuda_reduction, reduction_of  # it writes with ours
+
+    reduction = reduction_of(kernel)
+    if reduction is not None:
+        return cuda_reduction(kernel, reduction, name)
     grid = kernel_grid([e.output for e in kernel.exprs])
     lines = kernel_header(kernel, name, grid)
     lines.append(f'extern "C" __global__ void {name}({", ".join(kernel_params(kernel))}) {{')

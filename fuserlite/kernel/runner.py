@@ -39,6 +39,7 @@ from fuserlite.kernel.batches import KernelPlan, Lowered, Source, plan_kernel
 from fuserlite.kernel.grid_index import Grid, GridCache, Offset
 from fuserlite.kernel.indexing import device_index
 from fuserlite.kernel.memory import Store, gather
+from fuserlite.kernel.reduction import Reduction, run_reduction
 from fuserlite.program.program import Kernel, Program
 from fuserlite.program.shards import device_slices
 from fuserlite.reference.numpy_ops import eval_at_points, store
@@ -65,18 +66,13 @@ def run_kernel(
     run (the executor's own cache); without it they last this run."""
     grids = grids if grids is not None else GridCache()
     plan = plan or plan_kernel(kernel, grids)
+    given = _checked_inputs(kernel, local_inputs)
+    if isinstance(plan, Reduction):  # a row per block: fuserlite.kernel.reduction
+        return run_reduction(kernel, plan, given)
     grid = grids.grid(plan.grid)
     arrays: dict[int, np.ndarray] = {}
     written: dict[int, np.ndarray | None] = {}  # None: every element was written
-    for tv in kernel.inputs:
-        if tv not in local_inputs:
-            raise ExecutionError(f"run_kernel: no array given for kernel input {tv.name}")
-        arr = np.asarray(local_inputs[tv])
-        if arr.shape != local_shape(tv):
-            raise ExecutionError(
-                f"run_kernel: input {tv.name} has local shape {list(local_shape(tv))}, "
-                f"got an array of shape {list(arr.shape)}"
-            )
+    for tv, arr in given.items():
         arrays[id(tv)] = arr.reshape(-1)
         written[id(tv)] = None
     device = device_values(kernel, plan.devices, device)
@@ -90,6 +86,25 @@ def run_kernel(
             raise ExecutionError(f"run_kernel: kernel output {tv.name} was never written")
         result[tv] = store(tv, arrays[id(tv)].reshape(shapes.get(id(tv)) or local_shape(tv)))
     return result
+
+
+def _checked_inputs(
+    kernel: Kernel, local_inputs: dict[TensorView, np.ndarray]
+) -> dict[TensorView, np.ndarray]:
+    """The kernel's input arrays, each of its tensor's local shape (an ExecutionError
+    names the first one missing or of another shape)."""
+    given = {}
+    for tv in kernel.inputs:
+        if tv not in local_inputs:
+            raise ExecutionError(f"run_kernel: no array given for kernel input {tv.name}")
+        arr = np.asarray(local_inputs[tv])
+        if arr.shape != local_shape(tv):
+            raise ExecutionError(
+                f"run_kernel: input {tv.name} has local shape {list(local_shape(tv))}, "
+                f"got an array of shape {list(arr.shape)}"
+            )
+        given[tv] = arr
+    return given
 
 
 def _run_pass(
