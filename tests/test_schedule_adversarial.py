@@ -87,8 +87,12 @@ def schedule_problems(lowered: Program, block_size: int) -> list[str]:
                     )
                 if not ok:
                     problems.append(f"{tv.name}: device loop axis {k} comes from {d!r}")
-            for ax in loop:
-                if ax.parallel_type is ParallelType.TIDx and ax.extent != block_size:
+            for ax in loop:  # a reduction's threads are schedule-reduction's (a power of 2)
+                if (
+                    ax.parallel_type is ParallelType.TIDx
+                    and not ax.is_reduction
+                    and ax.extent != block_size
+                ):
                     problems.append(
                         f"{tv.name}: threadIdx.x extent {ax.extent} != block_size {block_size}"
                     )
@@ -294,7 +298,8 @@ def test_outer_split_remainder_merged_into_a_broadcast_is_computed_everywhere() 
 
 
 def test_cuda_source_of_a_sharded_reduction_program() -> None:
-    """An unscheduled reduction kernel with a sharded output is listed, not emitted."""
+    """A reduction kernel with a sharded output is a scheduled reduction, emitted with
+    its block reduction (schedule-reduction)."""
     with fl.Fusion() as f:
         mesh = fl.DeviceMesh.for_num_devices(2)
         a = fl.tensor([4, 8])
@@ -311,7 +316,7 @@ def test_cuda_source_of_a_sharded_reduction_program() -> None:
             cuda_source(ex.program)
         return
     src = cuda_source(ex.program)
-    assert "__global__" not in src and "not scheduled" in src
+    assert "__global__" in src and "__syncthreads();" in src and "not scheduled" not in src
 
 
 # -- nvcc -----------------------------------------------------------------------------
