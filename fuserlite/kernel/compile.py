@@ -79,6 +79,7 @@ OPTIONAL_FLAGS = (
     ("openmp", ("-fopenmp",), ()),
     ("vector-math", ("-DFL_VECTOR_MATH",), ("-lmvec",)),
 )
+LAUNCHER = "fuserlite_launch"  # a library's device loop, where its prelude defines one
 COMPILE_TIMEOUT_S = 600
 BUILD_NOTE_S = 2.0  # a build still running after this long says so on stderr,
 BUILD_NOTE_EVERY_S = 10.0  # and again this often
@@ -216,6 +217,7 @@ class KernelCompiler:
         self.cache = KernelCache(self.cache_dir)
         self.extra_flags = tuple(extra_flags)
         self._loaded: dict[str, Callable] = {}
+        self._launchers: dict[str, Callable | None] = {}  # symbol -> its library's LAUNCHER
         # Kept open while their functions are used: the libraries, and the memory files
         # they were loaded from (fuserlite.kernel.cache.load_library).
         self._libraries: list[tuple[ctypes.CDLL, int | None]] = []
@@ -230,6 +232,12 @@ class KernelCompiler:
         """The cache key of a translation unit: it and everything that decides its build."""
         toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags))
         return _digest(compiler_identity(self.compiler), cpu_identity(), *toolchain, unit)[:32]
+
+    def launcher(self, symbol: str) -> Callable | None:
+        """`fuserlite_launch(function, table, rows, stride)` of the library holding the loaded
+        function `symbol` (it calls the function on each row of an address table), or None
+        where its prelude defines none."""
+        return self._launchers.get(symbol)
 
     def has(self, symbol: str) -> bool:
         """True if the function `symbol` is loaded (functions() would build nothing for it)."""
@@ -269,8 +277,13 @@ class KernelCompiler:
                 except OSError as exc:
                     raise ExecutionError(f"cannot load the kernels just compiled: {exc}") from None
         self._libraries.append(library)
+        launcher = getattr(library[0], LAUNCHER, None)  # a prelude may not define one
+        if launcher is not None:
+            launcher.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_longlong] * 2
+            launcher.restype = None
         for symbol in sources:
             self._loaded[symbol] = library[0][symbol]
+            self._launchers[symbol] = launcher
 
     def _build(
         self,

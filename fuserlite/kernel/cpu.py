@@ -145,6 +145,13 @@ double cos(double);
 float powf(float, float);
 double pow(double, double);
 }
+
+// The executor's launch plan (fuserlite.runtime.launch) runs a kernel on every device
+// with one call: a row of buffer addresses per device.
+extern "C" void fuserlite_launch(void (*kernel)(void* const*), void* const* table, long long rows,
+                          long long stride) {
+  for (long long r = 0; r < rows; ++r) kernel(table + r * stride);
+}
 static inline float exp(float x) { return expf(x); }
 static inline float log(float x) { return logf(x); }
 static inline float tanh(float x) { return tanhf(x); }

@@ -29,6 +29,7 @@ import numpy as np
 
 from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.batches import KernelPlan, plan_kernel
@@ -41,6 +42,7 @@ from fuserlite.kernel.indexing import device_indices
 from fuserlite.kernel.memory import poison
 from fuserlite.kernel.runner import device_values, run_kernel
 from fuserlite.program.program import Kernel
+from fuserlite.runtime.launch import KernelLaunch
 
 COMPUTE = ("compiled", "interpret", "numpy")
 
@@ -111,7 +113,8 @@ class InterpretedKernels:
 class _Entry:
     """A compiled kernel and what calling it takes."""
 
-    def __init__(self, kernel: Kernel, function: Callable) -> None:
+    def __init__(self, kernel: Kernel, function: Callable, launcher: Callable | None) -> None:
+        self.launcher = launcher  # its library's device loop (fuserlite.runtime.launch)
         self.devices = device_indices(kernel.tensors)  # carried after the buffers' addresses
         function.argtypes = [ctypes.c_void_p]  # the array of its buffers' addresses
         function.restype = None
@@ -155,7 +158,25 @@ class CompiledKernels:
             labels[function.symbol] = label
         sources = {f.symbol: f.source for _, f in functions}
         loaded = self.compiler.functions(prelude(self.kernels), sources, labels) if sources else {}
-        self._entries = {id(k): _Entry(k, loaded[f.symbol]) for k, f in functions}
+        self._entries = {
+            id(k): _Entry(k, loaded[f.symbol], self.compiler.launcher(f.symbol))
+            for k, f in functions
+        }
+
+    def launch(
+        self,
+        kernel: Kernel,
+        mesh: DeviceMesh,
+        hosted: list[int],
+        output_shapes: Callable[[Kernel, int], list[tuple[int, ...]]],
+    ) -> KernelLaunch | None:
+        """A launch plan of the kernel on the `hosted` devices of `mesh` (one native call
+        per run); None where the kernel runner computes it (too large to compile)."""
+        self.prepare()
+        entry = self._entries.get(id(kernel))
+        if entry is None or entry.launcher is None:
+            return None
+        return KernelLaunch(kernel, entry.function, entry.launcher, mesh, hosted, output_shapes)
 
     def run(
         self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device=None

@@ -54,8 +54,9 @@ from fuserlite.reference.numpy_ops import eval_outputs, store
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.backends.mpi_watchdog import check_timeout
 from fuserlite.runtime.communicator import Communicator, pad_to
-from fuserlite.runtime.compute import kernel_path, resolve_compute
+from fuserlite.runtime.compute import CompiledKernels, kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
+from fuserlite.runtime.launch import KernelLaunch, plan_launches
 from fuserlite.runtime.validation import Validation, validate_run
 
 SINGLE_DEVICE = DeviceMesh([0])
@@ -181,6 +182,14 @@ class FusionExecutor:
                 )
         # Values are freed after their last reader, on every device: the outputs stay. A
         # host program's steps run in their order, posts at once, loops unrolled.
+        # Each needed input's hosted devices and the slice of it each holds (as `shard`).
+        self._input_slices = {
+            tv: [
+                (d, device_slices(tv, d) if is_sharded(tv) else ())
+                for d in self.backend.hosted(mesh_of(tv).devices)
+            ]
+            for tv in program.inputs
+        }
         steps = self._steps = program.executed()
         self._dead = dead_after(steps, _reads, _writes, keep=program.outputs)
         self._needed = read_anywhere(steps, _reads) | set(program.outputs)
@@ -192,6 +201,12 @@ class FusionExecutor:
         self._library = None
         if self._kernels is not None:
             self._library = LibraryKernels(program.kernels, compiler)
+        self._launches: dict[int, KernelLaunch] | None = None  # made at the first run
+        self._pooled: dict[TensorView, list[np.ndarray]] = {}
+        self._wholes: dict[TensorView, tuple[np.ndarray, list[np.ndarray]]] = {}
+        self._input_slices = {
+            tv: d_slices for tv, d_slices in self._input_slices.items() if tv in self._needed
+        }
         self._dead_in_kernel = {  # for the kernels run op by op
             id(k): dead_after(k.exprs, attrgetter("inputs"), attrgetter("outputs"), kernel_io(k))
             for k in program.kernels
@@ -267,12 +282,22 @@ class FusionExecutor:
         global outputs; every other rank returns None.
         """
         every = self.backend.collect(self.run_per_device(inputs))
+        wholes, self._wholes = self._wholes, {}
         if every is None:
             return None
         outs = []
         for i, (tv, (parts, _)) in enumerate(zip(self.program.outputs, self._output_layouts)):
             shards = {d: o[i] for d, o in every.items() if o[i] is not None}
-            outs.append(unshard(tv, shards, parts))
+            whole, views = wholes.get(tv, (None, ()))
+            # A launch wrote the global array itself, if the shards are still its rows.
+            if (
+                whole is not None
+                and len(shards) == len(views)
+                and all(shards.get(d) is v for d, v in zip(mesh_of(tv).devices, views))
+            ):
+                outs.append(whole)
+            else:
+                outs.append(unshard(tv, shards, parts))
             for o in every.values():  # the shards are copied into the global array: free them
                 o[i] = None
             del shards
@@ -294,17 +319,21 @@ class FusionExecutor:
         arrays = check_inputs(self.program, inputs)
         hosted = self.backend.hosted(self.devices)
         values: dict[int, dict[TensorView, np.ndarray]] = {d: {} for d in hosted}
+        self._wholes = {}  # program outputs whose launch made their global array
         for tv, array in zip(self.program.inputs, arrays):
-            if tv not in self._needed:
-                continue
-            for d in self.backend.hosted(mesh_of(tv).devices):
-                values[d][tv] = shard(tv, array, d)
+            for d, where in self._input_slices.get(tv, ()):
+                values[d][tv] = array[where]
+        given = dict(zip(self.program.inputs, arrays))  # a launch reads shards' addresses here
         del arrays
         steps = self._steps
+        launches = self._launch_plans()
         for i, (step, dead) in enumerate(zip(steps, self._dead)):
             if self.progress is not None:
                 self.progress(STEPS, i, len(steps), describe_step(step))
-            if isinstance(step, Kernel):
+            launch = launches.get(i)
+            if launch is not None:
+                launch.run(values, given, self._pooled, self._wholes)
+            elif isinstance(step, Kernel):
                 self._run_kernel(step, values)
             else:
                 self.backend.begin_step(i, step)
@@ -314,6 +343,24 @@ class FusionExecutor:
         if self.progress is not None:
             self.progress(STEPS, len(steps), len(steps), "")
         return values
+
+    def _launch_plans(self) -> dict[int, KernelLaunch]:
+        """Step index -> the launch plan of each compiled kernel (runtime/launch.py), made
+        at the first run (after the kernels are built) and kept: the program never changes."""
+        if self._launches is None:
+            launches = {}
+            if isinstance(self._kernels, CompiledKernels):
+                for i, step in enumerate(self._steps):
+                    if isinstance(step, Kernel) and step.scheduled:
+                        mesh = step.mesh or SINGLE_DEVICE
+                        hosted = self.backend.hosted(mesh.devices)
+                        launch = self._kernels.launch(step, mesh, hosted, self._output_shapes)
+                        if launch is not None:
+                            launches[i] = launch
+            keep = set(self.program.outputs)
+            self._pooled = plan_launches(self._steps, self._dead, launches, keep)
+            self._launches = launches
+        return self._launches
 
     def _run_kernel(self, kernel: Kernel, values) -> None:
         mesh = kernel.mesh or SINGLE_DEVICE

@@ -1,0 +1,295 @@
+"""Launch plans: a compiled kernel run on every device of its mesh in one native call.
+
+    launches = plan_launches(steps, dead, kernels, hosted, keep)   # once per executor
+    launches[i].run(values, inputs)    # step i on every hosted device: one C++ call
+
+The plan of a compiled kernel is made once, at the executor's first run, and holds
+what every run would otherwise work out per device: the devices that run it (a
+device whose chunks are all empty runs nothing), the table of buffer addresses
+(one row per device, as the kernel's entry point takes them, its device indices
+written once at the end of each row), each output's buffer and each device's view
+of it. A run fills in only the addresses that change and calls `fuserlite_launch` (in the
+CPU prelude), which calls the kernel once per row.
+
+Outputs are allocated for all devices at once, one array of a row per device
+(poisoned, as the kernel runner's outputs start). An output that only compiled
+kernels read and that is not a program output is *pooled*: its buffer is made at
+planning and kept across runs, and shared with a later kernel's output of the same
+shape and dtype once the program's liveness has freed it (such a shared buffer is
+poisoned again before each write, so an element no grid point writes reads as it
+would in a fresh one). Nothing but compiled kernels, which copy nothing into their
+outputs, reads a pooled buffer, so no view of one outlives its run. A kernel input
+read from a pooled buffer is recognised by identity and costs nothing; a program
+input's address comes from the global array and its static offsets; any other
+array (a collective's output) is checked (shape, dtype, contiguity) once per
+device and padded where a short chunk must be.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.sharding import local_shape
+from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.indexing import device_indices
+from fuserlite.kernel.memory import poison
+from fuserlite.kernel.runner import device_coordinates, device_values
+from fuserlite.program.program import Kernel
+from fuserlite.program.shards import is_sharded, layout
+from fuserlite.runtime.communicator import pad_to
+
+Launcher = Callable[[int, int, int, int], None]  # fuserlite_launch(kernel, table, rows, stride)
+
+
+class _Output:
+    """One kernel output: its buffer (pooled) or how to make one (fresh per run), and
+    each device's view of it."""
+
+    def __init__(self, tv: TensorView, rows: int, shapes: list[tuple[int, ...]]) -> None:
+        self.tv = tv
+        self.local = local_shape(tv)
+        self.dtype = np.dtype(tv.dtype.numpy)
+        self.poison = poison(tv.dtype.numpy)
+        self.stack_shape = (rows, *self.local)
+        self.row_bytes = math.prod(self.local) * self.dtype.itemsize
+        # A device's view: the whole row, or its own rows of a short chunk.
+        self.cuts = [None if s == self.local else tuple(slice(0, n) for n in s) for s in shapes]
+        self.buffer: np.ndarray | None = None  # pooled: set by plan_launches
+        self.shared = False  # pooled and shared with another output: poisoned each run
+        self.views: list[np.ndarray] = []  # pooled: each running device's view, kept
+
+    def pool(self, buffer: np.ndarray, shared: bool) -> None:
+        self.buffer, self.shared = buffer, shared
+        self.views = self._views(buffer)
+
+    def _views(self, stack: np.ndarray) -> list[np.ndarray]:
+        # stack[r, ...]: a view even of a 0-d row (iterating the stack gives scalars, copies)
+        rows = [stack[r, ...] for r in range(len(self.cuts))] if not self.local else list(stack)
+        return [row if cut is None else row[cut] for row, cut in zip(rows, self.cuts)]
+
+    def fresh(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        stack = np.full(self.stack_shape, self.poison, self.dtype)
+        return stack, self._views(stack)
+
+
+class KernelLaunch:
+    """A compiled kernel on every hosted device of its mesh, as one call of fuserlite_launch."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        function: Callable,
+        launcher: Launcher,
+        mesh: DeviceMesh,
+        hosted: list[int],
+        output_shapes: Callable[[Kernel, int], list[tuple[int, ...]]],
+    ) -> None:
+        self.kernel = kernel
+        self.hosted = hosted
+        shapes = {d: output_shapes(kernel, d) for d in hosted}
+        # A device whose chunks are all empty runs nothing: its outputs are empty arrays.
+        self.devices = [d for d in hosted if not all(0 in s for s in shapes[d])]
+        self.empty = {
+            d: [np.empty(s, t.dtype.numpy) for t, s in zip(kernel.outputs, shapes[d])]
+            for d in hosted
+            if d not in self.devices
+        }
+        rows = len(self.devices)
+        self.inputs = [(t, local_shape(t), np.dtype(t.dtype.numpy)) for t in kernel.inputs]
+        self.outputs = [
+            _Output(t, rows, [shapes[d][j] for d in self.devices])
+            for j, t in enumerate(kernel.outputs)
+        ]
+        names = device_indices(kernel.tensors)
+        self.stride = len(self.inputs) + len(self.outputs) + len(names)
+        self.table = np.zeros((rows, self.stride), np.uintp)
+        first = len(self.inputs) + len(self.outputs)
+        for r, d in enumerate(self.devices):
+            # A device index travels as the integer in its address slot (cpu_parts.from_address).
+            found = device_values(kernel, names, device_coordinates(mesh, d))
+            self.table[r, first:] = list(found.values())
+        self._address = self.table.ctypes.data
+        self._function = ctypes.cast(function, ctypes.c_void_p).value
+        self._launcher = launcher
+        # Program inputs: the byte offset of each device's shard in the global array, where
+        # every running device's shard is a whole, contiguous block of it.
+        self._offsets: dict[int, np.ndarray | None] = {}
+        self._row_offsets = np.arange(rows, dtype=np.uintp)
+        # Per input, the pooled views whose addresses the table holds (None: none yet).
+        self._known: list[list[np.ndarray] | None] = [None] * len(self.inputs)
+        self._whole: dict[int, bool] = {}  # per output: _is_whole, found at its first run
+        self.keep: set[TensorView] = set()  # the program's outputs (plan_launches)
+
+    def offsets_of(self, tv: TensorView) -> np.ndarray | None:
+        """Byte offsets of each running device's shard of `tv` in its global C-contiguous
+        array; None where some shard is not such a block (a short chunk, an
+        inner axis cut)."""
+        if id(tv) in self._offsets:
+            return self._offsets[id(tv)]
+        found = None
+        shape, want = tuple(tv.shape), local_shape(tv)
+        if not is_sharded(tv):
+            found = np.zeros(len(self.devices), np.uintp) if shape == want else None
+        elif all(d in tv.mesh.devices for d in self.devices):
+            boxes = layout(tv).boxes
+            starts = []
+            for d in self.devices:
+                box = boxes[tv.mesh.index(d)]
+                sizes = tuple(stop - start for start, stop in box)
+                # Contiguous in C order: one row of every axis before the first one of
+                # several rows, every axis after it whole.
+                k = next((i for i, n in enumerate(sizes) if n != 1), len(sizes))
+                if sizes != want or 0 in sizes or sizes[k + 1 :] != shape[k + 1 :]:
+                    break
+                starts.append(np.ravel_multi_index([s for s, _ in box], shape))
+            else:
+                itemsize = np.dtype(tv.dtype.numpy).itemsize
+                found = np.array(starts, np.uintp) * np.uintp(itemsize)
+        self._offsets[id(tv)] = found
+        return found
+
+    def row_addresses(self, stack: np.ndarray, row_bytes: int) -> np.ndarray:
+        """The address of each row of a buffer of a row per running device."""
+        return np.uintp(stack.ctypes.data) + self._row_offsets * np.uintp(row_bytes)
+
+    def _is_whole(self, out: _Output) -> bool:
+        """True if the rows of `out`'s buffer, in order, are its global array: every device
+        of its mesh runs and holds the next block of it."""
+        whole = self._whole.get(id(out))
+        if whole is None:
+            tv = out.tv
+            offsets = self.offsets_of(tv)
+            whole = self._whole[id(out)] = (
+                tv in self.keep
+                and offsets is not None
+                and tv.mesh is not None
+                and self.devices == list(tv.mesh.devices)
+                and np.array_equal(offsets, self._row_offsets * np.uintp(out.row_bytes))
+            )
+        return whole
+
+    def run(
+        self,
+        values: dict[int, dict[TensorView, np.ndarray]],
+        inputs: dict[TensorView, np.ndarray],
+        pooled: dict[TensorView, list[np.ndarray]],
+        wholes: dict[TensorView, tuple[np.ndarray, list[np.ndarray]]],
+    ) -> None:
+        """Run the kernel on every hosted device: its outputs join `values`. `inputs`: the
+        run's global arrays of the program inputs; `pooled`: the views of pooled buffers;
+        `wholes` is given (global array, the devices' views of it) for each fresh output
+        whose rows, in order, are its global array (no copy to assemble it)."""
+        table = self.table
+        keep = []  # padded copies, alive until the call returns
+        for c, (tv, shape, dtype) in enumerate(self.inputs):
+            known = self._known[c]
+            if known is not None and all(
+                values[d].get(tv) is k for d, k in zip(self.devices, known)
+            ):
+                continue  # views of a pooled buffer, whose addresses are in the table
+            whole = inputs.get(tv)
+            offsets = None if whole is None else self.offsets_of(tv)
+            if offsets is not None and whole.flags.c_contiguous:
+                table[:, c] = np.uintp(whole.ctypes.data) + offsets
+                continue
+            last, address, padded = None, 0, len(keep)
+            for r, d in enumerate(self.devices):
+                a = values[d].get(tv)
+                if a is None:
+                    raise ExecutionError(
+                        f"device {d}: a kernel reads {tv.name}, which this device does not hold"
+                    )
+                if a is not last:
+                    last = a
+                    if (
+                        not isinstance(a, np.ndarray)  # a numpy scalar of an op run by numpy
+                        or a.shape != shape
+                        or a.dtype != dtype
+                        or not a.flags.c_contiguous
+                    ):
+                        a = pad_to(np.asarray(a, dtype), shape)
+                        keep.append(a)
+                    address = a.ctypes.data
+                table[r, c] = address
+            if tv in pooled and padded == len(keep):  # kept views, the same next run
+                self._known[c] = [values[d][tv] for d in self.devices]
+        fresh = []
+        base = len(self.inputs)
+        for c, out in enumerate(self.outputs, base):
+            if out.buffer is not None:
+                if out.shared:
+                    out.buffer.fill(out.poison)
+                continue
+            stack, views = out.fresh()
+            table[:, c] = self.row_addresses(stack, out.row_bytes)
+            fresh.append(views)
+            if self._is_whole(out):
+                wholes[out.tv] = (stack.reshape(out.tv.shape), views)
+        if self.devices:
+            self._launcher(self._function, self._address, len(self.devices), self.stride)
+        del keep
+        made = iter(fresh)
+        for out in self.outputs:
+            views = out.views if out.buffer is not None else next(made)
+            tv = out.tv
+            for d, v in zip(self.devices, views):
+                values[d][tv] = v
+        for d, arrays in self.empty.items():
+            values[d].update(zip(self.kernel.outputs, arrays))
+
+
+def plan_launches(
+    steps: Sequence,
+    dead: Sequence[Sequence[TensorView]],
+    launches: dict[int, KernelLaunch],
+    keep: set[TensorView],
+) -> dict[TensorView, list[np.ndarray]]:
+    """Pool the outputs of `launches` (step index -> its plan) that only launched kernels
+    read and that are not in `keep` (the program's outputs), sharing a buffer between
+    outputs whose lives do not overlap; returns each pooled tensor's device views."""
+    for launch in launches.values():
+        launch.keep = keep
+    readers: dict[TensorView, list[int]] = {}
+    for i, step in enumerate(steps):
+        for tv in step.inputs if isinstance(step, Kernel) else [step.input]:
+            readers.setdefault(tv, []).append(i)
+    free: dict[tuple, list[int]] = {}  # spare buffers by (shape, dtype): their numbers
+    buffers: list[tuple[np.ndarray, list[_Output]]] = []  # each with the outputs given it
+    holder: dict[TensorView, tuple[tuple, int]] = {}
+    for i in range(len(steps)):
+        launch = launches.get(i)
+        if launch is not None:
+            for out in launch.outputs:
+                tv = out.tv
+                if tv in keep or not all(r in launches for r in readers.get(tv, [])):
+                    continue
+                key = (out.stack_shape, out.dtype.str)
+                spare = free.get(key)
+                if spare:
+                    n = spare.pop()
+                else:
+                    n = len(buffers)
+                    buffers.append((np.full(out.stack_shape, out.poison, out.dtype), []))
+                buffers[n][1].append(out)
+                holder[tv] = (key, n)
+        for tv in dead[i]:
+            if tv in holder:
+                key, n = holder.pop(tv)
+                free.setdefault(key, []).append(n)
+    for buffer, outs in buffers:
+        for out in outs:
+            # Another output's values are in a shared buffer when its kernel runs: poison it.
+            out.pool(buffer, shared=len(outs) > 1)
+    pooled = {}
+    for launch in launches.values():
+        for c, out in enumerate(launch.outputs, len(launch.inputs)):
+            if out.buffer is not None:
+                launch.table[:, c] = launch.row_addresses(out.buffer, out.row_bytes)
+                pooled[out.tv] = out.views
+    return pooled
