@@ -1,0 +1,100 @@
+"""Launch plans (runtime/launch.py): one native call per compiled kernel, buffers planned once.
+
+Only exactly rounded arithmetic here, so compiled and interpreted agree to the bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from three_way import HAVE_COMPILER
+
+import fuserlite as fl
+from fuserlite.schedule.shard import shard_axis
+
+pytestmark = pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")
+
+
+def pooled_fusion(rows: int = 4, devices: int = 2) -> fl.Fusion:
+    """x * x + 1 is a compiled kernel's output that only the next compiled kernel reads
+    (a pooled buffer); the sum between them runs op by op."""
+    with fl.Fusion() as f:
+        x = fl.tensor([rows, 6], name="x")
+        f.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(devices))
+        z = (x * x + 1.0) + fl.sum(x, 1, keepdim=True)
+        f.add_output(fl.sqrt(z * z))
+        f.add_output(fl.neg(x))
+    return f
+
+
+def counting(ex: fl.FusionExecutor) -> list[int]:
+    """Count the native calls of every launch plan of `ex` (its launcher wrapped)."""
+    calls = [0]
+    for launch in ex._launch_plans().values():
+        native = launch._launcher
+
+        def counted(*args, native=native):
+            calls[0] += 1
+            native(*args)
+
+        launch._launcher = counted
+    return calls
+
+
+@pytest.mark.parametrize("rows", [4, 5])  # even, and uneven (a short chunk padded)
+def test_runs_match_the_kernel_runner_and_keep_earlier_outputs(rows):
+    fusion = pooled_fusion(rows)
+    compiled = fl.FusionExecutor(fusion, compute="compiled")
+    interpreted = fl.FusionExecutor(fusion, compute="interpret")
+    first = fl.random_inputs(fusion, seed=1)
+    got = compiled.run(first)
+    assert [t.name for t in compiled._pooled] == [compiled._steps[0].outputs[0].name]
+    kept = [a.copy() for a in got]
+    for seed in (2, 3):  # later runs reuse the pooled buffer, never the returned arrays
+        inputs = fl.random_inputs(fusion, seed=seed)
+        for a, b in zip(compiled.run(inputs), interpreted.run(inputs)):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(got, kept):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(got, interpreted.run(first)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_one_native_call_per_kernel_and_run():
+    fusion = pooled_fusion(8, devices=4)
+    ex = fl.FusionExecutor(fusion)
+    inputs = fl.random_inputs(fusion, seed=0)
+    ex.run(inputs)
+    calls = counting(ex)
+    assert len(ex._launch_plans()) == 2  # both scheduled kernels, each on 4 devices
+    ex.run(inputs)
+    ex.run(inputs)
+    assert calls[0] == 4
+
+
+def test_an_output_laid_out_as_its_rows_is_returned_whole():
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 3], name="x")
+        f.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(4))
+        f.add_output(fl.maximum(x, 0.5) * 2.0)
+    ex = fl.FusionExecutor(f)
+    (x,) = fl.random_inputs(f, seed=0)
+    (a,) = ex.run([x])
+    (b,) = ex.run([x + 1])  # a fresh array each run: the first is not overwritten
+    assert a.base is not None and a.base is not b.base  # the kernel's own buffer, no copy
+    np.testing.assert_array_equal(a, fl.FusionExecutor(f, compute="interpret").run([x])[0])
+    np.testing.assert_array_equal(b, fl.FusionExecutor(f, compute="interpret").run([x + 1])[0])
+
+
+def test_an_input_sharded_on_an_inner_axis_is_read_per_device():
+    """A shard that is not one block of the global array (axis 1 cut) is copied, not
+    addressed in place."""
+    with fl.Fusion() as f:
+        x = fl.tensor([4, 6], name="x")
+        f.add_input(x)
+        shard_axis(x, 1, fl.DeviceMesh.for_num_devices(2))
+        f.add_output(x * 3.0 + x)
+    inputs = fl.random_inputs(f, seed=0)
+    got = fl.FusionExecutor(f).run(inputs)[0]
+    np.testing.assert_array_equal(got, fl.FusionExecutor(f, compute="interpret").run(inputs)[0])
