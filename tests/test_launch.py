@@ -98,3 +98,31 @@ def test_an_input_sharded_on_an_inner_axis_is_read_per_device():
     inputs = fl.random_inputs(f, seed=0)
     got = fl.FusionExecutor(f).run(inputs)[0]
     np.testing.assert_array_equal(got, fl.FusionExecutor(f, compute="interpret").run(inputs)[0])
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])  # Allreduce; Allgather, ReduceScatter
+def test_planned_collectives_give_dispatchs_bits(sequence_parallel):
+    from fuserlite import models
+
+    fusion = models.tensor_parallel_mlp(4, sequence_parallel=sequence_parallel)
+    planned, dispatched = fl.FusionExecutor(fusion), fl.FusionExecutor(fusion)
+    inputs = fl.random_inputs(fusion, seed=0)
+    want = planned.run(inputs)
+    kinds = sorted(p.kind.value for p in planned._collectives.values())
+    assert kinds == (["Allgather", "ReduceScatter"] if sequence_parallel else ["Allreduce"])
+    dispatched._launch_plans()
+    dispatched._collectives = {}  # every communication through runtime.dispatch
+    for a, b in zip(want, dispatched.run(inputs)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_planned_collective_names_a_wrong_buffer():
+    from fuserlite import models
+
+    fusion = models.tensor_parallel_mlp(2)
+    ex = fl.FusionExecutor(fusion)
+    ex.run(fl.random_inputs(fusion, seed=0))
+    (plan,) = ex._collectives.values()
+    values = {d: {plan.comm.input: np.zeros((1, 1), np.float32)} for d in (0, 1)}
+    with pytest.raises(fl.ExecutionError, match="device 0 holds a buffer of shape"):
+        plan.run(values)

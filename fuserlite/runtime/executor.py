@@ -53,6 +53,7 @@ from fuserlite.reference.evaluator import check_inputs
 from fuserlite.reference.numpy_ops import eval_outputs, store
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.backends.mpi_watchdog import check_timeout
+from fuserlite.runtime.collectives import CollectivePlan, collective_plan
 from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import CompiledKernels, kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
@@ -203,6 +204,7 @@ class FusionExecutor:
             self._library = LibraryKernels(program.kernels, compiler)
         self._launches: dict[int, KernelLaunch] | None = None  # made at the first run
         self._pooled: dict[TensorView, list[np.ndarray]] = {}
+        self._collectives: dict[int, CollectivePlan] = {}
         self._wholes: dict[TensorView, tuple[np.ndarray, list[np.ndarray]]] = {}
         self._input_slices = {
             tv: d_slices for tv, d_slices in self._input_slices.items() if tv in self._needed
@@ -337,7 +339,11 @@ class FusionExecutor:
                 self._run_kernel(step, values)
             else:
                 self.backend.begin_step(i, step)
-                self._run_communication(step, values)
+                collective = self._collectives.get(i)
+                if collective is not None:
+                    collective.run(values)
+                else:
+                    self._run_communication(step, values)
             for local in values.values():
                 _forget(local, dead)
         if self.progress is not None:
@@ -346,7 +352,8 @@ class FusionExecutor:
 
     def _launch_plans(self) -> dict[int, KernelLaunch]:
         """Step index -> the launch plan of each compiled kernel (runtime/launch.py), made
-        at the first run (after the kernels are built) and kept: the program never changes."""
+        at the first run (after the kernels are built) and kept: the program never changes;
+        the sim backend's collectives are planned with them (runtime/collectives.py)."""
         if self._launches is None:
             launches = {}
             if isinstance(self._kernels, CompiledKernels):
@@ -359,6 +366,12 @@ class FusionExecutor:
                             launches[i] = launch
             keep = set(self.program.outputs)
             self._pooled = plan_launches(self._steps, self._dead, launches, keep)
+            self._collectives = {
+                i: plan
+                for i, step in enumerate(self._steps)
+                if isinstance(step, Communication)
+                and (plan := collective_plan(step, self.backend)) is not None
+            }
             self._launches = launches
         return self._launches
 

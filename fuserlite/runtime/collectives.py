@@ -1,0 +1,91 @@
+"""Collectives of the `sim` backend planned once: a copy or a fold per team, nothing else.
+
+    plan = collective_plan(comm, backend)     # None: dispatch.run_communication runs it
+    plan.run(values)                          # every device's output joins `values`
+
+A program's Allgather, Allreduce and ReduceScatter of equal chunks on one mesh
+are, on the sim backend, a concatenation (one memcpy per member) or a fold of
+the members' arrays (`communicator.fold`, in team order: the same bits as
+every backend) and views of its parts. What dispatch and the planner step work
+out on every call (the step, its teams, the axis, each device's shape, the
+chunks) is worked out here once per Communication; each run only checks the
+shapes and copies. Uneven chunks, moves between meshes and rooted collectives
+go through dispatch as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.plan.steps import StepKind
+from fuserlite.program.communication import Communication, Sizing
+from fuserlite.program.shards import device_shape
+from fuserlite.runtime.backends.sim import SimCommunicator
+from fuserlite.runtime.communicator import Communicator, fold
+from fuserlite.runtime.dispatch import ONE_MESH, step_of
+from fuserlite.runtime.redistribute import mesh_teams
+
+PLANNED = (StepKind.Allgather, StepKind.Allreduce, StepKind.ReduceScatter)
+
+
+class CollectivePlan:
+    """One Communication's collective on the sim backend, its teams and shapes fixed."""
+
+    def __init__(self, comm: Communication, kind: StepKind, axis: int, teams) -> None:
+        self.comm = comm
+        self.kind = kind
+        self.axis = axis
+        self.teams = [t.members for t in teams]
+        self.want = {d: device_shape(comm.input, d) for t in self.teams for d in t}
+        self.cast = None if comm.input.dtype is comm.output.dtype else comm.output.dtype.numpy
+
+    def run(self, values: dict[int, dict]) -> None:
+        """The collective over every team; its outputs join `values`."""
+        comm, tv, out = self.comm, self.comm.input, self.comm.output
+        for members in self.teams:
+            arrays = []
+            for d in members:
+                a = values[d].get(tv)
+                if a is None or a.shape != self.want[d]:
+                    got = "no buffer" if a is None else f"a buffer of shape {list(a.shape)}"
+                    raise ExecutionError(
+                        f"{comm.kind.value} {tv.name} -> {out.name}: device {d} holds {got}, "
+                        f"expected {list(self.want[d])}"
+                    )
+                arrays.append(a)
+            if self.kind is StepKind.Allgather:
+                whole = np.concatenate(arrays, axis=self.axis)
+                results = [whole] * len(members)
+            else:
+                total = fold(arrays, comm.op)
+                if self.kind is StepKind.Allreduce:
+                    results = [total] * len(members)
+                else:
+                    results = np.split(total, len(members), axis=self.axis)
+            if self.cast is not None:
+                with np.errstate(over="ignore"):  # beyond float16's range: inf, as a store
+                    cast = {id(r): r.astype(self.cast) for r in results}
+                results = [cast[id(r)] for r in results]
+            for d, r in zip(members, results):
+                values[d][out] = r
+
+
+def collective_plan(comm: Communication, backend: Communicator) -> CollectivePlan | None:
+    """The plan of `comm` where it is a planned collective of equal chunks on the sim
+    backend; None where dispatch runs it."""
+    if not isinstance(backend, SimCommunicator) or comm.kind not in ONE_MESH:
+        return None
+    if comm.sizing is not Sizing.even:
+        return None
+    step = step_of(comm)
+    if step.kind not in PLANNED or (step.kind is not StepKind.Allgather and comm.op is None):
+        return None  # dispatch runs it, or says what is wrong
+    teams = mesh_teams(comm.input.mesh, step.group)
+    if step.kind is StepKind.ReduceScatter:
+        for t in teams:
+            for d in t.members:
+                shape = device_shape(comm.input, d)
+                if not shape or shape[step.axis] % len(t.members):
+                    return None  # dispatch says why
+    return CollectivePlan(comm, step.kind, step.axis, teams)
