@@ -10,8 +10,9 @@ one's own), which means "compiled". Kernels the scheduler left unscheduled run o
 by op with numpy whatever `compute` says.
 
 The compiled path builds every scheduled kernel of the program at its first run,
-all in one shared object (fuserlite.kernel.compile caches it on disk), and calls
-each kernel with the device's numpy buffers. Outputs start as poison (NaN, the
+all in one shared object (fuserlite.kernel.compile caches it on disk); the executor
+runs each on every device with one native call of its launch plan
+(fuserlite.runtime.launch; `run` here calls it for one device). Outputs start as poison (NaN, the
 smallest integer, True), as the kernel runner's do, so an element no grid point
 writes reads the same on both paths. A kernel body too large for one C++ function
 is compiled as several, and one too large to split (fuserlite.kernel.cpu.
