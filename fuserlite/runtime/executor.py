@@ -339,11 +339,7 @@ class FusionExecutor:
                 self._run_kernel(step, values)
             else:
                 self.backend.begin_step(i, step)
-                collective = self._collectives.get(i)
-                if collective is not None:
-                    collective.run(values)
-                else:
-                    self._run_communication(step, values)
+                self._run_communication(step, values)
             for local in values.values():
                 _forget(local, dead)
         if self.progress is not None:
@@ -366,9 +362,9 @@ class FusionExecutor:
                             launches[i] = launch
             keep = set(self.program.outputs)
             self._pooled = plan_launches(self._steps, self._dead, launches, keep)
-            self._collectives = {
-                i: plan
-                for i, step in enumerate(self._steps)
+            self._collectives = {  # by the Communication: a plan holds no buffers
+                id(step): plan
+                for step in self._steps
                 if isinstance(step, Communication)
                 and (plan := collective_plan(step, self.backend)) is not None
             }
@@ -432,6 +428,10 @@ class FusionExecutor:
         return shapes
 
     def _run_communication(self, comm: Communication, values) -> None:
+        collective = self._collectives.get(id(comm))
+        if collective is not None:  # planned once (runtime/collectives.py)
+            collective.run(values)
+            return
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}
         for d, array in run_communication(comm, self.backend, bufs).items():
             values[d][comm.output] = array
