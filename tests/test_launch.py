@@ -15,8 +15,8 @@ pytestmark = pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on th
 
 
 def pooled_fusion(rows: int = 4, devices: int = 2) -> fl.Fusion:
-    """x * x + 1 is a compiled kernel's output that only the next compiled kernel reads
-    (a pooled buffer); the sum between them runs op by op."""
+    """x * x + 1 and the row sums are compiled kernels' outputs that only the last
+    compiled kernel reads (pooled buffers; the sum is a reduction kernel)."""
     with fl.Fusion() as f:
         x = fl.tensor([rows, 6], name="x")
         f.add_input(x)
@@ -41,14 +41,16 @@ def counting(ex: fl.FusionExecutor) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("rows", [4, 5])  # even, and uneven (a short chunk padded)
-def test_runs_match_the_kernel_runner_and_keep_earlier_outputs(rows):
+# even, and uneven (a short chunk padded; the reduction scheduler leaves the sum op by op)
+@pytest.mark.parametrize("rows, pooled", [(4, 2), (5, 1)])
+def test_runs_match_the_kernel_runner_and_keep_earlier_outputs(rows, pooled):
     fusion = pooled_fusion(rows)
     compiled = fl.FusionExecutor(fusion, compute="compiled")
     interpreted = fl.FusionExecutor(fusion, compute="interpret")
     first = fl.random_inputs(fusion, seed=1)
     got = compiled.run(first)
-    assert [t.name for t in compiled._pooled] == [compiled._steps[0].outputs[0].name]
+    pooled_names = [s.outputs[0].name for s in compiled._steps[:pooled]]
+    assert [t.name for t in compiled._pooled] == pooled_names
     kept = [a.copy() for a in got]
     for seed in (2, 3):  # later runs reuse the pooled buffer, never the returned arrays
         inputs = fl.random_inputs(fusion, seed=seed)
@@ -66,10 +68,10 @@ def test_one_native_call_per_kernel_and_run():
     inputs = fl.random_inputs(fusion, seed=0)
     ex.run(inputs)
     calls = counting(ex)
-    assert len(ex._launch_plans()) == 2  # both scheduled kernels, each on 4 devices
+    assert len(ex._launch_plans()) == 3  # the scheduled kernels (one a reduction), 4 devices each
     ex.run(inputs)
     ex.run(inputs)
-    assert calls[0] == 4
+    assert calls[0] == 6
 
 
 def test_an_output_laid_out_as_its_rows_is_returned_whole():
