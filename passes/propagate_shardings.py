@@ -12,12 +12,21 @@ left to insert-reshardings), and a second axis with a parallel type a tensor
 already carries. A take of whole chunks of its input's sharded axis 0 keeps that
 sharding too (its chunks only change devices: a block permutation, lowered to one
 CollectivePermute).
+Then backward (nvFuser's propagation from consumers): a tensor that is no fusion input,
+that the user left unsharded and its producers too, takes on each mesh axis the
+sharding of its first reader's output sharded there (through the inverse of that
+reader's axis map, by the same rules), in reverse order so that it flows up a chain;
+a Set the user placed otherwise is not followed (it says where the tensor is wanted).
+So an intermediate is computed on the shards its reader needs (its whole inputs
+sliced, for nothing) rather than whole and sliced after, and a random draw of a shape
+(`fl.rand`, `fl.uniform(shape)`), made from nothing, draws only each device's shard.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,7 +36,13 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import logical_placement, sharding_problem
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ops.sharding import chunks_correspond, propagation_axis_map, propagation_sources
+from fuserlite.ops.registry import operand_to_output
+from fuserlite.ops.sharding import (
+    chunks_correspond,
+    moves_data,
+    propagation_axis_map,
+    propagation_sources,
+)
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.schedule.shard import shard_as
 from fuserlite.verify.fusion import located
@@ -95,34 +110,62 @@ def _propagate_meshes(exprs: list[Expr], missing: int) -> None:
         got = _sweep(exprs, [k for t in got for k in writing(t)], False, writing)
 
 
-def _inherit_sharding(expr, out: TensorView) -> None:
+def _inherit_sharding(expr: Expr, out: TensorView) -> None:
     """Give `out`, on each mesh axis, the sharding of its first producer sharded there on a
     data axis that maps to a data axis of out (nesting kept)."""
-    mesh = out.mesh
-    shards = [()] * len(out.domain.logical)
+    sources = [
+        (expr.inputs[k], propagation_axis_map(expr, k, out)) for k in propagation_sources(expr)
+    ]
+    _inherit(out, sources)
+
+
+def _inherit_backward(tv: TensorView, exprs_at: dict[int, int]) -> None:
+    """Give `tv` (no fusion input, left unsharded by the user and by its producers), on
+    each mesh axis, the sharding of the first tensor computed from it (its readers in
+    program order) sharded there on a data axis that a data axis of tv maps to: nvFuser's
+    backward propagation, so that tv is computed sharded as its reader needs it, not
+    computed whole and sliced (a random draw of a shape draws only its own shard)."""
+    sources = []
+    for use in sorted(tv.uses, key=lambda e: exprs_at.get(id(e), 0)):
+        if moves_data(use):
+            continue  # a Set the user placed otherwise says where tv is wanted: whole
+        for k, operand in enumerate(use.inputs):
+            if operand is not tv:
+                continue
+            for out in use.outputs:
+                forward = operand_to_output(use, k, out)
+                sources.append((out, {c: p for p, c in forward.items()}))
+    _inherit(tv, sources)
+
+
+def _inherit(tv: TensorView, sources: list[tuple[TensorView, Mapping[int, int]]]) -> None:
+    """Give `tv`, on each mesh axis, the sharding of the first of `sources` (a tensor on
+    tv's mesh and a map of its logical axes onto tv's) sharded there on a data axis that
+    maps to a data axis of tv (nesting kept): never onto a broadcast or reduction axis,
+    an axis the user scheduled, or a second axis per mesh axis."""
+    mesh = tv.mesh
+    shards = [()] * len(tv.domain.logical)
     used: set[int] = set()
-    for k in propagation_sources(expr):
-        producer = expr.inputs[k]
-        if producer.mesh != mesh:
+    for source, axis_map in sources:
+        if source.mesh != mesh:
             continue
-        axis_map = propagation_axis_map(expr, k, out)
-        data = producer.data_positions()
-        for li, axes in enumerate(logical_placement(producer).shards):
+        data = source.data_positions()
+        for li, axes in enumerate(logical_placement(source).shards):
             target = axis_map.get(li)
             if not axes or li not in data or target is None or shards[target]:
                 continue
-            ax = out.domain.logical[target]
-            if target not in out.domain.loop_positions:  # the user scheduled this axis
+            ax = tv.domain.logical[target]
+            if target not in tv.domain.loop_positions:  # the user scheduled this axis
                 continue
             if ax.is_broadcast or ax.is_reduction or used & set(axes):
                 continue
             devices = math.prod(mesh.shape[a] for a in axes)
-            if not chunks_correspond(producer.domain.logical[li].extent, ax.extent, devices):
+            if not chunks_correspond(source.domain.logical[li].extent, ax.extent, devices):
                 continue  # a reshape's axes of other extents: their chunks differ
             shards[target] = axes
             used |= set(axes)
     if used:
-        shard_as(out, mesh, Placement(mesh.rank, tuple(shards)))
+        shard_as(tv, mesh, Placement(mesh.rank, tuple(shards)))
 
 
 def _check_inherited(tv: TensorView) -> None:
@@ -140,6 +183,10 @@ def _check_inherited(tv: TensorView) -> None:
                     f"or give {tv.name} a mesh of its own (set_device_mesh)",
                 )
             )
+
+
+def _sharded(tv: TensorView) -> bool:
+    return any(ax.parallel_type.is_device for ax in tv.domain.loop)
 
 
 def meshes_given(fusion: Fusion) -> list[str]:
@@ -174,7 +221,7 @@ class PropagateShardings(Pass):
         sharded = []  # sharded without a mesh: they must fit the mesh they inherit
         for t in fusion.tensors(exprs):
             if t.mesh is None:
-                if any(ax.parallel_type.is_device for ax in t.domain.loop):
+                if _sharded(t):
                     sharded.append(t)
                 else:
                     untouched.add(id(t))
@@ -185,3 +232,11 @@ class PropagateShardings(Pass):
             for out in expr.outputs:
                 if id(out) in untouched and out.mesh is not None:
                     _inherit_sharding(expr, out)
+        # Backward: a tensor its producers leave whole that its readers shard.
+        exprs_at = {id(e): k for k, e in enumerate(exprs)}
+        inputs = {id(t) for t in fusion.inputs}
+        for expr in reversed(exprs):
+            for out in expr.outputs:
+                whole = id(out) in untouched and out.mesh is not None and not _sharded(out)
+                if whole and id(out) not in inputs:
+                    _inherit_backward(out, exprs_at)

@@ -54,6 +54,7 @@ OP_CALLS = {
     "linear": "linear(x, k2, bias)",
     "lt": "lt(x, w)",
     "rand_like": "rand_like(x, seed=3, offset=1)",
+    "rand": "rand([4, 8], float32, seed=3, offset=1)",
     "iota": "iota(8, float32, -1.5, 0.25)",
     "sdpa": "y, lse = sdpa(x, x, x, dropout_p=0.25, is_causal=true, seed=5, offset=1)",
     "sdpa_bwd": (

@@ -173,6 +173,8 @@ def _pointwise_fusion(op: str) -> fl.Fusion:
             out = fl.permute(x, [1, 0])
         elif op == "iota":  # no operands: start + step * i, against x's rows
             out = fl.mul(x, fl.iota(5, "float32", -1.5, 0.75))
+        elif op == "rand":  # no operands: a draw of x's shape, against x
+            out = fl.mul(x, fl.rand([67, 5], "float32", seed=3, offset=1))
         elif op == "where":  # the three broadcast, cond a bool of x's sign
             out = fl.where(fl.cast(fl.sub(x, 1.0), "bool"), y, x)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import fuserlite as fl
@@ -267,3 +268,91 @@ def test_an_output_the_user_scheduled_is_sharded_on_its_own():
     run_pass(f)
     assert _layout(y1) == _layout(y3) == _alone(lambda x: x + 1.0)
     assert _layout(y2) == _alone(lambda x: (x + 2.0).split(1, 4))
+
+
+def _run_and_validate(f):
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f, seed=5)
+    fl.validate(f, inputs, ex.run(inputs))
+    return ex
+
+
+def test_a_tensor_left_whole_by_its_producers_takes_its_readers_sharding():
+    """nvFuser's backward propagation: x is a replicated input, the user sharded only the
+    output; exp(x) is computed on each device's rows, x sliced (0 bytes), not computed
+    whole and sliced after. The fusion input itself keeps the user's placement."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        x = fl.tensor([8, 6], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        y = fl.exp(x)
+        z = fl.neg(y)
+        f.add_output(z)
+        shard_axis(z, 0, mesh)
+    ex = _run_and_validate(f)
+    copy, _ = f.clone()
+    run_pass(copy)
+    x2, y2 = copy.inputs[0], copy.exprs()[0].output
+    assert sharded_data_axis(x2) is None and sharded_data_axis(y2) == 0
+    assert [(c.kind.value, c.bytes_per_device) for c in ex.communications] == [("LocalSlice", 0)]
+    assert ex.communications[0].input.number == x.number  # the input is sliced, not y
+
+
+def test_backward_propagation_follows_the_first_reader_and_keeps_to_data_axes():
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x = fl.tensor([4, 6])
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        y = fl.exp(x)
+        a = fl.neg(y)  # the first reader: sharded on axis 1
+        b = fl.sum(y, 0)  # a reduction reading y: axis 0 is its reduction axis
+        f.add_output(a)
+        f.add_output(b)
+        shard_axis(a, 1, mesh)
+    run_pass(f)
+    assert sharded_data_axis(y) == 1
+    ex = _run_and_validate(f)
+    assert "Allgather" in [c.kind.value for c in ex.communications]  # b is whole
+
+
+def test_uniform_of_a_shape_is_drawn_sharded_as_its_reader():
+    """fl.uniform(shape): no tensor operand; its mesh and sharding come back from the add
+    that reads it, so each device draws its own rows: no communication, and exactly the
+    unsharded program's numbers."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        x = fl.tensor([8, 6], name="x")
+        f.add_input(x)
+        shard_axis(x, 0, mesh)
+        r = fl.uniform([8, 6], -1.0, 1.0, seed=3)
+        f.add_output(fl.add(x, r))
+    ex = _run_and_validate(f)
+    assert ex.communications == []
+    draw = [e for e in ex.program.fusion.exprs() if e.op_name == "rand"][0].output
+    assert sharded_data_axis(draw) == 0 and draw.mesh == mesh
+    inputs = fl.random_inputs(f, seed=5)
+    got = ex.run(inputs)[0] - inputs[0]
+    assert got.min() >= -1.0 and got.max() < 1.0 and len(np.unique(got)) == got.size
+
+
+def test_rand_on_a_2d_mesh_takes_both_mesh_axes_and_round_trips_through_fus():
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_shape([2, 2])
+        x = fl.tensor([4, 6], name="x")
+        f.add_input(x)
+        fl.distribute(x, mesh, [fl.Shard(0), fl.Shard(1)])
+        f.add_output(fl.mul(x, fl.rand([4, 6], "float32", seed=9, offset=2)))
+    ex = _run_and_validate(f)
+    assert ex.communications == []
+    again = fl.parse(fl.to_fus(f))
+    assert "rand([4, 6], float32, seed=9, offset=2)" in fl.to_fus(again)
+
+
+def test_rand_rejects_a_shape_it_cannot_draw():
+    with fl.Fusion():
+        with pytest.raises(fl.FusionError, match="rand: dtype int32 holds no random numbers"):
+            fl.rand([4], "int32")
+        with pytest.raises(fl.FusionError, match="must be in 1"):
+            fl.rand([4, 0])

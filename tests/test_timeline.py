@@ -49,6 +49,7 @@ FLOPS = {
     "sigmoid": 3 * 32,
     "silu": 4 * 32,
     "rand_like": 10 * 32,
+    "rand": 10 * 32,
     "iota": 8,
     "matmul": 2 * 4 * 3 * 8,
     "linear": 2 * 4 * 3 * 8 + 4 * 3,  # + the bias

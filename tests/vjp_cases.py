@@ -120,6 +120,7 @@ CASES: list[Case] = [
     _case("var_mean", A)(lambda x: fl.var_mean(x, [1])),
     _case("dropout", A, float64_only=True)(lambda x: fl.dropout(x, 0.5, seed=3)),
     _case("iota", A)(lambda x: fl.mul(x, fl.iota(4, "float64", 0.5, 1.0))),
+    _case("rand", A)(lambda x: fl.mul(x, fl.rand(list(A), "float64", seed=3))),
     _case("sdpa", (1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4))(
         lambda q, k, v: fl.sdpa(q, k, v, is_causal=True)[0]
     ),

@@ -181,6 +181,7 @@ CUDA: dict[str, str | Callable[[Expr], str]] = {
     "minimum": "(({0} < {1} || {0} != {0}) ? {0} : {1})",
     "lt": "({0} < {1})",
     "rand_like": _uniform,
+    "rand": _uniform,
     "iota": _iota,
 }
 _HW_INDEX = {

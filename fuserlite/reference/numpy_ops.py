@@ -193,6 +193,7 @@ NUMPY: dict[str, Row] = {
     "minimum": np.minimum,
     "lt": np.less,
     "rand_like": _rand_like,
+    "rand": _rand_like,  # the same numbers, with no operand to read
     "iota": _iota,
     "sdpa": _sdpa,
     "sdpa_bwd": _sdpa_bwd,

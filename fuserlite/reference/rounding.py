@@ -425,6 +425,7 @@ PROPAGATE: dict[str, Rule] = {
     "where": _where,
     "lt": _lt,
     "rand_like": _none,
+    "rand": _none,
     "iota": _none,
     "sdpa": _sdpa,
     "sdpa_bwd": _sdpa_bwd,
@@ -435,7 +436,7 @@ PROPAGATE: dict[str, Rule] = {
 EXACT = frozenset(
     {"set", "broadcast", "permute", "expand", "reshape", "take", "squeeze", "select"}
     | {"slice", "cat", "max", "min", "neg", "abs", "relu", "maximum", "minimum", "where", "lt"}
-    | {"rand_like", "cast"}  # a cast rounds as a store does (its output dtype's)
+    | {"rand_like", "rand", "cast"}  # a cast rounds as a store does (its output dtype's)
 )
 LIBRARY_OPS = frozenset({"exp", "tanh", "log", "sigmoid", "silu", "gelu", "sin", "cos", "pow"})
 
