@@ -12,6 +12,12 @@ output itself is partial over mesh axes its input's reduced axes are not sharded
 (the user's rDIDy), the reduction makes those partial values too, from its input
 resharded first: a redistribution only ever combines partial values.
 An input several expressions need resharded the same way is resharded once.
+An expression of one tensor input whose input is sharded and whose output is wanted
+otherwise (not merely sliced further) reshards after itself instead (nvFuser's insert
+after): it computes in its input's placement and a Set after it moves the output,
+where the output is no larger than the input (and, as large, where nothing else reads
+the input): y = cast(x, bfloat16) gathers y, half of x's bytes; sum(x, 1) gathers the
+sums, not the rows.
 An op of several outputs computes once: where its outputs need its inputs placed
 differently (sdpa's output on its heads, its logsumexp on its rows), it computes in
 the cheapest placement (passes.multi_output) and a Set after each other output
@@ -46,6 +52,7 @@ from fuserlite.ir.types import DType
 from fuserlite.ops.common import like
 from fuserlite.ops.registry import definition_of, operand_to_output
 from fuserlite.ops.sharding import (
+    forward_placement,
     has_unmapped_sharding,
     moves_data,
     needed_placement,
@@ -247,6 +254,35 @@ def _compute_in(expr: Expr, k: int, user: TensorView, computed: MeshPlacement) -
         _write_instead(expr, k, written)
 
 
+def _compute_then_reshard(expr: Expr) -> bool:
+    """nvFuser's insert-after for an expression of one tensor input: where that input is
+    sharded and the output is wanted otherwise (not merely sliced further), compute the
+    output in the input's placement and reshard the output after it (a Set after the
+    expression), not the input before it, when the output is no larger: each device
+    computes only its shard, and a reduction or a narrowing cast moves fewer bytes. An
+    output as large as the input reshards after only where nothing else reads the input
+    (one Set of the input before serves every reader alike). Returns True if it did."""
+    if len(expr.inputs) != 1 or len(expr.outputs) != 1 or moves_data(expr):
+        return False
+    x, out = expr.input, expr.output
+    if x.mesh is None or out.mesh is None or is_partial(out):
+        return False
+    if out.nbytes > x.nbytes or (out.nbytes == x.nbytes and len(x.uses) > 1):
+        return False
+    computed = forward_placement(expr, 0, out)
+    if computed is None or not any(computed.shards):
+        return False  # the input is whole (or cannot be followed): slice it first
+    mesh, wanted = mesh_placement(out)
+    sliced_further = all(
+        set(have) <= set(want) and want[: len(have)] == have
+        for have, want in zip(computed.shards, wanted.shards)
+    )
+    if mesh == x.mesh and sliced_further:
+        return False  # slicing the input first computes less, and moves nothing
+    _compute_in(expr, 0, out, (x.mesh, computed))
+    return True
+
+
 def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
     """Make `expr` compute from local shards: partial outputs, or (requested from
     `reshardings`) its inputs resharded. Where the outputs of an op need its inputs
@@ -254,6 +290,8 @@ def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
     and reshards each output placed otherwise after it. Each operand position is
     placed as its role needs it (matmul(x, x) may read x resharded as `b` only)."""
     users = list(expr.outputs)
+    if _device_reduction(expr) is None and _compute_then_reshard(expr):
+        return
     for k in range(len(expr.outputs)):
         target = _split_device_reduction(expr, k)
         if has_unmapped_sharding(expr, target):

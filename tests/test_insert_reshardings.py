@@ -345,3 +345,58 @@ def test_partial_values_of_another_reduced_axis_on_the_same_mesh_axis_move_no_da
     inputs = fl.random_inputs(f, 0)
     fl.validate(f, inputs, ex.run(inputs))
     assert [(c.kind.value, c.bytes_per_device) for c in ex.communications] == [("Allreduce", 16)]
+
+
+def _sharded_x_to_whole(build, mesh_size=4):
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(mesh_size)
+        x = fl.tensor([8, 6], name="x")
+        f.add_input(x)
+        shard_axis(x, 0, mesh)
+        y = build(x)
+        f.add_output(y)
+        y.set_device_mesh(mesh)  # the user wants y whole
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f, seed=4)
+    fl.validate(f, inputs, ex.run(inputs))
+    return ex
+
+
+@pytest.mark.parametrize(
+    "op, moved",
+    [
+        ("exp", ("float32", 144)),  # the same bytes, each device computing its rows only
+        ("cast_bf16", ("bfloat16", 72)),  # half the bytes of gathering x first
+        ("sum_rows", ("float32", 24)),  # the reduced rows: 8 values, not x's 48
+        ("cast_f64", ("float32", 144)),  # a widening cast: x moves before it, the cheaper
+    ],
+)
+def test_a_single_input_expression_reshards_after_itself(op, moved):
+    """nvFuser's insert-after: y = op(x), x sharded and y wanted whole: the Set goes after
+    the expression (op on the shards, then the Allgather of y) where y is no larger."""
+    build = {
+        "exp": fl.exp,
+        "cast_bf16": lambda x: fl.cast(x, "bfloat16"),
+        "sum_rows": lambda x: fl.sum(x, 1),
+        "cast_f64": lambda x: fl.cast(x, "float64"),
+    }[op]
+    ex = _sharded_x_to_whole(build)
+    (comm,) = ex.communications
+    assert (comm.kind.value, comm.input.dtype.name, comm.bytes_per_device) == ("Allgather", *moved)
+    after = op != "cast_f64"
+    assert (comm.input.number != ex.program.inputs[0].number) == after
+
+
+def test_a_further_slice_stays_before_the_expression():
+    """x replicated, y = exp(x) sharded: slice x first (0 bytes), compute only the rows."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x = fl.tensor([4, 6])
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        y = fl.exp(x)
+        f.add_output(y)
+        shard_axis(y, 0, mesh)
+    run_passes(f)
+    (s,) = resharding_sets(f)
+    assert s.input is x

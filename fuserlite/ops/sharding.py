@@ -21,6 +21,7 @@ from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
+    is_partial,
     MeshPlacement,
     is_resharding,
     layout_facts,
@@ -155,6 +156,33 @@ def _placed_as_needed(v: View, j: int, position: int) -> bool:
         and not have.partial
         and have.shards == _needed_shards(v, j, position)
     )
+
+
+def forward_placement(expr: Expr, position: int, target: TensorView) -> Placement | None:
+    """The placement (on target's logical axes) in which `expr` computes `target` locally
+    from operand `position` as it lies: each of the operand's sharded data axes onto the
+    data axis of target it maps to (nesting kept); None where one maps to none, to a
+    broadcast or reduction axis, or to an axis whose chunks differ (a reshape's)."""
+    operand = expr.inputs[position]
+    mesh = operand.mesh
+    if mesh is None or is_partial(operand):
+        return None
+    amap = operand_to_output(expr, position, target)
+    shards: list[tuple[int, ...]] = [()] * target.domain.n_logical
+    data = operand.data_positions()
+    for li, axes in enumerate(layout_facts(operand.domain, mesh.shape).logical.shards):
+        if not axes or li not in data:
+            continue
+        c = amap.get(li)
+        if c is None:
+            return None
+        ax = target.domain.logical[c]
+        devices = math.prod(mesh.shape[a] for a in axes)
+        extent = operand.domain.logical[li].extent
+        if ax.is_broadcast or ax.is_reduction or not chunks_correspond(extent, ax.extent, devices):
+            return None
+        shards[c] = axes
+    return Placement(mesh.rank, tuple(shards))
 
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:
