@@ -21,8 +21,8 @@ from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
-    is_partial,
     MeshPlacement,
+    is_partial,
     is_resharding,
     layout_facts,
     placement,
