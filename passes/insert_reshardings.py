@@ -13,7 +13,7 @@ output itself is partial over mesh axes its input's reduced axes are not sharded
 resharded first: a redistribution only ever combines partial values.
 An input several expressions need resharded the same way is resharded once.
 An expression of one tensor input whose input is sharded and whose output is wanted
-otherwise (not merely sliced further) reshards after itself instead (nvFuser's insert
+otherwise on the same mesh (not merely sliced further) reshards after itself instead (nvFuser's insert
 after): it computes in its input's placement and a Set after it moves the output,
 where the output is no larger than the input (and, as large, where nothing else reads
 the input): y = cast(x, bfloat16) gathers y, half of x's bytes; sum(x, 1) gathers the
@@ -265,19 +265,19 @@ def _compute_then_reshard(expr: Expr) -> bool:
     if len(expr.inputs) != 1 or len(expr.outputs) != 1 or moves_data(expr):
         return False
     x, out = expr.input, expr.output
-    if x.mesh is None or out.mesh is None or is_partial(out):
-        return False
+    if x.mesh is None or out.mesh != x.mesh or is_partial(out):
+        return False  # on another mesh, the user chose where it computes
     if out.nbytes > x.nbytes or (out.nbytes == x.nbytes and len(x.uses) > 1):
         return False
     computed = forward_placement(expr, 0, out)
     if computed is None or not any(computed.shards):
         return False  # the input is whole (or cannot be followed): slice it first
-    mesh, wanted = mesh_placement(out)
+    wanted = mesh_placement(out)[1]
     sliced_further = all(
         set(have) <= set(want) and want[: len(have)] == have
         for have, want in zip(computed.shards, wanted.shards)
     )
-    if mesh == x.mesh and sliced_further:
+    if sliced_further:
         return False  # slicing the input first computes less, and moves nothing
     _compute_in(expr, 0, out, (x.mesh, computed))
     return True

@@ -400,3 +400,91 @@ def test_a_further_slice_stays_before_the_expression():
     run_passes(f)
     (s,) = resharding_sets(f)
     assert s.input is x
+
+
+# -- nvFuser's user-annotated reduce-scatter: rDIDx and DIDx on one tensor --------
+DIDx = fl.ParallelType.DIDx
+
+
+@pytest.mark.parametrize("reduction_first", [True, False])
+def test_rdidx_and_didx_on_one_tensor_is_a_reduce_scatter(reduction_first):
+    """nvFuser's LowerCollectiveTest.ReduceScatter: out = sum(x, 1), x sharded on the
+    reduced axis, out given rDIDx on its reduction axis and DIDx on its rows: one
+    ReduceScatter of the partial sums, out complete and sharded on its rows; the tensor
+    keeps one DIDx loop axis (the reduction axis stays serial)."""
+    d = 4
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(d)
+        x = fl.tensor([2 * d, 3 * d], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.outer_split(1, d)
+        x.axis(1).parallelize(DIDx)
+        out = fl.sum(x, [1])
+        out.set_device_mesh(mesh)
+        out.outer_split(1, d)  # [i{2d}, r{d}, r{3}]
+        out.outer_split(0, d)  # [i{d}, i{2}, r{d}, r{3}]
+        for axis in (2, 0) if reduction_first else (0, 2):
+            out.axis(axis).parallelize(DIDx)
+        f.add_output(out)
+    assert [ax.parallel_type is DIDx for ax in out.domain.loop] == [True, False, False, False]
+    ex = fl.FusionExecutor(f)
+    inputs = fl.random_inputs(f, seed=2)
+    fl.validate(f, inputs, ex.run(inputs))
+    assert [(c.kind.value, c.bytes_per_device) for c in ex.communications] == [
+        ("ReduceScatter", 24)  # (d-1)/d of the 8 float sums
+    ]
+    assert sharded_data_axis(ex.program.outputs[0]) == 0
+
+
+def test_two_data_axes_of_one_device_type_stay_an_error():
+    with fl.Fusion():
+        x = fl.tensor([4, 4], name="x")
+        x.set_device_mesh(fl.DeviceMesh.for_num_devices(4))
+        x.axis(0).parallelize(DIDx)
+        with pytest.raises(fl.ScheduleError, match="already has parallel type deviceIdx.x"):
+            x.axis(1).parallelize(DIDx)
+
+
+# -- device axes fuserlite cannot hold: errors naming the tensor, axis and fix ----
+def _schedule_error(shape, schedule) -> str:
+    with fl.Fusion() as f:
+        x = fl.tensor(shape, name="x")
+        f.add_input(x)
+        x.set_device_mesh(fl.DeviceMesh.for_num_devices(2))
+        schedule(x)
+        f.add_output(fl.exp(x))
+    with pytest.raises(fl.VerifyError) as info:
+        fl.lower(f)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "form, shape, schedule, says",
+    [
+        (
+            "inner split",
+            [8, 6],
+            lambda x: (x.split(0, 2), x.axis(1).parallelize(DIDx)),
+            "x (T0) axis 1 (ideviceIdx.x5{2}): it is the inner part of a split: device i would "
+            "hold rows i, i + 2, i + 4",
+        ),
+        (
+            "split of a split",
+            [8, 6],
+            lambda x: (x.split(0, 2), x.outer_split(0, 2), x.axis(0).parallelize(DIDx)),
+            "x (T0) axis 0 (ideviceIdx.x6{2}): it splits a part of an axis that a split made",
+        ),
+        (
+            "merge with a broadcast",
+            [8, 1],
+            lambda x: (x.merge(0, 1), x.outer_split(0, 2), x.axis(0).parallelize(DIDx)),
+            "x (T0) axis 0 (ideviceIdx.x5{2}): it is a merge with a broadcast axis, which holds "
+            "no data (b and bDIDx are one sharding): shard the other axis before the merge",
+        ),
+    ],
+)
+def test_a_device_axis_no_contiguous_chunk_holds_names_the_form_and_the_fix(
+    form, shape, schedule, says
+):
+    assert says in _schedule_error(shape, schedule), form

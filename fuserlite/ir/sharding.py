@@ -113,10 +113,9 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
     d = mesh.axis_size(pt)
     chain = sharding_chain(dom, p)
     if chain is None:
-        return (
-            f"{pt.value} must be on a logical axis, on the outer part of a split of one, or on "
-            "the outer part of a split of the inner part of such a sharding split; "
-            "parallelize before further splits"
+        return _unheld_form(dom, p, d) + (
+            f"; {pt.value} must be on a logical axis, on the outer part of a split of one, or "
+            "on the outer part of a split of the inner part of such a sharding split"
         )
     origin, _, split = chain
     inner = None if p == split else dom.axes[dom.transform_of(p).inner]
@@ -141,6 +140,42 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
             f"{ceil_div(split_extent, d)} rows (torch.chunk): use an outer split by {d}"
         )
     return None
+
+
+def _unheld_form(dom: TensorDomain, p: int, d: int) -> str:
+    """What device axis `p` is, where it is none of the shardings fuserlite holds (each
+    device a contiguous chunk, torch.chunk's rows), and the schedule that is."""
+    t = dom.transform_of(p)
+    if type(t) is Split and p == t.inner and dom.axes[p].extent != d:
+        return "it is the inner part of a split, what one device holds; parallelize the outer part"
+    if type(t) is Split and p == t.inner:
+        return (
+            f"it is the inner part of a split: device i would hold rows i, i + {d}, "
+            f"i + {2 * d}, ... (a strided sharding), which no contiguous chunk holds; "
+            f"outer_split the axis by {d} (or split it by ceil(n/{d})) and parallelize the "
+            "outer part"
+        )
+    if type(t) is Split and type(dom.transform_of(t.input)) is not Split:
+        t = dom.transform_of(t.input)  # the outer part of a split of a merged axis
+    if type(t) is Split:
+        return (
+            "it splits a part of an axis that a split made, not the axis itself: its "
+            "chunks are not torch.chunk's rows of the axis (nvFuser pads the part first); "
+            f"outer_split the axis by {d} and parallelize the outer part first, then split "
+            "the inner part as you like"
+        )
+    if t is not None:
+        bcast = [a for a in t.inputs if dom.axes[a].is_broadcast]
+        why = (
+            "it is a merge with a broadcast axis, which holds no data (b and bDIDx are "
+            "one sharding): shard the other axis before the merge, or leave the broadcast "
+            "out of it"
+            if bcast
+            else "it is a merge of axes, whose chunks fuserlite does not hold: shard the "
+            "outer axis before merging (outer_split it, parallelize the outer part)"
+        )
+        return why
+    return "parallelize before further splits"
 
 
 def _fits(extent: int, split_extent: int, inner_extent: int | None, d: int) -> bool:

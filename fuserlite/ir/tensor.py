@@ -69,6 +69,20 @@ def parallelize_problem(dom: TensorDomain, position: int, pt: ParallelType) -> s
     return None
 
 
+def _reduce_scatter_clash(dom: TensorDomain, position: int, pt: ParallelType) -> int | None:
+    """The position of the loop axis that has device type `pt` where axis `position` is
+    given it too and one of the two is a reduction axis, the other a data axis (nvFuser's
+    rDIDx + DIDx: a reduce-scatter); else None."""
+    if not pt.is_device or dom.loop_index(position) is None:
+        return None
+    mine = dom.axes[position]
+    for p in dom.loop_positions:
+        other = dom.axes[p]
+        if p != position and other.parallel_type is pt and other.is_reduction != mine.is_reduction:
+            return p if not mine.is_broadcast and not other.is_broadcast else None
+    return None
+
+
 class Axis:
     """Axis `position` of `tensor`'s domain (its logical axes first, then each
     transform's outputs): what `tv.axis(i)`, `tv.logical` and `tv.loop` hold. It reads
@@ -130,6 +144,16 @@ class Axis:
         loop axes, and a thread axis holds at most MAX_THREADS."""
         pt = parallel_type_of(parallel_type)
         tv = self.tensor
+        clash = _reduce_scatter_clash(tv.domain, self.position, pt)
+        if clash is not None:
+            # nvFuser's user-annotated reduce-scatter: rDIDx on the reduction axis and
+            # DIDx on a data axis of one tensor. The values it asks for are the data
+            # axis's sharding, complete: the reduction over the devices is what makes
+            # them (partial sums, then a ReduceScatter), so the data axis keeps the type
+            # and the reduction axis stays serial, one loop axis per type.
+            if tv.domain.axes[self.position].is_reduction:
+                return self
+            tv.domain = tv.domain.parallelize(clash, ParallelType.Serial)
         problem = parallelize_problem(tv.domain, self.position, pt)
         if problem is not None:
             raise ScheduleError(f"parallelize: {tv.name}{problem}")
