@@ -12,11 +12,13 @@ left to insert-reshardings), and a second axis with a parallel type a tensor
 already carries. A take of whole chunks of its input's sharded axis 0 keeps that
 sharding too (its chunks only change devices: a block permutation, lowered to one
 CollectivePermute).
-Then backward (nvFuser's propagation from consumers): a tensor that is no fusion input,
-that the user left unsharded and its producers too, takes on each mesh axis the
-sharding of its first reader's output sharded there (through the inverse of that
-reader's axis map, by the same rules), in reverse order so that it flows up a chain;
-a Set the user placed otherwise is not followed (it says where the tensor is wanted).
+Then backward (nvFuser's propagation from consumers): a tensor computed by a pointwise
+op (random draws and iota included) that is no fusion input, that the user left
+unsharded and its producers too, takes the sharding its readers'
+outputs imply (through the inverse of their axis maps, by the same rules) where they
+all imply one (a reader that needs it whole keeps it whole), in reverse order so that
+it flows up a chain; a Set the user placed otherwise is not followed (it says where
+the tensor is wanted).
 So an intermediate is computed on the shards its reader needs (its whole inputs
 sliced, for nothing) rather than whole and sliced after, and a random draw of a shape
 (`fl.rand`, `fl.uniform(shape)`), made from nothing, draws only each device's shard.
@@ -36,7 +38,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import logical_placement, sharding_problem
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ops.registry import operand_to_output
+from fuserlite.ops.registry import is_pointwise, operand_to_output
 from fuserlite.ops.sharding import (
     chunks_correspond,
     moves_data,
@@ -116,17 +118,20 @@ def _inherit_sharding(expr: Expr, out: TensorView) -> None:
     sources = [
         (expr.inputs[k], propagation_axis_map(expr, k, out)) for k in propagation_sources(expr)
     ]
-    _inherit(out, sources)
+    _place(out, _inherited(out, sources))
 
 
-def _inherit_backward(tv: TensorView, exprs_at: dict[int, int]) -> None:
-    """Give `tv` (no fusion input, left unsharded by the user and by its producers), on
-    each mesh axis, the sharding of the first tensor computed from it (its readers in
-    program order) sharded there on a data axis that a data axis of tv maps to: nvFuser's
-    backward propagation, so that tv is computed sharded as its reader needs it, not
-    computed whole and sliced (a random draw of a shape draws only its own shard)."""
-    sources = []
-    for use in sorted(tv.uses, key=lambda e: exprs_at.get(id(e), 0)):
+def _inherit_backward(tv: TensorView) -> None:
+    """Give `tv` (no fusion input, left unsharded by the user and by its producers) the
+    sharding its readers' outputs imply through their axis maps, where they all imply the
+    same one: nvFuser's backward propagation, so that tv is computed sharded as its
+    readers need it, not computed whole and sliced (a random draw of a shape draws only
+    its own shard). Readers that differ (one wants tv whole) leave it whole: a reshard
+    of its readers' own would cost what computing it whole saves."""
+    if not is_pointwise(tv.definition):
+        return  # a reduction's, a view's or an op of several outputs: computed as it lies
+    implied = set()
+    for use in tv.uses:
         if moves_data(use):
             continue  # a Set the user placed otherwise says where tv is wanted: whole
         for k, operand in enumerate(use.inputs):
@@ -134,15 +139,24 @@ def _inherit_backward(tv: TensorView, exprs_at: dict[int, int]) -> None:
                 continue
             for out in use.outputs:
                 forward = operand_to_output(use, k, out)
-                sources.append((out, {c: p for p, c in forward.items()}))
-    _inherit(tv, sources)
+                implied.add(_inherited(tv, [(out, {c: p for p, c in forward.items()})]))
+    if len(implied) == 1:
+        _place(tv, implied.pop())
 
 
-def _inherit(tv: TensorView, sources: list[tuple[TensorView, Mapping[int, int]]]) -> None:
-    """Give `tv`, on each mesh axis, the sharding of the first of `sources` (a tensor on
-    tv's mesh and a map of its logical axes onto tv's) sharded there on a data axis that
-    maps to a data axis of tv (nesting kept): never onto a broadcast or reduction axis,
-    an axis the user scheduled, or a second axis per mesh axis."""
+def _place(tv: TensorView, placed: Placement | None) -> None:
+    if placed is not None:
+        shard_as(tv, tv.mesh, placed)
+
+
+def _inherited(
+    tv: TensorView, sources: list[tuple[TensorView, Mapping[int, int]]]
+) -> Placement | None:
+    """The placement `tv` inherits from `sources` (a tensor and a map of its logical axes
+    onto tv's): on each mesh axis, the sharding of the first source on tv's mesh sharded
+    there on a data axis that maps to a data axis of tv (nesting kept); never onto a
+    broadcast or reduction axis, an axis the user scheduled, or a second axis per mesh
+    axis. None where none is."""
     mesh = tv.mesh
     shards = [()] * len(tv.domain.logical)
     used: set[int] = set()
@@ -164,8 +178,7 @@ def _inherit(tv: TensorView, sources: list[tuple[TensorView, Mapping[int, int]]]
                 continue  # a reshape's axes of other extents: their chunks differ
             shards[target] = axes
             used |= set(axes)
-    if used:
-        shard_as(tv, mesh, Placement(mesh.rank, tuple(shards)))
+    return Placement(mesh.rank, tuple(shards)) if used else None
 
 
 def _check_inherited(tv: TensorView) -> None:
@@ -233,10 +246,9 @@ class PropagateShardings(Pass):
                 if id(out) in untouched and out.mesh is not None:
                     _inherit_sharding(expr, out)
         # Backward: a tensor its producers leave whole that its readers shard.
-        exprs_at = {id(e): k for k, e in enumerate(exprs)}
         inputs = {id(t) for t in fusion.inputs}
         for expr in reversed(exprs):
             for out in expr.outputs:
                 whole = id(out) in untouched and out.mesh is not None and not _sharded(out)
                 if whole and id(out) not in inputs:
-                    _inherit_backward(out, exprs_at)
+                    _inherit_backward(out)

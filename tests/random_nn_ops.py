@@ -1,6 +1,7 @@
 """The neural-network ops for the random sharded fusions (tests/random_sharded.py):
-lt feeding a where, iota (positions and masks), the random numbers (rand_like, uniform, dropout), the
-normalizations and softmax, var_mean, the pointwise backward helpers, and attention
+lt feeding a where, iota (positions and masks), the random numbers (rand_like, rand,
+uniform, dropout), the normalizations and softmax, var_mean, the pointwise backward
+helpers, and attention
 (sdpa, its outputs, and sdpa_bwd of the forward's results), each drawn with its call
 written into the case's script. random_ops.DRAWN names these kinds too.
 """
@@ -16,6 +17,7 @@ MAX_BOUND = 100.0  # as random_sharded.MAX_BOUND: |values| within float32's tole
 NN_DRAWN = {
     "lt": "compare",
     "rand_like": "random",
+    "rand": "random",
     "uniform": "random",
     "dropout": "random",
     "layer_norm": "norm",
@@ -104,11 +106,17 @@ class NNOps:
         return self.register(out, call, self.bound[id(a)], mesh)
 
     def op_random(self):
-        """rand_like, uniform or dropout of a float tensor, with a seed and an offset."""
+        """rand_like, uniform, dropout or a rand added to a float tensor, with a seed and an
+        offset."""
         a = self.operand()
         seed, offset = self._counters()
         counters = f"seed={seed}, offset={offset}"
-        how = self.pick(["rand_like", "uniform", "dropout"])
+        how = self.pick(["rand_like", "uniform", "dropout", "rand"])
+        if how == "rand":  # a draw of a's shape with no operand: placed as the add reads it
+            shape, dtype = list(a.shape), a.dtype.name
+            out = fl.add(a, fl.rand(shape, dtype, seed, offset))
+            call = f"fl.add({self.name(a)}, fl.rand({shape}, {dtype!r}, {counters}))"
+            return self.register(out, call, self.bound[id(a)] + 1.0, self.producer_mesh(a))
         if how == "rand_like":
             out, call, bound = (
                 fl.rand_like(a, seed, offset),

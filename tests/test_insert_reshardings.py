@@ -388,18 +388,19 @@ def test_a_single_input_expression_reshards_after_itself(op, moved):
 
 
 def test_a_further_slice_stays_before_the_expression():
-    """x replicated, y = exp(x) sharded: slice x first (0 bytes), compute only the rows."""
+    """x sharded on rows over dp, y = exp(x) on rows over dp and columns over tp: slicing x
+    first (0 bytes) computes only y's block; computing in x's placement would not."""
     with fl.Fusion() as f:
-        mesh = fl.DeviceMesh.for_num_devices(2)
+        mesh = fl.DeviceMesh.for_shape([2, 2])
         x = fl.tensor([4, 6])
         f.add_input(x)
-        x.set_device_mesh(mesh)
+        fl.distribute(x, mesh, [fl.Shard(0), fl.Replicate()])
         y = fl.exp(x)
         f.add_output(y)
-        shard_axis(y, 0, mesh)
+        fl.distribute(y, mesh, [fl.Shard(0), fl.Shard(1)])
     run_passes(f)
     (s,) = resharding_sets(f)
-    assert s.input is x
+    assert s.input is x and s.output.definition is s and y.definition.input is s.output
 
 
 # -- nvFuser's user-annotated reduce-scatter: rDIDx and DIDx on one tensor --------

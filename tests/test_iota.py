@@ -101,8 +101,9 @@ def test_iota_sharded_on_a_2x4_mesh(shards) -> None:
     assert fl.FusionExecutor(fusion).communications == []
 
 
-def test_an_unsharded_iota_read_by_a_sharded_op_is_sliced() -> None:
-    """Its sharding is what the user gives it: replicated, then each device's block."""
+def test_an_unsharded_iota_read_by_a_sharded_op_takes_its_sharding() -> None:
+    """Left unsharded, it takes the sharding of the op that reads it (propagate-shardings
+    propagates backward): each device computes its own block, nothing moves."""
     with fl.Fusion() as fusion:
         x = fl.tensor([2, 10])
         fusion.add_input(x)
@@ -111,7 +112,7 @@ def test_an_unsharded_iota_read_by_a_sharded_op_is_sliced() -> None:
     (a,) = fl.random_inputs(fusion)
     ex = fl.FusionExecutor(fusion)
     np.testing.assert_array_equal(ex.run([a])[0], a + np.arange(10, dtype=np.float32))
-    assert [c.kind.value for c in ex.communications] == ["LocalSlice"]
+    assert ex.communications == []
 
 
 def test_iota_in_fus_text_round_trips() -> None:

@@ -299,22 +299,31 @@ def test_a_tensor_left_whole_by_its_producers_takes_its_readers_sharding():
     assert ex.communications[0].input.number == x.number  # the input is sliced, not y
 
 
-def test_backward_propagation_follows_the_first_reader_and_keeps_to_data_axes():
+@pytest.mark.parametrize("agree", [True, False])
+def test_backward_propagation_takes_the_sharding_all_readers_imply(agree):
+    """y = exp(x) read by a (sharded on axis 1) and by b: a sum over axis 0 sharded on its
+    kept axis (readers agree: y computed sharded), or whole (y is needed whole once: it
+    stays whole, computed once, and a is sliced from it)."""
     with fl.Fusion() as f:
         mesh = fl.DeviceMesh.for_num_devices(2)
         x = fl.tensor([4, 6])
         f.add_input(x)
         x.set_device_mesh(mesh)
         y = fl.exp(x)
-        a = fl.neg(y)  # the first reader: sharded on axis 1
-        b = fl.sum(y, 0)  # a reduction reading y: axis 0 is its reduction axis
+        a = fl.neg(y)
+        b = fl.sum(y, 0)
         f.add_output(a)
         f.add_output(b)
         shard_axis(a, 1, mesh)
-    run_pass(f)
-    assert sharded_data_axis(y) == 1
+        if agree:
+            shard_axis(b, 1, mesh)
+    copy, _ = f.clone()
+    run_pass(copy)
+    assert sharded_data_axis(copy.exprs()[0].output) == (1 if agree else None)
     ex = _run_and_validate(f)
-    assert "Allgather" in [c.kind.value for c in ex.communications]  # b is whole
+    (comm,) = ex.communications
+    assert comm.kind.value == "LocalSlice"
+    assert (comm.input.number == x.number) == agree  # x sliced, else y
 
 
 def test_uniform_of_a_shape_is_drawn_sharded_as_its_reader():

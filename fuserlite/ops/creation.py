@@ -5,7 +5,8 @@ element's index in the *global* tensor. It is an indexed pointwise op
 (OpDef.indexed, as rand_like): every compute path (numpy, the kernel runner, compiled
 C++, CUDA) gets each element's global index, so a sharded iota computes its own shard's
 values on each device with no communication, as rand_like draws at global indices.
-Its sharding is what the user (or shard_map's axis_index) gives it; a tensor made
+Its sharding is what the user (or shard_map's axis_index) gives it, or else its readers'
+(propagate-shardings propagates backward); a tensor made
 from nothing belongs to the active fusion (`with fl.Fusion():`).
 """
 
