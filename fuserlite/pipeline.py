@@ -125,7 +125,10 @@ class Pipeline:
         )
         unknown = [n for n in print_after if n not in REGISTRY]
         if unknown:
-            raise PassOptionError(f"--print-after names unknown pass {unknown[0]!r}")
+            raise PassOptionError(
+                f"--print-after names unknown pass {unknown[0]!r}"
+                + args.did_you_mean(unknown[0], REGISTRY)
+            )
         self.print_after = set(print_after)
         self.dump = dump or (lambda name, ir: print(f"// ----- after {name} -----\n{ir}"))
         self.progress = progress

@@ -21,6 +21,7 @@ import typing
 from enum import Enum
 from typing import ClassVar, Literal
 
+from fuserlite.ir.args import did_you_mean
 from fuserlite.ir.errors import PassOptionError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.program.program import Program
@@ -132,7 +133,9 @@ def make_pass(spec: str) -> Pass:
     cls = REGISTRY.get(name)
     if cls is None:
         known = ", ".join(sorted(REGISTRY))
-        raise PassOptionError(f"unknown pass {name!r}; known passes: {known}")
+        raise PassOptionError(
+            f"unknown pass {name!r}{did_you_mean(name, REGISTRY)} (known passes: {known})"
+        )
     options: dict[str, object] = {}
     types = option_types(cls)
     if rest:

@@ -86,7 +86,7 @@ def test_run_mesh_option(capsys) -> None:
     code = main(["run", str(REPO / "examples/tp_mlp.fus"), "--mesh", "2x4", "--latency-bytes", "0"])
     out = capsys.readouterr().out
     assert code == 0 and "validation: ok" in out
-    table = out.split("communications\n")[1].split("validation")[0].splitlines()[1:]
+    table = out.split("communications\n")[1].split("sent: ")[0].splitlines()[1:]
     assert [row.split()[0] for row in table] == ["LocalSlice", "Allreduce", "Allgather"]
     code = main(["run", str(REPO / "examples/tp_mlp.fus"), "--mesh", "2by4"])
     assert code == 1 and "axis sizes joined by x" in capsys.readouterr().err
@@ -115,9 +115,9 @@ def test_the_nd_examples_compute_the_reference(compute: str) -> None:
 
 
 def test_the_run_table_names_the_teams_of_an_nd_collective() -> None:
-    from fuserlite.cli.cmd_run import team_text
+    from fuserlite.cli.cmd_run import communication_report, team_text
 
     (comm,) = fl.FusionExecutor(fl.load(REPO / "examples/dp_tp_mlp.fus")).communications
-    assert team_text(comm) == "DIDx (tp): 0 1 2 3 | 4 5 6 7"  # the file names its axes
+    assert team_text(communication_report(comm)) == "DIDx (tp): 0-3 | 4-7"  # the file names its axes
     (comm,) = fl.lower(fl.load(REPO / "examples/tp_mlp.fus")).communications
-    assert team_text(comm) == "0 1"
+    assert team_text(communication_report(comm)) == "0 1"

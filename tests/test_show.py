@@ -42,9 +42,15 @@ def test_show_communications_golden(name, capsys, golden, monkeypatch):
 
 def test_show_after_a_pass_places_every_tensor(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    before = show(capsys, "examples/softmax.fus")
+    before = show(capsys, "examples/softmax.fus", "--as-written")
     after = show(capsys, "examples/softmax.fus", "--after", "propagate-shardings")
     assert "no mesh yet" in before and "no mesh yet" not in after
+    # By default after the whole pipeline: the file's tensors, every one placed.
+    lowered = show(capsys, "examples/softmax.fus")
+    assert "no mesh yet" not in lowered
+    assert [line.split()[0] for line in lowered.splitlines() if " on DeviceMesh" in line] == [
+        line.split()[0] for line in before.splitlines() if " float" in line
+    ]
     one = show(
         capsys, "examples/softmax.fus", "--tensor", "row_max", "--after", "insert-reshardings"
     )
@@ -109,11 +115,11 @@ def test_bad_requests_are_clear_errors(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert cli.main(["show", "examples/tp_mlp.fus", "--after", "fuse-everything"]) == 1
     assert (
-        "not a pass of the default pipeline; choose one of propagate-shardings"
+        "not a pass of the default pipeline (choose one of propagate-shardings"
         in capsys.readouterr().err
     )
     assert cli.main(["show", "examples/tp_mlp.fus", "--tensor", "nope"]) == 1
-    assert "no tensor 'nope'; its tensors are x, w1" in capsys.readouterr().err
+    assert "no tensor 'nope' (its tensors are x, w1" in capsys.readouterr().err
     assert cli.main(["show", "examples/tp_mlp.fus", "--tensor", "x", "--communications"]) == 1
     assert "cannot be combined with --tensor" in capsys.readouterr().err
     with pytest.raises(fl.FusionError, match="show_sharding: tv must be a TensorView"):

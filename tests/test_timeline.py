@@ -289,7 +289,8 @@ def test_the_timeline_command_reads_printed_programs_and_names_unknown_machines(
     assert main(["timeline", "-", "--machine", "cpu"]) == 0
     assert "on cpu (one x86 server core" in capsys.readouterr().out
     assert main(["timeline", str(REPO / "examples" / "tp_mlp.fus"), "--machine", "tpu"]) == 1
-    assert "unknown machine 'tpu'; choose one of h100-nvlink" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown machine 'tpu'" in err and "(choose one of h100-nvlink" in err
 
 
 def test_explain_says_each_communication_s_time_and_that_it_is_exposed() -> None:

@@ -20,7 +20,9 @@ place that turns errors into messages and exit codes: a
 FuserliteError is a user error (one paragraph on stderr, exit 1), anything else
 is an internal error (exit 1, asking for a report), Ctrl-C one line (exit 130).
 `--debug` adds the traceback.
-Output is coloured with rich on a terminal and plain text when piped.
+Output is coloured with rich on a terminal and plain text when piped; `--color
+auto|always|never` and NO_COLOR choose (output.color_settings). `--json` on run,
+explain, passes, show and timeline prints one JSON document instead (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from fuserlite.cli import (
     cmd_timeline,
 )
 from fuserlite.cli.output import (
+    COLORS,
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -62,6 +65,11 @@ __all__ = [
     "build_parser",
     "main",
 ]
+
+COLOR_HELP = (
+    "colour the output: auto (the default: on a terminal, unless NO_COLOR is set), "
+    "always (a pipe too) or never"
+)
 
 # In the order `fuserlite --help` lists them.
 COMMANDS = (
@@ -84,11 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
+    common.add_argument("--color", choices=COLORS, default=argparse.SUPPRESS, help=COLOR_HELP)
     parser = ArgumentParser(
         prog="fuserlite",
         description="A small multi-device fusion compiler modelled on nvFuser.",
     )
     parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks")
+    parser.add_argument("--color", choices=COLORS, default="auto", help=COLOR_HELP)
     parser.add_argument("--version", action="version", version=f"fuserlite {fuserlite.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -136,7 +146,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     try:
-        return args.handler(args, Output())
+        return args.handler(args, Output(color=args.color))
     except UsageError as exc:  # a combination of flags the parser alone cannot reject
         print(exc, file=sys.stderr)
     except BrokenPipeError:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fuserlite.cli.documents import explain_document
 from fuserlite.cli.output import (
     EXIT_OK,
     Output,
     add_command,
+    add_json_option,
     add_program_arguments,
     lowered_program,
     machine_option,
 )
+from fuserlite.timing import timeline
 from fuserlite.timing.explain import explain
 
 
@@ -22,7 +25,13 @@ def cmd_explain(args: argparse.Namespace, out: Output) -> int:
     (launches x --latency-bytes + bytes) and the cheapest rejected alternative with its
     cost and why it lost. PATH is a .fus file or printed IR (`fuserlite print`, `opt`):
     a fusion is lowered first, a lowered program explained as it is."""
-    out.text(explain(lowered_program(args, "explain"), machine_option(args)))
+    program, model = lowered_program(args, "explain"), machine_option(args)
+    text = explain(program, model)
+    if args.json:
+        tl = timeline(program, model) if program.communications else None
+        out.json(explain_document(program, tl, text))
+    else:
+        out.text(text)
     return EXIT_OK
 
 
@@ -37,3 +46,4 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         path_help=None,
     )
     add_program_arguments(c)
+    add_json_option(c)

@@ -1,6 +1,7 @@
 """`fuserlite opt`: text in, passes, text out (in the style of xdsl-opt).
 
     fuserlite opt FILE [-p pass1,pass2[option=value] | --lowered] [--latency-bytes N]
+                       [-o OUT] [--print-after-all]
 
 FILE (`-` for stdin) is a `.fus` file or anything `fuserlite print` prints in the
 kernel dialect (a fusion's `%kernel { ... }` or a lowered program), told apart by
@@ -8,11 +9,14 @@ its first line. The passes run with their contracts and the validator between
 them; the result is printed in the kernel dialect. With no `-p` it prints what it
 read, so `fuserlite print X --passes a,b | fuserlite opt -` reproduces its input;
 `--lowered` (or `--latency-bytes N` alone) runs the default pipeline on a fusion.
+`-o OUT` writes the result to OUT instead of stdout; `--print-after-all` prints
+the IR after every pass first (mlir-opt's flag), on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from fuserlite.cli.output import (
@@ -25,9 +29,11 @@ from fuserlite.cli.output import (
     load_ir,
     lowering_pass_names,
     pass_list,
+    pass_order,
     pipeline,
     source_name,
 )
+from fuserlite.ir.errors import FuserliteError
 from fuserlite.program.program import Program
 
 
@@ -54,9 +60,30 @@ def cmd_opt(args: argparse.Namespace, out: Output) -> int:
         names = lowering_pass_names(args)
     if names:
         level = "program" if isinstance(ir, Program) else "fusion"
-        ir = pipeline(args, names, input_level=level).run(ir)
-    out.text(str(ir))
+        ir = pipeline(
+            args,
+            names,
+            input_level=level,
+            print_after_all=args.print_after_all,
+            dump=lambda name, ir: out.text(f"// ----- after {name} -----\n{ir}"),
+        ).run(ir)
+    if args.output is None:
+        out.text(str(ir))
+        return EXIT_OK
+    try:
+        Path(args.output).write_text(str(ir))
+    except OSError as exc:
+        raise FuserliteError(
+            f"fuserlite opt: cannot write -o {args.output}: {exc.strerror}"
+        ) from None
     return EXIT_OK
+
+
+def passes_epilog() -> str:
+    """`opt --help`'s list of the passes -p takes, default pipeline first."""
+    lines = ["passes (-p; `fuserlite passes` says what each does and its options):"]
+    lines += [f"  {name}" for name in pass_order()]
+    return "\n".join(lines)
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -68,6 +95,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "opt",
         "run passes on a .fus file or printed IR, print the result",
         "a .fus file or printed IR; - for stdin",
+        epilog=passes_epilog(),
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument(
@@ -80,3 +108,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--lowered", action="store_true", help="run the default pipeline (on a fusion)"
     )
     add_latency_option(p, "; implies --lowered")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT, not stdout")
+    p.add_argument(
+        "--print-after-all", action="store_true", help="print the IR after every pass first"
+    )

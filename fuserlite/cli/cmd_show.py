@@ -1,4 +1,8 @@
-"""`fuserlite show`: pictures of which device holds which block of each tensor."""
+"""`fuserlite show`: pictures of which device holds which block of each tensor.
+
+By default each tensor of the file as the default pipeline leaves it (a sharding
+the file leaves to propagation shows as propagated); `--after PASS` stops after
+that pass, `--as-written` shows the file before any pass."""
 
 from __future__ import annotations
 
@@ -6,16 +10,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from fuserlite.cli.documents import show_document
 from fuserlite.cli.output import (
     EXIT_OK,
     Output,
     UsageError,
     add_command,
+    add_json_option,
     add_latency_option,
     load_fusion,
     lowering_pass_names,
     pipeline,
 )
+from fuserlite.ir.args import did_you_mean
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.program.program import Program
@@ -30,8 +37,8 @@ def _after(
     bare = [n.split("[")[0] for n in names]
     if name not in bare:
         raise UsageError(
-            f"fuserlite show: error: --after {name!r} is not a pass of the default pipeline; "
-            f"choose one of {', '.join(bare)}"
+            f"fuserlite show: error: --after {name!r} is not a pass of the default pipeline"
+            f"{did_you_mean(name, bare)} (choose one of {', '.join(bare)})"
         )
     return pipeline(args, names[: bare.index(name) + 1]).run(fusion)
 
@@ -53,16 +60,24 @@ def _sections(args: argparse.Namespace) -> list[tuple[str, list[Sheet]]]:
             )
             for c in program.communications
         ] or [("no communication: every tensor stays where it is", [])]
-    if args.after:
-        ir = _after(args, fusion, args.after, lowering_pass_names(args))
+    known = len(fusion.tensors_created)
+    if not args.as_written:  # by default as the pipeline leaves them: shardings propagated
+        names = lowering_pass_names(args)
+        ir = _after(args, fusion, args.after or names[-1].split("[")[0], names)
         fusion = ir.fusion if isinstance(ir, Program) else ir
-    tensors = [find_tensor(fusion, args.tensor)] if args.tensor else fusion.tensors()
-    return [("", [sheet(t) for t in tensors])]
+    if args.tensor:
+        return [("", [sheet(find_tensor(fusion, args.tensor))])]
+    # The file's tensors; the passes' own (a Set's output, a kernel's split) are the
+    # communications' (--communications) or print's business.
+    return [("", [sheet(t) for t in fusion.tensors() if t.number < known])]
 
 
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
     """`fuserlite show`: draw each tensor's blocks on its mesh (or each communication's)."""
     sections = _sections(args)
+    if args.json:
+        out.json(show_document(sections))
+        return EXIT_OK
     if args.svg:
         sheets = [s for _, group in sections for s in group]
         try:
@@ -96,11 +111,22 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tensor", metavar="NAME", help="only this tensor (its name or T-number)")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--after", metavar="PASS", help="after this pass of the default pipeline")
+    which.add_argument(
+        "--after",
+        metavar="PASS",
+        help="after this pass of the default pipeline (default: after all of them)",
+    )
+    which.add_argument(
+        "--as-written",
+        action="store_true",
+        help="the tensors as the file writes them, before any pass",
+    )
     which.add_argument(
         "--communications",
         action="store_true",
         help="each communication of the lowered program: its input and output",
     )
-    p.add_argument("--svg", metavar="FILE", help="write the pictures to FILE as one SVG")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--svg", metavar="FILE", help="write the pictures to FILE as one SVG")
+    add_json_option(output)
     add_latency_option(p)

@@ -7,18 +7,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fuserlite.cli.documents import timeline_document
 from fuserlite.cli.output import (
     EXIT_OK,
+    PAGE_WIDTH,
     Output,
     add_command,
+    add_json_option,
     add_program_arguments,
     lowered_program,
     machine_option,
 )
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.timing import timeline
-from fuserlite.timing.chart import coloured, plain
+from fuserlite.timing.chart import WIDTH, coloured, plain, rows
 from fuserlite.timing.svg import svg
+from fuserlite.timing.timeline import Timeline
 
 
 def _write(path: str, text: str, flag: str) -> None:
@@ -28,6 +32,12 @@ def _write(path: str, text: str, flag: str) -> None:
         raise FuserliteError(
             f"fuserlite timeline: cannot write {flag} {path}: {exc.strerror}"
         ) from None
+
+
+def chart_width(tl: Timeline) -> int:
+    """Columns of the chart's time axis that keep its lines within 80 (at least 24)."""
+    label = max((len(r.label) for r in rows(tl)), default=0)
+    return max(24, min(WIDTH, PAGE_WIDTH - 3 - label))
 
 
 def cmd_timeline(args: argparse.Namespace, out: Output) -> int:
@@ -43,10 +53,14 @@ def cmd_timeline(args: argparse.Namespace, out: Output) -> int:
         _write(args.trace, json.dumps(tl.to_chrome_trace(), indent=1) + "\n", "--trace")
     if args.svg:
         _write(args.svg, svg(tl), "--svg")
+    if args.json:
+        out.json(timeline_document(tl))
+        return EXIT_OK
+    width = chart_width(tl)
     if out.is_terminal:
-        out.console.print(coloured(tl), end="", highlight=False)
+        out.console.print(coloured(tl, width), end="", highlight=False)
     else:
-        out.text(plain(tl))
+        out.text(plain(tl, width))
     for flag, path in (("trace", args.trace), ("svg", args.svg)):
         if path:
             out.text(f"wrote {path} ({flag})\n")
@@ -66,3 +80,4 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     add_program_arguments(c)
     c.add_argument("--trace", metavar="FILE", help="write the Chrome trace (JSON) to FILE")
     c.add_argument("--svg", metavar="FILE", help="write the chart to FILE as SVG")
+    add_json_option(c)

@@ -4,8 +4,10 @@ loading a file, the pipeline it runs."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -14,9 +16,12 @@ from rich.table import Table
 from rich.theme import Theme
 
 from fuserlite.autodiff import grad
+from fuserlite.ir.args import did_you_mean
+from fuserlite.ir.errors import ParseError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
-from fuserlite.pipeline import Pipeline, default_pass_names, latency_options
+from fuserlite.passes import REGISTRY
+from fuserlite.pipeline import DEFAULT_PASSES, Pipeline, default_pass_names, latency_options
 from fuserlite.program.parser import load_any
 from fuserlite.program.program import Program, unlowered_steps
 from fuserlite.program.reshardings import plans_latency
@@ -26,7 +31,9 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (2): what a shell reports for a Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE (13): what a shell reports for `cat big | head -1`
-PIPED_WIDTH = 160  # columns of a table written to a file or a pipe
+PAGE_WIDTH = 80  # columns of tables and charts written to a file or a pipe
+COLORS = ("auto", "always", "never")
+JSON_SCHEMA = 1  # the "schema" of every --json document; docs/cli.md (raise it on a change)
 
 
 class UsageError(Exception):
@@ -38,6 +45,38 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.format_usage()}{self.prog}: error: {message}")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A value outside `choices` (a command, --compute): the closest one in the message."""
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            self.error(
+                f"argument {argparse._get_action_name(action)}: invalid choice: {value!r}"
+                f"{did_you_mean(str(value), choices)} (choose from {', '.join(map(repr, choices))})"
+            )
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """argparse's, with "did you mean" for each misspelled flag."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggest(parsed, extras)}")
+        return parsed
+
+    def _suggest(self, parsed: argparse.Namespace, extras: list[str]) -> str:
+        """`; did you mean '--seed'?` for the first unknown flag close to one of the
+        command's (or of the top level, before a command)."""
+        flags = list(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(parsed, "command", None))
+                if sub is not None:
+                    flags += list(sub._option_string_actions)
+        for extra in extras:
+            if extra.startswith("--"):
+                hint = did_you_mean(extra.split("=")[0], flags)
+                if hint:
+                    return hint
+        return ""
 
 
 class IRHighlighter(RegexHighlighter):
@@ -65,18 +104,33 @@ THEME = Theme(
 )
 
 
+def color_settings(color: str = "auto") -> dict[str, Any]:
+    """rich Console settings of `--color`: auto colours a terminal unless NO_COLOR is set
+    (no-color.org: any non-empty value); always colours a pipe too; never colours
+    nothing (a terminal still gets its table lines)."""
+    if color == "always":  # a flag beats the environment (no-color.org)
+        return {"force_terminal": True, "no_color": False}
+    if color == "never" or os.environ.get("NO_COLOR"):
+        return {"color_system": None}
+    return {}
+
+
 class Output:
     """Writes results: through rich on a terminal, verbatim otherwise (golden files)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, color: str = "auto") -> None:
         self.stream = stream if stream is not None else sys.stdout
         self.console = Console(
-            file=self.stream, theme=THEME, highlighter=IRHighlighter(), soft_wrap=True
+            file=self.stream,
+            theme=THEME,
+            highlighter=IRHighlighter(),
+            soft_wrap=True,
+            **color_settings(color),
         )
         if not self.console.is_terminal:
-            # rich assumes 80 columns without a terminal, and wraps or cuts table cells
-            # ("ReduceScatt…"); a file or a pipe has no width, so give tables room.
-            self.console.width = PIPED_WIDTH
+            # A file or a pipe has no width: tables fit 80 columns, wrapping a long
+            # cell (never a header: table() keeps them whole).
+            self.console.width = PAGE_WIDTH
 
     @property
     def is_terminal(self) -> bool:
@@ -90,11 +144,24 @@ class Output:
             self.stream.write(text)
 
     def table(self, table: Table) -> None:
-        """Print a table (no box characters when piped)."""
+        """Print a table (no box characters when piped) in 80 columns or the terminal's:
+        a long cell wraps, a header never (rich would cut it: "ReduceScatt…")."""
         if not self.is_terminal:
             table.box = None
             table.pad_edge = False
-        self.console.print(table)
+        for column in table.columns:
+            column.min_width = max(column.min_width or 0, len(str(column.header)))
+        if self.is_terminal:
+            self.console.print(table)
+            return
+        with self.console.capture() as captured:  # piped: no padding at the line ends
+            self.console.print(table)
+        self.stream.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+    def json(self, document: dict[str, Any]) -> None:
+        """Print one --json document (docs/cli.md): `command` and `schema` first."""
+        head = {"command": document.pop("command"), "schema": JSON_SCHEMA}
+        self.stream.write(json.dumps({**head, **document}, indent=2) + "\n")
 
 
 STDIN = "<stdin>"  # what messages call the file `-`
@@ -112,11 +179,20 @@ def add_command(
     name: str,
     summary: str,
     path_help: str | None = "a .fus file; - for stdin",
+    epilog: str | None = None,
 ) -> argparse.ArgumentParser:
     """The subcommand `name` that `handler` runs (its docstring the description): its
     parser, with the PATH it reads (None: the caller adds it, add_program_arguments)
-    and --verify-all for the passes it runs."""
-    parser = commands.add_parser(name, parents=[common], help=summary, description=handler.__doc__)
+    and --verify-all for the passes it runs; `epilog` ends its --help."""
+    parser = commands.add_parser(
+        name,
+        parents=[common],
+        help=summary,
+        description=handler.__doc__,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter,
+    )
+    parser.set_defaults(handler=handler)
     if path_help is not None:
         parser.add_argument("path", metavar="PATH", help=path_help)
     parser.add_argument(
@@ -124,8 +200,23 @@ def add_command(
         action="store_true",
         help="after every pass check the whole IR, not only what the pass changed",
     )
-    parser.set_defaults(handler=handler)
     return parser
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """`--json`: one JSON document on stdout instead of the text (docs/cli.md)."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document instead of the text (its schema: docs/cli.md)",
+    )
+
+
+def pass_order() -> list[str]:
+    """Every registered pass: the default pipeline's in its order, then the rest."""
+    return [n for n in DEFAULT_PASSES if n in REGISTRY] + sorted(
+        set(REGISTRY) - set(DEFAULT_PASSES)
+    )
 
 
 def pipeline(args: argparse.Namespace, names: list[str], **options: Any) -> Pipeline:
@@ -135,13 +226,33 @@ def pipeline(args: argparse.Namespace, names: list[str], **options: Any) -> Pipe
 
 def load_ir(path: str) -> Fusion | Program:
     """A .fus file or printed IR (a fusion or a program), or stdin for `-`."""
-    return load_any(sys.stdin.buffer, STDIN) if path == "-" else load_any(path)
+    if path == "-":
+        return load_any(sys.stdin.buffer, STDIN)
+    check_exists(path)
+    return load_any(path)
+
+
+def check_exists(path: str) -> None:
+    """A ParseError for a file that is not there, with the closest name in its folder
+    (`examples/tp_mlp.fs`: did you mean 'examples/tp_mlp.fus'?)."""
+    if os.path.exists(path):
+        return
+    folder, name = os.path.split(path)
+    try:
+        near = [n for n in os.listdir(folder or ".") if not n.startswith(".")]
+    except OSError:
+        near = []
+    hint = did_you_mean(name, near)
+    if hint:
+        close = hint.split("'")[1]
+        hint = f"; did you mean {os.path.join(folder, close)!r}?"
+    raise ParseError(f"{path}: cannot read the file: no such file{hint}")
 
 
 def load_fusion(path: str) -> Fusion:
     """Read a .fus file or a printed fusion, or stdin for `-` (unreadable files are
     ParseErrors), and validate it; a printed program is a UsageError."""
-    fusion = load_any(sys.stdin.buffer, STDIN) if path == "-" else load_any(path)
+    fusion = load_ir(path)
     if not isinstance(fusion, Fusion):  # a printed program: segment ran already
         raise UsageError(
             f"fuserlite: error: {source_name(path)} is a printed program (after segment); this "

@@ -213,6 +213,12 @@ def identifier(value: object, who: str, arg: str, error: type[FuserliteError] = 
     return value
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the known name closest to a misspelled `name`, or ""."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def keywords(
     given: Iterable[str],
     accepted: Sequence[str],
@@ -223,7 +229,6 @@ def keywords(
     the closest one it does ("did you mean ...?") and all it takes."""
     for name in given:
         if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, accepted)
             takes = ", ".join(accepted) or "none"
             raise error(f"{who}: unexpected keyword argument {name!r}{hint} (it takes {takes})")

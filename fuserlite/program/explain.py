@@ -25,8 +25,15 @@ from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.placement import Partial, Placement, Shard
 from fuserlite.plan.mesh_axes import team_name
 from fuserlite.plan.search import Planner
-from fuserlite.program.communication import CommKind, Communication
+from fuserlite.program.communication import CommKind, Communication, Sizing
 from fuserlite.program.program import Program, Resharding
+from fuserlite.program.reshardings import needed_by
+
+SIZING_TEXT = {
+    Sizing.even: "even chunks",
+    Sizing.padded: "every chunk padded to the largest",
+    Sizing.variable: "each chunk its own size",
+}
 
 
 def _axis_text(p: Placement, axis: int) -> str:
@@ -45,12 +52,14 @@ def per_mesh_axis(source: Placement, target: Placement, names: tuple[str, ...]) 
     )
 
 
-def explain_resharding(r: Resharding) -> str:
-    """The lines that explain one resharding."""
+def explain_resharding(r: Resharding, needed: str | None = None) -> str:
+    """The lines that explain one resharding (`needed`: the expression that needs it, as
+    the user wrote it; default the one lowering recorded)."""
     src, dst = r.source, r.target
+    needed = r.needed_by if needed is None else needed
     if r.communications[0].kind is CommKind.CollectivePermute:
-        return _explain_permute(r, r.communications[0])
-    head = f"{dst.name} = Set({src.name}), needed by {r.needed_by}"
+        return _explain_permute(r, r.communications[0], needed)
+    head = f"{dst.name} = Set({src.name}), needed by {needed}"
     if r.plan is not None:
         mesh = src.mesh
         names = _labels(mesh)
@@ -61,6 +70,17 @@ def explain_resharding(r: Resharding) -> str:
             f"  {plan.source} -> {plan.target}: "
             + plan.describe_steps(names if mesh.axis_names else None),
         ]
+        uneven = [c for c in r.communications if c.sizing is not Sizing.even]
+        if uneven:  # the planner counts even chunks; what the program sends differs
+            lines.append(
+                "  sent: "
+                + " + ".join(
+                    f"{c.kind.value} ({c.sizing.value}: {SIZING_TEXT[c.sizing]}) "
+                    f"{c.bytes_per_device} B/device"
+                    for c in r.communications
+                )
+                + f"; the plan above counts even chunks, {plan.bytes} B/device"
+            )
         if plan.steps:
             lines.append(f"  cost: {plan.cost.describe()}")
         alt = plan.alternative
@@ -90,7 +110,7 @@ def _labels(mesh) -> tuple[str, ...]:
     return tuple(mesh.axis_label(a) for a in range(mesh.rank))
 
 
-def _explain_permute(r: Resharding, comm: Communication) -> str:
+def _explain_permute(r: Resharding, comm: Communication, needed: str) -> str:
     """A take of whole blocks: its CollectivePermute against gathering the blocks, taking
     them locally and keeping one's own (the lowering it replaces)."""
     src, mesh, before = r.source, r.source.mesh, comm.before
@@ -101,7 +121,7 @@ def _explain_permute(r: Resharding, comm: Communication) -> str:
     moved = len(r.move.transfers) if r.move is not None else len(comm.transfers or ())
     return "\n".join(
         [
-            f"{r.target.name} = take({src.name}), needed by {r.needed_by}, on {mesh}",
+            f"{r.target.name} = take({src.name}), needed by {needed}, on {mesh}",
             "  " + per_mesh_axis(before, comm.after, names),
             f"  {before} -> {comm.after}: CollectivePermute on {team_name(mesh.rank, comm.group, names)}"
             f", {comm.permutation}: {moved} transfers, "
@@ -127,7 +147,7 @@ def explain(program: Program, times: Callable[[Communication], str | None] | Non
         return "no communications: every expression computes on local shards\n"
     out = []
     for r in program.reshardings:
-        lines = [explain_resharding(r)]
+        lines = [explain_resharding(r, needed_by(r.target, program, as_written=True))]
         if times is not None:
             lines += [f"  time: {line}" for c in r.communications if (line := times(c))]
         out.append("\n".join(lines) + "\n")

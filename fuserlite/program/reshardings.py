@@ -49,13 +49,27 @@ class Planners:
             return None
 
 
-def needed_by(tv: TensorView, program: Program) -> str:
+def needed_by(tv: TensorView, program: Program, as_written: bool = False) -> str:
     """The first kernel expression (in program order) that reads `tv`, else 'the fusion
-    output' or 'a later resharding': the same before and after lowering."""
+    output' or 'a later resharding': the same before and after lowering. `as_written`
+    (explain, on a lowered program): the expression as the user wrote it, each input a
+    Set inserted before it made named by the tensor it was made from (`h1 (T5) =
+    linear(x (T0), w1 (T1), b1 (T2))`, not the Set's T10)."""
+    # Such a Set's output is numbered after its input (where a Set writes the user's
+    # tensor, `y = Allreduce(T10)`, its input is the newer one), and numbers survive
+    # printing where names do not.
+    made_from = {id(c.output): c.input for c in program.communications} if as_written else {}
+
+    def written(t: TensorView) -> TensorView:
+        while id(t) in made_from and made_from[id(t)].number < t.number:
+            t = made_from[id(t)]
+        return t
+
     for step in program.runs:
         for e in step.exprs if isinstance(step, Kernel) else []:
             if any(t is tv for t in e.inputs):
-                return f"{e.output.name} = {e.op_name}({', '.join(t.name for t in e.inputs)})"
+                names = ", ".join(written(t).name for t in e.inputs)
+                return f"{e.output.name} = {e.op_name}({names})"
     if any(t is tv for t in program.outputs):
         return f"the fusion output {tv.name}"
     return "a later resharding"

@@ -104,6 +104,13 @@ def device_bytes(tv: TensorView) -> int:
     return rows * tv.dtype.itemsize
 
 
+def local_bytes(tv: TensorView, device: int) -> int:
+    """Bytes of `tv` that `device` holds (0 off its mesh)."""
+    if device not in mesh_of(tv).devices:
+        return 0
+    return math.prod(device_shape(tv, device)) * tv.dtype.itemsize
+
+
 @dataclass(frozen=True)
 class WorkingSet:
     """What an execution must hold at its fullest, in bytes summed over devices."""
@@ -235,9 +242,11 @@ class FusionExecutor:
         the Validation, or raises ValidationError."""
         return validate_run(self, inputs, outputs)
 
-    def working_set(self) -> WorkingSet:
+    def working_set(self, device: int | None = None) -> WorkingSet:
         """Bytes of the inputs, the outputs and the largest set of intermediates live
-        at once, each summed over the devices that hold it (docs/design.md §8)."""
+        at once, each summed over the devices that hold it (docs/design.md §8), or
+        those `device` holds itself."""
+        size = device_bytes if device is None else functools.partial(local_bytes, device=device)
         steps: list = []  # what the executor materializes one at a time
         for s in self._steps:
             if isinstance(s, Kernel) and not (s.scheduled and self.schedule):
@@ -246,9 +255,9 @@ class FusionExecutor:
                 steps.append(s)
         io = {*self.program.inputs, *self.program.outputs}
         return WorkingSet(
-            inputs=sum(device_bytes(t) for t in dict.fromkeys(self.program.inputs)),
-            outputs=sum(device_bytes(t) for t in dict.fromkeys(self.program.outputs)),
-            intermediates=peak_live(steps, _reads, _writes, device_bytes, exclude=io),
+            inputs=sum(size(t) for t in dict.fromkeys(self.program.inputs)),
+            outputs=sum(size(t) for t in dict.fromkeys(self.program.outputs)),
+            intermediates=peak_live(steps, _reads, _writes, size, exclude=io),
         )
 
     @property

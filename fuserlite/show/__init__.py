@@ -44,4 +44,8 @@ def find_tensor(fusion: Fusion, name: str) -> TensorView:
             return tv
     known = ", ".join(tv.user_name or tv.ir_name for tv in tensors[:12])
     more = ", ..." if len(tensors) > 12 else ""
-    raise FusionError(f"the fusion has no tensor {name!r}; its tensors are {known}{more}")
+    names = [n for tv in tensors for n in (tv.user_name, tv.ir_name) if n]
+    raise FusionError(
+        f"the fusion has no tensor {name!r}{args.did_you_mean(name, names)} (its tensors are "
+        f"{known}{more})"
+    )

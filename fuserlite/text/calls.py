@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fuserlite.ir.args import did_you_mean
 from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
@@ -165,7 +166,8 @@ def call_op(
     d = callable_def(op)
     if d is None:
         raise source.error(
-            f"unknown op {op!r}; known ops: {', '.join(sorted(signatures()))}",
+            f"unknown op {op!r}{did_you_mean(op, signatures())} "
+            f"(known ops: {', '.join(sorted(signatures()))})",
             op_arg.line,
             op_arg.column,
         )

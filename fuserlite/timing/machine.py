@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fuserlite.ir.args import did_you_mean
 from fuserlite.ir.errors import MachineError
 from fuserlite.ir.types import DType
 
@@ -136,8 +137,8 @@ def machine(which: str | Machine | None = None, devices: int = 0) -> Machine:
     if which.endswith(".json"):
         return read_machine(Path(which))
     raise MachineError(
-        f"unknown machine {which!r}; choose one of {', '.join(built_in_names())}, or give "
-        "a .json file of one (docs/time.md)"
+        f"unknown machine {which!r}{did_you_mean(which, built_in_names())} (choose one of "
+        f"{', '.join(built_in_names())}, or give a .json file of one: docs/time.md)"
     )
 
 
