@@ -118,6 +118,8 @@ def test_the_run_table_names_the_teams_of_an_nd_collective() -> None:
     from fuserlite.cli.cmd_run import communication_report, team_text
 
     (comm,) = fl.FusionExecutor(fl.load(REPO / "examples/dp_tp_mlp.fus")).communications
-    assert team_text(communication_report(comm)) == "DIDx (tp): 0-3 | 4-7"  # the file names its axes
+    assert (
+        team_text(communication_report(comm)) == "DIDx (tp): 0-3 | 4-7"
+    )  # the file names its axes
     (comm,) = fl.lower(fl.load(REPO / "examples/tp_mlp.fus")).communications
     assert team_text(communication_report(comm)) == "0 1"
