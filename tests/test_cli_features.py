@@ -389,3 +389,19 @@ def test_explain_names_the_reader_as_written_and_what_an_uneven_collective_sends
     )
     code, out, _ = cli(capsys, "explain", SP_MLP)  # even: no such line
     assert code == 0 and "  sent: " not in out
+    # The writer's output as written too: the user's `a`, not the partial a Set reduces.
+    block = str(REPO / "examples" / "transformer_block.fus")
+    code, out, _ = cli(capsys, "explain", block, "--devices", "3")
+    assert code == 0
+    assert "T85 = Set(o2 (T45)), needed by a (T46) = linear(o2 (T45), wo (T9))," in out
+
+
+def test_the_example_inputs_are_seed_7s(capsys, monkeypatch) -> None:
+    """README: examples/tp_mlp_inputs.npz gives the report of --seed 7."""
+    monkeypatch.chdir(REPO)
+    flags = ["--compute", "numpy"]
+    code, given, _ = cli(
+        capsys, "run", "examples/tp_mlp.fus", "--inputs", "examples/tp_mlp_inputs.npz", *flags
+    )
+    _, seeded, _ = cli(capsys, "run", "examples/tp_mlp.fus", "--seed", "7", *flags)
+    assert code == 0 and given.splitlines()[1:] == seeded.splitlines()[1:]

@@ -54,22 +54,28 @@ def needed_by(tv: TensorView, program: Program, as_written: bool = False) -> str
     output' or 'a later resharding': the same before and after lowering. `as_written`
     (explain, on a lowered program): the expression as the user wrote it, each input a
     Set inserted before it made named by the tensor it was made from (`h1 (T5) =
-    linear(x (T0), w1 (T1), b1 (T2))`, not the Set's T10)."""
-    # Such a Set's output is numbered after its input (where a Set writes the user's
-    # tensor, `y = Allreduce(T10)`, its input is the newer one), and numbers survive
-    # printing where names do not.
-    made_from = {id(c.output): c.input for c in program.communications} if as_written else {}
+    linear(x (T0), w1 (T1), b1 (T2))`, not the Set's T10), and its output by the
+    tensor a Set after it writes (`a (T46) = linear(...)`, not the partial T84)."""
+    # A Set inserted before a reader is numbered after its input; one inserted after a
+    # writer (`y = Allreduce(T10)`: the writer's output became the partial T10) before
+    # its output, which is the user's tensor. Numbers survive printing where names do
+    # not. A CollectivePermute is a take the user wrote (ppermute): never looked through.
+    comms = [
+        c for c in program.communications if as_written and c.kind is not CommKind.CollectivePermute
+    ]
+    made_from = {id(c.output): c.input for c in comms if c.input.number < c.output.number}
+    made_into = {id(c.input): c.output for c in comms if c.input.number > c.output.number}
 
-    def written(t: TensorView) -> TensorView:
-        while id(t) in made_from and made_from[id(t)].number < t.number:
-            t = made_from[id(t)]
+    def written(t: TensorView, links: dict[int, TensorView]) -> TensorView:
+        while id(t) in links:
+            t = links[id(t)]
         return t
 
     for step in program.runs:
         for e in step.exprs if isinstance(step, Kernel) else []:
             if any(t is tv for t in e.inputs):
-                names = ", ".join(written(t).name for t in e.inputs)
-                return f"{e.output.name} = {e.op_name}({names})"
+                names = ", ".join(written(t, made_from).name for t in e.inputs)
+                return f"{written(e.output, made_into).name} = {e.op_name}({names})"
     if any(t is tv for t in program.outputs):
         return f"the fusion output {tv.name}"
     return "a later resharding"
