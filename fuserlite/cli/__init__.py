@@ -3,17 +3,19 @@
     fuserlite print PATH [--math | --transforms | --format {kernel,math,transforms,fus}]
                          [--lowered | --scheduled | --passes a,b,c]
                          [--print-after-all | --print-after NAME]
-    fuserlite opt FILE [-p a,b,c]      (FILE: .fus or printed IR; - for stdin)
+    fuserlite opt FILE [-p a,b,c | --lowered] [-o OUT] [--print-after-all]
     fuserlite codegen PATH [--target cuda|cpu]
-    fuserlite run PATH [--devices N | --mesh AxB] [--seed N] [--compute compiled|interpret|numpy]
-                       [--cache-dir DIR] [--grad NAMES] [--backend sim|mpi]
-                       [--timeout SECONDS]
-    fuserlite passes
-    fuserlite show PATH [--tensor NAME] [--after PASS | --communications] [--svg FILE]
-    fuserlite explain PATH [--machine NAME]
-    fuserlite timeline PATH [--machine NAME] [--trace FILE.json] [--svg FILE]
+    fuserlite run PATH [--devices N | --mesh AxB] [--seed N | --inputs FILE.npz]
+                       [--compute compiled|interpret|numpy] [--cache-dir DIR]
+                       [--grad NAMES] [--backend sim|mpi] [--timeout SECONDS] [--json]
+    fuserlite passes [--json]
+    fuserlite show PATH [--tensor NAME] [--after PASS | --as-written | --communications]
+                        [--svg FILE | --json]
+    fuserlite explain PATH [--machine NAME] [--json]
+    fuserlite timeline PATH [--machine NAME] [--trace FILE.json] [--svg FILE] [--json]
 
-Each subcommand is one module `fuserlite/cli/cmd_NAME.py` with its `cmd_NAME`
+(docs/cli.md has every flag.) Each subcommand is one module `fuserlite/cli/cmd_NAME.py`
+with its `cmd_NAME`
 function and a `register(commands, common)` that adds its subparser; adding a
 command is one such module and one entry in COMMANDS. `main` is the single
 place that turns errors into messages and exit codes: a

@@ -81,7 +81,8 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
     # Long work shows progress on a terminal (only in the process that reports). An
     # overflow (inf, nan) is a value this command checks against the reference and
     # reports: numpy's RuntimeWarnings about it are noise here (and only here).
-    display = ProgressDisplay(out.console if backend.is_host() else None)
+    # (Not with --json: stdout is the document's alone.)
+    display = ProgressDisplay(out.console if backend.is_host() and not args.json else None)
     with display as progress, np.errstate(all="ignore"):
         return _run(args, out, fusion, backend, progress, names)
 
