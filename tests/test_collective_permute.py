@@ -259,7 +259,7 @@ def test_the_commands_show_the_permute_of_a_fus_file(tmp_path, capsys):
     path.write_text(RING_FUS)
     assert main(["run", str(path), "--compute", "interpret"]) == 0
     report = capsys.readouterr().out
-    assert re.search(r"CollectivePermute +T1 +T2 +0 1 2 3 +pinned\{0, 1\} +8\n", report)
+    assert re.search(r"CollectivePermute +T1 +T2 +0-3 +pinned\{0, 1\} +8\n", report)
     assert "validation: ok" in report
     assert main(["show", str(path), "--communications"]) == 0
     assert "== CollectivePermute (block r from block (3 0 1 2)[r]): before, after" in (

@@ -16,7 +16,6 @@ the IR after every pass first (mlir-opt's flag), on stdout.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from fuserlite.cli.output import (
@@ -32,8 +31,8 @@ from fuserlite.cli.output import (
     pass_order,
     pipeline,
     source_name,
+    write_file,
 )
-from fuserlite.ir.errors import FuserliteError
 from fuserlite.program.program import Program
 
 
@@ -70,12 +69,7 @@ def cmd_opt(args: argparse.Namespace, out: Output) -> int:
     if args.output is None:
         out.text(str(ir))
         return EXIT_OK
-    try:
-        Path(args.output).write_text(str(ir))
-    except OSError as exc:
-        raise FuserliteError(
-            f"fuserlite opt: cannot write -o {args.output}: {exc.strerror}"
-        ) from None
+    write_file(args.output, str(ir), "opt", "-o")
     return EXIT_OK
 
 

@@ -7,7 +7,6 @@ that pass, `--as-written` shows the file before any pass."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from fuserlite.cli.documents import show_document
@@ -21,9 +20,9 @@ from fuserlite.cli.output import (
     load_fusion,
     lowering_pass_names,
     pipeline,
+    write_file,
 )
 from fuserlite.ir.args import did_you_mean
-from fuserlite.ir.errors import FuserliteError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.program.program import Program
 from fuserlite.show import Sheet, find_tensor, plain, sheet, svg
@@ -80,12 +79,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
         return EXIT_OK
     if args.svg:
         sheets = [s for _, group in sections for s in group]
-        try:
-            Path(args.svg).write_text(svg(sheets))
-        except OSError as exc:
-            raise FuserliteError(
-                f"fuserlite show: cannot write --svg {args.svg}: {exc.strerror}"
-            ) from None
+        write_file(args.svg, svg(sheets), "show", "--svg")
         out.text(f"wrote {args.svg}: {len(sheets)} picture{'s' if len(sheets) != 1 else ''}\n")
         return EXIT_OK
     first = True

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from fuserlite.cli.documents import timeline_document
@@ -17,21 +16,12 @@ from fuserlite.cli.output import (
     add_program_arguments,
     lowered_program,
     machine_option,
+    write_file,
 )
-from fuserlite.ir.errors import FuserliteError
 from fuserlite.timing import timeline
 from fuserlite.timing.chart import WIDTH, coloured, plain, rows
 from fuserlite.timing.svg import svg
 from fuserlite.timing.timeline import Timeline
-
-
-def _write(path: str, text: str, flag: str) -> None:
-    try:
-        Path(path).write_text(text)
-    except OSError as exc:
-        raise FuserliteError(
-            f"fuserlite timeline: cannot write {flag} {path}: {exc.strerror}"
-        ) from None
 
 
 def chart_width(tl: Timeline) -> int:
@@ -50,9 +40,11 @@ def cmd_timeline(args: argparse.Namespace, out: Output) -> int:
     model = machine_option(args)
     tl = timeline(lowered_program(args, "timeline"), model)
     if args.trace:
-        _write(args.trace, json.dumps(tl.to_chrome_trace(), indent=1) + "\n", "--trace")
+        write_file(
+            args.trace, json.dumps(tl.to_chrome_trace(), indent=1) + "\n", "timeline", "--trace"
+        )
     if args.svg:
-        _write(args.svg, svg(tl), "--svg")
+        write_file(args.svg, svg(tl), "timeline", "--svg")
     if args.json:
         out.json(timeline_document(tl))
         return EXIT_OK

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -17,7 +18,7 @@ from rich.theme import Theme
 
 from fuserlite.autodiff import grad
 from fuserlite.ir.args import did_you_mean
-from fuserlite.ir.errors import ParseError
+from fuserlite.ir.errors import FuserliteError, ParseError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import check_device_count
 from fuserlite.passes import REGISTRY
@@ -201,6 +202,17 @@ def add_command(
         help="after every pass check the whole IR, not only what the pass changed",
     )
     return parser
+
+
+def write_file(path: str, text: str, command: str, flag: str) -> None:
+    """Write a command's `flag` output (opt -o, --svg, --trace) to `path`, or a
+    FuserliteError naming the command, the flag and why."""
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise FuserliteError(
+            f"fuserlite {command}: cannot write {flag} {path}: {exc.strerror}"
+        ) from None
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
