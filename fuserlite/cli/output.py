@@ -106,12 +106,13 @@ THEME = Theme(
 
 
 def color_settings(color: str = "auto") -> dict[str, Any]:
-    """rich Console settings of `--color`: auto colours a terminal unless NO_COLOR is set
-    (no-color.org: any non-empty value); always colours a pipe too; never colours
-    nothing (a terminal still gets its table lines)."""
+    """rich Console settings of `--color`: auto colours a terminal, and rich itself
+    honours NO_COLOR (no-color.org: any non-empty value turns colours off, bold
+    stays); always colours a pipe too, NO_COLOR or not; never styles nothing (a
+    terminal still gets its table lines)."""
     if color == "always":  # a flag beats the environment (no-color.org)
         return {"force_terminal": True, "no_color": False}
-    if color == "never" or os.environ.get("NO_COLOR"):
+    if color == "never":
         return {"color_system": None}
     return {}
 
