@@ -19,6 +19,7 @@ OP_CALLS = {
     "relu": "relu(x)",
     "abs": "abs(x)",
     "gelu": "gelu(x)",
+    "erf": "erf(x)",
     "sqrt": "sqrt(x)",
     "log": "log(x)",
     "sigmoid": "sigmoid(x)",

@@ -19,7 +19,7 @@ MAX_RANK = 4
 
 # op or composite -> the generator method (op_<kind>) that draws it
 DRAWN = {
-    **{u: "unary" for u in ("neg", "exp", "tanh", "relu", "abs", "gelu", "sigmoid", "silu")},
+    **{u: "unary" for u in ("neg", "exp", "tanh", "relu", "abs", "gelu", "erf", "sigmoid", "silu")},
     "sin": "unary",
     "cos": "unary",
     "rsqrt": "positive",

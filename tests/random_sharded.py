@@ -28,8 +28,7 @@ KNOWN_BUGS: dict[str, str] = {}
 
 MAX_RANK = 4
 MAX_BOUND = 100.0  # keep |values| small so float32 reordering stays within tolerance
-UNARY = ("neg", "exp", "tanh", "relu", "abs", "gelu", "sigmoid", "silu", "sin", "cos")
-BOUNDED = ("tanh", "sin", "cos")  # |f| <= 1
+UNARY = ("neg", "exp", "tanh", "relu", "abs", "gelu", "erf", "sigmoid", "silu", "sin", "cos")
 
 
 @dataclass
@@ -145,9 +144,14 @@ class Generator(NNOps, TransformerOps, Shardings, RandomFusion):
         a = self.operand()
         b = self.bound[id(a)]
         name = self.pick([u for u in UNARY if u != "exp" or b <= 4.0])
-        out = getattr(fl, name)(a)
-        nb = float(np.exp(b)) if name == "exp" else (1.0 if name in BOUNDED else b)
-        return self.register(out, f"fl.{name}({self.name(a)})", nb, self.producer_mesh(a))
+        call = f"fl.{name}({self.name(a)})"
+        if name == "gelu" and self.chance(0.5):  # exact: mul, add and erf
+            out, call = fl.gelu(a, approximate="none"), call[:-1] + ', approximate="none")'
+        else:
+            out = getattr(fl, name)(a)
+        bounds = {"exp": float(np.exp(b)), "tanh": 1.0, "sin": 1.0, "cos": 1.0}
+        bounds["erf"] = min(1.0, 1.13 * b)
+        return self.register(out, call, bounds.get(name, b), self.producer_mesh(a))
 
     def op_binary(self):
         a = self.operand()

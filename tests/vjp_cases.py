@@ -60,6 +60,8 @@ CASES: list[Case] = [
     _case("relu", A)(fl.relu),
     _case("abs", A)(fl.abs),
     _case("gelu", A)(fl.gelu),
+    _case("erf", A)(fl.erf),
+    _case("gelu exact", A)(lambda x: fl.gelu(x, approximate="none")),
     _case("sqrt", A, positive=True)(fl.sqrt),
     _case("log", A, positive=True)(fl.log),
     _case("sigmoid", A)(fl.sigmoid),

@@ -50,6 +50,7 @@ from fuserlite.kernel.cuda import (
     kernel_statements,
     launch_dims,
     loop_nest,
+    math_source,
     random_dtypes,
     random_source,
 )
@@ -223,9 +224,10 @@ def cpu_function(kernel: Kernel) -> CpuFunction:
 
 
 def prelude(kernels: list[Kernel]) -> str:
-    """What the kernels' functions are compiled after: PRELUDE, and the random number
-    generator where a kernel draws random numbers."""
-    return PRELUDE + random_source(random_dtypes([k for k in kernels if k.scheduled]))
+    """What the kernels' functions are compiled after: PRELUDE, the random number
+    generator where a kernel draws random numbers, and erf where one calls it."""
+    scheduled = [k for k in kernels if k.scheduled]
+    return PRELUDE + random_source(random_dtypes(scheduled)) + math_source(scheduled)
 
 
 def cpu_source(kernels: list[Kernel]) -> str:

@@ -44,7 +44,7 @@ from fuserlite.ops.registry import (
 from fuserlite.ops.views import broadcast
 
 # The builders of its ops.
-__all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "sqrt", "log", "sigmoid", "silu"]
+__all__ = ["neg", "exp", "tanh", "relu", "abs", "gelu", "erf", "sqrt", "log", "sigmoid", "silu"]
 __all__ += ["sin", "cos", "rsqrt"]
 __all__ += ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "where"]
 
@@ -127,10 +127,35 @@ def abs(x: TensorView) -> TensorView:  # noqa: A001 - mirrors the op name
     return unary("abs", x, keep_dtype=True)
 
 
-@define(call("gelu"), UNARY, POINTWISE, vjp=_gelu_vjp, cost=elementwise(8))
-def gelu(x: TensorView) -> TensorView:
-    """GELU, tanh approximation."""
+_GELU = ("tanh", "none")  # torch's approximate= values
+_SQRT_HALF = 0.7071067811865476  # M_SQRT1_2
+
+
+def _erf_slope(x: TensorView, y: TensorView) -> TensorView:
+    return mul(exp(neg(mul(x, x))), 1.1283791670955126)  # 2 / sqrt(pi) e**(-x**2)
+
+
+@define(
+    call("gelu"),
+    (*UNARY, Param("approximate", "ident", required=False, choices=_GELU, keyword=True)),
+    POINTWISE,
+    vjp=_gelu_vjp,
+    cost=elementwise(8),
+)
+def gelu(x: TensorView, approximate: str = "tanh") -> TensorView:
+    """GELU, tanh approximation (the op); approximate="none": exact, from erf."""
+    if approximate not in _GELU:
+        raise args.fail("gelu", "approximate", '"tanh" or "none" (torch\'s values)', approximate)
+    if approximate == "none":  # nvFuser's gelu composite, torch's formula: x/2 (1 + erf(x/√2))
+        x = check_tensor(x, "gelu")
+        return mul(mul(x, 0.5), add(erf(mul(x, _SQRT_HALF)), 1.0))
     return unary("gelu", x)
+
+
+@define(call("erf"), UNARY, POINTWISE, vjp=_unary_vjp(_erf_slope), cost=elementwise(24))
+def erf(x: TensorView) -> TensorView:
+    """The error function (fuserlite.numerics.erf: one algorithm on every path)."""
+    return unary("erf", x)
 
 
 @define(call("sqrt"), UNARY, POINTWISE, vjp=_unary_vjp(lambda x, y: div(0.5, y)))

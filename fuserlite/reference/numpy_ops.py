@@ -19,6 +19,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.numerics import attention, casts, nn, philox
+from fuserlite.numerics.erf import erf
 from fuserlite.numerics.casts import identity
 from fuserlite.numerics.philox import Block
 from fuserlite.ops.reductions import reduced_axes
@@ -175,6 +176,7 @@ NUMPY: dict[str, Row] = {
     "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)),
     "abs": np.abs,
     "gelu": _gelu,
+    "erf": erf,
     "sqrt": np.sqrt,
     "log": np.log,
     "sigmoid": nn.sigmoid,

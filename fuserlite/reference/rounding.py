@@ -197,6 +197,7 @@ DERIVATIVES: dict[str, Derivatives] = {
     "exp": _exp_d,
     "tanh": _constant(1.0),  # |tanh'| <= 1
     "gelu": _constant(1.13),  # |gelu'| < 1.13
+    "erf": _constant(1.13),  # |erf'| <= 2 / sqrt(pi)
     "sqrt": _sqrt_d,
     "log": _log_d,
     "sigmoid": _constant(0.25),  # |sigmoid'| <= 1/4
@@ -438,7 +439,9 @@ EXACT = frozenset(
     | {"slice", "cat", "max", "min", "neg", "abs", "relu", "maximum", "minimum", "where", "lt"}
     | {"rand_like", "rand", "cast"}  # a cast rounds as a store does (its output dtype's)
 )
-LIBRARY_OPS = frozenset({"exp", "tanh", "log", "sigmoid", "silu", "gelu", "sin", "cos", "pow"})
+LIBRARY_OPS = frozenset(
+    {"exp", "tanh", "log", "sigmoid", "silu", "gelu", "sin", "cos", "pow", "erf"}
+)
 
 
 def _terms(expr: Expr, vals: list, shape) -> np.ndarray:
