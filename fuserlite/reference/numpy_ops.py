@@ -19,8 +19,8 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.numerics import attention, casts, nn, philox
-from fuserlite.numerics.erf import erf
 from fuserlite.numerics.casts import identity
+from fuserlite.numerics.erf import erf
 from fuserlite.numerics.philox import Block
 from fuserlite.ops.reductions import reduced_axes
 from fuserlite.ops.registry import (
