@@ -53,6 +53,8 @@ OP_CALLS = {
     # the groups' ends an iota (1 3), as random offsets would be no ends of groups
     "grouped_mm": "input e: float32[2, 8, 3]\nends = iota(2, int32, 1, 2)\ny = grouped_mm(x, e, ends)",
     "linear": "linear(x, k2, bias)",
+    "embedding": "ids = iota(3, int64, 3, -1)\ny = embedding(x, ids)",
+    "embedding_backward": "ids = iota(4, int64, 0, 2)\ny = embedding_backward(x, ids, num_weights=8)",
     "lt": "lt(x, w)",
     "rand_like": "rand_like(x, seed=3, offset=1)",
     "rand": "rand([4, 8], float32, seed=3, offset=1)",

@@ -30,6 +30,8 @@ NN_DRAWN = {
     "sdpa": "attention",
     "sdpa_bwd": "attention",
     "iota": "iota",
+    "embedding": "gather",
+    "embedding_backward": "gather",
 }
 
 
@@ -104,6 +106,40 @@ class NNOps:
         out = fl.where(fl.lt(i, k), a, 0.0)
         call = f"fl.where(fl.lt({self.name(i)}, {k}), {self.name(a)}, 0.0)"
         return self.register(out, call, self.bound[id(a)], mesh)
+
+    def _index_iota(self, n: int, rows: int, mesh) -> tuple[fl.TensorView, str]:
+        """n int64 indices of rows 0..rows-1 (an iota counting up, down or standing
+        still), on `mesh` and sharded or not: not an operand of later ops."""
+        start = int(self.rng.integers(rows))
+        steps = [s for s in (0, 1, -1) if 0 <= start + s * (n - 1) < rows]
+        step = int(self.pick(steps))
+        i = fl.iota(n, "int64", start, step)
+        self.register(i, f"fl.iota({n}, 'int64', {start}, {step})", float(rows))
+        self.live.remove(i)
+        if mesh is not None:
+            self.set_mesh(i, mesh)
+            self.maybe_shard(i, 0.6, 0.3)
+        return i, self.name(i)
+
+    def op_gather(self):
+        """embedding(a, indices) (a's axis 0 the rows, a vocabulary sharded or not), or
+        embedding_backward(a, indices, V) of a's rows scattered onto V rows."""
+        a = self.operand()
+        if not a.shape or not a.dtype.is_float:
+            return None
+        mesh = self.producer_mesh(a)
+        if self.chance(0.5):
+            i, name = self._index_iota(self.extent(), a.shape[0], mesh)
+            call = f"fl.embedding({self.name(a)}, {name})"
+            return self.register(fl.embedding(a, i), call, self.bound[id(a)], mesh)
+        rows = self.extent()
+        bound = self.bound[id(a)] * a.shape[0]
+        if bound > MAX_BOUND:
+            return None
+        i, name = self._index_iota(a.shape[0], rows, mesh)
+        out = fl.embedding_backward(a, i, rows)
+        call = f"fl.embedding_backward({self.name(a)}, {name}, {rows})"
+        return self.register(out, call, bound, mesh)
 
     def op_random(self):
         """rand_like, uniform, dropout or a rand added to a float tensor, with a seed and an

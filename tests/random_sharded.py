@@ -136,7 +136,7 @@ class Generator(NNOps, TransformerOps, Shardings, RandomFusion):
             + ["positive", "cast", "cast", "permute", "permute", "where", "squeeze", "unsqueeze"]
             + ["select", "slice", "slice", "cat", "flatten", "batched", "take"]
             + ["compare", "random", "norm", "softmax", "var_mean", "backward", "attention"]
-            + ["iota", "power", "grouped"]
+            + ["iota", "power", "grouped", "gather"]
         )
         return getattr(self, f"op_{kind}")()
 
@@ -149,9 +149,9 @@ class Generator(NNOps, TransformerOps, Shardings, RandomFusion):
             out, call = fl.gelu(a, approximate="none"), call[:-1] + ', approximate="none")'
         else:
             out = getattr(fl, name)(a)
-        bounds = {"exp": float(np.exp(b)), "tanh": 1.0, "sin": 1.0, "cos": 1.0}
-        bounds["erf"] = min(1.0, 1.13 * b)
-        return self.register(out, call, bounds.get(name, b), self.producer_mesh(a))
+        bounds = {"tanh": 1.0, "sin": 1.0, "cos": 1.0, "erf": min(1.0, 1.13 * b)}
+        bound = float(np.exp(b)) if name == "exp" else bounds.get(name, b)
+        return self.register(out, call, bound, self.producer_mesh(a))
 
     def op_binary(self):
         a = self.operand()

@@ -61,6 +61,13 @@ CASES: list[Case] = [
     _case("abs", A)(fl.abs),
     _case("gelu", A)(fl.gelu),
     _case("erf", A)(fl.erf),
+    _case("embedding", (5, 3))(lambda w: fl.embedding(w, fl.iota(5, "int64", 4, -1))),
+    _case("embedding_backward", (4, 3))(
+        lambda g: fl.embedding_backward(g, fl.iota(4, "int64", 0, 1), 6)
+    ),
+    _case("embedding repeated rows", (5, 3))(
+        lambda w: fl.embedding(w, fl.reshape(fl.iota(6, "int64", 2, 0), [2, 3]))
+    ),
     _case("gelu exact", A)(lambda x: fl.gelu(x, approximate="none")),
     _case("sqrt", A, positive=True)(fl.sqrt),
     _case("log", A, positive=True)(fl.log),

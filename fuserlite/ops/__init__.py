@@ -9,6 +9,7 @@
     movement.py      permute, squeeze, select, slice, cat; composites transpose,
                      unsqueeze, flatten, split, chunk
     attention.py     sdpa, sdpa_bwd (evaluated, several outputs)
+    gather.py        embedding, embedding_backward (rows at tensor indices; scatter-add)
     normalization.py softmax, log_softmax, var_mean, layer_norm, rms_norm and backward
                      helpers: composites of the ops above (registry.composite)
     random.py        rand_like (Philox at global indices); uniform, dropout (composites)
@@ -28,6 +29,7 @@ from fuserlite.ops import (
     casts,
     contraction,
     creation,
+    gather,
     movement,
     normalization,
     pointwise,
@@ -40,6 +42,7 @@ from fuserlite.ops.casts import *  # noqa: F403
 from fuserlite.ops.common import tensor
 from fuserlite.ops.contraction import *  # noqa: F403 - the builders its __all__ lists
 from fuserlite.ops.creation import *  # noqa: F403
+from fuserlite.ops.gather import *  # noqa: F403
 from fuserlite.ops.movement import *  # noqa: F403
 from fuserlite.ops.normalization import *  # noqa: F403
 from fuserlite.ops.pointwise import *  # noqa: F403
@@ -58,3 +61,4 @@ __all__ += attention.__all__
 __all__ += normalization.__all__
 __all__ += random.__all__
 __all__ += creation.__all__
+__all__ += gather.__all__

@@ -185,7 +185,9 @@ class OpDef:
     expr_class: type[Expr] | None = None  # None: the generic Op
     # A conversion between dtypes (cast): its pointwise rows take each operand in its
     # own compute type and the expression (to know the target), instead of operands
-    # already converted to the output's compute type (which would round twice).
+    # already converted to the output's compute type (which would round twice). An
+    # evaluated op's row then takes its operands in their own dtypes (embedding's
+    # integer indices, which a float32 would hold exactly only up to 2**24).
     converts: bool = False
     # An op with several outputs: its axis map onto each of them (replaces axis_map).
     outputs_axis_map: OutputsAxisMap | None = None

@@ -75,6 +75,22 @@ def _index(tv: TensorView, device: int) -> int:
     return tv.mesh.index(device) if tv.mesh is not None else 0
 
 
+@fact
+def domain_logical_boxes(dom: TensorDomain, mesh: MeshShape | None) -> tuple[Box, ...]:
+    """Every device's box of the logical domain of a tensor of domain `dom` on a mesh of
+    shape `mesh`: its data box, and on a reduction axis sharded over mesh axes (partial
+    values) the part of the sum each device holds, the chunk of that axis a split gives."""
+    shape = tuple(ax.extent for ax in dom.logical)
+    return tuple(blocks(shape, (1,) if mesh is None else mesh, layout_facts(dom, mesh).logical))
+
+
+def logical_start(tv: TensorView, device: int) -> tuple[int, ...]:
+    """Where `device`'s block of tv's logical domain starts (domain_logical_boxes)."""
+    mesh = tv.mesh
+    boxes = domain_logical_boxes(tv.domain, None if mesh is None else mesh.shape)
+    return tuple(start for start, _ in boxes[_index(tv, device)])
+
+
 def device_box(tv: TensorView, device: int) -> Box:
     """The box of tv's global data that `device` holds."""
     return layout(tv).boxes[_index(tv, device)]

@@ -90,6 +90,44 @@ def _iota(expr: Expr, index: np.ndarray) -> np.ndarray:
     return start + step * index.astype(dtype)
 
 
+def _row_indices(expr: Expr, indices: np.ndarray, rows: int) -> np.ndarray:
+    """Integer indices as int64, each checked to name one of `rows` rows (torch's
+    IndexError), on every device: a shard's rows are not all the tensor's."""
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    bad = idx[(idx < 0) | (idx >= rows)] if idx.size else idx
+    if bad.size:
+        raise ExecutionError(
+            f"{expr.op_name}: index {int(bad.flat[0])} of {expr.inputs[1].name} is out of range "
+            f"for {rows} rows (0..{rows - 1})"
+        )
+    return idx
+
+
+def _embedding(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ...]):
+    """The rows of this device's block of weight at the indices (zeros for the rows
+    other devices hold: a partial sum over rV, whose global start is start[-1])."""
+    weight, indices = operands
+    idx = _row_indices(expr, indices, expr.inputs[0].shape[0])
+    first = start[-1] if len(start) == len(expr.output.domain.logical) else 0
+    local = idx - first
+    held = (local >= 0) & (local < weight.shape[0])
+    dtype = expr.output.dtype.compute.numpy
+    if not weight.shape[0]:  # an empty chunk of the vocabulary: no row here
+        return np.zeros(shape, dtype)
+    out = np.take(weight, np.where(held, local, 0), axis=0).astype(dtype, copy=False)
+    return np.where(held.reshape(held.shape + (1,) * (weight.ndim - 1)), out, dtype.type(0))
+
+
+def _embedding_backward(expr: Expr, operands, shape: tuple[int, ...]):
+    """Each row v of the output: the sum of the gradient rows whose index is v."""
+    grad, indices = operands
+    idx = _row_indices(expr, indices, expr.attrs["num_weights"])
+    dtype = expr.output.dtype.compute.numpy
+    out = np.zeros((expr.attrs["num_weights"], *grad.shape[1:]), dtype)
+    np.add.at(out, idx, grad.astype(dtype, copy=False))
+    return out
+
+
 def _flags(expr: Expr) -> dict:
     a = expr.attrs
     return {"dropout_p": a["dropout_p"], "is_causal": a["is_causal"], "scale": a["scale"]}
@@ -218,6 +256,8 @@ NUMPY: dict[str, Row] = {
     "matmul": lambda e, a, shape: _matmul(*a),
     "linear": lambda e, a, shape: _linear(*a),
     "grouped_mm": _grouped_mm,
+    "embedding": _embedding,
+    "embedding_backward": _embedding_backward,
 }
 
 
@@ -296,14 +336,16 @@ def eval_outputs(
     if d.category is Category.POINTWISE and d.axis_map is not positional:
         args = [_laid_out(expr, k, a) for k, a in enumerate(args)]
     with np.errstate(all="ignore"):
-        if d.converts:  # its operands in their own dtypes
+        if d.converts and d.category is Category.POINTWISE:  # operands in their own dtypes
             out = row(expr, *args)
         elif d.indexed and d.category is Category.POINTWISE:
             out = row(expr, Block(expr.output.shape, _start(start, first)).index(first))
         elif d.category is Category.POINTWISE:
             out = row(*_operands(expr, args, _operand_dtype(expr, dtype)))
         else:
-            operands = _operands(expr, args, _operand_dtype(expr, dtype))
+            operands = (
+                list(args) if d.converts else _operands(expr, args, _operand_dtype(expr, dtype))
+            )
             where = (_start(start, first),) if d.indexed else ()
             out = row(expr, operands, first, *where)
     values = out if isinstance(out, tuple) else (out,)

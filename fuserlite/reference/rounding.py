@@ -401,6 +401,32 @@ def _sdpa_bwd(op: _Op) -> list[Err]:
     return [Err(np.stack([m[j] for m in made])) for j in range(3)]
 
 
+def _index_flips(op: _Op, k: int, shape) -> np.ndarray:
+    """Where integer indices (operand k) may differ between the evaluations, anything may."""
+    return np.where(op.sigma(k) > 0, np.inf, 0.0).reshape(shape)
+
+
+def _gathered(op: _Op) -> list[Err]:
+    """embedding: the weight's sigma at the rows its indices name."""
+    y = op.outs[0]
+    idx = np.asarray(op.vals[1]).astype(np.int64)
+    parts = np.take(op.parts(0), idx, axis=1).reshape(K, *y.shape)
+    flips = _index_flips(op, 1, (*idx.shape, *(1,) * (y.ndim - idx.ndim)))
+    return [Err(np.maximum(parts, flips), _mapped(op, 0, op.expr.output))]
+
+
+def _scattered(op: _Op) -> list[Err]:
+    """embedding_backward: the rows' sigmas summed in quadrature onto the rows their
+    indices name."""
+    y = op.outs[0]
+    idx = np.asarray(op.vals[1]).astype(np.int64)
+    var = np.zeros((K, *y.shape))
+    for c in range(K):
+        np.add.at(var[c], idx, op.parts(0)[c] ** 2)
+    flips = np.where(np.any(op.sigma(1) > 0), np.inf, 0.0)
+    return [Err(np.maximum(np.sqrt(var), flips))]
+
+
 Rule = Callable[[_Op], list]
 
 # One row per op: the sigma of each output, carried from the operands' (module doc).
@@ -430,6 +456,8 @@ PROPAGATE: dict[str, Rule] = {
     "iota": _none,
     "sdpa": _sdpa,
     "sdpa_bwd": _sdpa_bwd,
+    "embedding": _gathered,
+    "embedding_backward": _scattered,
 }
 
 # Ops whose result is exactly its operands' values, or a choice among them: no rounding
@@ -438,6 +466,7 @@ EXACT = frozenset(
     {"set", "broadcast", "permute", "expand", "reshape", "take", "squeeze", "select"}
     | {"slice", "cat", "max", "min", "neg", "abs", "relu", "maximum", "minimum", "where", "lt"}
     | {"rand_like", "rand", "cast"}  # a cast rounds as a store does (its output dtype's)
+    | {"embedding"}  # rows of its weight
 )
 LIBRARY_OPS = frozenset(
     {"exp", "tanh", "log", "sigmoid", "silu", "gelu", "sin", "cos", "pow", "erf"}
@@ -463,6 +492,10 @@ def _own(op: _Op, differences: Differences) -> list[Own]:
         pass  # integers and bools: exact
     elif name == "sum":
         n = np.size(vals[0]) // y.size if y.size else 0  # terms per element
+        own = (Source.ORDER, BOTH * np.sqrt(n) * u * _terms(expr, vals, y.shape))
+    elif name == "embedding_backward":  # a sum of the rows with each index
+        rows = np.bincount(np.asarray(vals[1]).astype(np.int64).ravel(), minlength=1)
+        n = int(rows.max()) if rows.size else 0
         own = (Source.ORDER, BOTH * np.sqrt(n) * u * _terms(expr, vals, y.shape))
     elif name in ("matmul", "linear", "grouped_mm"):
         # + a bias: one more term; a grouped_mm's offsets are no term, and its k bounds

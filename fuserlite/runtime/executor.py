@@ -41,12 +41,12 @@ from fuserlite.program.communication import Communication
 from fuserlite.program.program import Kernel, Program
 from fuserlite.program.shards import (
     Layout,
-    device_box,
     device_shape,
     device_slices,
     is_sharded,
     layout,
     layouts_of,
+    logical_start,
 )
 from fuserlite.program.verify import verify_program
 from fuserlite.reference.evaluator import check_inputs
@@ -75,9 +75,10 @@ def shard(tv: TensorView, array: np.ndarray, device: int) -> np.ndarray:
 
 
 def shard_start(tv: TensorView, device: int) -> tuple[int, ...]:
-    """The global coordinates of the first element of `device`'s part of `tv` (where
-    `shard` cuts it), for the ops whose values depend on their position."""
-    return tuple(start for start, _ in device_box(tv, device))
+    """The global coordinates of the first element of `device`'s block of `tv`'s logical
+    domain (where `shard` cuts its data; on a partial reduction axis, which part of the
+    sum it holds), for the ops whose values depend on their position."""
+    return logical_start(tv, device)
 
 
 def unshard(
