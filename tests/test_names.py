@@ -133,3 +133,44 @@ def test_executor_messages_use_names() -> None:
     fusion = fl.parse(MLP, "mlp.fus")
     with pytest.raises(fl.ExecutionError, match=r"input w1 \(T1\) has shape \[6, 8\]"):
         fl.evaluate(fusion, [np.ones((4, 8), np.float32), np.ones((8, 6), np.float32)])
+
+
+DOTTED = """\
+mesh m = [0, 1]
+input x: float32[4, 8] on m
+input layers.0.fc1.weight: float32[6, 8] on m
+input T0: float32[6] on m
+h = linear(x, layers.0.fc1.weight)
+out.y = add(h, T0)
+output out.y
+place layers.0.fc1.weight on m (S0)
+"""
+
+
+def test_dotted_names_are_names_as_pytorch_writes_them() -> None:
+    """PyTorch's parameter names (digits between the dots too) name tensors in .fus and
+    in Python, and messages say them."""
+    fusion = fl.parse(DOTTED, "block.fus")
+    w = fusion.inputs[1]
+    assert w.name == "layers.0.fc1.weight (T1)" and w.placements == (fl.Shard(0),)
+    with fl.Fusion():
+        t = fl.tensor([2], name="attn.q.bias")
+        assert t.user_name == "attn.q.bias"
+        for bad in ("a..b", "0.a", "a.", ".a", "a-b"):
+            with pytest.raises(fl.FusionError, match="joined by dots"):
+                fl.tensor([2], name=bad)
+    with pytest.raises(
+        fl.ParseError, match=r"block.fus:9:1: split: layers.0.fc1.weight \(T1\) has 3"
+    ):
+        fl.parse(DOTTED + "split layers.0.fc1.weight axis 7 by 2\n", "block.fus")
+
+
+def test_to_fus_writes_the_users_names_when_asked() -> None:
+    fusion = fl.parse(DOTTED, "block.fus")
+    text = fl.to_fus(fusion, user_names=True)
+    assert "input layers.0.fc1.weight: float32[6, 8] on m0" in text
+    assert "out.y = add(h, T4)" in text and "input T2: float32[6]" in text  # T0: its number
+    again = fl.parse(text)
+    assert str(again) == str(fusion)
+    assert [t.name for t in again.inputs] == ["x (T0)", "layers.0.fc1.weight (T1)", "T2"]
+    assert "layers" not in fl.to_fus(fusion)  # by default: T numbers, as before

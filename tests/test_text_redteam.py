@@ -67,7 +67,7 @@ BAD = [
     (RING, PERM, "perm=[[true, 1], [1, 2], [2, 3], [3, 0]]", "6:5", "item 0 is True"),
     (RING, PERM, "perm=x", "6:5", "a list of (source, destination) pairs"),
     (RING, "axis=DIDx, ", "axis=DIDy, ", "6:5", "axis must be a mesh axis"),
-    (RING, "axis=DIDx, ", "axis=deviceIdx.x, ", "6:35", "unexpected '.'"),
+    (RING, "axis=DIDx, ", "axis=DIDx., ", "6:30", "unexpected '.'"),  # a name ends in a part
     (RING, "axis=DIDx, ", "", "6:9", "missing 1 required positional argument: 'axis'"),
     (RING, "ppermute(x, ", "ppermute(2, ", "6:9", "its first argument is a local tensor"),
     (RING, "ppermute(x, ", "ppermute(m, ", "6:18", "'m' is not a local value"),

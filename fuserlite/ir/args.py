@@ -197,16 +197,18 @@ def instance(
     return value
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 
 
 def identifier(value: object, who: str, arg: str, error: type[FuserliteError] = FusionError) -> str:
-    """A name as the .fus format writes one: `[A-Za-z_][A-Za-z0-9_]*`."""
+    """A name as the .fus format writes one: `[A-Za-z_][A-Za-z0-9_]*`, or several parts
+    joined by dots, each of letters, digits and _ (PyTorch's `layers.0.weight`)."""
     if not isinstance(value, str) or _IDENTIFIER.fullmatch(value) is None:
         raise fail(
             who,
             arg,
-            "a name of ASCII letters, digits and _, not starting with a digit",
+            "a name of ASCII letters, digits and _, not starting with a digit, or such names "
+            "joined by dots (layers.0.weight)",
             value,
             error,
         )

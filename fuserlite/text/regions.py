@@ -128,13 +128,20 @@ def _argument_text(value: object) -> str:
     return str(value)
 
 
-def write_region(region: Region, mesh_name: str, body_of: Callable) -> list[str]:
-    """The block of one traced shard_map call; body_of(expr, name) writes an op call."""
+def write_region(
+    region: Region,
+    mesh_name: str,
+    body_of: Callable,
+    global_name: Callable[[TensorView], str] = lambda t: t.ir_name,
+) -> list[str]:
+    """The block of one traced shard_map call; body_of(expr, name) writes an op call and
+    global_name(tensor) is a global tensor's written name (its T number by default)."""
     trace = region.trace
     names: dict[int, str] = {}
     for t, g in zip(region.local_arguments, region.arguments):
         # A tensor given twice (under two specs) has two local values: the second its own name.
-        names[id(t)] = g.ir_name if g.ir_name not in names.values() else f"l{len(names)}"
+        g_name = global_name(g)
+        names[id(t)] = g_name if g_name not in names.values() else f"l{len(names)}"
     for t in trace.local.tensors_created:
         names.setdefault(id(t), f"l{len(names)}")
 
@@ -143,11 +150,12 @@ def write_region(region: Region, mesh_name: str, body_of: Callable) -> list[str]
 
     mesh = trace.mesh
     ins = ", ".join(
-        f"{g.ir_name} {_spec_text(s, mesh)}" + ("" if name(t) == g.ir_name else f" as {name(t)}")
+        f"{global_name(g)} {_spec_text(s, mesh)}"
+        + ("" if name(t) == global_name(g) else f" as {name(t)}")
         for t, g, s in zip(region.local_arguments, region.arguments, region.in_specs)
     )
     outs = ", ".join(
-        f"{g.ir_name} {_spec_text(s, mesh)}" for g, s in zip(region.outputs, region.out_specs)
+        f"{global_name(g)} {_spec_text(s, mesh)}" for g, s in zip(region.outputs, region.out_specs)
     )
     lines = [f"shard_map {mesh_name} ({ins}) -> ({outs})"]
     for t in trace.local.tensors_created:

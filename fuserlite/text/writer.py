@@ -11,6 +11,7 @@ whose schedule is exactly its sharding, as `fl.distribute` writes it, is one
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from fuserlite.ir import args
@@ -26,6 +27,7 @@ from fuserlite.ops.common import new_axis
 from fuserlite.ops.registry import Param, definition
 from fuserlite.schedule.shard import shard_as
 from fuserlite.spmd.trace import regions
+from fuserlite.text.parser import reserved_words
 from fuserlite.text.regions import write_region
 
 
@@ -93,7 +95,7 @@ def _args(expr: Expr, name: Callable[[TensorView], str] = _ir_name) -> tuple[str
     return d.name, written
 
 
-def _call(tv: TensorView, written: set[int]) -> str | None:
+def _call(tv: TensorView, written: set[int], name: Callable[[TensorView], str]) -> str | None:
     """`T3 = op(...)`, or `T3, T4 = op(...)` at the first of several outputs (None at
     the others: the call is written)."""
     expr = tv.definition
@@ -102,11 +104,13 @@ def _call(tv: TensorView, written: set[int]) -> str | None:
     late = [t.name for t in expr.inputs if id(t) not in written]
     if late:
         raise _cannot(tv, f"reads {', '.join(late)}, created after it")
-    op, args = _args(expr)
-    return f"{', '.join(t.ir_name for t in expr.outputs)} = {op}({', '.join(args)})"
+    op, args = _args(expr, name)
+    return f"{', '.join(name(t) for t in expr.outputs)} = {op}({', '.join(args)})"
 
 
-def _declaration(tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str]) -> str:
+def _declaration(
+    tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str], name: str | None = None
+) -> str:
     logical = tv.domain.logical
     if any(
         ax.iter_type is not (IterType.BROADCAST if ax.extent == 1 else IterType.ITERATION)
@@ -118,7 +122,7 @@ def _declaration(tv: TensorView, keyword: str, meshes: dict[DeviceMesh, str]) ->
     if list(tv.domain.contiguity) != wanted:
         raise _cannot(tv, f"has contiguity {list(tv.domain.contiguity)}")
     shape = ", ".join(str(ax.extent) for ax in logical)
-    text = f"{keyword} {tv.ir_name}: {tv.dtype.name}[{shape}]"
+    text = f"{keyword} {name or tv.ir_name}: {tv.dtype.name}[{shape}]"
     text += "" if contiguous else " noncontiguous"
     return text + (f" on {meshes[tv.mesh]}" if tv.mesh is not None else "")
 
@@ -146,7 +150,7 @@ def _parallelize(tv: TensorView, name: str, pos: int, p: int) -> list[str]:
     return [f"parallelize {name} axis {pos} {pt.name}"]
 
 
-def _placed(tv: TensorView, mesh_name: str) -> str | None:
+def _placed(tv: TensorView, mesh_name: str, name: str) -> str | None:
     """`place T0 on m0 (S0, R)` where that line (fl.distribute) rebuilds tv's transforms
     and parallel types exactly, else None: tv is sharded, and sharding an unscheduled
     copy of it by its placement writes the directives tv's own schedule needs."""
@@ -158,7 +162,7 @@ def _placed(tv: TensorView, mesh_name: str) -> str | None:
     shard_as(probe, tv.mesh, logical)
     if _schedule(probe, tv.ir_name) != _schedule(tv):
         return None
-    return f"place {tv.ir_name} on {mesh_name} ({str(p)[1:-1].replace(',', ', ')})"
+    return f"place {name} on {mesh_name} ({str(p)[1:-1].replace(',', ', ')})"
 
 
 def _schedule(tv: TensorView, name: str | None = None) -> list[str]:
@@ -215,9 +219,37 @@ def _section(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def to_fus(fusion: Fusion) -> str:
-    """The fusion as .fus text that parses back to a fusion printing identically."""
+_GENERATED = re.compile(r"[Tlm][0-9]+")  # the writer's own names: T3, a local l1, a mesh m0
+
+
+def _written_names(fusion: Fusion, user_names: bool) -> Callable[[TensorView], str]:
+    """Each tensor's name in the text: its T number, or with `user_names` the name its
+    user gave it where that name is its alone (not another's, not reserved, not of the
+    writer's own forms T3, l1, m0)."""
+    if not user_names:
+        return _ir_name
+    counts: dict[str, int] = {}
+    for tv in fusion.tensors_created:
+        if tv.user_name is not None:
+            counts[tv.user_name] = counts.get(tv.user_name, 0) + 1
+    chosen = {
+        id(tv): tv.user_name
+        for tv in fusion.tensors_created
+        if tv.user_name is not None
+        and counts[tv.user_name] == 1
+        and tv.user_name not in reserved_words()
+        and not _GENERATED.fullmatch(tv.user_name)
+    }
+    return lambda tv: chosen.get(id(tv), tv.ir_name)
+
+
+def to_fus(fusion: Fusion, *, user_names: bool = False) -> str:
+    """The fusion as .fus text that parses back to a fusion printing identically; with
+    `user_names`, tensors the user named are written by those names (fc1.weight), so
+    the text read back names them so too, else by their T numbers."""
     args.instance(fusion, Fusion, "to_fus", "fusion", "a Fusion")
+    user_names = args.boolean(user_names, "to_fus", "user_names")
+    name = _written_names(fusion, user_names)
     meshes = _mesh_names(fusion)
     declared = [tv for tv in fusion.tensors_created if tv.definition is None]
     inline = [tv for tv in declared if tv in fusion.inputs] == fusion.inputs
@@ -228,7 +260,7 @@ def to_fus(fusion: Fusion) -> str:
     for tv in fusion.tensors_created:
         region = owner.pop(id(tv), None)
         if region is not None:  # the shard_map call writes all it made, once
-            body += write_region(region, meshes[region.trace.mesh], _args)
+            body += write_region(region, meshes[region.trace.mesh], _args, name)
             written |= region.made
             for i in region.made:
                 owner.pop(i, None)
@@ -238,20 +270,20 @@ def to_fus(fusion: Fusion) -> str:
         _check(tv)
         if tv.definition is None:
             keyword = "input" if inline and tv in fusion.inputs else "tensor"
-            body.append(_declaration(tv, keyword, meshes))
+            body.append(_declaration(tv, keyword, meshes, name(tv)))
         else:
-            call = _call(tv, written)
+            call = _call(tv, written, name)
             body += [call] if call is not None else []
         written.add(id(tv))
-        place = None if tv.mesh is None else _placed(tv, meshes[tv.mesh])
+        place = None if tv.mesh is None else _placed(tv, meshes[tv.mesh], name(tv))
         if place is not None:
             directives.append(place)
             continue
         if tv.mesh is not None and tv.definition is not None:
-            directives.append(f"set_mesh {tv.ir_name} {meshes[tv.mesh]}")
-        directives += _schedule(tv)
-    marks = [] if inline else [f"input {tv.ir_name}" for tv in fusion.inputs]
-    marks += [f"output {tv.ir_name}" for tv in fusion.outputs]
+            directives.append(f"set_mesh {name(tv)} {meshes[tv.mesh]}")
+        directives += _schedule(tv, name(tv))
+    marks = [] if inline else [f"input {name(tv)}" for tv in fusion.inputs]
+    marks += [f"output {name(tv)}" for tv in fusion.outputs]
     header = ["# written by fuserlite.to_fus"]
     header += [f"mesh {name} = {_nested(m.tolist())}{_axes(m)}" for m, name in meshes.items()]
     parts = [_section(header), _section(body + marks)]
