@@ -38,6 +38,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType, ReductionOpType
 from fuserlite.ops.common import check_tensor, fusion_of, new_axis, shape_text
+from fuserlite.ops.cost import MOVES_DATA, elementwise
 from fuserlite.ops.forms import Template
 from fuserlite.ops.registry import Op, Param, Sharding, define
 
@@ -93,6 +94,7 @@ def _embedding_vjp(expr, operands, outputs, grads):
     indexed=True,  # a device's rows of weight: from the start of its block of rV
     converts=True,  # integer indices stay integers (a float32 index is exact to 2**24 only)
     vjp=_embedding_vjp,
+    cost=MOVES_DATA,
 )
 def embedding(weight: TensorView, indices: TensorView) -> TensorView:
     """Rows of weight at integer indices (F.embedding): out[i..., :] = weight[indices[i...], :]."""
@@ -131,6 +133,7 @@ def _backward_vjp(expr, operands, outputs, grads):
     sharding=_SUMS,
     converts=True,  # as embedding's
     vjp=_backward_vjp,
+    cost=elementwise(1),  # an add per gradient element
 )
 def embedding_backward(grad: TensorView, indices: TensorView, num_weights: int) -> TensorView:
     """The gradient of embedding's weight: out[v, ...] = sum of grad[n, ...] with indices[n] = v."""
