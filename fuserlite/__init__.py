@@ -77,6 +77,8 @@ __all__ += [
     "validate",
     "verify_program",
 ]
+from fuserlite.frontends.parallelize import parallelize  # noqa: E402
+from fuserlite.frontends.torch import from_torch  # noqa: E402 - imports torch when called
 from fuserlite.schedule.placements import (  # noqa: E402 - installs tv.placements
     Partial,
     Replicate,
@@ -101,6 +103,8 @@ from fuserlite.spmd.shard_map import PartitionSpec, shard_map  # noqa: E402
 
 __all__ += [
     "PartitionSpec",
+    "from_torch",
+    "parallelize",
     "Partial",
     "Replicate",
     "Shard",

@@ -13,6 +13,7 @@
                         [--svg FILE | --json]
     fuserlite explain PATH [--machine NAME] [--json]
     fuserlite timeline PATH [--machine NAME] [--trace FILE.json] [--svg FILE] [--json]
+    fuserlite import MODEL.py:NAME --example EXPR [-o OUT.fus] [--plan M=STYLE,... --mesh N]
 
 (docs/cli.md has every flag.) Each subcommand is one module `fuserlite/cli/cmd_NAME.py`
 with its `cmd_NAME`
@@ -39,6 +40,7 @@ import fuserlite
 from fuserlite.cli import (
     cmd_codegen,
     cmd_explain,
+    cmd_import,
     cmd_opt,
     cmd_passes,
     cmd_print,
@@ -83,6 +85,7 @@ COMMANDS = (
     cmd_show,
     cmd_explain,
     cmd_timeline,
+    cmd_import,
 )
 
 
