@@ -83,6 +83,8 @@ FOLDABLE = frozenset(
         "aten.tril.default",
         "aten.triu.default",
         "aten.outer.default",
+        "aten.repeat_interleave.self_int",
+        "aten.repeat.default",
         "aten.sin.default",
         "aten.cos.default",
         "aten.pow.Tensor_Scalar",
@@ -91,7 +93,6 @@ FOLDABLE = frozenset(
         "aten.lift_fresh_copy.default",
         "aten.logical_and.default",
         "aten.logical_or.default",
-        "aten.bitwise_not.default",
     }
 )
 
@@ -349,10 +350,14 @@ def _ordered_not(cond: TensorView, a, b) -> TensorView:
     return negated if nan is False else ops.where(nan, False, negated)
 
 
-@aten("aten.logical_not.default", becomes="`where(x, false, true)` (a bool x)")
+@aten(
+    "aten.logical_not.default",
+    "aten.bitwise_not.default",
+    becomes="`where(x, false, true)` (a bool x)",
+)
 def _logical_not(imp: Importing, x):
     if x.dtype is not DType.bool:
-        raise FusionError(f"logical_not of {x.name} ({x.dtype.name}): only bool tensors")
+        raise FusionError(f"not of {x.name} ({x.dtype.name}): only bool tensors")
     return _not(x)
 
 
@@ -696,6 +701,11 @@ def _var_mean(imp: Importing, x, dim=None, *, correction=None, keepdim=False):
 @aten("aten.var.correction", becomes="the variance of `var_mean`")
 def _var(imp: Importing, x, dim=None, *, correction=None, keepdim=False):
     return _var_mean(imp, x, dim, correction=correction, keepdim=keepdim)[0]
+
+
+@aten("aten.var.dim", becomes="the variance of `var_mean` (unbiased: correction 1)")
+def _var_dim(imp: Importing, x, dim=None, unbiased=True, keepdim=False):
+    return _var(imp, x, dim, correction=int(unbiased), keepdim=keepdim)
 
 
 # -- made from a tensor's shape ------------------------------------------------------------

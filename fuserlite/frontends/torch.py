@@ -33,6 +33,7 @@ says how to install it.
 
 from __future__ import annotations
 
+import inspect
 import operator
 import re
 import threading
@@ -125,6 +126,12 @@ def _as_module(torch: Any, target: Callable) -> Any:
         def forward(self, *args: Any) -> Any:
             return target(*args)
 
+    try:  # the function's own argument names name the inputs (export reads the signature)
+        params = list(inspect.signature(target).parameters.values())
+        me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        Function.forward.__signature__ = inspect.Signature([me, *params])
+    except (TypeError, ValueError):
+        pass  # a builtin without a signature: args_0, args_1, ...
     Function.__name__ = _what(target)
     return Function()
 
@@ -292,7 +299,8 @@ class _Graph:
         except FuserliteError as exc:
             raise FusionError(f"from_torch: {self.where}: {name}: {exc}") from None
         for tv in self.fusion.tensors_created[made:]:
-            tv.origin = self.where
+            if tv.origin is None:  # a constant made an input here already says so
+                tv.origin = self.where
         self._check(node, name, value)
         for k, tv in enumerate(outputs_of(value)):
             if isinstance(tv, TensorView) and tv.user_name is None:
@@ -421,11 +429,18 @@ class _Graph:
         (`block.py:30` alone at the top level; the module alone without a source)."""
         stack = node.meta.get("nn_module_stack") or {}
         path = list(stack.values())[-1][0] if stack else ""
-        found = _LOCATION.findall(node.meta.get("stack_trace") or "")
-        where = f"{Path(found[-1][0]).name}:{found[-1][1]}" if found else ""
+        frames = _LOCATION.findall(node.meta.get("stack_trace") or "")
+        mine = [(f, line) for f, line in frames if not self._library(f)]
+        where = f"{Path(mine[-1][0]).name}:{mine[-1][1]}" if mine else ""
         if path and where:
             return f"{path} ({where})"
         return path or where or "the top level"
+
+    def _library(self, file: str) -> bool:
+        """True for a frame of torch's own modules (nn.Linear.forward) or of this
+        importer (a function's wrapper): the user's line is the last frame but them."""
+        path = Path(file).resolve()
+        return path == Path(__file__).resolve() or Path(self.torch.__file__).parent in path.parents
 
     def _unsupported(self, name: str, folded: bool = False) -> str:
         what = "a constant (it reads no input) made by " if folded else ""

@@ -1,0 +1,171 @@
+"""PyTorch models imported and sharded in PyTorch's tensor-parallel vocabulary: a GPT
+block and an MLP unsharded, tensor-parallel (one Allreduce per row-parallel linear),
+sequence-parallel (Megatron-SP's Allgather / ReduceScatter pairs) and 2-D with data
+parallelism on a 2x4 mesh, each equal to torch's forward; an embedding vocab-parallel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="the torch extra is not installed: pip install 'fuserlite[torch]'"
+)
+
+from torch_models import SP, TP, Block, NormMLP, TinyLM  # noqa: E402
+
+import fuserlite as fl  # noqa: E402
+
+MESH_8 = fl.DeviceMesh(list(range(8)))
+MESH_2X4 = fl.DeviceMesh([[0, 1, 2, 3], [4, 5, 6, 7]])
+MLP_TP = {"mlp.fc1": "colwise", "mlp.fc2": "rowwise"}
+MLP_SP = {**MLP_TP, "ln": "sequence"}
+
+
+def _imported(model: torch.nn.Module, *example: torch.Tensor):
+    """(fusion, inputs, torch's output): exported once, for every configuration."""
+    torch.manual_seed(0)
+    model = model.eval()
+    fusion, inputs = fl.from_torch(model, *example)
+    return fusion, inputs, model(*example).detach().numpy()
+
+
+@pytest.fixture(scope="module")
+def block():
+    torch.manual_seed(1)
+    return _imported(Block(), torch.randn(2, 8, 32))
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    torch.manual_seed(2)
+    return _imported(NormMLP(), torch.randn(2, 8, 16))
+
+
+def _run(imported, plan=None, mesh=None, dp_axis=None):
+    """(outputs, communications) of a copy of the imported fusion, placed by `plan`."""
+    fusion, inputs, want = imported
+    copy, _ = fusion.clone()
+    if mesh is not None:
+        fl.parallelize(copy, mesh, plan, dp_axis=dp_axis)
+    ex = fl.FusionExecutor(copy)
+    out = ex.run(inputs)
+    np.testing.assert_allclose(out[0], want, rtol=2e-5, atol=2e-5)
+    return [s for s in ex.program.steps if hasattr(s, "kind")]
+
+
+def _kinds(comms) -> list[str]:
+    return [c.kind.name for c in comms]
+
+
+CONFIGS = {
+    # name: (plan, mesh, dp_axis, the block's communications, the MLP's)
+    "unsharded": (None, None, None, [], []),
+    "tensor-parallel": (TP, MESH_8, None, ["Allreduce"] * 2, ["Allreduce"]),
+    "sequence-parallel": (
+        SP,
+        MESH_8,
+        None,
+        ["Allgather", "ReduceScatter"] * 2,
+        ["Allgather", "ReduceScatter"],
+    ),
+    "2-D tensor-parallel": (TP, MESH_2X4, 0, ["Allreduce"] * 2, ["Allreduce"]),
+    "2-D sequence-parallel": (
+        SP,
+        MESH_2X4,
+        0,
+        ["Allgather", "ReduceScatter"] * 2,
+        ["Allgather", "ReduceScatter"],
+    ),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_gpt_block(block, config: str) -> None:
+    plan, mesh, dp, kinds, _ = CONFIGS[config]
+    comms = _run(block, plan, mesh, dp)
+    assert _kinds(comms) == kinds
+    if mesh is MESH_2X4:  # over the tensor-parallel axis: teams of 4 along DIDx
+        assert all(c.teams == [(0, 1, 2, 3), (4, 5, 6, 7)] for c in comms)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_mlp(mlp, config: str) -> None:
+    _, mesh, dp, _, kinds = CONFIGS[config]
+    plan = None if mesh is None else (MLP_SP if "sequence" in config else MLP_TP)
+    assert _kinds(_run(mlp, plan, mesh, dp)) == kinds
+
+
+def test_the_plan_places_parameters_as_dtensor_does(block) -> None:
+    fusion, _, _ = block
+    copy, _ = fusion.clone()
+    fl.parallelize(copy, MESH_8, SP)
+    by_name = {t.user_name: t for t in copy.inputs}
+    shard0, shard1, whole = (fl.Shard(0),), (fl.Shard(1),), (fl.Replicate(),)
+    assert by_name["attn.q.weight"].placements == shard0 == by_name["attn.q.bias"].placements
+    assert by_name["attn.proj.weight"].placements == shard1
+    assert by_name["attn.proj.bias"].placements == whole == by_name["ln1.weight"].placements
+    assert by_name["x"].placements == shard1  # the sequence axis, into ln1
+
+
+def test_torch_parallel_styles_read_as_the_names(block) -> None:
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    plan = {k: ColwiseParallel() for k, v in SP.items() if v == "colwise"}
+    plan |= {k: RowwiseParallel(output_layouts=Shard(1)) for k, v in SP.items() if v == "rowwise"}
+    plan |= {"ln1": SequenceParallel(), "ln2": SequenceParallel()}
+    assert _kinds(_run(block, plan, MESH_8)) == ["Allgather", "ReduceScatter"] * 2
+    plain = {**plan, "attn.proj": RowwiseParallel(), "mlp.fc2": RowwiseParallel()}
+    del plain["ln1"], plain["ln2"]
+    assert _kinds(_run(block, plain, MESH_8)) == ["Allreduce"] * 2
+
+
+@pytest.mark.parametrize(("style", "kinds"), [("rowwise", ["Allreduce"]), ("colwise", [])])
+def test_embedding_vocab_and_embedding_parallel(style: str, kinds: list[str]) -> None:
+    """wte rowwise: each device holds a slice of the vocabulary, partial sums, one
+    Allreduce (Megatron's vocab-parallel embedding); colwise: a slice of each row."""
+    torch.manual_seed(3)
+    model = TinyLM().eval()
+    idx = torch.randint(0, 40, (2, 8))
+    fusion, inputs = fl.from_torch(model, idx)
+    fl.parallelize(fusion, MESH_8, {"wte": style})
+    ex = fl.FusionExecutor(fusion)
+    (got,) = ex.run(inputs)
+    np.testing.assert_allclose(got, model(idx).detach().numpy(), rtol=2e-5, atol=2e-5)
+    assert [s.kind.name for s in ex.program.steps if hasattr(s, "kind")][: len(kinds)] == kinds
+
+
+def test_plan_mistakes_name_the_entry_and_the_fix(block) -> None:
+    fusion, _, _ = block
+    copy, _ = fusion.clone()
+    with pytest.raises(fl.FusionError, match=r"'attn\.qq' names no module.*attn\.q"):
+        fl.parallelize(copy, MESH_8, {"attn.qq": "colwise"})
+    with pytest.raises(fl.FusionError, match="use one of 'colwise'"):
+        fl.parallelize(copy, MESH_8, {"attn.q": "columnwise"})
+    with pytest.raises(fl.FusionError, match="no weight read by a linear"):
+        fl.parallelize(copy, MESH_8, {"ln1": "colwise"})
+    with pytest.raises(fl.FusionError, match="dp_axis and tp_axis"):
+        fl.parallelize(copy, MESH_2X4, TP, dp_axis=1)
+
+
+def test_wildcards_match_one_part() -> None:
+    class Stack(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList([NormMLP(), NormMLP()])
+
+        def forward(self, x):
+            return self.layers[1](self.layers[0](x))
+
+    torch.manual_seed(4)
+    model, x = Stack().eval(), torch.randn(2, 8, 16)
+    fusion, inputs = fl.from_torch(model, x)
+    fl.parallelize(fusion, MESH_8, {"layers.*.mlp.fc1": "colwise", "layers.*.mlp.fc2": "rowwise"})
+    ex = fl.FusionExecutor(fusion)
+    np.testing.assert_allclose(ex.run(inputs)[0], model(x).detach().numpy(), rtol=2e-5, atol=2e-5)
+    assert [s.kind.name for s in ex.program.steps if hasattr(s, "kind")] == ["Allreduce"] * 2
