@@ -529,6 +529,20 @@ BAD = [
         "parallel_type must be one of DIDx, DIDy, DIDz",
     ),
     bad("shard_axis not a tensor", lambda e: shard_axis(3, 0, e.mesh), "tv must be", "3"),
+    # -- erf, embedding, the PyTorch frontend -----------------------------------------
+    bad("erf number", lambda e: fl.erf(2.0), "erf", "x", "2.0"),
+    bad("embedding float indices", lambda e: fl.embedding(e.w, e.x), "indices", "float32", "cast"),
+    bad(
+        "embedding_backward rows", lambda e: fl.embedding_backward(e.x, e.i, 0), "num_weights", "0"
+    ),
+    bad("gelu approximate", lambda e: fl.gelu(e.x, approximate="erf"), "approximate", "'erf'"),
+    bad("from_torch number", lambda e: fl.from_torch(5), "from_torch"),
+    bad("parallelize plan", lambda e: fl.parallelize(e.fusion, e.mesh, ["fc1"]), "plan", "dict"),
+    bad(
+        "parallelize unknown module",
+        lambda e: fl.parallelize(e.fusion, e.mesh, {"fc1": "colwise"}),
+        "'fc1' names no module",
+    ),
 ]
 
 

@@ -46,6 +46,9 @@ FLOPS = {
     ),
     **dict.fromkeys(["select", "slice", "cat"], 0),
     "gelu": 8 * 32,
+    "erf": 24 * 32,
+    "embedding": 0,  # a gather moves data only
+    "embedding_backward": 64,  # an add per element of its largest tensor, the [8, 8] output
     "sigmoid": 3 * 32,
     "silu": 4 * 32,
     "rand_like": 10 * 32,

@@ -33,7 +33,7 @@ def _imported(model: torch.nn.Module, *example: torch.Tensor):
 @pytest.fixture(scope="module")
 def block():
     torch.manual_seed(1)
-    return _imported(Block(), torch.randn(2, 8, 32))
+    return _imported(Block(dim=32), torch.randn(2, 8, 32))
 
 
 @pytest.fixture(scope="module")

@@ -1,60 +1,32 @@
-"""Small PyTorch models for the frontend's end-to-end tests (and examples/torch_gpt_block.py
-has its own copy, to stay a file a user can read alone): a nanoGPT-style block, an MLP
-and a tiny language model with an embedding."""
+"""Small PyTorch models for the frontend's end-to-end tests: the GPT block of
+examples/torch_gpt_block.py (a file a user reads alone, so the models live there) at
+other sizes, an MLP behind a LayerNorm, and a tiny language model with an embedding."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+_SPEC = importlib.util.spec_from_file_location(
+    "torch_gpt_block", Path(__file__).resolve().parents[1] / "examples" / "torch_gpt_block.py"
+)
+_EXAMPLE = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_EXAMPLE)
 
-class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = (
-            lin(x).view(b, t, self.heads, c // self.heads).transpose(1, 2)
-            for lin in (self.q, self.k, self.v)
-        )
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
-
-
-class MLP(nn.Module):
-    def __init__(self, dim: int, hidden: int, dropout: float = 0.1) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(F.gelu(self.fc1(x))))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int = 32, heads: int = 8) -> None:
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = Attention(dim, heads)
-        self.mlp = MLP(dim, 4 * dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+Block, MLP = _EXAMPLE.Block, _EXAMPLE.MLP
+TP, SP = _EXAMPLE.TENSOR_PARALLEL, _EXAMPLE.SEQUENCE_PARALLEL
 
 
 class NormMLP(nn.Module):
     """LayerNorm, then the MLP, with a residual."""
 
-    def __init__(self, dim: int = 16, hidden: int = 64) -> None:
+    def __init__(self, dim: int = 16) -> None:
         super().__init__()
         self.ln = nn.LayerNorm(dim)
-        self.mlp = MLP(dim, hidden)
+        self.mlp = MLP(dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.mlp(self.ln(x))
@@ -71,14 +43,3 @@ class TinyLM(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.head(self.block(self.wte(idx)))
-
-
-TP = {
-    "attn.q": "colwise",
-    "attn.k": "colwise",
-    "attn.v": "colwise",
-    "attn.proj": "rowwise",
-    "mlp.fc1": "colwise",
-    "mlp.fc2": "rowwise",
-}
-SP = {**TP, "ln1": "sequence", "ln2": "sequence"}

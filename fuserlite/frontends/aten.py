@@ -291,54 +291,29 @@ def _masked_fill(imp: Importing, x, mask, value):
     return ops.cast(out, x.dtype) if out.dtype is not x.dtype else out
 
 
-@aten("aten.lt.Tensor", "aten.lt.Scalar", becomes="`lt(a, b)`", scalars=True)
-def _lt(imp: Importing, a, b):
-    return ops.lt(a, b)
-
-
-@aten("aten.gt.Tensor", "aten.gt.Scalar", becomes="`lt(b, a)`", scalars=True)
-def _gt(imp: Importing, a, b):
-    return ops.lt(b, a)
-
-
-@aten(
-    "aten.le.Tensor",
-    "aten.le.Scalar",
-    becomes="not `lt(b, a)`, false where either is NaN (from `lt` and `where`)",
-    scalars=True,
-)
-def _le(imp: Importing, a, b):
-    return _ordered_not(ops.lt(b, a), a, b)
-
-
-@aten(
-    "aten.ge.Tensor",
-    "aten.ge.Scalar",
-    becomes="not `lt(a, b)`, false where either is NaN (from `lt` and `where`)",
-    scalars=True,
-)
-def _ge(imp: Importing, a, b):
-    return _ordered_not(ops.lt(a, b), a, b)
-
-
-@aten(
-    "aten.eq.Tensor",
-    "aten.eq.Scalar",
-    becomes="neither `lt(a, b)` nor `lt(b, a)`, false where either is NaN",
-    scalars=True,
-)
-def _eq(imp: Importing, a, b):
+def _eq(a, b) -> TensorView:
     return _ordered_not(ops.where(ops.lt(a, b), True, ops.lt(b, a)), a, b)
 
 
-@aten(
-    "aten.ne.Tensor",
-    "aten.ne.Scalar",
-    becomes="not `eq(a, b)` (true where either is NaN)",
-    scalars=True,
-)
-def _ne(imp: Importing, a, b):
-    return _not(_eq(imp, a, b))
+# name -> (what it becomes, its builder): comparisons from lt and where (NaN as torch)
+_COMPARISONS = {
+    "lt": ("`lt(a, b)`", ops.lt),
+    "gt": ("`lt(b, a)`", lambda a, b: ops.lt(b, a)),
+    "le": (
+        "not `lt(b, a)`, false where either is NaN",
+        lambda a, b: _ordered_not(ops.lt(b, a), a, b),
+    ),
+    "ge": (
+        "not `lt(a, b)`, false where either is NaN",
+        lambda a, b: _ordered_not(ops.lt(a, b), a, b),
+    ),
+    "eq": ("neither `lt(a, b)` nor `lt(b, a)`, false where either is NaN", _eq),
+    "ne": ("not eq (true where either is NaN)", lambda a, b: _not(_eq(a, b))),
+}
+for _name, (_becomes, _compare) in _COMPARISONS.items():
+    aten(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar", becomes=_becomes, scalars=True)(
+        lambda imp, a, b, compare=_compare: compare(a, b)
+    )
 
 
 def _ordered_not(cond: TensorView, a, b) -> TensorView:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fuserlite.frontends.torch import import_torch
-from fuserlite.ir.errors import FuserliteError
+from fuserlite.ir.errors import FusionError
 
 
 def load_model(spec: str) -> tuple[Any, dict[str, Any]]:
@@ -29,20 +29,20 @@ def load_model(spec: str) -> tuple[Any, dict[str, Any]]:
     torch = import_torch()
     path_text, sep, name = spec.rpartition(":")
     if not sep or not path_text or not name:
-        raise FuserliteError(
+        raise FusionError(
             f"import: {spec!r} is not MODEL.py:NAME (a Python file and the module, class, "
             "factory or function in it to import)"
         )
     path = Path(path_text)
     if not path.is_file():
-        raise FuserliteError(f"import: {path} is not a file")
+        raise FusionError(f"import: {path} is not a file")
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)  # the file's own imports, at load and in its factory
     try:
         namespace = _run_file(path)
         if name not in namespace:
             names = ", ".join(k for k in namespace if not k.startswith("_"))[:300]
-            raise FuserliteError(f"import: {path} defines no {name!r}; it defines {names}")
+            raise FusionError(f"import: {path} defines no {name!r}; it defines {names}")
         return _target(torch, namespace[name], f"{path}:{name}"), namespace
     finally:
         sys.path.remove(folder)
@@ -53,13 +53,13 @@ def _run_file(path: Path) -> dict[str, Any]:
     module_name = f"fuserlite_import_{path.stem}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
-        raise FuserliteError(f"import: {path} cannot be loaded as a Python file")
+        raise FusionError(f"import: {path} cannot be loaded as a Python file")
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[module_name] = module  # dataclasses and pickling look their module up
     try:
         loader_spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - the user's file failed: say so, briefly
-        raise FuserliteError(f"import: running {path} raised {type(exc).__name__}: {exc}") from exc
+        raise FusionError(f"import: running {path} raised {type(exc).__name__}: {exc}") from exc
     return vars(module)
 
 
@@ -69,16 +69,14 @@ def _target(torch: Any, value: Any, where: str) -> Any:
     if isinstance(value, torch.nn.Module):
         return value
     if not callable(value):
-        raise FuserliteError(
-            f"import: {where} is a {type(value).__name__}, not a module or function"
-        )
+        raise FusionError(f"import: {where} is a {type(value).__name__}, not a module or function")
     if isinstance(value, type) or _takes_nothing(value):
         try:
             made = value()
         except Exception as exc:  # noqa: BLE001 - the user's factory failed
-            raise FuserliteError(f"import: {where}() raised {type(exc).__name__}: {exc}") from exc
+            raise FusionError(f"import: {where}() raised {type(exc).__name__}: {exc}") from exc
         if not (isinstance(made, torch.nn.Module) or callable(made)):
-            raise FuserliteError(
+            raise FusionError(
                 f"import: {where}() gave a {type(made).__name__}; a factory gives an nn.Module "
                 "or a function"
             )
@@ -106,7 +104,7 @@ def examples(expressions: list[str], namespace: dict[str, Any]) -> list[Any]:
         try:
             value = eval(text, scope)  # noqa: S307 - the user's own expression, by design
         except Exception as exc:  # noqa: BLE001 - the user's expression failed: say so
-            raise FuserliteError(
+            raise FusionError(
                 f"import: --example {text!r} raised {type(exc).__name__}: {exc}"
             ) from exc
         values += list(value) if isinstance(value, (tuple, list)) else [value]

@@ -144,8 +144,9 @@ def _examples(torch: Any, given: Sequence[Any]) -> tuple[list[Any], dict[int, tu
     for k, x in enumerate(given):
         if not isinstance(x, torch.Tensor):
             raise FusionError(
-                f"from_torch: example input {k} is a {type(x).__name__}; example inputs are "
-                "tensors (a number is a constant of the module: close over it instead)"
+                f"from_torch: example input {k} is {type(x).__name__} {x!r:.40}, not a tensor; "
+                "example inputs are tensors (a number is a constant of the module: close over "
+                "it instead)"
             )
         if type(x).__name__ == "DTensor":
             placed[k] = _placement_of(x, k)

@@ -40,7 +40,7 @@ from fuserlite.ir.types import DType, IterType, ReductionOpType
 from fuserlite.ops.common import check_tensor, fusion_of, new_axis, shape_text
 from fuserlite.ops.cost import MOVES_DATA, elementwise
 from fuserlite.ops.forms import Template
-from fuserlite.ops.registry import Op, Param, Sharding, define
+from fuserlite.ops.registry import LocalRule, Op, Param, Sharding, define
 
 __all__ = ["embedding", "embedding_backward"]
 
@@ -95,6 +95,7 @@ def _embedding_vjp(expr, operands, outputs, grads):
     converts=True,  # integer indices stay integers (a float32 index is exact to 2**24 only)
     vjp=_embedding_vjp,
     cost=MOVES_DATA,
+    local=LocalRule.lookup,
 )
 def embedding(weight: TensorView, indices: TensorView) -> TensorView:
     """Rows of weight at integer indices (F.embedding): out[i..., :] = weight[indices[i...], :]."""
@@ -134,6 +135,7 @@ def _backward_vjp(expr, operands, outputs, grads):
     converts=True,  # as embedding's
     vjp=_backward_vjp,
     cost=elementwise(1),  # an add per gradient element
+    local=LocalRule.whole,
 )
 def embedding_backward(grad: TensorView, indices: TensorView, num_weights: int) -> TensorView:
     """The gradient of embedding's weight: out[v, ...] = sum of grad[n, ...] with indices[n] = v."""

@@ -134,7 +134,8 @@ class LocalRule(Enum):
     matmul = "matmul"  # batch axes aligned on the right, the leading ones first
     linear = "linear"  # a weight that differs per device is each device's own
     batch = "batch"  # an evaluated op whose leading axes are batch axes (attention)
-    whole = "whole"  # no batch axes to stack device values on (grouped_mm): invariant only
+    whole = "whole"  # no batch axes to stack device values on (grouped_mm, embedding_backward)
+    lookup = "lookup"  # embedding: varying indices lead the result; a varying weight refused
 
 
 @dataclass(frozen=True)

@@ -273,6 +273,17 @@ def _rows(r: Replay) -> TensorView:
     return r.build()
 
 
+def _lookup(r: Replay) -> TensorView:
+    """embedding: indices that differ between devices are more index axes (their
+    leading axes lead the result); a weight that differs has no local form."""
+    if r.operands["weight"].varying:
+        raise FusionError(
+            f"shard_map: embedding of {r.expr.inputs[0].name}, which differs between devices, "
+            "is not supported inside shard_map; look the rows up in the global view"
+        )
+    return r.build(indices=r.aligned("indices") if r.varying else r.operands["indices"].tensor)
+
+
 def placed_leading(t: TensorView, k: int) -> dict[int, ParallelType]:
     """The shardings of t's first k axes (a broadcast leading axis has none)."""
     found = {}
@@ -328,8 +339,8 @@ def _linear(r: Replay) -> TensorView:
 
 
 def _whole(r: Replay) -> TensorView:
-    """An op with no batch axes to stack device values on (grouped_mm): only of values
-    the same on every device."""
+    """An op with no batch axes to stack device values on (grouped_mm; embedding_backward,
+    whose rows and indices are one axis each): only of values the same on every device."""
     if r.varying:
         raise FusionError(
             f"shard_map: {r.op.name} of values that differ between devices is not supported "
@@ -372,6 +383,7 @@ REPLAYS: dict[LocalRule, Replayer] = {  # an op's rule is in its OpDef (`local`)
     LocalRule.linear: _linear,
     LocalRule.batch: _leading_batch,
     LocalRule.whole: _whole,
+    LocalRule.lookup: _lookup,
 }
 
 
