@@ -169,3 +169,21 @@ def test_wildcards_match_one_part() -> None:
     ex = fl.FusionExecutor(fusion)
     np.testing.assert_allclose(ex.run(inputs)[0], model(x).detach().numpy(), rtol=2e-5, atol=2e-5)
     assert [s.kind.name for s in ex.program.steps if hasattr(s, "kind")] == ["Allreduce"] * 2
+
+
+def test_a_module_the_forward_never_calls_is_placed_as_a_linear() -> None:
+    class Spare(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used, self.spare = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.used(x)
+
+    model, x = Spare(), torch.randn(2, 4)
+    fusion, inputs = fl.from_torch(model, x)
+    fl.parallelize(fusion, fl.DeviceMesh([0, 1]), {"used": "colwise", "spare": "rowwise"})
+    by_name = {t.user_name: t for t in fusion.inputs}
+    assert by_name["spare.weight"].placements == (fl.Shard(1),)
+    (got,) = fl.FusionExecutor(fusion).run(inputs)
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-6, atol=1e-6)

@@ -253,6 +253,14 @@ def _apply(
             )
         placed.put(x, Shard(style.sequence_dim), why)
         return
+    if weight is not None and not weight.uses and len(weight.shape) == 2:
+        # a module the forward never calls: its parameters placed as a Linear's, as
+        # parallelize_module places them whatever runs
+        column = style.kind == "colwise"
+        placed.put(weight, Shard(0 if column else 1), why)
+        if bias is not None:
+            placed.put(bias, Shard(0) if column else Replicate(), why)
+        return
     found = None if weight is None else _contraction(weight)
     if found is None:
         raise FusionError(
