@@ -71,11 +71,11 @@ _EXPORTING = threading.Lock()
 
 
 def import_torch() -> Any:
-    """The torch module, or a FuserliteError saying how to install it."""
+    """The torch module, or a FusionError saying how to install it."""
     try:
         import torch
     except ImportError:
-        raise FuserliteError(
+        raise FusionError(
             f"fl.from_torch needs PyTorch, which is not installed: {INSTALL}"
         ) from None
     return torch
@@ -96,7 +96,7 @@ def from_torch(
             program = torch.export.export(module, tuple(examples))
         except Exception as exc:  # noqa: BLE001 - torch's own errors, said as ours
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise FuserliteError(
+            raise FusionError(
                 f"from_torch: torch.export could not trace {_what(module_or_fn)}: "
                 f"{type(exc).__name__}: {first}"
             ) from exc
