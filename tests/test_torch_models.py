@@ -187,3 +187,34 @@ def test_a_module_the_forward_never_calls_is_placed_as_a_linear() -> None:
     assert by_name["spare.weight"].placements == (fl.Shard(1),)
     (got,) = fl.FusionExecutor(fusion).run(inputs)
     np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("dtype", "ulps"), [("bfloat16", 2), ("float16", 2), ("float64", 4)])
+def test_a_tensor_parallel_block_in_other_dtypes_is_torchs_within_ulps_of_its_scale(
+    dtype, ulps
+) -> None:
+    torch.manual_seed(1)
+    model = Block(dim=32).eval().to(getattr(torch, dtype))
+    x = torch.randn(2, 8, 32, dtype=getattr(torch, dtype))
+    fusion, inputs = fl.from_torch(model, x)
+    fl.parallelize(fusion, MESH_8, TP)
+    (got,) = fl.FusionExecutor(fusion).run(inputs)
+    want = model(x).detach().to(torch.float64).numpy()
+    # ulps of the largest value: the residual sums cancel, small elements carry its error
+    top = np.abs(want).max().astype(fl.DType.parse(dtype).numpy)
+    assert np.abs(got.astype(np.float64) - want).max() <= ulps * float(np.spacing(top))
+
+
+def test_imported_inputs_are_distributed_by_their_names(mlp) -> None:
+    """fl.distribute on the imported fusion, as DTensor users place parameters."""
+    fusion, inputs, want = mlp
+    copy, _ = fusion.clone()
+    mesh = fl.DeviceMesh([0, 1, 2, 3])
+    for name, where in (("mlp.fc1.weight", 0), ("mlp.fc1.bias", 0), ("mlp.fc2.weight", 1)):
+        fl.distribute(name, mesh, [fl.Shard(where)], fusion=copy)
+    for t in copy.inputs:
+        if t.mesh is None:
+            fl.distribute(t, mesh, [fl.Replicate()])
+    ex = fl.FusionExecutor(copy)
+    np.testing.assert_allclose(ex.run(inputs)[0], want, rtol=2e-5, atol=2e-5)
+    assert [s.kind.name for s in ex.program.steps if hasattr(s, "kind")] == ["Allreduce"]
