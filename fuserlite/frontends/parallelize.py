@@ -223,15 +223,21 @@ def _contraction(weight: TensorView) -> tuple[str, TensorView, TensorView] | Non
     return None
 
 
+def _inside(tv: TensorView, m: str) -> bool:
+    """True for a tensor made in module m or one of its submodules."""
+    path = module_path(tv)
+    return path == m or path.startswith(m + ".")
+
+
 def _module_input(fusion: Fusion, m: str) -> TensorView | None:
-    """The first tensor made outside module m that an expression made inside it reads."""
-    inside = lambda t: module_path(t) == m or module_path(t).startswith(m + ".")  # noqa: E731
+    """The first tensor made outside module m (or a fusion input, not m's own
+    parameter) that an expression made inside m reads."""
     for expr in fusion.exprs():
-        if any(inside(t) for t in expr.outputs):
+        if any(_inside(t, m) for t in expr.outputs):
             for t in expr.inputs:
                 if t.definition is None and t.user_name and t.user_name.startswith(m + "."):
                     continue  # the module's own parameters
-                if not inside(t) or t.definition is None:
+                if t.definition is None or not _inside(t, m):
                     return t
     return None
 
