@@ -237,9 +237,14 @@ def _rsub(imp: Importing, a, b, alpha=1):
     return ops.sub(b, _with_alpha(a, alpha))
 
 
-@aten("aten.mul.Tensor", "aten.mul.Scalar", becomes="`mul(a, b)`", scalars=True)
-def _mul(imp: Importing, a, b):
-    return ops.mul(a, b)
+for _names, _op in (
+    (("aten.mul.Tensor", "aten.mul.Scalar"), ops.mul),
+    (("aten.maximum.default",), ops.maximum),
+    (("aten.minimum.default",), ops.minimum),
+):
+    aten(*_names, becomes=f"`{_op.__name__}(a, b)`", scalars=True)(
+        lambda imp, a, b, op=_op: op(a, b)
+    )
 
 
 @aten(
@@ -256,16 +261,6 @@ def _div(imp: Importing, a, b, rounding_mode=None):
             "divide without a rounding mode"
         )
     return ops.div(a, b)
-
-
-@aten("aten.maximum.default", becomes="`maximum(a, b)`", scalars=True)
-def _maximum(imp: Importing, a, b):
-    return ops.maximum(a, b)
-
-
-@aten("aten.minimum.default", becomes="`minimum(a, b)`", scalars=True)
-def _minimum(imp: Importing, a, b):
-    return ops.minimum(a, b)
 
 
 @aten(
