@@ -218,3 +218,56 @@ def test_imported_inputs_are_distributed_by_their_names(mlp) -> None:
     ex = fl.FusionExecutor(copy)
     np.testing.assert_allclose(ex.run(inputs)[0], want, rtol=2e-5, atol=2e-5)
     assert [s.kind.name for s in ex.program.steps if hasattr(s, "kind")] == ["Allreduce"]
+
+
+def _communications(ex: fl.FusionExecutor) -> list[str]:
+    return [s.kind.name for s in ex.program.steps if hasattr(s, "kind")]
+
+
+def test_a_sequentials_numbered_modules_import_and_take_a_plan() -> None:
+    """nn.Sequential names its parameters 0.weight, 2.weight: from_torch names them
+    _0.weight (a name starts with a letter or _), and the plan's "0" finds them."""
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)
+    ).eval()
+    x = torch.randn(4, 16)
+    fusion, inputs = fl.from_torch(model, x)
+    assert [t.user_name for t in fusion.inputs] == [
+        "_0.weight",
+        "_0.bias",
+        "_2.weight",
+        "_2.bias",
+        "input",
+    ]
+    assert fl.parse(fl.to_fus(fusion, user_names=True)).inputs[0].user_name == "_0.weight"
+    fl.parallelize(fusion, MESH_8, {"0": "colwise", "2": "rowwise"})
+    by_name = {t.user_name: t for t in fusion.inputs}
+    assert by_name["_2.weight"].placements == (fl.Shard(1),)
+    ex = fl.FusionExecutor(fusion)
+    np.testing.assert_allclose(ex.run(inputs)[0], model(x).detach().numpy(), rtol=2e-5, atol=2e-5)
+    assert _communications(ex) == ["Allreduce"]
+
+
+def test_data_parallelism_leaves_a_top_level_modules_parameters_whole() -> None:
+    """A parameter of the module itself (`scale`, no dot in its name) is state, not an
+    activation: replicated on the data-parallel axis, only the example input's batch split."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.randn(8, 16))
+            self.fc = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.fc(x) * self.scale
+
+    torch.manual_seed(6)
+    model, x = Scaled().eval(), torch.randn(8, 16)
+    fusion, inputs = fl.from_torch(model, x)
+    fl.parallelize(fusion, MESH_2X4, {"fc": "colwise"}, dp_axis=0)
+    by_name = {t.user_name: t for t in fusion.inputs}
+    assert by_name["scale"].placements == (fl.Replicate(), fl.Replicate())
+    assert by_name["x"].placements == (fl.Shard(0), fl.Replicate())
+    ex = fl.FusionExecutor(fusion)
+    np.testing.assert_allclose(ex.run(inputs)[0], model(x).detach().numpy(), rtol=2e-5, atol=2e-5)

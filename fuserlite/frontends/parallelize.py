@@ -41,7 +41,7 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fuserlite.frontends.torch import is_folded_constant, module_path
+from fuserlite.frontends.torch import fusion_name, is_folded_constant, is_state, module_path
 from fuserlite.ir import args
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.fusion import Fusion
@@ -86,7 +86,8 @@ def parallelize(
     dp = None if dp_axis is None else _mesh_axis(mesh, dp_axis, "dp_axis")
     if dp == tp:
         raise FusionError(f"{who}: dp_axis and tp_axis are both mesh axis {tp}; give two axes")
-    styles = {key: _style(key, value) for key, value in plan.items()}
+    # keys as from_torch names modules: an nn.Sequential's "0" is "_0"
+    styles = {fusion_name(key): _style(key, value) for key, value in plan.items()}
     sequence_dims = {s.sequence_dim for s in styles.values() if s.kind == "sequence"}
     placed = _Placements(fusion, mesh, tp, dp)
     modules = _modules(fusion)
@@ -167,7 +168,6 @@ class _Placements:
     def __init__(self, fusion: Fusion, mesh: DeviceMesh, tp: int, dp: int | None) -> None:
         self.fusion, self.mesh, self.tp, self.dp = fusion, mesh, tp, dp
         self.chosen: dict[int, tuple[TensorView, MeshAxisPlacement, str]] = {}
-        self.parameters = {id(t) for t in fusion.inputs if t.user_name and "." in t.user_name}
 
     def put(self, tv: TensorView, p: MeshAxisPlacement, why: str) -> None:
         if isinstance(p, Shard) and p.dim < 0:
@@ -190,9 +190,7 @@ class _Placements:
             placements: list[MeshAxisPlacement] = [Replicate()] * self.mesh.rank
             if entry is not None:
                 placements[self.tp] = entry[1]
-            activation = tv.definition is not None or not (
-                id(tv) in self.parameters or is_folded_constant(tv)
-            )
+            activation = tv.definition is not None or not (is_state(tv) or is_folded_constant(tv))
             if self.dp is not None and activation and tv.shape:
                 placements[self.dp] = Shard(0)
             distribute(tv, self.mesh, placements)

@@ -259,7 +259,8 @@ class _Graph:
             kind, name = spec.kind.name, spec.arg.name
             if kind in ("PARAMETER", "BUFFER"):
                 value = state[spec.target] if spec.target in state else constants[spec.target]
-                self.values[name] = self._input(spec.target, value)
+                tv = self.values[name] = self._input(fusion_name(spec.target), value)
+                tv.origin = f"{_STATE} ({kind.lower()} {spec.target})"
             elif kind == "CONSTANT_TENSOR":
                 self.values[name] = Constant(constants[spec.target], spec.target)
             elif kind == "USER_INPUT":
@@ -433,6 +434,7 @@ class _Graph:
         frames = _LOCATION.findall(node.meta.get("stack_trace") or "")
         mine = [(f, line) for f, line in frames if not self._library(f)]
         where = f"{Path(mine[-1][0]).name}:{mine[-1][1]}" if mine else ""
+        path = fusion_name(path)
         if path and where:
             return f"{path} ({where})"
         return path or where or "the top level"
@@ -453,6 +455,19 @@ class _Graph:
 
 
 _FOLDED = "a constant folded at import, read by"
+_STATE = "the module's state"
+
+
+def fusion_name(path: str) -> str:
+    """A PyTorch dotted path as a fuserlite name: a path that starts with a number (an
+    nn.Sequential's `0.weight`) gets a leading `_` (`_0.weight`), since a name starts
+    with a letter or _ (so that .fus never reads one as a number)."""
+    return f"_{path}" if path[:1].isdigit() else path
+
+
+def is_state(tv: TensorView) -> bool:
+    """True for a fusion input from_torch made of a parameter or buffer."""
+    return (tv.origin or "").startswith(_STATE)
 
 
 def is_folded_constant(tv: TensorView) -> bool:
