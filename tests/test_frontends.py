@@ -27,3 +27,14 @@ def test_without_torch_from_torch_says_how_to_install_it(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     with pytest.raises(fl.FusionError, match=r"pip install 'fuserlite\[torch\]'"):
         fl.from_torch(lambda x: x, None)
+
+
+def test_the_test_extra_brings_the_cpu_torch_so_ci_runs_the_frontends_tests() -> None:
+    """.ci/run installs '.[test,mpi]': the torch tests run there, not skip. The pin is
+    the one version whose CPU wheel lies in pip's local folder (a looser pin could pull
+    the CUDA build from the index)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    extras = text.split("[project.optional-dependencies]")[1].split("\n[")[0]
+    lines = {line.split("=")[0].strip(): line for line in extras.splitlines() if "=" in line}
+    assert '"fuserlite[torch]"' in lines["test"]
+    assert lines["torch"].strip() == 'torch = ["torch==2.13.0"]'

@@ -21,8 +21,8 @@ from fuserlite.frontends.aten import TABLE  # noqa: E402
 # Error allowed against torch, relative to the largest |value| of torch's result (at
 # least 1): fuserlite rounds where a kernel stores, torch after every op; half and
 # bfloat16 normalizations compute in float32 on both sides.
-TOLERANCE = {"float64": 1e-12, "float32": 3e-6, "float16": 4e-3, "bfloat16": 3.2e-2}
-ERRORS: dict[str, float] = {}  # dtype -> the largest relative error seen (the report)
+TOLERANCE = {"float64": 1e-14, "float32": 3e-6, "float16": 4e-3, "bfloat16": 3.2e-2}
+ERRORS: dict[str, float] = {}  # dtype -> the largest relative error seen (see __main__)
 
 
 def _exported_ops(fn, args) -> set[str]:
@@ -59,12 +59,7 @@ PARAMS = [pytest.param(c, d, id=f"{c.id}-{d}") for c in CASES for d in c.dtypes]
 def test_row_against_torch(case: Case, dtype: str) -> None:
     torch.manual_seed(0)
     args = case.make(getattr(torch, dtype))
-    try:
-        want = case.fn(*args)
-    except (RuntimeError, NotImplementedError) as exc:
-        if "not implemented" in str(exc):
-            pytest.skip(f"torch's CPU has no {dtype} {case.op}")
-        raise
+    want = case.fn(*args)  # a case lists only the dtypes torch's CPU computes it in
     assert case.op in _exported_ops(case.fn, args)
     fusion, inputs = fl.from_torch(case.fn, *args)
     (got,) = fl.evaluate(fusion, inputs)
@@ -73,14 +68,6 @@ def test_row_against_torch(case: Case, dtype: str) -> None:
 
 def test_every_row_has_a_case() -> None:
     assert sorted(TABLE) == sorted({c.op for c in CASES})
-
-
-def test_errors_per_dtype_within_tolerance() -> None:
-    """Runs after the rows (file order): the largest error of each dtype, for the record."""
-    if not ERRORS:
-        pytest.skip("run with the row tests")
-    print("max relative error against torch:", {k: f"{v:.2g}" for k, v in ERRORS.items()})
-    assert all(ERRORS[d] <= TOLERANCE[d] for d in ERRORS)
 
 
 # -- inputs, names, constants ----------------------------------------------------------
@@ -204,3 +191,13 @@ def _dropout_fusion(n: int, p: float, seed: int) -> fl.Fusion:
         fusion.add_input(x)
         fusion.add_output(fl.dropout(x, p, seed=seed, offset=0))
     return fusion
+
+
+if __name__ == "__main__":
+    # python tests/test_torch_frontend.py: every row in every dtype, and the largest
+    # error against torch per dtype (relative to the result's scale)
+    for case, dtype in (p.values for p in PARAMS):
+        test_row_against_torch(case, dtype)
+    print(f"{len(TABLE)} rows, {len(PARAMS)} cases; largest error against torch:")
+    for dtype, err in ERRORS.items():
+        print(f"  {dtype:9} {err:.2g} (allowed {TOLERANCE[dtype]:g})")
