@@ -80,6 +80,11 @@ CASES: list[Case] = [
     Case(
         "aten.addmm.default", lambda b, x, w: torch.addmm(b, x, w), inputs(rand(5), X, rand(4, 5))
     ),
+    Case(
+        "aten.baddbmm.default",
+        lambda b, x, y: torch.baddbmm(b, x, y, beta=0.5, alpha=2),
+        inputs(rand(2, 3, 5), rand(2, 3, 4), rand(2, 4, 5)),
+    ),
     Case("aten.t.default", lambda w: w.t() * 2, inputs(X)),
     # pointwise
     *[
@@ -102,6 +107,12 @@ CASES: list[Case] = [
         )
     ],
     Case("aten.silu.default", F.silu, inputs(X)),
+    Case("aten.square.default", torch.square, inputs(X)),
+    Case("aten.clamp.default", lambda x: x.clamp(-1.0, 0.25), inputs(S)),
+    Case("aten.clamp.default", lambda x: x.clamp(max=0.25), inputs(X), name="max"),
+    Case("aten.clamp.Tensor", lambda x, lo, hi: x.clamp(lo, hi), inputs(S, rand(2, 8), rand(8))),
+    Case("aten.clamp_min.default", lambda x: A.clamp_min.default(x, 0.1), inputs(S)),
+    Case("aten.clamp_max.default", lambda x: A.clamp_max.default(x, 0.1), inputs(S)),
     Case("aten.gelu.default", F.gelu, inputs(rand(3, 40))),
     Case("aten.gelu.default", lambda x: F.gelu(x, approximate="tanh"), inputs(X), name="tanh"),
     Case("aten.add.Tensor", lambda x, y: x + y * 1.5, inputs(X, ROW)),
@@ -265,5 +276,8 @@ CASES: list[Case] = [
     # made from a tensor's shape
     Case("aten.zeros_like.default", lambda x: torch.zeros_like(x) + x, inputs(X)),
     Case("aten.ones_like.default", lambda x: torch.ones_like(x) * x, inputs(X)),
+    Case("aten.new_zeros.default", lambda x: x.new_zeros(2, 3, 4) + x, inputs(X)),
+    Case("aten.new_ones.default", lambda x: x.new_ones(3, 1) * x, inputs(X)),
+    Case("aten.new_full.default", lambda x: x.new_full((4,), -2.0) - x, inputs(X)),
     Case("aten.full_like.default", lambda x: torch.full_like(x, 0.5) - x, inputs(X)),
 ]

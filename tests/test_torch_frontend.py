@@ -43,7 +43,7 @@ def _close(case: Case, dtype: str, got: np.ndarray, want: np.ndarray) -> None:
     assert got.shape == want.shape
     assert np.array_equal(np.isnan(got), np.isnan(want)), "NaNs differ"
     finite = ~np.isnan(want)
-    assert np.array_equal(got[~np.isfinite(want)], want[~np.isfinite(want)])
+    assert np.array_equal(got[~np.isfinite(want)], want[~np.isfinite(want)], equal_nan=True)
     ok = np.isfinite(want)
     scale = max(1.0, float(np.max(np.abs(want[ok]), initial=0.0)))
     err = float(np.max(np.abs(got[ok] - want[ok]), initial=0.0)) / scale

@@ -176,7 +176,11 @@ def _matmul(imp: Importing, a, b):
     return ops.matmul(a, b)
 
 
-@aten("aten.addmm.default", becomes="`add(mul(bias, beta), mul(matmul(a, b), alpha))`")
+@aten(
+    "aten.addmm.default",
+    "aten.baddbmm.default",
+    becomes="`add(mul(bias, beta), mul(matmul(a, b), alpha))`",
+)
 def _addmm(imp: Importing, bias, a, b, beta=1, alpha=1):
     product = ops.matmul(a, b)
     product = product if alpha == 1 else ops.mul(product, alpha)
@@ -206,6 +210,32 @@ for _name, _op in (
     ("erf", ops.erf),
 ):
     aten(f"aten.{_name}.default", becomes=f"`{_name}(x)`")(_unary(_op))
+
+
+@aten("aten.square.default", becomes="`mul(x, x)`")
+def _square(imp: Importing, x):
+    return ops.mul(x, x)
+
+
+@aten(
+    "aten.clamp.default",
+    "aten.clamp.Tensor",
+    becomes="`minimum(maximum(x, min), max)` (a NaN stays NaN, as torch's)",
+    scalars=True,
+)
+def _clamp(imp: Importing, x, min=None, max=None):  # noqa: A002 - torch's argument names
+    out = x if min is None else ops.maximum(x, min)
+    return out if max is None else ops.minimum(out, max)
+
+
+@aten("aten.clamp_min.default", becomes="`maximum(x, min)`", scalars=True)
+def _clamp_min(imp: Importing, x, min):  # noqa: A002
+    return ops.maximum(x, min)
+
+
+@aten("aten.clamp_max.default", becomes="`minimum(x, max)`", scalars=True)
+def _clamp_max(imp: Importing, x, max):  # noqa: A002
+    return ops.minimum(x, max)
 
 
 @aten("aten.reciprocal.default", becomes="`div(1.0, x)`")
@@ -692,6 +722,22 @@ def _ones_like(imp: Importing, x, *, dtype=None, **__):
 @aten("aten.full_like.default", becomes="`value` of x's shape (an iota of step 0, expanded)")
 def _full_like(imp: Importing, x, fill_value, *, dtype=None, **__):
     return full(x, x.shape, fill_value, dtype or x.dtype)
+
+
+def _new_filled(value: float) -> Builder:
+    return lambda imp, x, size, *, dtype=None, **__: full(x, list(size), value, dtype or x.dtype)
+
+
+for _name, _value in (("new_zeros", 0.0), ("new_ones", 1.0)):
+    aten(
+        f"aten.{_name}.default",
+        becomes=f"{_value:g} in a tensor of `size`, in x's dtype (an iota of step 0, expanded)",
+    )(_new_filled(_value))
+
+
+@aten("aten.new_full.default", becomes="`fill_value` in a tensor of `size` (an iota of step 0)")
+def _new_full(imp: Importing, x, size, fill_value, *, dtype=None, **__):
+    return full(x, list(size), fill_value, dtype or x.dtype)
 
 
 def outputs_of(value: object) -> Sequence[object]:
