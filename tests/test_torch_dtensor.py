@@ -109,3 +109,24 @@ def test_partial_dtensor_inputs_are_refused() -> None:
     for r in on_threaded_ranks(2, body).values():
         if isinstance(r, BaseException):
             raise r
+
+
+def test_a_module_parallelized_by_torch_is_refused_with_the_way_round() -> None:
+    """parallelize_module makes the parameters DTensors, which torch.export cannot
+    trace: the message names one and says to give the plan to fl.parallelize."""
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    def body(rank: int):
+        model = NormMLP().eval()
+        plan = {"mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
+        parallelize_module(model, init_device_mesh("cpu", (2,)), plan)
+        with pytest.raises(fl.FuserliteError, match=r"mlp\.fc1\.weight is a DTensor.*fl\.paral"):
+            fl.from_torch(model, torch.randn(2, 8, 16))
+
+    for r in on_threaded_ranks(2, body).values():
+        if isinstance(r, BaseException):
+            raise r

@@ -90,6 +90,7 @@ def from_torch(
     is the Philox seed of train-mode dropout (fuserlite's masks, not torch's)."""
     torch = import_torch()
     module = _as_module(torch, module_or_fn)
+    _no_distributed_state(module)
     examples, placed = _examples(torch, example_inputs)
     with _EXPORTING:
         try:
@@ -134,6 +135,21 @@ def _as_module(torch: Any, target: Callable) -> Any:
         pass  # a builtin without a signature: args_0, args_1, ...
     Function.__name__ = _what(target)
     return Function()
+
+
+def _no_distributed_state(module: Any) -> None:
+    """A FusionError for a module whose parameters torch has parallelized already
+    (DTensors: torch.export traces none, nor parallelize_module's hooks)."""
+    state = [*module.named_parameters(), *module.named_buffers()]
+    placed = [name for name, t in state if type(t).__name__ == "DTensor"]
+    if placed:
+        raise FusionError(
+            f"from_torch: the module's {placed[0]} is a DTensor "
+            f"({len(placed)} of its parameters and buffers are: torch's parallelize_module or "
+            "distribute_module placed them), which torch.export cannot trace; import the "
+            "module before parallelizing it and give the same plan to fl.parallelize (it "
+            "reads torch's ColwiseParallel, RowwiseParallel and SequenceParallel too)"
+        )
 
 
 # -- example inputs and DTensors ------------------------------------------------------------
