@@ -201,3 +201,25 @@ if __name__ == "__main__":
     print(f"{len(TABLE)} rows, {len(PARAMS)} cases; largest error against torch:")
     for dtype, err in ERRORS.items():
         print(f"  {dtype:9} {err:.2g} (allowed {TOLERANCE[dtype]:g})")
+
+
+def test_attention_dropout_is_fuserlites_philox_one_offset_per_random_op() -> None:
+    """sdpa's dropout_p and a dropout after it: fl.sdpa and fl.dropout with the import's
+    seed, offsets 0 and 1 in graph order (each random op draws its own numbers)."""
+
+    def attend(q, k, v):
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.25)
+        return torch.nn.functional.dropout(y, 0.5, training=True)
+
+    q, k, v = (torch.randn(2, 2, 6, 4) for _ in range(3))
+    fusion, inputs = fl.from_torch(attend, q, k, v, seed=7)
+    (got,) = fl.evaluate(fusion, inputs)
+    with fl.Fusion() as mine:
+        tq, tk, tv = (fl.tensor([2, 2, 6, 4], name=n) for n in "qkv")
+        for t in (tq, tk, tv):
+            mine.add_input(t)
+        y, _ = fl.sdpa(tq, tk, tv, dropout_p=0.25, seed=7, offset=0)
+        mine.add_output(fl.dropout(y, 0.5, seed=7, offset=1))
+    (want,) = fl.evaluate(mine, inputs)
+    np.testing.assert_array_equal(got, want)
+    assert 0.3 < float(np.mean(got == 0)) < 0.7  # the second dropout drew its own mask
