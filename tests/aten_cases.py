@@ -91,7 +91,7 @@ CASES: list[Case] = [
         Case(
             f"aten.{name}.default",
             getattr(torch, name),
-            inputs(POS if name in ("sqrt", "log", "reciprocal") else X),
+            inputs(POS if name in ("sqrt", "log", "reciprocal", "rsqrt") else X),
         )
         for name in (
             "neg",
@@ -104,10 +104,17 @@ CASES: list[Case] = [
             "sigmoid",
             "erf",
             "reciprocal",
+            "sin",
+            "cos",
+            "rsqrt",
         )
     ],
     Case("aten.silu.default", F.silu, inputs(X)),
     Case("aten.square.default", torch.square, inputs(X)),
+    Case("aten.pow.Tensor_Scalar", lambda x: x.pow(3), inputs(X)),
+    Case("aten.pow.Tensor_Scalar", lambda x: x**0.5, inputs(POS), name="root"),
+    Case("aten.pow.Tensor_Tensor", torch.pow, inputs(POS, Y)),
+    Case("aten.pow.Scalar", lambda x: 2**x, inputs(X)),
     Case("aten.clamp.default", lambda x: x.clamp(-1.0, 0.25), inputs(S)),
     Case("aten.clamp.default", lambda x: x.clamp(max=0.25), inputs(X), name="max"),
     Case("aten.clamp.Tensor", lambda x, lo, hi: x.clamp(lo, hi), inputs(S, rand(2, 8), rand(8))),

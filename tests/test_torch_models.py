@@ -12,7 +12,7 @@ torch = pytest.importorskip(
     "torch", reason="the torch extra is not installed: pip install 'fuserlite[torch]'"
 )
 
-from torch_models import SP, TP, Block, NormMLP, TinyLM  # noqa: E402
+from torch_models import LLAMA_TP, SP, TP, Block, LlamaBlock, NormMLP, TinyLM  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 
@@ -271,3 +271,21 @@ def test_data_parallelism_leaves_a_top_level_modules_parameters_whole() -> None:
     assert by_name["x"].placements == (fl.Shard(0), fl.Replicate())
     ex = fl.FusionExecutor(fusion)
     np.testing.assert_allclose(ex.run(inputs)[0], model(x).detach().numpy(), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize(("plan", "kinds"), [(None, []), (LLAMA_TP, ["Allreduce"] * 2)])
+def test_a_llama_style_block_hand_written_rmsnorm_and_rotary(plan, kinds) -> None:
+    """pow, rsqrt, sin and cos on the fusion's own tensors (the positions are an input),
+    unsharded and tensor-parallel over 4 devices (the rotary tables broadcast over the
+    heads each device holds)."""
+    torch.manual_seed(7)
+    model, x, positions = LlamaBlock().eval(), torch.randn(2, 8, 32), torch.arange(8)
+    fusion, inputs = fl.from_torch(model, x, positions)
+    ops = {e.op_name for e in fusion.exprs()}
+    assert {"pow", "rsqrt", "sin", "cos"} <= ops
+    if plan is not None:
+        fl.parallelize(fusion, fl.DeviceMesh([0, 1, 2, 3]), plan)
+    ex = fl.FusionExecutor(fusion)
+    (got,) = ex.run(inputs)
+    np.testing.assert_allclose(got, model(x, positions).detach().numpy(), rtol=2e-5, atol=2e-5)
+    assert _communications(ex) == kinds

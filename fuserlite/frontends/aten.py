@@ -68,7 +68,7 @@ TABLE: dict[str, AtenRow] = {}
 IGNORED = frozenset({"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"})
 
 # Creation ops and math torch evaluates at import time when no input reaches them
-# (constant subgraphs: a causal mask's tril, a rotary table's arange and sin);
+# (constant subgraphs: a causal mask's tril, a rotary table's arange and outer);
 # besides, any op of the table is folded when its arguments are all constants.
 FOLDABLE = frozenset(
     {
@@ -85,11 +85,6 @@ FOLDABLE = frozenset(
         "aten.outer.default",
         "aten.repeat_interleave.self_int",
         "aten.repeat.default",
-        "aten.sin.default",
-        "aten.cos.default",
-        "aten.pow.Tensor_Scalar",
-        "aten.pow.Scalar",
-        "aten.rsqrt.default",
         "aten.lift_fresh_copy.default",
         "aten.logical_and.default",
         "aten.logical_or.default",
@@ -208,6 +203,9 @@ for _name, _op in (
     ("sigmoid", ops.sigmoid),
     ("silu", ops.silu),
     ("erf", ops.erf),
+    ("sin", ops.sin),
+    ("cos", ops.cos),
+    ("rsqrt", ops.rsqrt),
 ):
     aten(f"aten.{_name}.default", becomes=f"`{_name}(x)`")(_unary(_op))
 
@@ -236,6 +234,17 @@ def _clamp_min(imp: Importing, x, min):  # noqa: A002
 @aten("aten.clamp_max.default", becomes="`minimum(x, max)`", scalars=True)
 def _clamp_max(imp: Importing, x, max):  # noqa: A002
     return ops.minimum(x, max)
+
+
+@aten(
+    "aten.pow.Tensor_Scalar",
+    "aten.pow.Tensor_Tensor",
+    "aten.pow.Scalar",
+    becomes="`pow(a, b)`",
+    scalars=True,
+)
+def _pow(imp: Importing, a, b):
+    return ops.pow(a, b)
 
 
 @aten("aten.reciprocal.default", becomes="`div(1.0, x)`")
