@@ -64,9 +64,10 @@ def on_threaded_ranks(world: int, body) -> dict[int, object]:
 def test_dtensor_inputs_give_their_placements(shape, placements, want) -> None:
     torch.manual_seed(0)
     model, full = NormMLP().eval(), torch.randn(2, 8, 16)
+    names = ("dp", "tp") if len(shape) == 2 else None
 
     def body(rank: int):
-        mesh = init_device_mesh("cpu", shape)
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
         x = distribute_tensor(full, mesh, placements)
         return fl.from_torch(model, x)
 
@@ -79,6 +80,7 @@ def test_dtensor_inputs_give_their_placements(shape, placements, want) -> None:
     x = fusion.inputs[-1]
     assert x.user_name == "x" and x.placements == want
     assert x.mesh == fl.DeviceMesh(np.arange(4).reshape(shape).tolist())
+    assert x.mesh.axis_names == names  # torch's mesh_dim_names
     np.testing.assert_array_equal(inputs[-1], full.numpy())  # the whole tensor, gathered
     assert all(str(r[0]) == str(fusion) for r in results.values())  # every rank alike
     (got,) = fl.FusionExecutor(fusion).run(inputs)

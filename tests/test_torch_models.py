@@ -140,6 +140,24 @@ def test_embedding_vocab_and_embedding_parallel(style: str, kinds: list[str]) ->
     assert [s.kind.name for s in ex.program.steps if hasattr(s, "kind")][: len(kinds)] == kinds
 
 
+def test_named_mesh_axes_pick_the_plans_and_the_batchs_axes(mlp) -> None:
+    """tp_axis and dp_axis by name: the plan on "tp" (here the first axis), the batch
+    on "dp"; the collective's teams run along tp."""
+    fusion, inputs, want = mlp
+    copy, _ = fusion.clone()
+    mesh = fl.DeviceMesh([[0, 1], [2, 3], [4, 5], [6, 7]], axis_names=("tp", "dp"))
+    fl.parallelize(copy, mesh, MLP_TP, tp_axis="tp", dp_axis="dp")
+    by_name = {t.user_name: t for t in copy.inputs}
+    assert by_name["mlp.fc1.weight"].placements == (fl.Shard(0), fl.Replicate())
+    assert by_name["x"].placements == (fl.Replicate(), fl.Shard(0))
+    ex = fl.FusionExecutor(copy)
+    np.testing.assert_allclose(ex.run(inputs)[0], want, rtol=2e-5, atol=2e-5)
+    (allreduce,) = [s for s in ex.program.steps if hasattr(s, "kind")]
+    assert allreduce.teams == [(0, 2, 4, 6), (1, 3, 5, 7)]
+    with pytest.raises(fl.FusionError, match=r"parallelize tp_axis.*DIDy \(tp\)"):
+        fl.parallelize(copy, mesh, MLP_TP, tp_axis="model")
+
+
 def test_plan_mistakes_name_the_entry_and_the_fix(block) -> None:
     fusion, _, _ = block
     copy, _ = fusion.clone()

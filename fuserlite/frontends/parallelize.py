@@ -25,7 +25,8 @@ objects are read too, their input_layouts / output_layouts / sequence_dim):
 Everything else is Replicate on the mesh. An input's placement is written only where
 it is a fusion input (an intermediate's placement is what its producers make it,
 as DTensor's redistribute leaves it to the data). On a mesh of several axes the plan
-is on the tensor-parallel axis `tp_axis` (the last, DIDx, by default); `dp_axis`
+is on the tensor-parallel axis `tp_axis` (the last, DIDx, by default; an index or the
+axis's name, "tp" of DeviceMesh(..., axis_names=("dp", "tp"))); `dp_axis`
 shards the batch (axis 0) of every example input and placed activation on that
 axis: data parallelism, Megatron's 2-D layout.
 
@@ -69,8 +70,8 @@ def parallelize(
     mesh: DeviceMesh,
     plan: Mapping[str, object],
     *,
-    tp_axis: int = -1,
-    dp_axis: int | None = None,
+    tp_axis: int | str = -1,
+    dp_axis: int | str | None = None,
 ) -> Fusion:
     """Place `fusion`'s tensors on `mesh` as PyTorch's parallelize_module(module, mesh,
     plan) places the module's (`plan`: module path -> "colwise", "rowwise",
@@ -106,6 +107,9 @@ def parallelize(
 
 
 def _mesh_axis(mesh: DeviceMesh, axis: object, arg: str) -> int:
+    """A mesh axis given by its index (negative from the end) or its name ("tp", DIDx)."""
+    if isinstance(axis, str):
+        return mesh.axis_of(mesh.parallel_type_of(axis, f"parallelize {arg}"))
     k = args.integer(axis, "parallelize", arg, minimum=-mesh.rank, maximum=mesh.rank - 1)
     return k % mesh.rank
 

@@ -172,8 +172,9 @@ def _examples(torch: Any, given: Sequence[Any]) -> tuple[list[Any], dict[int, tu
 
 
 def _placement_of(x: Any, k: int) -> tuple[DeviceMesh, list]:
-    """A DTensor's device mesh and its placements in fuserlite's terms."""
-    mesh = DeviceMesh(x.device_mesh.mesh.tolist())
+    """A DTensor's device mesh (its mesh_dim_names the axes' names) and its placements
+    in fuserlite's terms."""
+    mesh = DeviceMesh(x.device_mesh.mesh.tolist(), axis_names=x.device_mesh.mesh_dim_names)
     out = []
     for axis, p in enumerate(x.placements):
         kind = type(p).__name__
