@@ -192,22 +192,10 @@ def _unary(op: Callable[[TensorView], TensorView]) -> Builder:
     return lambda imp, x: op(x)
 
 
-for _name, _op in (
-    ("neg", ops.neg),
-    ("exp", ops.exp),
-    ("tanh", ops.tanh),
-    ("relu", ops.relu),
-    ("abs", ops.abs),
-    ("sqrt", ops.sqrt),
-    ("log", ops.log),
-    ("sigmoid", ops.sigmoid),
-    ("silu", ops.silu),
-    ("erf", ops.erf),
-    ("sin", ops.sin),
-    ("cos", ops.cos),
-    ("rsqrt", ops.rsqrt),
-):
-    aten(f"aten.{_name}.default", becomes=f"`{_name}(x)`")(_unary(_op))
+# ATen's unary ops of fuserlite's names, each the op of its name
+_UNARY = ("neg", "exp", "tanh", "relu", "abs", "sqrt", "log", "sigmoid", "silu", "erf")
+for _name in (*_UNARY, "sin", "cos", "rsqrt"):
+    aten(f"aten.{_name}.default", becomes=f"`{_name}(x)`")(_unary(getattr(ops, _name)))
 
 
 @aten("aten.square.default", becomes="`mul(x, x)`")
