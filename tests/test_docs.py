@@ -16,8 +16,10 @@ Three conventions make the quoted numbers checkable (docs/design.md, section 10)
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -86,8 +88,14 @@ def _run_python(argv: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+NO_TORCH = "the torch extra is not installed: pip install 'fuserlite[torch]'"
+
+
 @pytest.mark.parametrize("block", SNIPPETS, ids=str)
 def test_each_python_snippet_runs_alone_and_prints_what_it_says(block, tmp_path):
+    if "import torch" in block.text and not HAVE_TORCH:
+        pytest.skip(NO_TORCH)
     script = tmp_path / "snippet.py"
     script.write_text(block.text)
     out = _run_python([str(script)], ROOT)
@@ -108,7 +116,7 @@ def _fuserlite(line: str, monkeypatch, capsys, scratch: Path) -> str:
     line, _, target = line.partition(" > ")
     out = None
     for stage in line.split(" | "):
-        argv = stage.split()
+        argv = shlex.split(stage)  # as the shell splits it: a quoted --example is one
         assert argv[0] == "fuserlite", f"not a fuserlite command: {stage!r}"
         if out is not None:
             monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(out.encode())))
@@ -123,6 +131,8 @@ def _fuserlite(line: str, monkeypatch, capsys, scratch: Path) -> str:
 
 @pytest.mark.parametrize("block, line", COMMANDS, ids=lambda x: x if isinstance(x, str) else "")
 def test_each_command_runs(block, line, monkeypatch, capsys, tmp_path):
+    if "fuserlite import " in line and not HAVE_TORCH:
+        pytest.skip(NO_TORCH)
     scratch = tmp_path / block.path.stem  # a block's commands share files (> t.txt)
     scratch.mkdir(exist_ok=True)
     for earlier in (c for b, c in COMMANDS if b is block):  # what this command reads
