@@ -27,7 +27,7 @@ PRINTERS: dict[str, Callable[[Fusion], str]] = {
     "kernel": str,
     "math": Fusion.print_math,
     "transforms": Fusion.print_transforms,
-    "fus": lambda fusion: fuserlite.to_fus(fusion),
+    "fus": lambda fusion: fuserlite.to_fus(fusion, user_names=True),  # the names read
 }
 
 
