@@ -74,6 +74,17 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
     return src, depth, d.input
 
 
+def _inside_stream_split(dom: TensorDomain, p: int) -> bool:
+    """True where axis `p` descends from the inner part of a split whose outer part is a
+    Stream axis."""
+    while p >= dom.n_logical:
+        t = dom.transform_of(p)
+        if type(t) is Split and p == t.inner and dom.axes[t.outer].parallel_type.is_stream:
+            return True
+        p = t.inputs[0]
+    return False
+
+
 def mesh_axis_text(mesh: DeviceMesh, pt: ParallelType) -> str:
     """'DIDy (mesh axis 0 of DeviceMesh{{0 1}{2 3}}, 2 devices)', 'DIDy (mesh axis 0, dp,
     of ...)' where the user named it."""
@@ -113,6 +124,13 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
     d = mesh.axis_size(pt)
     chain = sharding_chain(dom, p)
     if chain is None:
+        if _inside_stream_split(dom, p):
+            return (
+                f"{pt.value} is inside a Stream split: a device would hold rows of every "
+                "chunk, no block; cut the axis for the devices first (outer_split, "
+                f"{pt.name}) and the inner part into chunks, or give the chunks an axis of "
+                "their own ([S, D, n/(S D)], as nvFuser's AGMatmulTest)"
+            )
         return _unheld_form(dom, p, d) + (
             f"; {pt.value} must be on a logical axis, on the outer part of a split of one, or "
             "on the outer part of a split of the inner part of such a sharding split"

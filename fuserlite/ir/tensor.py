@@ -57,6 +57,8 @@ def parallelize_problem(dom: TensorDomain, position: int, pt: ParallelType) -> s
                     f"; {pt.name} names one mesh axis, which shards at most one "
                     "tensor axis: use another DID type for another mesh axis"
                     if pt.is_device
+                    else "; one host loop runs over a tensor's chunks: at most one Stream axis"
+                    if pt.is_stream
                     else ""
                 )
                 return (

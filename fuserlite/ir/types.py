@@ -34,12 +34,21 @@ class ParallelType(Enum):
     Unswitch = "US"
     Unroll = "UR"
     Vectorize = "V"
+    # A host loop over chunks (nvFuser's ParallelType::Stream, printed `istreamIdx0{4}`):
+    # the program runs the axis's chunks one after the other, each on its stream, so one
+    # chunk's communication overlaps another's compute (fuserlite.ir.streams).
+    Stream = "streamIdx"
     Serial = "S"
 
     @property
     def is_device(self) -> bool:
         """True for deviceIdx.x/y/z."""
         return self in DEVICE_PARALLEL_TYPES
+
+    @property
+    def is_stream(self) -> bool:
+        """True for streamIdx: chunks of the axis run in a host loop, each on its stream."""
+        return self is ParallelType.Stream
 
     @property
     def is_block(self) -> bool:
@@ -64,6 +73,7 @@ class ParallelType(Enum):
             if key in (pt.name, pt.value):
                 return pt
         aliases = {"Serial": cls.Serial, "unswitch": cls.Unswitch, "unroll": cls.Unroll}
+        aliases["stream"] = cls.Stream  # nvFuser's Python name
         if key in aliases:
             return aliases[key]
         names = ", ".join(pt.name for pt in cls)

@@ -20,6 +20,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import describe_sharding, sharding_problem, shardings
+from fuserlite.ir.streams import stream_problem
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, ParallelType
 from fuserlite.ir.values import fact
@@ -39,10 +40,14 @@ def duplicate_parallel_types(tv: TensorView, namer: Namer) -> list[str]:
             by_type.setdefault(pt, []).append(p)
     return [
         f"{tv.name}: found multiple loop IterDomains with the same parallel type "
-        f"({pt.value}): {namer.ids(tv, positions)}"
+        f"({pt.value}): {namer.ids(tv, positions)}{_ONE_LOOP if pt.is_stream else ''}"
         for pt, positions in by_type.items()
         if len(positions) > 1
     ]
+
+
+# Why a tensor has at most one Stream axis: each is one host loop over its chunks.
+_ONE_LOOP = "; a tensor has at most one Stream axis (one host loop runs over its chunks)"
 
 
 @fact
@@ -104,6 +109,8 @@ def domain_is_valid(dom: TensorDomain, mesh: DeviceMesh | None, inferable: bool)
         seen.add(pt)
         if pt.is_thread and ax.extent > MAX_THREADS:
             return False
+        if pt.is_stream and stream_problem(dom, p) is not None:
+            return False
         if pt.is_device and not inferable and sharding_problem(dom, mesh, p) is not None:
             return False
     return True
@@ -124,6 +131,8 @@ def _domain_problems(tv: TensorView, namer: Namer, inferable: bool) -> list[str]
                 f"{tv.name} axis {pos} ({namer.at(tv, p)}): {pt.value} extent {ax.extent} "
                 f"exceeds {MAX_THREADS}"
             )
+        if pt.is_stream and stream_problem(dom, p) is not None:
+            problems.append(f"{tv.name} axis {pos} ({namer.at(tv, p)}): {stream_problem(dom, p)}")
         if not pt.is_device or inferable:
             continue  # without a mesh: propagate-shardings gives it the mesh of its neighbours
         why = sharding_problem(dom, tv.mesh, p)
