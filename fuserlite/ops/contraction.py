@@ -157,6 +157,7 @@ def _linear_vjp(expr, operands, outputs, grads):
     vjp=_matmul_vjp,
     cost=contraction,
     local=LocalRule.matmul,
+    rowwise=True,
 )
 def matmul(a: TensorView, b: TensorView) -> TensorView:
     """a[..., m, k] @ b[..., k, n] -> [batch..., m, n] (batch axes broadcast as in numpy;
@@ -226,6 +227,7 @@ def bias_after_partial_sums(linear: Expr) -> Rewrite | None:
     vjp=_linear_vjp,
     cost=contraction,
     local=LocalRule.linear,
+    rowwise=True,
 )
 def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
     """x[..., k] @ weight[..., n, k]^T (+ bias[..., n]) -> [wbatch..., ..., n]: a batched

@@ -97,6 +97,7 @@ _FORM = "reduction( {{x}}, op = {op}, initial value = {{init:typed}}, allreduce 
     attrs=("init",),
     sharding=Sharding(partial=ReductionOpType.sum),
     vjp=_sum_vjp,
+    rowwise=True,
     local=LocalRule.reduced,
 )
 def sum(
@@ -122,6 +123,7 @@ def _extreme(name: str, x: TensorView, axes, keepdim: bool) -> TensorView:
     attrs=("init",),
     sharding=Sharding(partial=ReductionOpType.max),
     vjp=_max_vjp,
+    rowwise=True,
     local=LocalRule.reduced,
 )
 def max(

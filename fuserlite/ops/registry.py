@@ -203,6 +203,11 @@ class OpDef:
     # a block of its outputs from its operands, given the block's global start
     # (attention's dropout mask: rows of the probabilities, drawn at global indices).
     indexed: bool = False
+    # Its output is computed row by row along every iteration axis, each row from the
+    # operands' rows its axis map names (no attribute depends on that axis's extent), so
+    # a host loop may compute it one chunk at a time (lower-streams); None: true for a
+    # pointwise op that is not indexed, false for the other ops.
+    rowwise: bool | None = None
     # Its vector-Jacobian product (Vjp); None: the op cannot be differentiated, and
     # fl.grad of a fusion that needs it says so.
     vjp: Vjp | None = None
@@ -388,6 +393,17 @@ def is_indexed(expr: Expr) -> bool:
     index (an indexed pointwise op, OpDef.indexed): computed where the element lies."""
     d = definition(expr)
     return d is not None and d.indexed and d.category is Category.POINTWISE
+
+
+def is_rowwise(expr: Expr) -> bool:
+    """True if the expression's op computes its output rows from its operands' mapped
+    rows alone (OpDef.rowwise): its chunks along an iteration axis come from chunks."""
+    d = definition(expr)
+    if d is None:
+        return False
+    if d.rowwise is not None:
+        return d.rowwise
+    return d.category is Category.POINTWISE and not d.indexed
 
 
 def is_pointwise(expr: Expr) -> bool:
