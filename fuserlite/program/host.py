@@ -15,6 +15,9 @@ kernels and communications, a Program's steps may be
                                       holds so far
     FOR i in range(4) { ... } // FOR i
                                       the body once for each i (a stream may be `i % 2 + 1`)
+    ShardByStream T9 = T3 axis 0 chunk i of 4
+                                      T9 is chunk i of T3 (a view; lower-streams writes
+                                      them at the top of a loop over chunks)
     Allocate T5 / Deallocate T5       where a buffer's life begins and ends (the
                                       allocate-and-deallocate pass writes them)
 
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fuserlite.ir.errors import VerifyError
+from fuserlite.ir.streams import Chunking
 from fuserlite.ir.tensor import TensorView
 
 if TYPE_CHECKING:
@@ -125,6 +129,23 @@ class ForLoop:
 
 
 @dataclass(eq=False)
+class ShardByStream:
+    """`chunk` is chunk `index` (a loop index) of `whole` along its logical axis
+    `chunking.axis` (fuserlite.ir.streams: the same rows of each of `chunking.blocks`
+    blocks): nvFuser's ShardByStream. A view, read or written in place; it takes no
+    time. `chunk` has the whole tensor's axes, placement and dtype, that axis 1/S as long."""
+
+    whole: TensorView
+    chunk: TensorView
+    chunking: Chunking
+    index: str
+
+    @property
+    def tensors(self) -> tuple[TensorView, TensorView]:
+        return (self.whole, self.chunk)
+
+
+@dataclass(eq=False)
 class Allocate:
     """The buffer of `tensor` is allocated here (before the step that writes it)."""
 
@@ -138,7 +159,16 @@ class Deallocate:
     tensor: TensorView
 
 
-HOST_NODES = (SetCurrentStream, PostOnStream, Wait, Synchronize, ForLoop, Allocate, Deallocate)
+HOST_NODES = (
+    SetCurrentStream,
+    PostOnStream,
+    Wait,
+    Synchronize,
+    ForLoop,
+    ShardByStream,
+    Allocate,
+    Deallocate,
+)
 
 
 def is_host_node(step: object) -> bool:

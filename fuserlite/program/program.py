@@ -90,7 +90,7 @@ def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, lis
 Step = Kernel | Expr  # an Expr step is a Communication, or a resharding Set before lowering
 # What a program's steps hold: a Step, or a host construct (fuserlite.program.host).
 HostStep = Step | host.SetCurrentStream | host.PostOnStream | host.Wait | host.Synchronize
-HostStep = HostStep | host.ForLoop | host.Allocate | host.Deallocate
+HostStep = HostStep | host.ForLoop | host.ShardByStream | host.Allocate | host.Deallocate
 
 
 @dataclass(eq=False)
@@ -200,6 +200,10 @@ def _clone_step(step: HostStep, mapping: dict) -> HostStep:
         return host.ForLoop(step.index, step.extent, [_clone_step(s, mapping) for s in step.body])
     if isinstance(step, (host.Allocate, host.Deallocate)):
         return type(step)(mapping[step.tensor])
+    if isinstance(step, host.ShardByStream):
+        return host.ShardByStream(
+            mapping[step.whole], mapping[step.chunk], step.chunking, step.index
+        )
     if host.is_host_node(step):  # a stream's: nothing of the fusion
         return dataclasses.replace(step)
     if not isinstance(step, Kernel):
