@@ -37,6 +37,7 @@ DEFAULT_PASSES = (
     "schedule-reduction",
     "lower-communications",
     "assign-layouts",
+    "lower-streams",
 )
 
 

@@ -5,6 +5,7 @@ from fuserlite.passes import (
     assign_layouts,  # noqa: F401
     insert_reshardings,  # noqa: F401
     lower_communications,  # noqa: F401
+    lower_streams,  # noqa: F401
     propagate_shardings,  # noqa: F401
     reorder_sharded_axis,  # noqa: F401
     resize_mesh,  # noqa: F401

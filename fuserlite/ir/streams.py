@@ -98,11 +98,7 @@ _DEVICE = (ParallelType.DIDx, ParallelType.DIDy, ParallelType.DIDz)
 def _even(c: Chunking, extent: int) -> Chunking | str:
     if extent % (c.chunks * c.blocks) == 0:
         return c
-    what = (
-        f"{c.blocks} blocks of {c.chunks} chunks"
-        if c.blocks > 1
-        else f"{c.chunks} chunks"
-    )
+    what = f"{c.blocks} blocks of {c.chunks} chunks" if c.blocks > 1 else f"{c.chunks} chunks"
     return (
         f"streamIdx cuts an axis of extent {extent} into {what}, which do not divide it; "
         "stream chunks are even: choose a number of chunks that divides the rows"

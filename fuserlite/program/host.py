@@ -16,8 +16,9 @@ kernels and communications, a Program's steps may be
     FOR i in range(4) { ... } // FOR i
                                       the body once for each i (a stream may be `i % 2 + 1`)
     ShardByStream T9 = T3 axis 0 chunk i of 4
-                                      T9 is chunk i of T3 (a view; lower-streams writes
-                                      them at the top of a loop over chunks)
+                                      T9 is chunk i of T3 (a view: read where the loop's
+                                      steps read T9, written where they write it; the
+                                      lower-streams pass writes them at the top of a loop)
     Allocate T5 / Deallocate T5       where a buffer's life begins and ends (the
                                       allocate-and-deallocate pass writes them)
 
@@ -144,6 +145,41 @@ class ShardByStream:
     def tensors(self) -> tuple[TensorView, TensorView]:
         return (self.whole, self.chunk)
 
+    def text(self) -> str:
+        """'ShardByStream T9 = T3 axis 0 chunk i of 4' (', 2 blocks' where it has them)."""
+        c = self.chunking
+        blocks = f" of {c.blocks} blocks" if c.blocks > 1 else ""
+        return (
+            f"ShardByStream {self.chunk.ir_name} = {self.whole.ir_name} axis {c.axis} "
+            f"chunk {self.index} of {c.chunks}{blocks}"
+        )
+
+
+@dataclass(eq=False)
+class ChunkView:
+    """A ShardByStream as the executor runs it, its loop index bound: `chunk` is made a
+    view of `whole`'s chunk `number` (`writes` False: before the steps that read it), or
+    its values are stored into that chunk of `whole` (`writes` True: after the loop
+    body's steps wrote it). `inputs` and `outputs` are what liveness reads."""
+
+    view: ShardByStream
+    number: int
+    writes: bool
+
+    @property
+    def inputs(self) -> list[TensorView]:
+        return [self.view.chunk] if self.writes else [self.view.whole]
+
+    @property
+    def outputs(self) -> list[TensorView]:
+        return [self.view.whole] if self.writes else [self.view.chunk]
+
+
+def written_chunks(body: list) -> set[int]:
+    """The ids of the chunk tensors a loop body's steps write (its ShardByStream views
+    that are written, not read)."""
+    return {id(t) for s in runs(body) for t in s.outputs}
+
 
 @dataclass(eq=False)
 class Allocate:
@@ -211,10 +247,28 @@ def unrolled(steps: list, env: Mapping[str, int] | None = None) -> Iterator[tupl
             yield s, env
 
 
-def executed(steps: list) -> list:
-    """The kernels and communications in the order they run, loops unrolled (what the
-    executor runs, one after the other)."""
-    return [e for s, _ in unrolled(steps) if (e := executable(s)) is not None]
+def executed(
+    steps: list, env: Mapping[str, int] | None = None, written: set[int] = frozenset()
+) -> list:
+    """The kernels and communications in the order they run, loops unrolled, with a
+    ChunkView where a loop's ShardByStream makes a view (read ones at their place,
+    written ones after the body's steps): what the executor runs, one after the other."""
+    env = dict(env or {})
+    out: list = []
+    for s in steps:
+        if isinstance(s, ForLoop):
+            views = [v for v in s.body if isinstance(v, ShardByStream)]
+            mine = written_chunks(s.body)
+            for i in range(s.extent):
+                inner = {**env, s.index: i}
+                out += executed(s.body, inner, mine)
+                out += [ChunkView(v, inner[v.index], True) for v in views if id(v.chunk) in mine]
+        elif isinstance(s, ShardByStream):
+            if id(s.chunk) not in written:
+                out.append(ChunkView(s, env[s.index], False))
+        elif (e := executable(s)) is not None:
+            out.append(e)
+    return out
 
 
 def is_host_program(steps: list) -> bool:

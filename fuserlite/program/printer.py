@@ -68,6 +68,8 @@ def printed_tensors(program: Program) -> list[TensorView]:
 
 
 def _host_tensors(step: HostStep) -> list[TensorView]:
+    if isinstance(step, host.ShardByStream):
+        return [step.whole, step.chunk]
     return [step.tensor] if isinstance(step, (host.Allocate, host.Deallocate)) else []
 
 
@@ -169,6 +171,8 @@ def host_line(step: HostStep) -> str:
         return SYNCHRONIZE + step.stream.text()
     if isinstance(step, host.Wait):
         return WAIT + step.post.step.output.ir_name
+    if isinstance(step, host.ShardByStream):
+        return step.text()
     word = ALLOCATE if isinstance(step, host.Allocate) else DEALLOCATE
     return word + step.tensor.ir_name
 

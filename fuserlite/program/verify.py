@@ -15,6 +15,7 @@ from fuserlite.ir.changes import ChangeLog
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.sharding import describe_sharding
+from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.sharding import movement_text, moves_data
 from fuserlite.program import host
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
@@ -125,7 +126,13 @@ def step_problems(program: Program) -> list[str]:
     problems = []
     available = {id(t) for t in program.inputs}
     placed: set[int] = set()
+    views: dict[int, TensorView] = {}  # a written chunk -> the whole it is a view of
     for k, step in enumerate(host.walk(program.steps)):
+        if isinstance(step, host.ShardByStream):
+            if id(step.whole) in available:  # a chunk read
+                available.add(id(step.chunk))
+            else:  # a chunk written: that writes the whole
+                views[id(step.chunk)] = step.whole
         step = host.executable(step)
         if step is None:  # a stream, wait or buffer construct: host_problems' business
             continue
@@ -143,6 +150,8 @@ def step_problems(program: Program) -> list[str]:
                 if t.definition is not e:
                     problems.append(f"step {k} computes {t.name}, which another expression defines")
                 available.add(id(t))
+                if id(t) in views:
+                    available.add(id(views[id(t)]))
     for t in program.outputs:
         if id(t) not in available:
             problems.append(f"output {t.name} is computed by no step of the program")

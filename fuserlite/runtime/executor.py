@@ -38,6 +38,7 @@ from fuserlite.kernel.library import LibraryKernels
 from fuserlite.kernel.runner import device_coordinates
 from fuserlite.pipeline import Level, Pipeline, Progress
 from fuserlite.program.communication import Communication
+from fuserlite.program.host import ChunkView
 from fuserlite.program.program import Kernel, Program
 from fuserlite.program.shards import (
     Layout,
@@ -58,6 +59,7 @@ from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import CompiledKernels, kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.launch import KernelLaunch, plan_launches
+from fuserlite.runtime.host_loops import run_view
 from fuserlite.runtime.validation import Validation, validate_run
 
 SINGLE_DEVICE = DeviceMesh([0])
@@ -347,6 +349,8 @@ class FusionExecutor:
                 launch.run(values, given, self._pooled, self._wholes)
             elif isinstance(step, Kernel):
                 self._run_kernel(step, values)
+            elif isinstance(step, ChunkView):  # a host loop's chunk of a tensor
+                run_view(step, values)
             else:
                 self.backend.begin_step(i, step)
                 self._run_communication(step, values)

@@ -133,8 +133,7 @@ def without_streams(tv: TensorView) -> None:
     if stream_position(dom) is None:
         return
     logical = [
-        ax if ax.is_broadcast else ax.with_parallel_type(ParallelType.Serial)
-        for ax in dom.logical
+        ax if ax.is_broadcast else ax.with_parallel_type(ParallelType.Serial) for ax in dom.logical
     ]
     placed = logical_placement(tv)
     tv.domain = TensorDomain(logical, dom.contiguity if dom.allocation is None else None)

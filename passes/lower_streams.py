@@ -1,0 +1,276 @@
+"""lower-streams: each Stream-parallel tensor's steps as a host loop over its chunks.
+
+nvFuser's stream lowering (host_ir/lower_to_communication, the stream-parallel
+loops of MultiDeviceStreamParallelTypeTest and AGMatmulTest.CollectiveBasedPipeline).
+
+Before: a flat lowered Program (lower-communications ran).
+After: for each tensor a step writes with a Stream axis (fuserlite.ir.streams: chunk i
+of S along one logical axis), that step and the steps before it whose outputs only it
+(or another of them) reads, their chunking carried back through each op's axis map
+(schedule.streams.chunking_through), become one loop
+
+    FOR i in range(S) {
+    SetCurrentStream to Stream i + 1
+    Synchronize Stream 0                  what the main stream computed before is ready
+    ShardByStream T9 = T3 axis 0 chunk i of S     a chunk read (or written) in place
+    PostOnStream Communication ... / Wait Communication ...   on chunks
+    PostOnStream %kernel ...              on chunks
+    } // FOR i
+    SetCurrentStream to Stream 0
+    Synchronize Stream 1 ... Synchronize Stream S
+
+so chunk i + 1's communication runs while chunk i's kernels compute. A tensor read
+whole (a weight; an axis the chunked one does not map to) is read whole in every
+chunk. A chunk's kernel runs op by op (its tensors are new: the pointwise schedule
+was the whole tensor's). Refused, with the reason, where the chunks are not
+independent: an op whose rows depend on other rows (chunk_problem), a communication
+that moves the chunked axis, a kernel that computes something whole beside its chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fuserlite.ir.errors import LoweringError
+from fuserlite.ir.streams import Chunking, chunking
+from fuserlite.ir.tensor import TensorView
+from fuserlite.passes.base import Level, Pass, register
+from fuserlite.program import host
+from fuserlite.program.communication import Communication
+from fuserlite.program.program import Kernel, Program, unlowered_steps
+from fuserlite.schedule.streams import chunk_of, chunk_problem, chunking_problem, chunking_through
+
+INDEX = "i"  # the loop index of every streamed loop (they are never nested)
+
+
+def _data_index(tv: TensorView, logical: int) -> int:
+    """The position of logical axis `logical` among tv's data axes (reductions left out)."""
+    return sum(1 for ax in tv.domain.logical[:logical] if not ax.is_reduction)
+
+
+def _logical_index(tv: TensorView, data: int) -> int:
+    return [i for i, ax in enumerate(tv.domain.logical) if not ax.is_reduction][data]
+
+
+class _Group:
+    """The steps of one Stream loop and the chunking of each tensor they cut."""
+
+    def __init__(self, steps: list, target: TensorView, c: Chunking) -> None:
+        self.steps = steps
+        self.cut: dict[int, tuple[TensorView, Chunking]] = {}
+        self.writer = {id(t): k for k, s in enumerate(steps) for t in s.outputs}
+        self.readers: dict[int, list[int]] = {}
+        for k, s in enumerate(steps):
+            for t in s.inputs:
+                self.readers.setdefault(id(t), []).append(k)
+        self.members: set[int] = set()
+        self._set(target, c, required=True)
+        self.producer = self.writer[id(target)]
+        self._add(self.producer, required=True)
+
+    def _set(self, t: TensorView, c: Chunking, required: bool) -> bool:
+        why = chunking_problem(t, c)
+        old = self.cut.get(id(t))
+        if old is not None and old[1] != c:
+            why = f"it is cut as {old[1].text()} and as {c.text()}"
+        if why is not None:
+            if required:
+                raise LoweringError(f"Stream: {t.name} cannot be cut into chunks: {why}")
+            return False
+        self.cut[id(t)] = (t, c)
+        return True
+
+    def _inputs_cut(self, step, required: bool) -> dict[int, tuple[TensorView, Chunking]] | None:
+        """What cutting `step`'s outputs as self.cut says cuts its inputs to, or None
+        (with `required`, a LoweringError) where it cannot compute chunks."""
+        found: dict[int, tuple[TensorView, Chunking]] = {}
+
+        def fail(why: str) -> None:
+            if required:
+                raise LoweringError(f"Stream: {why}")
+
+        cut = dict(self.cut)
+        if isinstance(step, Communication):
+            out, inp = step.output, step.input
+            if id(out) not in cut:
+                fail(f"{out.name} is not cut into chunks")
+                return None
+            c = cut[id(out)][1]
+            j = _data_index(out, c.axis)
+            if j in (step.in_axis, step.out_axis) or j in step.axes or step.mesh is None:
+                fail(
+                    f"the {step.kind.value} of {out.name} moves its axis {c.axis}, the one "
+                    "its chunks cut; put the chunks on an axis of their own (nvFuser's "
+                    "[S, DIDx(D), M/(S D), K])"
+                )
+                return None
+            found[id(inp)] = (inp, Chunking(_logical_index(inp, j), c.chunks, c.blocks))
+            return found
+        for t in step.outputs:
+            if id(t) not in cut:
+                fail(
+                    f"a kernel computes {t.name} whole beside the chunks of {step.outputs[0].name}"
+                )
+                return None
+        for e in reversed(step.exprs):
+            outs = [t for t in e.outputs if id(t) in cut]
+            if not outs:
+                continue  # computed whole in every chunk (a cast of a weight)
+            why = chunk_problem(e)
+            if why is not None:
+                fail(why)
+                return None
+            out, c = cut[id(outs[0])]
+            for pos, operand in enumerate(e.inputs):
+                ci = chunking_through(e, pos, out, c)
+                if ci is None:
+                    continue
+                if id(operand) in cut and cut[id(operand)][1] != ci:
+                    fail(
+                        f"{operand.name} is cut as {cut[id(operand)][1].text()} and as {ci.text()}"
+                    )
+                    return None
+                cut[id(operand)] = (operand, ci)
+                found[id(operand)] = (operand, ci)
+        return found
+
+    def _add(self, k: int, required: bool) -> None:
+        found = self._inputs_cut(self.steps[k], required)
+        if found is None:
+            return
+        for t, c in found.values():
+            if not self._set(t, c, required):
+                return
+        self.members.add(k)
+        for t, _ in found.values():
+            q = self.writer.get(id(t))
+            if q is None or q in self.members or q >= k:
+                continue
+            if all(r in self.members for r in self.readers.get(id(t), [])):
+                self._try(q)
+
+    def _try(self, q: int) -> None:
+        """Take step q into the loop if it can compute chunks; else it computes its
+        output whole before the loop, which reads chunks of it."""
+        saved = dict(self.cut)
+        try:
+            self._add(q, required=False)
+        except LoweringError:
+            self.cut = saved
+        if q not in self.members:
+            self.cut = saved
+
+
+def _stream_target(steps: list) -> tuple[int, TensorView, Chunking] | None:
+    for k, s in enumerate(steps):
+        if not isinstance(s, (Kernel, Communication)):
+            continue
+        for t in s.outputs:
+            c = chunking(t.domain)
+            if c is not None:
+                return k, t, c
+    return None
+
+
+def _loop(program: Program, group: _Group) -> tuple[list, int]:
+    """The loop over `group`'s chunks and the steps after it; the position it takes."""
+    members = sorted(group.members)
+    written = {id(t) for k in members for t in group.steps[k].outputs}
+    read = {id(t) for k in members for t in group.steps[k].inputs}
+    inside = {id(t) for k in members for t in _tensors(group.steps[k])}
+    after = {id(t) for k, s in enumerate(group.steps) if k > members[-1] for t in s.inputs}
+    outputs = {id(t) for t in program.outputs}
+    chunks: dict[int, TensorView] = {}
+    views = []
+    for key, (t, c) in group.cut.items():
+        if key not in inside:
+            continue
+        chunks[key] = chunk_of(t, c)
+        if key not in written and key not in read:
+            continue  # inside a kernel
+        outside = key not in written or key in after or key in outputs
+        if outside:
+            views.append(host.ShardByStream(t, chunks[key], c, INDEX))
+    body: list = [
+        host.SetCurrentStream(host.StreamIndex(1, INDEX)),
+        host.Synchronize(host.StreamIndex(host.MAIN_STREAM)),
+        *views,
+    ]
+    c = group.cut[id(group.steps[group.producer].outputs[0])][1]
+    for k in members:
+        s = group.steps[k]
+        mapping = _Mapping(chunks)
+        if isinstance(s, Communication):
+            comm = s.copy_between(mapping)
+            comm.bytes_per_device = s.bytes_per_device // c.chunks
+            post = host.PostOnStream(comm)
+            body += [post, host.Wait(post)]
+            continue
+        kernel = Kernel(
+            exprs=[e.copy_between(mapping) for e in s.exprs],
+            inputs=[mapping[t] for t in s.inputs],
+            outputs=[mapping[t] for t in s.outputs],
+            mesh=s.mesh,
+            notes=[*s.notes, f"lower-streams: chunk {INDEX} of {c.chunks}, run op by op"]
+            if s.scheduled
+            else list(s.notes),
+        )
+        body.append(host.PostOnStream(kernel))
+    tail = [host.SetCurrentStream(host.StreamIndex(host.MAIN_STREAM))]
+    tail += [host.Synchronize(host.StreamIndex(s + 1)) for s in range(c.chunks)]
+    return [host.ForLoop(INDEX, c.chunks, body), *tail], members[-1]
+
+
+def _tensors(step: Kernel | Communication) -> list[TensorView]:
+    return step.tensors if isinstance(step, Kernel) else [step.input, step.output]
+
+
+class _Mapping(dict):
+    """A tensor's chunk where it is cut, else the tensor itself (read whole)."""
+
+    def __init__(self, chunks: dict[int, TensorView]) -> None:
+        super().__init__()
+        self.chunks = chunks
+
+    def __getitem__(self, t: TensorView) -> TensorView:
+        return self.chunks.get(id(t), t)
+
+
+def lower_streams(program: Program) -> None:
+    """Every Stream-parallel tensor's steps as a loop over its chunks (module doc)."""
+    flat = [s for s in program.steps if not host.is_host_node(s)]
+    found = _stream_target(flat)
+    if found is None:
+        return
+    if len(flat) != len(program.steps):
+        raise LoweringError("Stream: lower-streams takes a flat program (no host steps yet)")
+    steps: list = list(program.steps)
+    done: list = []
+    while (found := _stream_target(steps)) is not None:
+        k, target, c = found
+        group = _Group(steps, target, c)
+        loop, last = _loop(program, group)
+        before = [s for j, s in enumerate(steps[: last + 1]) if j not in group.members]
+        done += before + loop
+        steps = steps[last + 1 :]
+    program.steps = done + steps
+
+
+@register
+@dataclass(frozen=True)
+class LowerStreams(Pass):
+    """Run each Stream-parallel tensor's chunks in a host loop, one stream a chunk."""
+
+    name: ClassVar[str] = "lower-streams"
+    level: ClassVar[Level] = Level.program
+
+    def requires(self, program: Program) -> list[str]:
+        return [f"{p}; run lower-communications first" for p in unlowered_steps(program)]
+
+    def ensures(self, program: Program) -> list[str]:
+        left = _stream_target([s for s in program.steps if not host.is_host_node(s)])
+        return [] if left is None else [f"{left[1].name} has a Stream axis outside a loop"]
+
+    def run(self, program: Program) -> None:
+        lower_streams(program)
