@@ -98,10 +98,15 @@ class _Group:
                 return None
             c = cut[id(out)][1]
             j = _data_index(out, c.axis)
-            if j in (step.in_axis, step.out_axis) or j in step.axes or step.mesh is None:
+            moved = j in (step.in_axis, step.out_axis) or j in step.axes
+            if step.mesh is None or (moved and c.blocks == 1):
+                # Chunk i of rows [i n/S, (i+1) n/S) is on some devices only: no
+                # collective of chunks makes it. Chunk i of every device's block is.
                 fail(
-                    f"the {step.kind.value} of {out.name} moves its axis {c.axis}, the one "
-                    "its chunks cut; put the chunks on an axis of their own (nvFuser's "
+                    f"the {step.kind.value} of {out.name} moves its axis {c.axis}, which "
+                    "its chunks cut whole; cut each device's block instead (outer_split "
+                    "the axis by the devices, then the inner part by the chunks, Stream "
+                    "on that), or give the chunks an axis of their own (nvFuser's "
                     "[S, DIDx(D), M/(S D), K])"
                 )
                 return None

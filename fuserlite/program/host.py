@@ -47,6 +47,11 @@ if TYPE_CHECKING:
 MAX_ITERATIONS = 1 << 16  # host steps a program's loops unroll to, all together
 MAX_EXTENT = 4096  # the iterations of one loop (stream chunks: a handful)
 MAIN_STREAM = 0
+SHARD_BY_STREAM = "ShardByStream "
+SHARD_BY_STREAM_LINE = re.compile(
+    r"ShardByStream T(?P<chunk>\d+) = T(?P<whole>\d+) axis (?P<axis>\d+) chunk "
+    r"(?P<index>[a-z]\w*) of (?P<chunks>\d+)(?: of (?P<blocks>\d+) blocks)?"
+)
 
 _STREAM = re.compile(
     r"(?:(?P<index>[a-z]\w*)(?: % (?P<mod>\d+))?(?: \+ (?P<plus>\d+))?|(?P<n>\d+))"
@@ -145,12 +150,31 @@ class ShardByStream:
     def tensors(self) -> tuple[TensorView, TensorView]:
         return (self.whole, self.chunk)
 
+    def problem(self) -> str | None:
+        """Why `chunk` is not one chunk of `whole` (None: it is): the same axes, dtype
+        and mesh, the chunked axis 1/S as long, S chunks of B blocks dividing it."""
+        c, whole, chunk = self.chunking, self.whole, self.chunk
+        logical = whole.domain.logical
+        if not 0 <= c.axis < len(logical) or logical[c.axis].is_reduction:
+            return f"{whole.name} has no data axis {c.axis}"
+        n = logical[c.axis].extent
+        if c.chunks < 1 or c.blocks < 1 or n % (c.chunks * c.blocks):
+            return f"{c.text()} do not divide {whole.name} axis {c.axis} of {n}"
+        want = [ax.extent // c.chunks if i == c.axis else ax.extent for i, ax in enumerate(logical)]
+        have = [ax.extent for ax in chunk.domain.logical]
+        if have != want or chunk.dtype != whole.dtype or chunk.mesh != whole.mesh:
+            return (
+                f"{chunk.name} is not a chunk of {whole.name} ({c.text()}): its extents "
+                f"{have} should be {want}, on the same mesh, in the same dtype"
+            )
+        return None
+
     def text(self) -> str:
         """'ShardByStream T9 = T3 axis 0 chunk i of 4' (', 2 blocks' where it has them)."""
         c = self.chunking
         blocks = f" of {c.blocks} blocks" if c.blocks > 1 else ""
         return (
-            f"ShardByStream {self.chunk.ir_name} = {self.whole.ir_name} axis {c.axis} "
+            f"{SHARD_BY_STREAM}{self.chunk.ir_name} = {self.whole.ir_name} axis {c.axis} "
             f"chunk {self.index} of {c.chunks}{blocks}"
         )
 

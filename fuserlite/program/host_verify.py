@@ -47,6 +47,8 @@ class _Streams:
         self.freed: set[int] = set()
         self.allocated: set[int] = set()
         self.owned = {id(t) for t in (*program.inputs, *program.outputs)}
+        self.written_by_steps = {id(t) for s in host.runs(program.steps) for t in s.outputs}
+        self.views: dict[int, TensorView] = {}  # a chunk written through a view -> its whole
         self.problems: list[str] = []
 
     def of(self, stream: int) -> dict[Lane, int]:
@@ -92,6 +94,9 @@ class _Streams:
         if id(t) in self.freed:
             self.problems.append(f"{self.where(step, env)} writes {t.name} after its Deallocate")
         self.written[id(t)] = (lane, count, by)
+        whole = self.views.get(id(t))
+        if whole is not None:  # a chunk of it: the whole is ready where its last chunk is
+            self.written[id(whole)] = (lane, count, by)
 
     def run(self, run: Kernel | Expr, step: object, env: Mapping[str, int]) -> None:
         """A kernel, or a blocking communication, on the current stream."""
@@ -180,6 +185,11 @@ class _Streams:
             self.synchronize(step, env)
         elif isinstance(step, (host.Allocate, host.Deallocate)):
             self.buffer(step, env)
+        elif isinstance(step, host.ShardByStream):
+            if id(step.chunk) in self.written_by_steps:
+                self.views[id(step.chunk)] = step.whole
+            else:  # a view of what is computed before: ready on this stream
+                self.read(step.whole, step, env)
         elif host.executable(step) is not None:  # blocking: on the current stream
             self.run(step, step, env)
 

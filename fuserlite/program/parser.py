@@ -32,6 +32,7 @@ from fuserlite.ir.errors import FuserliteError, ParseError, RedistributionError,
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
+from fuserlite.ir.streams import Chunking
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.forms import build_from_printed
 from fuserlite.ops.registry import OpDef
@@ -152,6 +153,7 @@ class _Builder:
         self.heads: dict[int, Line] = {}  # each tensor's canonical text: its block's head
         self.computed_at: dict[int, Line] = {}  # where each computed tensor's step starts
         self.marks: dict[int, Line] = {}  # tensor number -> its ` plan intermediate :` line
+        self.view_lines: dict[int, Line] = {}  # a ShardByStream's line
         self.posts: dict[int, host.PostOnStream] = {}  # a posted communication's output number
         self.loops: list[str] = []  # the indices of the loops around the step being read
         self.named = self.named_meshes()  # the meshes whose axes the user named
@@ -207,6 +209,7 @@ class _Builder:
                 raise self.invalid(exc) from None
             return self.fusion
         steps = [self.step(s) for s in text.steps]
+        self.check_views(steps)
         runs = list(host.runs(steps))
         exprs = [e for s in runs for e in (s.exprs if isinstance(s, Kernel) else [s])]
         self.set_io(exprs)
@@ -438,6 +441,52 @@ class _Builder:
             )
         return comm
 
+    def check_views(self, steps: list) -> None:
+        """A ParseError at the first ShardByStream a loop writes through: the whole
+        tensor it fills has no expression of the fusion to define it when read back."""
+        for s in host.walk(steps):
+            if not isinstance(s, host.ForLoop):
+                continue
+            written = host.written_chunks(s.body)
+            for v in s.body:
+                if isinstance(v, host.ShardByStream) and id(v.chunk) in written:
+                    line = self.view_lines[id(v)]
+                    raise self.fail(
+                        f"{v.text()}: a chunk written through a view fills "
+                        f"{v.whole.name}, which no expression defines when the program is "
+                        "read back; read the fusion (.fus) and lower it instead (the "
+                        "lower-streams pass writes such views)",
+                        line.number,
+                        1,
+                    )
+
+    def shard_by_stream(self, line: Line, text: str) -> host.ShardByStream:
+        """`ShardByStream T9 = T3 axis 0 chunk i of 4[ of 2 blocks]`, checked as
+        lower-streams makes it: the chunk is shaped as one chunk of the whole."""
+        m = host.SHARD_BY_STREAM_LINE.fullmatch(text)
+        where = len(host.SHARD_BY_STREAM) + 1
+        if m is None or not {int(m["chunk"]), int(m["whole"])} <= self.tensors.keys():
+            raise self.fail(
+                "expected `ShardByStream T<n> = T<m> axis A chunk i of S[ of B blocks]`, "
+                "T<n> and T<m> tensors of the program",
+                line.number,
+                where,
+            )
+        if m["index"] not in self.loops:
+            raise self.fail(
+                f"ShardByStream: {m['index']} is the index of no loop around this line",
+                line.number,
+                where,
+            )
+        chunk, whole = self.tensors[int(m["chunk"])], self.tensors[int(m["whole"])]
+        c = Chunking(int(m["axis"]), int(m["chunks"]), int(m["blocks"] or 1))
+        view = host.ShardByStream(whole, chunk, c, m["index"])
+        self.view_lines[id(view)] = line
+        why = view.problem()
+        if why is not None:
+            raise self.fail(f"ShardByStream {chunk.ir_name}: {why}", line.number, where)
+        return view
+
     def step(self, s: KernelText | ExprText | Line | PostText | LoopText) -> HostStep:
         if isinstance(s, PostText):
             inner = s.step
@@ -496,8 +545,11 @@ class _Builder:
         return kernel
 
     def host_line(self, line: Line) -> HostStep:
-        """SetCurrentStream, Synchronize, Wait, Allocate or Deallocate, from its line."""
+        """SetCurrentStream, Synchronize, Wait, Allocate, Deallocate or ShardByStream,
+        from its line."""
         text = line.text.rstrip()
+        if text.startswith(host.SHARD_BY_STREAM):
+            return self.shard_by_stream(line, text)
         for word, make in ((SET_STREAM, host.SetCurrentStream), (SYNCHRONIZE, host.Synchronize)):
             if text.startswith(word):
                 stream = host.StreamIndex.parse(text[len(word) :])
@@ -540,7 +592,8 @@ class _Builder:
             return (host.Allocate if word == ALLOCATE else host.Deallocate)(self.tensors[n])
         raise self.fail(
             "expected SetCurrentStream to Stream N, Synchronize Stream N, Wait Communication "
-            "T<n>, Allocate T<n>, Deallocate T<n> or `FOR i in range(N) {`",
+            "T<n>, Allocate T<n>, Deallocate T<n>, ShardByStream T<n> = ... or "
+            "`FOR i in range(N) {`",
             line.number,
             1,
         )

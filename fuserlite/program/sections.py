@@ -33,7 +33,9 @@ LABEL = re.compile(r"%kernel(?P<k>\d+)(?: \((?P<mesh>DeviceMesh\{[^()]*\})\))? \
 LOOP = re.compile(FOR + r"(?P<index>[a-z]\w*) in range\((?P<extent>\d+)\) \{")
 # A host construct's line starts with its word (the parser reads the rest, or says what
 # it expected).
-HOST_LINES = tuple(w.split()[0] for w in (SET_STREAM, WAIT, SYNCHRONIZE, ALLOCATE, DEALLOCATE))
+HOST_LINES = tuple(
+    w.split()[0] for w in (SET_STREAM, WAIT, SYNCHRONIZE, ALLOCATE, DEALLOCATE, "ShardByStream ")
+)
 BODY = "   = "  # an expression's body follows its output line(s)
 TRANSFORM_PRINTER = "TransformPrinter :"  # printed with a trailing space
 
@@ -224,7 +226,7 @@ class _Reader:
         raise self.fail(
             "expected a kernel (`%kernel0 (DeviceMesh{0 1}) {`), a Set, a "
             "`Communication ...` line, a host construct (PostOnStream, SetCurrentStream, "
-            "Wait, Synchronize, FOR, Allocate, Deallocate) or `TransformPrinter :`",
+            "Wait, Synchronize, FOR, Allocate, Deallocate, ShardByStream) or `TransformPrinter :`",
             line,
         )
 

@@ -129,6 +129,9 @@ def step_problems(program: Program) -> list[str]:
     views: dict[int, TensorView] = {}  # a written chunk -> the whole it is a view of
     for k, step in enumerate(host.walk(program.steps)):
         if isinstance(step, host.ShardByStream):
+            why = step.problem()
+            if why is not None:
+                problems.append(f"step {k}: {step.text()}: {why}")
             if id(step.whole) in available:  # a chunk read
                 available.add(id(step.chunk))
             else:  # a chunk written: that writes the whole

@@ -1,0 +1,151 @@
+"""nvFuser's stream-parallel cases (tests/cpp/test_multidevice_stream_parallel_type.cpp,
+test_multidevice_overlap.cpp), each a fusion whose output has a Stream axis: the
+chunks run in a host loop (passes/lower_streams.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import fuserlite as fl
+
+DIDx, STREAM = fl.ParallelType.DIDx, fl.ParallelType.Stream
+
+
+def _fusion(inputs: list[tuple[str, list[int], dict[int, str]]], body: Callable, dtype="float32"):
+    """A fusion on D devices: each input (name, shape, {axis: 'DIDx'}), body(*inputs)
+    -> the output, which the caller's body gives its Stream axis."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(D)
+        tvs = []
+        for name, shape, shards in inputs:
+            t = fl.tensor(shape, dtype, name=name)
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+            for axis in shards:
+                t.axis(axis).parallelize(DIDx)
+            tvs.append(t)
+        y = body(*tvs)
+        y.set_device_mesh(mesh)
+        f.add_output(y)
+    return f
+
+
+D, S = 2, 4  # devices, chunks
+
+
+def _stream0(y):
+    y.axis(0).parallelize(STREAM)
+    return y
+
+
+def allgather(s: int = S):
+    """MultiDeviceStreamParallelTypeTest.Allgather: x [S, DIDx(D), 8], y = set(x)
+    replicated, Stream on y's axis 0."""
+    return _fusion([("x", [s, D, 8], {1: "DIDx"})], lambda x: _stream0(fl.set(x)))
+
+
+def allreduce(s: int = S):
+    """...Allreduce: x [S, DIDx(D), 8] summed over its device axis, replicated."""
+    return _fusion([("x", [s, D, 8], {1: "DIDx"})], lambda x: _stream0(fl.sum(x, [1])))
+
+
+def reduce_scatter(s: int = S):
+    """...ReduceScatter: x [S, DIDx(D), 2D] summed over axis 1 onto y [S, DIDx(D) 2]."""
+
+    def body(x):
+        y = fl.sum(x, [1])  # [S, r(D), 2D]: the loop domain keeps the reduced axis
+        y.outer_split(2, D)
+        y.axis(2).parallelize(DIDx)
+        return _stream0(y)
+
+    return _fusion([("x", [s, D, 2 * D], {1: "DIDx"})], body)
+
+
+def ag_matmul(s: int = S, m: int = 4, k: int = 8, n: int = 6, dtype: str = "float32"):
+    """AGMatmulTest.CollectiveBasedPipeline: x [S, DIDx(D), M/(S D), K] all-gathered,
+    times w [K, N]; Stream on the product's axis 0."""
+    return _fusion(
+        [("x", [s, D, m, k], {1: "DIDx"}), ("w", [k, n], {})],
+        lambda x, w: _stream0(fl.matmul(x, w)),
+        dtype,
+    )
+
+
+def ag_matmul_blocks(s: int = S, m: int = 16, k: int = 8, n: int = 6):
+    """The same on x [M, K] (rows sharded): y's rows split by the devices, the inner
+    part by the chunks, Stream on it (chunk i: the i-th M/(S D) rows of every device's
+    block)."""
+
+    def body(x, w):
+        y = fl.matmul(x, w)
+        y.outer_split(0, D)
+        y.outer_split(1, s)
+        y.axis(1).parallelize(STREAM)
+        return y
+
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(D)
+        x = fl.tensor([m, k], "float32", name="x")
+        w = fl.tensor([k, n], "float32", name="w")
+        for t in (x, w):
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+        x.outer_split(0, D)
+        x.axis(0).parallelize(DIDx)
+        y = body(x, w)
+        y.set_device_mesh(mesh)
+        f.add_output(y)
+    return f
+
+
+def matmul_allreduce(s: int = S, m: int = 4, k: int = 4, n: int = 6):
+    """matmul_AR: x [S, M, DIDx(D) K] @ w [DIDx(D) K, N]: partial sums, all-reduced a
+    chunk at a time."""
+
+    def body(x, w):
+        return _stream0(fl.matmul(x, w))
+
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(D)
+        x = fl.tensor([s, m, D * k], "float32", name="x")
+        w = fl.tensor([D * k, n], "float32", name="w")
+        for t, axis in ((x, 2), (w, 0)):
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+            t.outer_split(axis, D)
+            t.axis(axis).parallelize(DIDx)
+        y = body(x, w)
+        y.set_device_mesh(mesh)
+        f.add_output(y)
+    return f
+
+
+def matmul_reduce_scatter(s: int = S, m: int = 4, k: int = 4, n: int = 6):
+    """RSMatmulTest / matmul_RS: the same partial sums reduce-scattered onto y's rows."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(D)
+        x = fl.tensor([s, D * m, D * k], "float32", name="x")
+        w = fl.tensor([D * k, n], "float32", name="w")
+        for t, axis in ((x, 2), (w, 0)):
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+            t.outer_split(axis, D)
+            t.axis(axis).parallelize(DIDx)
+        y = fl.matmul(x, w)
+        y.set_device_mesh(mesh)
+        y.outer_split(1, D)
+        y.axis(1).parallelize(DIDx)
+        _stream0(y)
+        f.add_output(y)
+    return f
+
+
+CASES = {
+    "Allgather": allgather,
+    "Allreduce": allreduce,
+    "ReduceScatter": reduce_scatter,
+    "AGMatmul CollectiveBasedPipeline": ag_matmul,
+    "AGMatmul on each device's block": ag_matmul_blocks,
+    "matmul + Allreduce": matmul_allreduce,
+    "matmul + ReduceScatter": matmul_reduce_scatter,
+}

@@ -1,0 +1,203 @@
+"""ParallelType.Stream: the validator's rules, lower-streams' host loops, their
+execution (equal to the unstreamed program and the reference) and their modelled time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import stream_cases as cases
+
+import fuserlite as fl
+from fuserlite.ir.streams import Chunking
+from fuserlite.pipeline import DEFAULT_PASSES
+from fuserlite.program import host
+from fuserlite.program.communication import Communication
+from fuserlite.program.parser import parse_printed
+from fuserlite.program.verify import verify_program
+from fuserlite.timing.timeline import COMMUNICATION, COMPUTE
+
+STREAM = fl.ParallelType.Stream
+UNSTREAMED = [p for p in DEFAULT_PASSES if p != "lower-streams"]
+
+
+def loops(program: fl.Program) -> list[host.ForLoop]:
+    return [s for s in program.steps if isinstance(s, host.ForLoop)]
+
+
+@pytest.mark.parametrize("name", cases.CASES)
+def test_each_case_runs_its_chunks_in_a_loop_as_the_unstreamed_program(name: str) -> None:
+    """One loop of S chunks, each communication inside it on chunks (1/S of the bytes),
+    the values those of the program lowered without lower-streams, and the reference's."""
+    fusion = cases.CASES[name]()
+    whole = fl.Pipeline(UNSTREAMED).run(fusion)
+    program = fl.lower(fusion)
+    (loop,) = loops(program)
+    assert loop.extent == cases.S
+    inside = [s.step for s in loop.body if isinstance(s, host.PostOnStream)]
+    comms = [c for c in inside if isinstance(c, Communication)]
+    assert [c.kind for c in comms] == [c.kind for c in whole.communications]
+    for chunk, full in zip(comms, whole.communications):
+        assert chunk.bytes_per_device * cases.S == full.bytes_per_device
+        assert chunk.output.nbytes * cases.S == full.output.nbytes
+    assert "istreamIdx" in str(program)
+    inputs = fl.random_inputs(fusion, seed=5)
+    want = fl.FusionExecutor(whole, compute="interpret").run(inputs)
+    got = fl.FusionExecutor(program, compute="interpret").run(inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(want, got))
+    ex = fl.FusionExecutor(fusion, compute="interpret")  # lowered as above
+    ex.validate(inputs, ex.run(inputs))  # against the reference: raises where it differs
+
+
+@pytest.mark.parametrize("compute", ["numpy", "compiled"])
+def test_every_compute_path_runs_the_loop(compute: str) -> None:
+    fusion = cases.ag_matmul_blocks()
+    inputs = fl.random_inputs(fusion, seed=6)
+    want = fl.FusionExecutor(fl.Pipeline(UNSTREAMED).run(fusion), compute=compute).run(inputs)
+    ex = fl.FusionExecutor(fusion, compute=compute)
+    got = ex.run(inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(want, got))
+    ex.validate(inputs, got)
+
+
+def test_the_printed_loop() -> None:
+    """nvFuser's shape: each chunk on stream i + 1, which first synchronizes the main
+    stream; views of the chunks read and written; the main stream waits for all."""
+    text = str(fl.lower(cases.ag_matmul_blocks()))
+    lines = [t for t in text.splitlines() if not t.startswith((" ", "T", "%", "}"))]
+    body = lines[lines.index("FOR i in range(4) {") :]
+    assert body[1:3] == ["SetCurrentStream to Stream i + 1", "Synchronize Stream 0"]
+    views = [t for t in body if t.startswith("ShardByStream")]
+    assert len(views) == 2 and all(t.endswith("chunk i of 4 of 2 blocks") for t in views)
+    assert body[-5:] == ["SetCurrentStream to Stream 0"] + [
+        f"Synchronize Stream {s}" for s in range(1, 5)
+    ]
+
+
+def test_a_missing_synchronize_is_found() -> None:
+    program = fl.lower(cases.ag_matmul())
+    program.steps = [s for s in program.steps if not isinstance(s, host.Synchronize)]
+    with pytest.raises(fl.VerifyError, match="not ready on the main stream"):
+        verify_program(program)
+
+
+def test_a_view_of_the_wrong_shape_is_found() -> None:
+    program = fl.lower(cases.allgather())
+    (loop,) = loops(program)
+    view = next(s for s in loop.body if isinstance(s, host.ShardByStream))
+    view.chunking = Chunking(0, 2)  # the chunk is a quarter of the rows, not a half
+    with pytest.raises(fl.VerifyError, match="is not a chunk of"):
+        verify_program(program)
+
+
+def test_a_written_view_is_refused_when_read_back() -> None:
+    """The whole tensor a loop fills through views has no expression to define it in a
+    program read back: a located error that says what to do, never a wrong program."""
+    text = str(fl.lower(cases.allgather()))
+    with pytest.raises(fl.ParseError, match="read the fusion .* and lower it instead"):
+        parse_printed(text)
+
+
+def _fusion(shape, body):
+    with fl.Fusion() as f:
+        x = fl.tensor(shape, name="x")
+        f.add_input(x)
+        y = body(x)
+        f.add_output(y)
+    return f
+
+
+@pytest.mark.parametrize(
+    "schedule, message",
+    [
+        (
+            lambda y: (
+                y.outer_split(0, 2),
+                y.axis(0).parallelize(STREAM),
+                y.axis(1).parallelize(STREAM),
+            ),
+            "at most one Stream axis",
+        ),
+        (lambda y: (y.outer_split(0, 3), y.axis(0).parallelize(STREAM)), "do not divide it"),
+        (
+            lambda y: (y.outer_split(0, 2), y.axis(1).parallelize(STREAM)),
+            "outer part of an outer split",
+        ),
+    ],
+    ids=["two Stream axes", "uneven chunks", "inner part"],
+)
+def test_the_validator_says_what_is_wrong(schedule, message: str) -> None:
+    def body(x):
+        y = fl.neg(x)
+        schedule(y)
+        return y
+
+    with pytest.raises(fl.FuserliteError, match=message):
+        fl.verify(_fusion([8, 4], body))
+
+
+def test_a_stream_axis_on_a_reduction_is_refused() -> None:
+    def body(x):
+        y = fl.sum(x, [1])
+        y.axis(1).parallelize(STREAM)
+        return y
+
+    with pytest.raises(fl.FuserliteError, match="on a reduction axis"):
+        fl.verify(_fusion([8, 4], body))
+
+
+def test_chunks_of_whole_rows_through_an_allgather_are_refused() -> None:
+    """Rows [i n/S, (i+1) n/S) of a gathered x are on some devices only: no Allgather
+    of chunks makes them; the error says how to cut each device's block instead."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x = fl.tensor([8, 4], name="x")
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        x.outer_split(0, 2)
+        x.axis(0).parallelize(fl.ParallelType.DIDx)
+        y = fl.set(x)
+        y.set_device_mesh(mesh)
+        y.outer_split(0, 4)
+        y.axis(0).parallelize(STREAM)
+        f.add_output(y)
+    with pytest.raises(fl.LoweringError, match="cut each device's block instead"):
+        fl.lower(f)
+
+
+def test_an_op_whose_rows_depend_on_other_rows_is_refused() -> None:
+    def body(x):
+        y = fl.reshape(x, [32])  # a row of y is a piece of a row of x
+        y.outer_split(0, 4)
+        y.axis(0).parallelize(STREAM)
+        return y
+
+    with pytest.raises(fl.LoweringError, match="does not compute its rows"):
+        fl.lower(_fusion([4, 8], body))
+
+
+def test_the_pipelined_time_is_the_model_s_algebra() -> None:
+    """S chunks: the first chunk's communication, then S - 1 times the longer of a
+    chunk's compute and communication, then the last chunk's compute (C/S + (S-1) max
+    + M/S); without Stream, C + M; AG+matmul at nvFuser's sizes on 8 devices."""
+    cases_d = cases.D
+    cases.D = 8
+    try:
+        times = {}
+        for s in (1, 4):
+            f = cases.ag_matmul(s, m=8192 // (s * 8), k=4096, n=8192, dtype="bfloat16")
+            if s == 1:
+                f.outputs[0].axis(0).parallelize(fl.ParallelType.Serial)
+            tl = fl.timeline(fl.lower(f))
+            on0 = tl.on(0)
+            comm = [e.duration for e in on0 if e.kind == COMMUNICATION]
+            compute = [e.duration for e in on0 if e.kind == COMPUTE]
+            times[s] = tl.step_time, comm, compute
+    finally:
+        cases.D = cases_d
+    t1, (c,), (m,) = times[1]
+    assert t1 == pytest.approx(c + m, rel=1e-9)
+    t4, comm, compute = times[4]
+    assert len(comm) == len(compute) == 4
+    cs, ms = comm[0], compute[0]
+    assert t4 == pytest.approx(cs + 3 * max(cs, ms) + ms, rel=1e-9)
+    assert t4 < t1
