@@ -25,6 +25,18 @@ chunk. A chunk's kernel runs op by op (its tensors are new: the pointwise schedu
 was the whole tensor's). Refused, with the reason, where the chunks are not
 independent: an op whose rows depend on other rows (chunk_problem), a communication
 that moves the chunked axis, a kernel that computes something whole beside its chunks.
+
+With `chunks=S` (`fuserlite timeline --streams S`) the pass first gives Stream axes
+itself, to nvFuser's two overlap patterns, without editing the fusion:
+
+    Allgather -> a kernel with a matmul or linear     the kernel's outputs, cut along
+                                                      the gathered axis
+    a kernel with a matmul or linear -> ReduceScatter the ReduceScatter's output, cut
+                                                      along the scattered axis
+
+each cut into S chunks of every device's block (chunk i: the i-th 1/S of each block,
+which is what an Allgather or ReduceScatter of chunks moves). A pair whose axis S D
+does not divide is left whole.
 """
 
 from __future__ import annotations
@@ -33,13 +45,23 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fuserlite.ir.errors import LoweringError
-from fuserlite.ir.streams import Chunking, chunking
+from fuserlite.ir.expr import Expr
+from fuserlite.ir.streams import Chunking, chunking, stream_position
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ops.registry import operand_to_output
 from fuserlite.passes.base import Level, Pass, register
+from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.program import host
-from fuserlite.program.communication import Communication
+from fuserlite.program.communication import CommKind, Communication
 from fuserlite.program.program import Kernel, Program, unlowered_steps
-from fuserlite.schedule.streams import chunk_of, chunk_problem, chunking_problem, chunking_through
+from fuserlite.program.reshardings import derive_reshardings, plan_intermediates, plans_latency
+from fuserlite.schedule.streams import (
+    chunk_of,
+    chunk_problem,
+    chunking_problem,
+    chunking_through,
+    stream_parallelize,
+)
 
 INDEX = "i"  # the loop index of every streamed loop (they are never nested)
 
@@ -178,8 +200,9 @@ def _stream_target(steps: list) -> tuple[int, TensorView, Chunking] | None:
     return None
 
 
-def _loop(program: Program, group: _Group) -> tuple[list, int]:
-    """The loop over `group`'s chunks and the steps after it; the position it takes."""
+def _loop(program: Program, group: _Group, renamed: dict[int, TensorView]) -> tuple[list, int]:
+    """The loop over `group`'s chunks and the steps after it; the position it takes.
+    `renamed` gains each tensor's chunk (by the id of the tensor)."""
     members = sorted(group.members)
     written = {id(t) for k in members for t in group.steps[k].outputs}
     read = {id(t) for k in members for t in group.steps[k].inputs}
@@ -222,6 +245,7 @@ def _loop(program: Program, group: _Group) -> tuple[list, int]:
             else list(s.notes),
         )
         body.append(host.PostOnStream(kernel))
+    renamed.update(chunks)
     tail = [host.SetCurrentStream(host.StreamIndex(host.MAIN_STREAM))]
     tail += [host.Synchronize(host.StreamIndex(s + 1)) for s in range(c.chunks)]
     return [host.ForLoop(INDEX, c.chunks, body), *tail], members[-1]
@@ -250,16 +274,94 @@ def lower_streams(program: Program) -> None:
         return
     if len(flat) != len(program.steps):
         raise LoweringError("Stream: lower-streams takes a flat program (no host steps yet)")
+    latency = plans_latency(program) or DEFAULT_LATENCY_BYTES
+    marks = plan_intermediates(program)
     steps: list = list(program.steps)
     done: list = []
+    renamed: dict[int, TensorView] = {}
     while (found := _stream_target(steps)) is not None:
         k, target, c = found
         group = _Group(steps, target, c)
-        loop, last = _loop(program, group)
+        loop, last = _loop(program, group, renamed)
         before = [s for j, s in enumerate(steps[: last + 1]) if j not in group.members]
         done += before + loop
         steps = steps[last + 1 :]
     program.steps = done + steps
+    # fl.explain's records: of the chunks' communications where a loop runs them (each
+    # chunk's plan is the whole's on a chunk), as the printed program reads them back.
+    marked = {}
+    for key, r in marks.items():
+        ends = (renamed.get(id(r.source), r.source), renamed.get(id(r.target), r.target))
+        new = renamed.get(key)
+        marked[key if new is None else id(new)] = (ends[0].ir_name, ends[1].ir_name)
+    program.reshardings = derive_reshardings(program, latency, marked)
+
+
+_CONTRACTIONS = ("matmul", "linear")
+
+
+def _contracts(kernel: Kernel) -> bool:
+    return any(e.op_name in _CONTRACTIONS for e in kernel.exprs)
+
+
+def _forward(kernel: Kernel, source: TensorView, c: Chunking) -> dict[int, Chunking] | None:
+    """The chunking of each output of `kernel` that cutting its input `source` as `c`
+    gives, carried forward through the axis maps; None where an output is not cut."""
+    cut: dict[int, Chunking] = {id(source): c}
+    for e in kernel.exprs:
+        for out in e.outputs:
+            found = _mapped(e, out, cut)
+            if found is not None:
+                cut[id(out)] = found
+    outs = {id(t): cut.get(id(t)) for t in kernel.outputs}
+    return None if None in outs.values() else outs
+
+
+def _mapped(e: Expr, out: TensorView, cut: dict[int, Chunking]) -> Chunking | None:
+    for pos, operand in enumerate(e.inputs):
+        ci = cut.get(id(operand))
+        if ci is None:
+            continue
+        target = operand_to_output(e, pos, out).get(ci.axis)
+        if target is not None:
+            return Chunking(target, ci.chunks, ci.blocks)
+    return None
+
+
+def _gathered(comm: Communication, t: TensorView, chunks: int) -> Chunking:
+    axis = comm.in_axis if comm.in_axis is not None else comm.out_axis
+    return Chunking(_logical_index(t, axis), chunks, len(comm.team))
+
+
+def _give(t: TensorView, c: Chunking) -> bool:
+    """Give `t` the Stream axis of `c` where it has none and can be cut so."""
+    if stream_position(t.domain) is not None or chunking_problem(t, c) is not None:
+        return False
+    try:
+        stream_parallelize(t, c)
+    except LoweringError:
+        return False
+    return True
+
+
+def give_streams(program: Program, chunks: int) -> None:
+    """Give nvFuser's Allgather + matmul and matmul + ReduceScatter pairs Stream axes
+    of `chunks` chunks (module doc)."""
+    steps = [s for s in program.steps if not host.is_host_node(s)]
+    for k, step in enumerate(steps):
+        if not isinstance(step, Communication) or step.mesh is None:
+            continue
+        if step.kind is CommKind.Allgather and k + 1 < len(steps):
+            after = steps[k + 1]
+            if isinstance(after, Kernel) and _contracts(after) and step.output in after.inputs:
+                outs = _forward(after, step.output, _gathered(step, step.output, chunks))
+                if outs is not None:
+                    for t in after.outputs:
+                        _give(t, outs[id(t)])
+        if step.kind is CommKind.ReduceScatter and k > 0:
+            before = steps[k - 1]
+            if isinstance(before, Kernel) and _contracts(before) and step.input in before.outputs:
+                _give(step.output, _gathered(step, step.output, chunks))
 
 
 @register
@@ -269,6 +371,9 @@ class LowerStreams(Pass):
 
     name: ClassVar[str] = "lower-streams"
     level: ClassVar[Level] = Level.program
+    # 0: only the Stream axes the fusion has; S > 1: Stream axes of S chunks given
+    # first to the Allgather + matmul and matmul + ReduceScatter pairs.
+    chunks: int = 0
 
     def requires(self, program: Program) -> list[str]:
         return [f"{p}; run lower-communications first" for p in unlowered_steps(program)]
@@ -278,4 +383,11 @@ class LowerStreams(Pass):
         return [] if left is None else [f"{left[1].name} has a Stream axis outside a loop"]
 
     def run(self, program: Program) -> None:
+        if self.chunks < 0 or self.chunks == 1 or self.chunks > host.MAX_EXTENT:
+            raise LoweringError(
+                f"lower-streams: chunks={self.chunks}; give 0 (the fusion's Stream axes) "
+                f"or a number of chunks in 2..{host.MAX_EXTENT}"
+            )
+        if self.chunks:
+            give_streams(program, self.chunks)
         lower_streams(program)

@@ -14,8 +14,10 @@ import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.fusion import Fusion
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline
+from fuserlite.program import host
 from fuserlite.program.communication import Communication
 from fuserlite.program.parser import parse_printed
+from fuserlite.program.printer import host_line
 from fuserlite.program.program import Kernel, Program
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,8 +72,12 @@ def state(ir: Fusion | Program) -> list:
     mesh, schedule and notes; every field of a communication)."""
     fusion = ir.fusion if isinstance(ir, Program) else ir
     out: list = [[t.number for t in fusion.inputs], [t.number for t in fusion.outputs]]
-    for s in ir.steps if isinstance(ir, Program) else []:
-        if isinstance(s, Kernel):
+    for s in host.walk(ir.steps) if isinstance(ir, Program) else []:
+        if isinstance(s, host.PostOnStream):
+            s = s.step
+        if host.is_host_node(s):  # a loop, stream, view or buffer: its printed line
+            out.append(type(s).__name__ if isinstance(s, host.ForLoop) else host_line(s))
+        elif isinstance(s, Kernel):
             ref = None if s.reference is None else s.reference.number
             io = [[t.number for t in s.inputs], [t.number for t in s.outputs]]
             out.append(("kernel", *io, s.mesh, s.scheduled, ref, s.notes))

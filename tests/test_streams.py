@@ -13,6 +13,7 @@ from fuserlite.pipeline import DEFAULT_PASSES
 from fuserlite.program import host
 from fuserlite.program.communication import Communication
 from fuserlite.program.parser import parse_printed
+from fuserlite.program.program import Kernel
 from fuserlite.program.verify import verify_program
 from fuserlite.timing.timeline import COMMUNICATION, COMPUTE
 
@@ -89,12 +90,29 @@ def test_a_view_of_the_wrong_shape_is_found() -> None:
         verify_program(program)
 
 
-def test_a_written_view_is_refused_when_read_back() -> None:
-    """The whole tensor a loop fills through views has no expression to define it in a
-    program read back: a located error that says what to do, never a wrong program."""
-    text = str(fl.lower(cases.allgather()))
-    with pytest.raises(fl.ParseError, match="read the fusion .* and lower it instead"):
-        parse_printed(text)
+@pytest.mark.parametrize("name", ["Allgather", "AGMatmul on each device's block"])
+def test_a_streamed_program_prints_parses_back_and_runs_as_before(name: str) -> None:
+    """The whole tensor a loop fills through views is an output computed by no
+    expression when read back: the views say it is computed."""
+    fusion = cases.CASES[name]()
+    program = fl.lower(fusion)
+    text = str(program)
+    back = parse_printed(text)
+    assert str(back) == text
+    inputs = fl.random_inputs(fusion, seed=7)
+    want = fl.FusionExecutor(program, compute="interpret").run(inputs)
+    got = fl.FusionExecutor(back, compute="interpret").run(inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(want, got))
+
+
+def test_a_loop_whose_kernel_is_gone_is_refused() -> None:
+    """Without the kernel that computes y's chunks, nothing fills y: the verifier says
+    so before anything runs (never a y of uninitialized memory)."""
+    program = fl.lower(cases.ag_matmul())
+    (loop,) = loops(program)
+    loop.body = [s for s in loop.body if not isinstance(getattr(s, "step", None), Kernel)]
+    with pytest.raises(fl.VerifyError, match="computed by no step"):
+        verify_program(program)
 
 
 def _fusion(shape, body):
@@ -201,3 +219,33 @@ def test_the_pipelined_time_is_the_model_s_algebra() -> None:
     cs, ms = comm[0], compute[0]
     assert t4 == pytest.approx(cs + 3 * max(cs, ms) + ms, rel=1e-9)
     assert t4 < t1
+
+
+def test_streams_flag_pipelines_the_pairs_without_editing_the_file(capsys) -> None:
+    """--streams 2 on sp_mlp: its Allgather + linear and linear + ReduceScatter in two
+    loops, the run equal to the unstreamed one; a bad count and a lowered program are
+    errors that say why."""
+    from fuserlite.cli import main
+
+    steps = []
+    for flags in ([], ["--streams", "2"]):
+        assert main(["timeline", "examples/sp_mlp.fus", *flags]) == 0
+        out = capsys.readouterr().out
+        steps.append(next(t for t in out.splitlines() if t.startswith("step time")))
+    assert steps[0] != steps[1]  # two loops of two chunks: each pays its latency twice
+    assert main(["run", "examples/sp_mlp.fus", "--streams", "2", "--compute", "interpret"]) == 0
+    streamed = capsys.readouterr().out
+    assert main(["run", "examples/sp_mlp.fus", "--compute", "interpret"]) == 0
+    plain = capsys.readouterr().out
+    sums = [line for line in plain.splitlines() if line.startswith("out ")]
+    assert sums and sums == [line for line in streamed.splitlines() if line.startswith("out ")]
+    assert "validation: ok" in streamed
+    assert main(["timeline", "examples/sp_mlp.fus", "--streams", "1"]) == 1
+    assert "chunks=1" in capsys.readouterr().err
+
+
+def test_the_transformer_block_streams_its_four_pairs() -> None:
+    """Megatron-SP's two Allgather + linear and two linear + ReduceScatter pairs."""
+    names = fl.pipeline.default_pass_names(**{"lower-streams": "chunks=2"})
+    program = fl.Pipeline(names).run(fl.load("examples/transformer_block.fus"))
+    assert len(loops(program)) == 4

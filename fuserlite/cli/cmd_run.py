@@ -22,6 +22,7 @@ from fuserlite.cli.output import (
     add_json_option,
     add_latency_option,
     add_mesh_options,
+    add_streams_option,
     load_fusion,
     lowering_pass_names,
     pipeline,
@@ -411,6 +412,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "N(0, 1/fan_in), as layers are initialised) or normal (every float N(0, 1))",
     )
     add_mesh_options(r)
+    add_streams_option(r)
     add_latency_option(r)
     r.add_argument("--backend", choices=BACKENDS, help="sim (default, in-process) or mpi")
     r.add_argument(

@@ -351,7 +351,11 @@ def lowering_pass_names(args: argparse.Namespace) -> list[str]:
         resize = [f"resize-mesh[devices={devices}]"]
     if mesh is not None:
         resize = [f"resize-mesh[mesh={mesh}]"]
-    return resize + default_pass_names(**latency_options(getattr(args, "latency_bytes", None)))
+    options = latency_options(getattr(args, "latency_bytes", None))
+    streams = getattr(args, "streams", None)
+    if streams is not None:  # lower-streams says what is wrong with a bad count
+        options["lower-streams"] = f"chunks={streams}"
+    return resize + default_pass_names(**options)
 
 
 def _check_lowered(program: Program, args: argparse.Namespace, command: str) -> None:
@@ -362,6 +366,12 @@ def _check_lowered(program: Program, args: argparse.Namespace, command: str) -> 
         raise UsageError(
             f"fuserlite {command}: error: {moved} re-shards a fusion before lowering it, and "
             f"{name} is a lowered program; give the .fus file (or a printed fusion)"
+        )
+    if getattr(args, "streams", None) is not None:
+        raise UsageError(
+            f"fuserlite {command}: error: --streams gives Stream axes while a fusion is "
+            f"lowered, and {name} is a lowered program; give the .fus file (or a printed "
+            "fusion)"
         )
     unlowered = unlowered_steps(program)
     if unlowered:
@@ -424,6 +434,19 @@ def add_program_arguments(parser: argparse.ArgumentParser) -> None:
     add_latency_option(parser)
     add_machine_option(parser)
     add_grad_option(parser)
+    add_streams_option(parser)
+
+
+def add_streams_option(parser: argparse.ArgumentParser) -> None:
+    """`--streams S`: Stream axes of S chunks on the Allgather + matmul and matmul +
+    ReduceScatter pairs (the lower-streams pass's chunks option)."""
+    parser.add_argument(
+        "--streams",
+        metavar="S",
+        type=int,
+        help="pipeline each Allgather + matmul and matmul + ReduceScatter pair in S "
+        "chunks, one stream a chunk, without editing the file",
+    )
 
 
 def add_machine_option(parser: argparse.ArgumentParser) -> None:

@@ -199,10 +199,24 @@ class ChunkView:
         return [self.view.whole] if self.writes else [self.view.chunk]
 
 
+def filled(steps: list) -> frozenset[int]:
+    """The ids of the tensors loops write through views (a chunk of them at a time)."""
+    out = set()
+    for s in walk(steps):
+        if isinstance(s, ForLoop):
+            written = written_chunks(s.body)
+            out |= {
+                id(v.whole)
+                for v in s.body
+                if isinstance(v, ShardByStream) and id(v.chunk) in written
+            }
+    return frozenset(out)
+
+
 def written_chunks(body: list) -> set[int]:
     """The ids of the chunk tensors a loop body's steps write (its ShardByStream views
     that are written, not read)."""
-    return {id(t) for s in runs(body) for t in s.outputs}
+    return {id(t) for s in runs(body) for e in getattr(s, "exprs", [s]) for t in e.outputs}
 
 
 @dataclass(eq=False)

@@ -153,7 +153,6 @@ class _Builder:
         self.heads: dict[int, Line] = {}  # each tensor's canonical text: its block's head
         self.computed_at: dict[int, Line] = {}  # where each computed tensor's step starts
         self.marks: dict[int, Line] = {}  # tensor number -> its ` plan intermediate :` line
-        self.view_lines: dict[int, Line] = {}  # a ShardByStream's line
         self.posts: dict[int, host.PostOnStream] = {}  # a posted communication's output number
         self.loops: list[str] = []  # the indices of the loops around the step being read
         self.named = self.named_meshes()  # the meshes whose axes the user named
@@ -209,12 +208,13 @@ class _Builder:
                 raise self.invalid(exc) from None
             return self.fusion
         steps = [self.step(s) for s in text.steps]
-        self.check_views(steps)
         runs = list(host.runs(steps))
         exprs = [e for s in runs for e in (s.exprs if isinstance(s, Kernel) else [s])]
         self.set_io(exprs)
         users = {id(t): t.uses for t in self.fusion.tensors_created}
         outputs = {id(t) for t in self.fusion.outputs}
+        # A loop's chunk is its kernel's output: a view stores it into the whole.
+        outputs |= {id(v.chunk) for v in host.walk(steps) if isinstance(v, host.ShardByStream)}
         for s in runs:
             if isinstance(s, Kernel):
                 finish_kernel(s, outputs, users)
@@ -441,25 +441,6 @@ class _Builder:
             )
         return comm
 
-    def check_views(self, steps: list) -> None:
-        """A ParseError at the first ShardByStream a loop writes through: the whole
-        tensor it fills has no expression of the fusion to define it when read back."""
-        for s in host.walk(steps):
-            if not isinstance(s, host.ForLoop):
-                continue
-            written = host.written_chunks(s.body)
-            for v in s.body:
-                if isinstance(v, host.ShardByStream) and id(v.chunk) in written:
-                    line = self.view_lines[id(v)]
-                    raise self.fail(
-                        f"{v.text()}: a chunk written through a view fills "
-                        f"{v.whole.name}, which no expression defines when the program is "
-                        "read back; read the fusion (.fus) and lower it instead (the "
-                        "lower-streams pass writes such views)",
-                        line.number,
-                        1,
-                    )
-
     def shard_by_stream(self, line: Line, text: str) -> host.ShardByStream:
         """`ShardByStream T9 = T3 axis 0 chunk i of 4[ of 2 blocks]`, checked as
         lower-streams makes it: the chunk is shaped as one chunk of the whole."""
@@ -481,7 +462,6 @@ class _Builder:
         chunk, whole = self.tensors[int(m["chunk"])], self.tensors[int(m["whole"])]
         c = Chunking(int(m["axis"]), int(m["chunks"]), int(m["blocks"] or 1))
         view = host.ShardByStream(whole, chunk, c, m["index"])
-        self.view_lines[id(view)] = line
         why = view.problem()
         if why is not None:
             raise self.fail(f"ShardByStream {chunk.ir_name}: {why}", line.number, where)

@@ -46,7 +46,7 @@ def verify_program_changes(program: Program, log: ChangeLog | None) -> None:
     checks of the steps' order when it says a list of the graph was edited; the
     communications' and the outputs' always (a program has few of them)."""
     namer = LazyNamer(program.fusion)
-    problems = fusion_problems(program.fusion, namer, True, log)
+    problems = fusion_problems(program.fusion, namer, True, log, host.filled(program.steps))
     problems.extend(layout_problems(program.communications))
     problems.extend(sizing_problems(program.communications))
     problems.extend(communication_problems(program.communications))

@@ -477,6 +477,8 @@ def describe_step(step: Kernel | Communication) -> str:
     `Allgather T3 -> T4`, for a progress display."""
     if isinstance(step, Communication):
         return f"{step.kind.value} {step.input.name} -> {step.output.name}"
+    if isinstance(step, ChunkView):
+        return f"chunk {step.number} of {step.view.whole.name}"
     ops = step.exprs[0].op_name if len(step.exprs) == 1 else f"of {len(step.exprs)} ops"
     where = (step.mesh or SINGLE_DEVICE).size
     return f"{'scheduled kernel' if step.scheduled else 'kernel'} {ops} on {where} device(s)"

@@ -52,6 +52,10 @@ def run_view(view: ChunkView, values: dict[int, dict[TensorView, np.ndarray]]) -
             local[chunk] = _chunk(local[whole], axis, split, i)
             continue
         if chunk not in local:
+            if whole.mesh is None or d in whole.mesh.devices:  # never a whole missing a chunk
+                raise ExecutionError(
+                    f"device {d}: chunk {i} of {whole.name} ({chunk.name}) was not computed"
+                )
             continue
         part = local[chunk]
         if whole not in local:

@@ -9,6 +9,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import shardings
+from fuserlite.ir.streams import chunking
 from fuserlite.ir.tensor import TensorView, parallelize_problem
 from fuserlite.ir.types import ParallelType
 from fuserlite.ir.values import fact
@@ -177,6 +178,8 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
     raises FusionError naming the tensor. An unnamed new mesh of the rank of the
     fusion's named one keeps its axis names.
     """
+    from fuserlite.schedule.streams import stream_parallelize, without_streams  # it uses shard_as
+
     if not isinstance(new_mesh, DeviceMesh):
         if new_mesh < 1:
             raise FusionError(f"the number of devices must be at least 1, got {new_mesh}")
@@ -193,6 +196,11 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
             )
         if tv.mesh is None and not tv.device_axes():
             continue
+        # A Stream axis is a host loop's chunking, kept across the resize (its splits
+        # are no schedule of the kernels).
+        stream = chunking(tv.domain)
+        if stream is not None:
+            without_streams(tv)
         nests: dict[int, list[ParallelType]] = {}
         for s in sorted(shardings(tv).values() if tv.mesh else (), key=lambda s: s.depth):
             nests.setdefault(s.logical_index, []).append(s.parallel_type)
@@ -227,6 +235,8 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
                     f"the fusion resizable to {size} devices along {pts[0].name}"
                 )
         if tv.mesh is None:  # DID given, mesh inherited later: only a whole-axis DID is possible
+            if stream is not None:
+                stream_parallelize(tv, stream)
             continue
         dom = tv.domain
         contiguity = dom.contiguity if dom.allocation is None else None
@@ -240,3 +250,5 @@ def resize_meshes(fusion: Fusion, new_mesh: DeviceMesh | int) -> None:
         for li, pts in nests.items():
             for pt in pts:
                 shard_axis(tv, li, new_mesh, pt, whole=len(pts) == 1)
+        if stream is not None:
+            stream_parallelize(tv, stream)

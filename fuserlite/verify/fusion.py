@@ -209,10 +209,16 @@ def touched_exprs(
 
 
 def fusion_problems(
-    fusion: Fusion, namer: Namer, require_mesh: bool, log: ChangeLog | None = None
+    fusion: Fusion,
+    namer: Namer,
+    require_mesh: bool,
+    log: ChangeLog | None = None,
+    filled: frozenset[int] = frozenset(),
 ) -> list[str]:
     """Every broken invariant of the fusion's tensors, inputs and outputs (of the
-    tensors and expressions `log` holds and next to them; None: of all)."""
+    tensors and expressions `log` holds and next to them; None: of all). `filled`: the
+    ids of outputs a program's loop writes chunk by chunk through views (computed,
+    with no expression of their own where the program was read back)."""
     exprs = fusion.exprs()
     tensors = fusion.tensors(exprs)
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
@@ -225,7 +231,7 @@ def fusion_problems(
         problems.append("the fusion has no outputs; mark one with fusion.add_output")
     inputs = {id(t) for t in fusion.inputs}
     for out in touched_outputs(fusion.outputs, log):
-        if out.definition is None and id(out) not in inputs:
+        if out.definition is None and id(out) not in inputs and id(out) not in filled:
             problems.append(located(out, f"output {out.name} is neither computed nor an input"))
     touched = touched_exprs(exprs, log)
     for expr in touched:
