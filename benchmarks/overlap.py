@@ -19,6 +19,13 @@ posted and waited for on stream i + 1 and its matmul after it there
 step time with and without streams, the exposed communication, and the ratio to the
 ideal bound.
 
+The third table is ParallelType.Stream as the compiler lowers it: the same Allgather
++ matmul, the sequence-parallel MLP and the transformer block lowered with
+`lower-streams[chunks=S]` (`fuserlite timeline --streams S`: each Allgather +
+matmul/linear and matmul/linear + ReduceScatter pair cut into S chunks of every
+device's block, one host loop each): step time, exposed communication, and the
+ratio to the ideal bound of the unstreamed C and M.
+
 Prints the tables, writes results/overlap.json. A model, not a measurement: it runs
 no kernel (seconds per run, not per program size).
 """
@@ -34,6 +41,8 @@ from _report import Table, write_json
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.fusion import Fusion
+from fuserlite.pipeline import default_pass_names
+from fuserlite.program import host
 from fuserlite.program.streams import stream_chunks
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -102,7 +111,43 @@ def main() -> None:
             "S=n: max(C, M) + min(C, M) / n"
         )
     streamed = pipelined(options.machine)
-    write_json("overlap", {"rows": rows, "streamed": streamed})
+    lowered = stream_parallel(options.machine)
+    write_json("overlap", {"rows": rows, "streamed": streamed, "stream_parallel": lowered})
+
+
+def stream_parallel(machine: str | None) -> list[dict]:
+    """The pairs of each full-size program Stream-parallel in S chunks by lower-streams."""
+    rows = []
+    title = "ParallelType.Stream by lower-streams[chunks=S] (us): --streams S"
+    columns = ["program", "S", "loops", "step", "exposed", "ideal", "step/ideal"]
+    with Table(title, columns, widths=[30, 2, 5, 8, 8, 8, 10]) as table:
+        for name, build in cases()[-3:]:
+            fusion = build()
+            base = fl.timeline(fl.lower(fusion), machine).totals()
+            for s in (0, *STREAMS):
+                names = default_pass_names(**{"lower-streams": f"chunks={s}"})
+                program = fl.Pipeline(names).run(fusion)
+                tl = fl.timeline(program, machine)
+                t = tl.totals()
+                ideal = bound(base.compute, base.communication, max(s, 1))
+                loops = sum(isinstance(x, host.ForLoop) for x in program.steps)
+                rows.append(
+                    {
+                        "program": name,
+                        "chunks": s,
+                        "loops": loops,
+                        "step_time_s": tl.step_time,
+                        "exposed_s": t.exposed,
+                        "ideal_s": ideal,
+                    }
+                )
+                us = [x * 1e6 for x in (tl.step_time, t.exposed, ideal)]
+                table.row(name, s, loops, *us, tl.step_time / ideal)
+        table.note(
+            "S=0: no Stream, ideal C + M at S=1; ideal: "
+            "max(C, M) + min(C, M) / S of the unstreamed program's C and M"
+        )
+    return rows
 
 
 def pipelined(machine: str | None) -> list[dict]:

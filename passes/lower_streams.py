@@ -7,7 +7,9 @@ Before: a flat lowered Program (lower-communications ran).
 After: for each tensor a step writes with a Stream axis (fuserlite.ir.streams: chunk i
 of S along one logical axis), that step and the steps before it whose outputs only it
 (or another of them) reads, their chunking carried back through each op's axis map
-(schedule.streams.chunking_through), become one loop
+(schedule.streams.chunking_through), become one loop (but not the kernels before a
+communication that is not the last step: they run whole before the loop, so that
+each chunk's communication can start while the chunk before it computes)
 
     FOR i in range(S) {
     SetCurrentStream to Stream i + 1
@@ -30,7 +32,7 @@ With `chunks=S` (`fuserlite timeline --streams S`) the pass first gives Stream a
 itself, to nvFuser's two overlap patterns, without editing the fusion:
 
     Allgather -> a kernel with a matmul or linear     the kernel's outputs, cut along
-                                                      the gathered axis
+      (the one kernel that reads it)                  the gathered axis
     a kernel with a matmul or linear -> ReduceScatter the ReduceScatter's output, cut
                                                       along the scattered axis
 
@@ -170,6 +172,11 @@ class _Group:
             if not self._set(t, c, required):
                 return
         self.members.add(k)
+        if isinstance(self.steps[k], Communication) and k != self.producer:
+            # Compute before a communication whose output the loop computes on stays
+            # out (made whole before the loop): inside, chunk i + 1's kernels would
+            # queue behind chunk i's and its communication could not start early.
+            return
         for t, _ in found.values():
             q = self.writer.get(id(t))
             if q is None or q in self.members or q >= k:
@@ -353,7 +360,11 @@ def give_streams(program: Program, chunks: int) -> None:
             continue
         if step.kind is CommKind.Allgather and k + 1 < len(steps):
             after = steps[k + 1]
-            if isinstance(after, Kernel) and _contracts(after) and step.output in after.inputs:
+            # Only where that kernel alone reads the gathered tensor: the loop takes the
+            # Allgather in then (q, k and v's three projections of one would leave it
+            # whole before a loop of compute alone).
+            readers = [s for s in steps if step.output in s.inputs]
+            if isinstance(after, Kernel) and _contracts(after) and readers == [after]:
                 outs = _forward(after, step.output, _gathered(step, step.output, chunks))
                 if outs is not None:
                     for t in after.outputs:

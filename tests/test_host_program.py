@@ -4,12 +4,16 @@ the timeline schedules their streams (the pipelining algebra)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
+import stream_cases
 from host_programs import add_then_allgather, in_a_loop, single_fusion_single_comm
 
 import fuserlite as fl
 from fuserlite import models
+from fuserlite.pipeline import DEFAULT_PASSES
 from fuserlite.program import host
 from fuserlite.program.parser import parse_printed
 from fuserlite.program.streams import stream_chunks
@@ -28,10 +32,25 @@ def small_chunks() -> fl.Program:
     return ag_matmul_chunks(4, m=64, k=16, n=8)
 
 
+def unstreamed(build) -> Callable[[], fl.Program]:
+    """The program `build()` lowers to without lower-streams (its Stream axes whole)."""
+    names = [p for p in DEFAULT_PASSES if p != "lower-streams"]
+    return lambda: fl.Pipeline(names).run(build())
+
+
 BUILT = {  # a host program and the flat program it computes as
     "single fusion, single comm": (single_fusion_single_comm, add_then_allgather),
     "in a loop": (in_a_loop, add_then_allgather),
     "four chunks streamed": (lambda: streamed(small_chunks()), small_chunks),
+    # ParallelType.Stream, lowered by lower-streams: ShardByStream views of chunks
+    "Stream: AG + matmul": (
+        lambda: fl.lower(stream_cases.ag_matmul_blocks()),
+        unstreamed(stream_cases.ag_matmul_blocks),
+    ),
+    "Stream: matmul + ReduceScatter": (
+        lambda: fl.lower(stream_cases.matmul_reduce_scatter()),
+        unstreamed(stream_cases.matmul_reduce_scatter),
+    ),
 }
 
 
