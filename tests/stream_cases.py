@@ -98,33 +98,12 @@ def ag_matmul_blocks(s: int = S, m: int = 16, k: int = 8, n: int = 6):
     return f
 
 
-def matmul_allreduce(s: int = S, m: int = 4, k: int = 4, n: int = 6):
-    """matmul_AR: x [S, M, DIDx(D) K] @ w [DIDx(D) K, N]: partial sums, all-reduced a
-    chunk at a time."""
-
-    def body(x, w):
-        return _stream0(fl.matmul(x, w))
-
+def _row_parallel_matmul(s: int, rows: int, k: int, n: int, scatter: bool):
+    """x [S, rows, DIDx(D) K] @ w [DIDx(D) K, N]: partial sums, each chunk all-reduced
+    (y replicated) or reduce-scattered onto y's rows (`scatter`); Stream on y's axis 0."""
     with fl.Fusion() as f:
         mesh = fl.DeviceMesh.for_num_devices(D)
-        x = fl.tensor([s, m, D * k], "float32", name="x")
-        w = fl.tensor([D * k, n], "float32", name="w")
-        for t, axis in ((x, 2), (w, 0)):
-            t.set_device_mesh(mesh)
-            f.add_input(t)
-            t.outer_split(axis, D)
-            t.axis(axis).parallelize(DIDx)
-        y = body(x, w)
-        y.set_device_mesh(mesh)
-        f.add_output(y)
-    return f
-
-
-def matmul_reduce_scatter(s: int = S, m: int = 4, k: int = 4, n: int = 6):
-    """RSMatmulTest / matmul_RS: the same partial sums reduce-scattered onto y's rows."""
-    with fl.Fusion() as f:
-        mesh = fl.DeviceMesh.for_num_devices(D)
-        x = fl.tensor([s, D * m, D * k], "float32", name="x")
+        x = fl.tensor([s, rows, D * k], "float32", name="x")
         w = fl.tensor([D * k, n], "float32", name="w")
         for t, axis in ((x, 2), (w, 0)):
             t.set_device_mesh(mesh)
@@ -133,11 +112,22 @@ def matmul_reduce_scatter(s: int = S, m: int = 4, k: int = 4, n: int = 6):
             t.axis(axis).parallelize(DIDx)
         y = fl.matmul(x, w)
         y.set_device_mesh(mesh)
-        y.outer_split(1, D)
-        y.axis(1).parallelize(DIDx)
-        _stream0(y)
-        f.add_output(y)
+        if scatter:
+            y.outer_split(1, D)
+            y.axis(1).parallelize(DIDx)
+        f.add_output(_stream0(y))
     return f
+
+
+def matmul_allreduce(s: int = S, m: int = 4, k: int = 4, n: int = 6):
+    """matmul_AR: the partial sums of x [S, M, DIDx(D) K] @ w [DIDx(D) K, N],
+    all-reduced a chunk at a time."""
+    return _row_parallel_matmul(s, m, k, n, scatter=False)
+
+
+def matmul_reduce_scatter(s: int = S, m: int = 4, k: int = 4, n: int = 6):
+    """RSMatmulTest / matmul_RS: the same partial sums reduce-scattered onto y's rows."""
+    return _row_parallel_matmul(s, D * m, k, n, scatter=True)
 
 
 CASES = {
