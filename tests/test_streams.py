@@ -153,6 +153,23 @@ def test_the_validator_says_what_is_wrong(schedule, message: str) -> None:
         fl.verify(_fusion([8, 4], body))
 
 
+def test_a_device_split_inside_a_stream_split_is_refused() -> None:
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x = fl.tensor([8, 4], name="x")
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        y = fl.neg(x)
+        y.set_device_mesh(mesh)
+        y.outer_split(0, 2)
+        y.axis(0).parallelize(STREAM)
+        y.outer_split(1, 2)
+        y.axis(1).parallelize(fl.ParallelType.DIDx)
+        f.add_output(y)
+    with pytest.raises(fl.FuserliteError, match="inside a Stream split: a device would hold"):
+        fl.verify(f)
+
+
 def test_a_stream_axis_on_a_reduction_is_refused() -> None:
     def body(x):
         y = fl.sum(x, [1])
