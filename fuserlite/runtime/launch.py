@@ -40,6 +40,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.indexing import device_indices
 from fuserlite.kernel.memory import poison
 from fuserlite.kernel.runner import device_coordinates, device_values
+from fuserlite.program.host import ChunkView
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import is_sharded, layout
 from fuserlite.runtime.communicator import pad_to
@@ -257,7 +258,7 @@ def plan_launches(
         launch.keep = keep
     readers: dict[TensorView, list[int]] = {}
     for i, step in enumerate(steps):
-        for tv in step.inputs if isinstance(step, Kernel) else [step.input]:
+        for tv in step.inputs if isinstance(step, (Kernel, ChunkView)) else [step.input]:
             readers.setdefault(tv, []).append(i)
     free: dict[tuple, list[int]] = {}  # spare buffers by (shape, dtype): their numbers
     buffers: list[tuple[np.ndarray, list[_Output]]] = []  # each with the outputs given it
