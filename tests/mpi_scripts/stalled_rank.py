@@ -53,7 +53,10 @@ def main() -> int:
     fusion = models.tensor_parallel_mlp(int(size))
     ex = fl.FusionExecutor(fusion, backend="mpi", timeout=seconds)
     ex.run(fl.random_inputs(fusion, 0))
-    print(f"rank {me} finished", flush=True)
+    # One write of the whole line: print writes the text and its end apart, and two
+    # ranks' lines could interleave in mpiexec's shared stdout.
+    sys.stdout.write(f"rank {me} finished\n")
+    sys.stdout.flush()
     return 0
 
 
