@@ -58,8 +58,8 @@ from fuserlite.runtime.collectives import CollectivePlan, collective_plan
 from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import CompiledKernels, kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
-from fuserlite.runtime.launch import KernelLaunch, plan_launches
 from fuserlite.runtime.host_loops import run_view
+from fuserlite.runtime.launch import KernelLaunch, plan_launches
 from fuserlite.runtime.validation import Validation, validate_run
 
 SINGLE_DEVICE = DeviceMesh([0])
