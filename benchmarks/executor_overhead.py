@@ -101,10 +101,17 @@ def plain_block(inputs: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
     q, k, v = (heads_first(ln1 @ w.T + bias) for w, bias in ((wq, bq), (wk, bk), (wv, bv)))
     o = attention.sdpa_fwd(q, k, v, p, True, seed=0, offset=0)[0]
     attn = o.transpose(0, 2, 1, 3).reshape(b, s, h) @ wo.T + bo
-    r1 = x + nn.dropout(attn, p, 0, 1)[0]
+
+    def dropped(y, offset):
+        # The fusion's dropout draws its uniforms in its operand's dtype (bfloat16 too,
+        # philox.keep_mask), so the mask is drawn for `dtype` and applied in float32.
+        mask = nn.dropout(y.astype(dtype), p, 0, offset)[1]
+        return y * mask / np.float32(1.0 - p)
+
+    r1 = x + dropped(attn, 1)
     ln2 = nn.layer_norm(r1, [h], ln2_w, ln2_b)[0]
     mlp = gelu(ln2 @ w1.T + b1) @ w2.T + b2
-    return (r1 + nn.dropout(mlp, p, 0, 2)[0]).astype(dtype)
+    return (r1 + dropped(mlp, 2)).astype(dtype)
 
 
 def block_rows(runs: int) -> list[dict]:
