@@ -128,3 +128,22 @@ def test_a_planned_collective_names_a_wrong_buffer():
     values = {d: {plan.comm.input: np.zeros((1, 1), np.float32)} for d in (0, 1)}
     with pytest.raises(fl.ExecutionError, match="device 0 holds a buffer of shape"):
         plan.run(values)
+
+
+@pytest.mark.parametrize("rows", [4, 5])
+def test_outputs_above_one_block_are_a_buffer_per_row(rows, monkeypatch):
+    """Above ONE_BLOCK_BYTES (32 MiB) each device's output is its own buffer: the same
+    values, and a program output is still each device's own array."""
+    from fuserlite.runtime import launch
+
+    monkeypatch.setattr(launch, "ONE_BLOCK_BYTES", 0)
+    fusion = pooled_fusion(rows)
+    compiled = fl.FusionExecutor(fusion, compute="compiled")
+    interpreted = fl.FusionExecutor(fusion, compute="interpret")
+    for seed in (1, 2):
+        inputs = fl.random_inputs(fusion, seed=seed)
+        for a, b in zip(compiled.run(inputs), interpreted.run(inputs)):
+            np.testing.assert_array_equal(a, b)
+        per_device = compiled.run_per_device(inputs)
+        views = [per_device[d][1] for d in sorted(per_device)]  # neg(x): each device's block
+        assert len({v.ctypes.data for v in views}) == len(views)

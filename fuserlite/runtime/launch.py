@@ -12,7 +12,7 @@ of it. A run fills in only the addresses that change and calls `fuserlite_launch
 CPU prelude), which calls the kernel once per row.
 
 Outputs are allocated for all devices at once, one array of a row per device
-(poisoned, as the kernel runner's outputs start). An output that only compiled
+(poisoned, as the kernel runner's outputs start; above 32 MiB a buffer per row). An output that only compiled
 kernels read and that is not a program output is *pooled*: its buffer is made at
 planning and kept across runs, and shared with a later kernel's output of the same
 shape and dtype once the program's liveness has freed it (such a shared buffer is
@@ -48,6 +48,13 @@ from fuserlite.runtime.communicator import pad_to
 Launcher = Callable[[int, int, int, int], None]  # fuserlite_launch(kernel, table, rows, stride)
 
 
+# glibc's malloc serves a block of up to 32 MiB from its heap, reused run after run; a
+# larger one is a fresh mmap every run, each of its pages faulted in and zeroed again
+# (the tensor-parallel MLP's 128 MiB output stack filled 4x slower than its 16 MiB rows
+# apart: benchmarks/executor_overhead.py). A stack that large is made a row at a time.
+ONE_BLOCK_BYTES = 32 << 20
+
+
 class _Output:
     """One kernel output: its buffer (pooled) or how to make one (fresh per run), and
     each device's view of it."""
@@ -74,9 +81,14 @@ class _Output:
         rows = [stack[r, ...] for r in range(len(self.cuts))] if not self.local else list(stack)
         return [row if cut is None else row[cut] for row, cut in zip(rows, self.cuts)]
 
-    def fresh(self) -> tuple[np.ndarray, list[np.ndarray]]:
-        stack = np.full(self.stack_shape, self.poison, self.dtype)
-        return stack, self._views(stack)
+    def fresh(self) -> tuple[np.ndarray | None, list[np.ndarray]]:
+        """A new poisoned buffer: one stack of the rows (returned with the views), or, for
+        a stack above ONE_BLOCK_BYTES, a buffer per row (the stack None)."""
+        if self.row_bytes * len(self.cuts) <= ONE_BLOCK_BYTES:
+            stack = np.full(self.stack_shape, self.poison, self.dtype)
+            return stack, self._views(stack)
+        rows = [np.full(self.local, self.poison, self.dtype) for _ in self.cuts]
+        return None, [row if cut is None else row[cut] for row, cut in zip(rows, self.cuts)]
 
 
 class KernelLaunch:
@@ -228,9 +240,12 @@ class KernelLaunch:
                     out.buffer.fill(out.poison)
                 continue
             stack, views = out.fresh()
-            table[:, c] = self.row_addresses(stack, out.row_bytes)
+            if stack is None:  # a buffer per row: each view starts at its row's start
+                table[:, c] = [v.ctypes.data for v in views]
+            else:
+                table[:, c] = self.row_addresses(stack, out.row_bytes)
             fresh.append(views)
-            if self._is_whole(out):
+            if stack is not None and self._is_whole(out):
                 wholes[out.tv] = (stack.reshape(out.tv.shape), views)
         if self.devices:
             self._launcher(self._function, self._address, len(self.devices), self.stride)
