@@ -25,6 +25,14 @@ def cost_report(cost: Any) -> dict[str, int]:
     }
 
 
+def _steps_report(plan: Any) -> dict[str, Any]:
+    """A plan's (or its rejected alternative's) steps and cost."""
+    return {
+        "steps": [{"kind": s.step.kind.value, "bytes_per_device": s.bytes} for s in plan.steps],
+        "cost": cost_report(plan.cost),
+    }
+
+
 def resharding_report(program: Program, r: Resharding, tl: Timeline | None) -> dict[str, Any]:
     """One resharding of explain: what needed it, its placements, its plan, the rejected
     alternative and its communications (each with its modelled seconds)."""
@@ -45,19 +53,8 @@ def resharding_report(program: Program, r: Resharding, tl: Timeline | None) -> d
         "mesh": str(r.source.mesh),
         "plan": None
         if plan is None
-        else {
-            "before": str(plan.source),
-            "after": str(plan.target),
-            "steps": [{"kind": s.step.kind.value, "bytes_per_device": s.bytes} for s in plan.steps],
-            "cost": cost_report(plan.cost),
-        },
-        "rejected": None
-        if alt is None
-        else {
-            "label": alt.label,
-            "steps": [{"kind": s.step.kind.value, "bytes_per_device": s.bytes} for s in alt.steps],
-            "cost": cost_report(alt.cost),
-        },
+        else {"before": str(plan.source), "after": str(plan.target), **_steps_report(plan)},
+        "rejected": None if alt is None else {"label": alt.label, **_steps_report(alt)},
         "communications": comms,
     }
 
