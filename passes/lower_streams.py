@@ -181,8 +181,29 @@ class _Group:
             q = self.writer.get(id(t))
             if q is None or q in self.members or q >= k:
                 continue
-            if all(r in self.members for r in self.readers.get(id(t), [])):
+            if isinstance(self.steps[q], Communication):
+                self._take_siblings(t)
+                if q not in self.members:
+                    self._try(q)  # its readers outside the loop read the whole after it
+            elif all(r in self.members for r in self.readers.get(id(t), [])):
                 self._try(q)
+
+    def _take_siblings(self, t: TensorView) -> None:
+        """Take in each other reader of `t` (a communication's output) whose outputs all
+        have Stream axes (q, k and v's projections of one Allgather): one loop computes
+        every reader's chunk after each chunk's communication."""
+        for r in self.readers.get(id(t), []):
+            step = self.steps[r]
+            if r in self.members or not isinstance(step, Kernel):
+                continue
+            cuts = [chunking(o.domain) for o in step.outputs]
+            if None in cuts:
+                continue  # computed from the whole after the loop
+            saved = dict(self.cut)
+            if all(self._set(o, c, required=False) for o, c in zip(step.outputs, cuts)):
+                self._try(r)
+            if r not in self.members:
+                self.cut = saved
 
     def _try(self, q: int) -> None:
         """Take step q into the loop if it can compute chunks; else it computes its
@@ -214,7 +235,7 @@ def _loop(program: Program, group: _Group, renamed: dict[int, TensorView]) -> tu
     written = {id(t) for k in members for t in group.steps[k].outputs}
     read = {id(t) for k in members for t in group.steps[k].inputs}
     inside = {id(t) for k in members for t in _tensors(group.steps[k])}
-    after = {id(t) for k, s in enumerate(group.steps) if k > members[-1] for t in s.inputs}
+    after = {id(t) for k, s in enumerate(group.steps) if k not in group.members for t in s.inputs}
     outputs = {id(t) for t in program.outputs}
     chunks: dict[int, TensorView] = {}
     views = []
@@ -258,6 +279,31 @@ def _loop(program: Program, group: _Group, renamed: dict[int, TensorView]) -> tu
     return [host.ForLoop(INDEX, c.chunks, body), *tail], members[-1]
 
 
+def _around(steps: list, members: set[int]) -> tuple[list, list]:
+    """The steps among `steps` not in the loop: those that read nothing the loop writes
+    (run before it) and those that do (after it, reading the whole: the readers of an
+    Allgather that cannot compute chunks), each in program order. A LoweringError where
+    a step of the loop reads one that must run after it."""
+    written: set[int] = set()  # tensors the loop writes
+    late: dict[int, TensorView] = {}  # tensors computed after the loop, from what it writes
+    after = []
+    for k, s in enumerate(steps):
+        reads = [t for t in s.inputs if id(t) in written or id(t) in late]
+        if k in members:
+            for t in reads:
+                if id(t) in late:
+                    raise LoweringError(
+                        f"Stream: a chunk of the loop reads {t.name}, which is computed "
+                        "from the loop's whole outputs after it; give it no Stream axis"
+                    )
+            written |= {id(t) for t in s.outputs}
+        elif reads:
+            after.append(k)
+            late |= {id(t): t for t in s.outputs}
+    before = [s for k, s in enumerate(steps) if k not in members and k not in after]
+    return before, [steps[k] for k in after]
+
+
 def _tensors(step: Kernel | Communication) -> list[TensorView]:
     return step.tensors if isinstance(step, Kernel) else [step.input, step.output]
 
@@ -290,9 +336,9 @@ def lower_streams(program: Program) -> None:
         k, target, c = found
         group = _Group(steps, target, c)
         loop, last = _loop(program, group, renamed)
-        before = [s for j, s in enumerate(steps[: last + 1]) if j not in group.members]
+        before, after = _around(steps[: last + 1], group.members)
         done += before + loop
-        steps = steps[last + 1 :]
+        steps = after + steps[last + 1 :]
     program.steps = done + steps
     # fl.explain's records: of the chunks' communications where a loop runs them (each
     # chunk's plan is the whole's on a chunk), as the printed program reads them back.
@@ -358,16 +404,22 @@ def give_streams(program: Program, chunks: int) -> None:
     for k, step in enumerate(steps):
         if not isinstance(step, Communication) or step.mesh is None:
             continue
-        if step.kind is CommKind.Allgather and k + 1 < len(steps):
-            after = steps[k + 1]
-            # Only where that kernel alone reads the gathered tensor: the loop takes the
-            # Allgather in then (q, k and v's three projections of one would leave it
-            # whole before a loop of compute alone).
-            readers = [s for s in steps if step.output in s.inputs]
-            if isinstance(after, Kernel) and _contracts(after) and readers == [after]:
-                outs = _forward(after, step.output, _gathered(step, step.output, chunks))
-                if outs is not None:
-                    for t in after.outputs:
+        if step.kind is CommKind.Allgather:
+            # Every kernel that reads the gathered tensor and can compute chunks of it
+            # (q, k and v's projections of one): one loop takes them all in, each chunk's
+            # Allgather first; the others compute from the whole after the loop.
+            readers = [
+                s for s in steps[k + 1 :] if isinstance(s, Kernel) and step.output in s.inputs
+            ]
+            if not any(_contracts(r) for r in readers):
+                continue
+            c = _gathered(step, step.output, chunks)
+            for reader in readers:
+                outs = _forward(reader, step.output, c)
+                if outs is not None and all(
+                    chunking_problem(t, outs[id(t)]) is None for t in reader.outputs
+                ):
+                    for t in reader.outputs:
                         _give(t, outs[id(t)])
         if step.kind is CommKind.ReduceScatter and k > 0:
             before = steps[k - 1]

@@ -139,3 +139,47 @@ CASES = {
     "matmul + Allreduce": matmul_allreduce,
     "matmul + ReduceScatter": matmul_reduce_scatter,
 }
+
+
+def _rows_sharded(m: int, k: int, weights: dict[str, int]) -> tuple:
+    """x [M, K] sharded on its rows over D devices and replicated weights [K, n]."""
+    mesh = fl.DeviceMesh.for_num_devices(D)
+    x = fl.tensor([m, k], "float32", name="x")
+    ws = [fl.tensor([k, n], "float32", name=name) for name, n in weights.items()]
+    for t in (x, *ws):
+        t.set_device_mesh(mesh)
+    x.outer_split(0, D)
+    x.axis(0).parallelize(DIDx)
+    return mesh, x, ws
+
+
+def _stream_blocks(y, s: int) -> None:
+    """y's rows split by the devices, each device's block in s chunks, Stream on them."""
+    y.outer_split(0, D)
+    y.outer_split(1, s)
+    y.axis(1).parallelize(STREAM)
+
+
+def allgather_read_thrice(s: int = S, m: int = 16, k: int = 8, streams: bool = True):
+    """One Allgather of x read by two matmuls (q and k's projections, as in the
+    sequence-parallel block) and by a transpose, whose rows are x's columns: the loop
+    runs each chunk's Allgather, then both products' chunks; the transpose reads the
+    whole x after it. Without `streams` no Stream axis (for `lower-streams[chunks=S]`
+    to give them)."""
+    with fl.Fusion() as f:
+        mesh, x, (wq, wk) = _rows_sharded(m, k, {"wq": 6, "wk": 4})
+        for t in (x, wq, wk):
+            f.add_input(t)
+        q = fl.matmul(x, wq)
+        kk = fl.matmul(x, wk)
+        xt = fl.permute(x, [1, 0])
+        for t in (q, kk, xt):
+            t.set_device_mesh(mesh)
+            f.add_output(t)
+        if streams:
+            _stream_blocks(q, s)
+            _stream_blocks(kk, s)
+    return f
+
+
+CASES["Allgather read by two matmuls and a transpose"] = allgather_read_thrice

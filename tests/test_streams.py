@@ -261,10 +261,12 @@ def test_streams_flag_pipelines_the_pairs_without_editing_the_file(capsys) -> No
     assert "chunks=1" in capsys.readouterr().err
 
 
-def test_the_transformer_block_streams_three_of_its_pairs() -> None:
-    """Megatron-SP's MLP Allgather + linear and both linear + ReduceScatter pairs, each
-    loop a communication and one linear (the layer norm before the Allgather runs whole
-    before it); the q/k/v Allgather feeds three projections and stays whole."""
+def test_the_transformer_block_streams_all_four_of_its_pairs() -> None:
+    """Megatron-SP's four pairs, each a loop: the q/k/v Allgather with the three
+    projections that read it (one Allgather a chunk, then each projection's chunk), the
+    output projection + ReduceScatter, the MLP's Allgather + linear, and gelu, the second
+    linear + ReduceScatter; the layer norms run whole before their Allgathers, the head
+    reshapes of q, k and v whole after the first loop."""
     names = fl.pipeline.default_pass_names(**{"lower-streams": "chunks=2"})
     program = fl.Pipeline(names).run(fl.load("examples/transformer_block.fus"))
     bodies = []
@@ -273,5 +275,58 @@ def test_the_transformer_block_streams_three_of_its_pairs() -> None:
         bodies.append(
             [s.kind.value if isinstance(s, Communication) else s.exprs[-1].op_name for s in posted]
         )
-    assert bodies[:2] == [["linear", "ReduceScatter"], ["Allgather", "linear"]]
-    assert len(bodies) == 3 and bodies[2][-2:] == ["linear", "ReduceScatter"]  # gelu first
+    assert bodies == [
+        ["Allgather", "linear", "linear", "linear"],
+        ["linear", "ReduceScatter"],
+        ["Allgather", "linear"],
+        ["set", "linear", "ReduceScatter"],  # the gelu kernel ends in a set
+    ]
+    first = program.steps.index(loops(program)[0])
+    after = [s for s in program.steps[first:] if isinstance(s, Kernel)]
+    assert [e.op_name for e in after[0].exprs][0] == "reshape"  # q's heads, from the whole
+
+
+def _posted(loop: host.ForLoop) -> list[str]:
+    """What a loop's body posts: a communication's kind, a kernel's last op."""
+    return [
+        s.step.kind.value if isinstance(s.step, Communication) else s.step.exprs[-1].op_name
+        for s in loop.body
+        if isinstance(s, host.PostOnStream)
+    ]
+
+
+@pytest.mark.parametrize("compute", ["numpy", "compiled"])
+def test_one_allgather_feeds_every_reader_that_can_compute_chunks(compute: str) -> None:
+    """x gathered once per chunk in one loop, both products' chunks after it; the
+    transpose (scheduled: its axes merged) reads the whole x after the loop. The values
+    are the unstreamed program's; --streams gives the same program as the hand-written
+    Stream axes."""
+    fusion = cases.allgather_read_thrice()
+    program = fl.lower(fusion)
+    (loop,) = loops(program)
+    assert _posted(loop) == ["Allgather", "matmul", "matmul"]
+    text = str(program)
+    host_lines = [t.split(" (")[0] for t in text.splitlines() if not t.startswith((" ", "T"))]
+    body = host_lines[host_lines.index("FOR i in range(4) {") :]
+    gathered = next(t for t in body if t.startswith("Wait")).split()[-1]
+    (view,) = [t for t in body if t.startswith(f"ShardByStream {gathered} = ")]
+    whole = view.split()[3]  # the whole gathered x, written a chunk at a time
+    assert [t.split(" %")[0] for t in body if t.startswith(("PostOnStream", "Wait"))] == [
+        "PostOnStream Communication Allgather",
+        f"Wait Communication {gathered}",
+        "PostOnStream",
+        "PostOnStream",
+    ]
+    assert body[body.index("} // FOR i") + 6].startswith("%kernel")  # after the Synchronizes
+    after = [s for s in program.steps[program.steps.index(loop) :] if isinstance(s, Kernel)]
+    assert len(after) == 1 and "permute" in [e.op_name for e in after[0].exprs]
+    assert [t.ir_name for t in after[0].inputs] == [whole]
+    names = fl.pipeline.default_pass_names(**{"lower-streams": f"chunks={cases.S}"})
+    given = fl.Pipeline(names).run(cases.allgather_read_thrice(streams=False))
+    assert str(given) == text
+    inputs = fl.random_inputs(fusion, seed=8)
+    want = fl.FusionExecutor(fl.Pipeline(UNSTREAMED).run(fusion), compute=compute).run(inputs)
+    ex = fl.FusionExecutor(fusion, compute=compute)
+    got = ex.run(inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(want, got))
+    ex.validate(inputs, got)

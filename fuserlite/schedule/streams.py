@@ -14,7 +14,7 @@ treat a loop's steps as any other.
 
 from __future__ import annotations
 
-from fuserlite.ir.domain import IterDomain, TensorDomain
+from fuserlite.ir.domain import IterDomain, Split, TensorDomain
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.sharding import logical_placement, shardings
@@ -47,6 +47,11 @@ def stream_parallelize(tv: TensorView, c: Chunking) -> None:
         pos = dom.loop_index(a)
         tv.outer_split(pos, c.blocks)
         inner = tv.domain.loop_positions[pos + 1]
+    elif not isinstance(split, Split):
+        raise LoweringError(
+            f"{tv.name}: axis {a} is merged with another by its schedule; a Stream "
+            "chunking of it needs it whole or split by its devices"
+        )
     elif split.factor == c.blocks and not split.inner_split:
         inner = split.inner
     else:
