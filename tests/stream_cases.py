@@ -183,3 +183,57 @@ def allgather_read_thrice(s: int = S, m: int = 16, k: int = 8, streams: bool = T
 
 
 CASES["Allgather read by two matmuls and a transpose"] = allgather_read_thrice
+
+
+H, T = 2, 6  # nvFuser's python overlap tests: hidden h (the MLP's 4h), t tokens, s = 3 chunks
+
+
+def column_parallel_linear_forward(s: int = 3, t: int = T, h: int = H):
+    """nvFuser's python test_column_parallel_linear_forward, sequence parallel: x [t, h]
+    sharded on its tokens, all-gathered, times w [4h, h] sharded on its output features
+    (linear: x w^T), out [t, DIDx(4h)]; out's tokens split by the devices, each block in
+    s chunks, Stream on them."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(D)
+        x = fl.tensor([t, h], "float32", name="x")
+        w = fl.tensor([4 * h, h], "float32", name="w")
+        for t_ in (x, w):
+            t_.set_device_mesh(mesh)
+            f.add_input(t_)
+            t_.outer_split(0, D)
+            t_.axis(0).parallelize(DIDx)
+        out = fl.linear(x, w)
+        out.set_device_mesh(mesh)
+        out.outer_split(1, D)
+        out.axis(1).parallelize(DIDx)  # [t, DIDx(D), 4h/D]
+        _stream_blocks(out, s)  # [D, S, t/(D S), DIDx(D), 4h/D]
+        f.add_output(out)
+    return f
+
+
+def row_parallel_linear_forward(s: int = 3, t: int = T, h: int = H):
+    """nvFuser's python test_row_parallel_linear_forward: x [t, 4h] and w [h, 4h] sharded
+    on the 4h they contract, linear's partial sums reduce-scattered onto out's tokens
+    [DIDx(t), h]; each device's block of tokens in s chunks, Stream on them."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(D)
+        x = fl.tensor([t, 4 * h], "float32", name="x")
+        w = fl.tensor([h, 4 * h], "float32", name="w")
+        for t_ in (x, w):
+            t_.set_device_mesh(mesh)
+            f.add_input(t_)
+            t_.outer_split(1, D)
+            t_.axis(1).parallelize(DIDx)
+        out = fl.linear(x, w)
+        out.set_device_mesh(mesh)
+        out.outer_split(0, D)
+        out.axis(0).parallelize(DIDx)
+        out.outer_split(1, s)
+        out.axis(1).parallelize(STREAM)  # [DIDx(D), S, t/(D S), h]
+        f.add_output(out)
+    return f
+
+
+CASES["column_parallel_linear_forward"] = column_parallel_linear_forward
+CASES["row_parallel_linear_forward"] = row_parallel_linear_forward
+CHUNKS = {"column_parallel_linear_forward": 3, "row_parallel_linear_forward": 3}  # else S

@@ -33,13 +33,14 @@ def test_each_case_runs_its_chunks_in_a_loop_as_the_unstreamed_program(name: str
     whole = fl.Pipeline(UNSTREAMED).run(fusion)
     program = fl.lower(fusion)
     (loop,) = loops(program)
-    assert loop.extent == cases.S
+    chunks = cases.CHUNKS.get(name, cases.S)
+    assert loop.extent == chunks
     inside = [s.step for s in loop.body if isinstance(s, host.PostOnStream)]
     comms = [c for c in inside if isinstance(c, Communication)]
     assert [c.kind for c in comms] == [c.kind for c in whole.communications]
     for chunk, full in zip(comms, whole.communications):
-        assert chunk.bytes_per_device * cases.S == full.bytes_per_device
-        assert chunk.output.nbytes * cases.S == full.output.nbytes
+        assert chunk.bytes_per_device * chunks == full.bytes_per_device
+        assert chunk.output.nbytes * chunks == full.output.nbytes
     assert "istreamIdx" in str(program)
     inputs = fl.random_inputs(fusion, seed=5)
     want = fl.FusionExecutor(whole, compute="interpret").run(inputs)
