@@ -331,3 +331,17 @@ def test_one_allgather_feeds_every_reader_that_can_compute_chunks(compute: str) 
     got = ex.run(inputs)
     assert all(np.array_equal(a, b) for a, b in zip(want, got))
     ex.validate(inputs, got)
+
+
+def test_print_streams_prints_the_host_program_with_its_loops(capsys) -> None:
+    """`print PATH --streams S` is the default pipeline with lower-streams[chunks=S], as
+    timeline --streams lowers it; with --passes it is an error that says what to write."""
+    from fuserlite.cli import main
+
+    assert main(["print", "examples/sp_mlp.fus", "--streams", "2"]) == 0
+    printed = capsys.readouterr().out
+    names = fl.pipeline.default_pass_names(**{"lower-streams": "chunks=2"})
+    assert printed == str(fl.Pipeline(names).run(fl.load("examples/sp_mlp.fus")))
+    assert printed.count("FOR i in range(2) {") == 2
+    assert main(["print", "examples/sp_mlp.fus", "--passes", "segment", "--streams", "2"]) == 1
+    assert "write that pass instead" in capsys.readouterr().err

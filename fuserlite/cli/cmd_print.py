@@ -13,6 +13,7 @@ from fuserlite.cli.output import (
     UsageError,
     add_command,
     add_latency_option,
+    add_streams_option,
     check_latency_with_passes,
     load_fusion,
     lowering_pass_names,
@@ -35,9 +36,15 @@ def _pass_names(args: argparse.Namespace) -> list[str] | None:
     """The passes `print` runs: --lowered means the default pipeline."""
     if args.passes is not None:
         check_latency_with_passes(args, "print: error")
+        if args.streams is not None:
+            raise UsageError(
+                "fuserlite print: error: --streams sets the default pipeline's "
+                f"lower-streams[chunks={args.streams}]; with --passes write that pass instead"
+            )
         return pass_list(args.passes, "print: error: --passes", "print the fusion")
     # --latency-bytes alone lowers too: the fusion as read has no plan it could change.
-    if args.lowered or args.scheduled or args.latency_bytes is not None:
+    lowers = args.latency_bytes is not None or args.streams is not None
+    if args.lowered or args.scheduled or lowers:
         return lowering_pass_names(args)
     return None
 
@@ -123,6 +130,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="run the default pipeline and print each scheduled kernel (nvFuser's format)",
     )
     add_latency_option(p, "; implies --lowered")
+    add_streams_option(p, "; implies --lowered (the host program with its loops)")
     dumps = p.add_mutually_exclusive_group()
     dumps.add_argument(
         "--print-after-all", action="store_true", help="print the program after every pass"

@@ -437,7 +437,7 @@ def add_program_arguments(parser: argparse.ArgumentParser) -> None:
     add_streams_option(parser)
 
 
-def add_streams_option(parser: argparse.ArgumentParser) -> None:
+def add_streams_option(parser: argparse.ArgumentParser, suffix: str = "") -> None:
     """`--streams S`: Stream axes of S chunks on the Allgather + matmul and matmul +
     ReduceScatter pairs (the lower-streams pass's chunks option)."""
     parser.add_argument(
@@ -445,7 +445,7 @@ def add_streams_option(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         type=int,
         help="pipeline each Allgather + matmul and matmul + ReduceScatter pair in S "
-        "chunks, one stream a chunk, without editing the file",
+        "chunks, one stream a chunk, without editing the file" + suffix,
     )
 
 
