@@ -433,3 +433,37 @@ def test_a_program_before_lower_communications_is_refused(capsys, tmp_path: Path
     assert main(["timeline", str(path)]) == 1
     err = capsys.readouterr().err
     assert "is a program before lower-communications" in err and "| fuserlite timeline -" in err
+
+
+def test_a_chunked_communication_is_hidden_chunk_by_chunk() -> None:
+    """Two chunks of one posted communication (one program step, named by the loop
+    index): the exposed time is the sum of the chunks', each kernel named once."""
+    comm = [
+        Event(0, 100, COMMUNICATION, f"Allgather a -> b [i={i}]", 2.0 * i, 2.0 * i + 2, 1)
+        for i in range(2)
+    ]
+    compute = [Event(0, 1, COMPUTE, "%kernel2 (linear) [i=0]", 2.0, 3.0, 2)]
+    tl = Timeline(H100, [*comm, *compute])
+    assert hiding(tl, 1) == "3 s of 4 s exposed, the rest behind %kernel2 (linear)"
+    alone = Timeline(H100, [comm[0]])
+    assert hiding(alone, 1) == "exposed: no compute runs beside it"
+
+
+def test_explain_says_what_hides_each_chunked_communication_of_the_streamed_block(
+    capsys,
+) -> None:
+    """--streams 4 on the SP block: each of its four communications runs in 4 chunks,
+    partly behind the kernels of its loop (the q/k/v Allgather behind all three
+    projections)."""
+    from fuserlite.cli import main
+
+    assert main(["explain", "examples/transformer_block_overlap.fus", "--streams", "4"]) == 0
+    times = [t for t in capsys.readouterr().out.splitlines() if t.startswith("  time: ")]
+    assert [t.split()[1] for t in times] == [
+        "Allgather",
+        "ReduceScatter",
+        "Allgather",
+        "ReduceScatter",
+    ]
+    assert all(" 4 chunks of " in t and ", the rest behind %kernel" in t for t in times)
+    assert times[0].count("(linear)") == 3

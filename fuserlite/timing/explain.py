@@ -21,32 +21,52 @@ from fuserlite.timing.timeline import Timeline
 from fuserlite.timing.units import seconds_text
 
 
+def _chunks(tl: Timeline, step: int) -> list[list]:
+    """The events of program step `step`, one list per run of it (a loop's chunk: its
+    events are named with the loop index, `[i=2]`), in order."""
+    runs: dict[str, list] = {}
+    for e in tl.events:
+        if e.step == step:
+            runs.setdefault(e.name, []).append(e)
+    return list(runs.values())
+
+
+def _unindexed(name: str) -> str:
+    return name.split(" [", 1)[0]
+
+
 def hiding(tl: Timeline, step: int) -> str:
     """Whether the events of program step `step` (a communication) are hidden, and by
-    which kernels: the most exposed of its devices decides."""
-    events = [e for e in tl.events if e.step == step]
-    longest = max(events, key=lambda e: e.duration)
-    exposed = max(tl.exposed(e) for e in events)
-    behind = list(dict.fromkeys(h.name for e in events for h, _ in tl.beside(e)))
+    which kernels: the most exposed of its devices decides, chunk by chunk where a loop
+    runs it (what is exposed is the sum of the chunks')."""
+    runs = _chunks(tl, step)
+    duration = sum(max(e.duration for e in run) for run in runs)
+    exposed = sum(max(tl.exposed(e) for e in run) for run in runs)
+    beside = [h.name for run in runs for e in run for h, _ in tl.beside(e)]
+    if len(runs) > 1:  # each kernel once, with the chunks it hides behind in
+        beside = [_unindexed(name) for name in beside]
+    behind = list(dict.fromkeys(beside))
     if not behind:
         return "exposed: no compute runs beside it"
     names = ", ".join(behind)
-    if exposed <= 1e-12 * max(longest.duration, 1e-30):
+    if exposed <= 1e-12 * max(duration, 1e-30):
         return f"hidden behind {names}"
-    return f"{seconds_text(exposed)} of {seconds_text(longest.duration)} exposed, the rest behind {names}"
+    return f"{seconds_text(exposed)} of {seconds_text(duration)} exposed, the rest behind {names}"
 
 
 def communication_line(tl: Timeline, program: Program, comm: Communication) -> str | None:
-    """The time line of one communication (None for a LocalSlice, which takes none)."""
+    """The time line of one communication (None for a LocalSlice, which takes none);
+    in a loop, a chunk's time and the chunks' count."""
     if comm.kind is CommKind.LocalSlice:
         return None
     step = step_numbers(program)[id(comm)]
-    events = [e for e in tl.events if e.step == step]
-    longest = max(events, key=lambda e: e.duration)
+    runs = _chunks(tl, step)
+    longest = max((e for run in runs for e in run), key=lambda e: e.duration)
     link, _, terms = longest.detail.partition(": ")
-    return f"{comm.kind.value} {seconds_text(longest.duration)} on {link} ({terms}); " + hiding(
-        tl, step
-    )
+    took = seconds_text(longest.duration)
+    if len(runs) > 1:
+        took = f"{len(runs)} chunks of {took}"
+    return f"{comm.kind.value} {took} on {link} ({terms}); " + hiding(tl, step)
 
 
 def explain(program: Program, machine: str | Machine | None = None) -> str:
