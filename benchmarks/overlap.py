@@ -21,10 +21,11 @@ ideal bound.
 
 The third table is ParallelType.Stream as the compiler lowers it: the same Allgather
 + matmul, the sequence-parallel MLP and the transformer block lowered with
-`lower-streams[chunks=S]` (`fuserlite timeline --streams S`: each Allgather +
-matmul/linear and matmul/linear + ReduceScatter pair cut into S chunks of every
-device's block, one host loop each): step time, exposed communication, and the
-ratio to the ideal bound of the unstreamed C and M.
+`lower-streams[chunks=S]` (`fuserlite timeline --streams S`: each Allgather and
+every matmul/linear that reads it in one loop, each matmul/linear + ReduceScatter
+pair in another, cut into S chunks of every device's block), and the block at the
+size of examples/transformer_block_overlap.fus: step time, exposed communication,
+and the ratio to the ideal bound of the unstreamed C and M.
 
 Prints the tables, writes results/overlap.json. A model, not a measurement: it runs
 no kernel (seconds per run, not per program size).
@@ -121,7 +122,9 @@ def stream_parallel(machine: str | None) -> list[dict]:
     title = "ParallelType.Stream by lower-streams[chunks=S] (us): --streams S"
     columns = ["program", "S", "loops", "step", "exposed", "ideal", "step/ideal"]
     with Table(title, columns, widths=[30, 2, 5, 8, 8, 8, 10]) as table:
-        for name, build in cases()[-3:]:
+        example = EXAMPLES / "transformer_block_overlap.fus"
+        at_example = [("transformer_block_overlap", lambda: fl.load(example))]
+        for name, build in [*cases()[-3:], *at_example]:
             fusion = build()
             base = fl.timeline(fl.lower(fusion), machine).totals()
             for s in (0, *STREAMS):
