@@ -129,13 +129,20 @@ def random_source(dtypes: set[DType]) -> str:
     kernels that draw none."""
     if not dtypes:
         return ""
-    parts = [C_SOURCE]
+    # Each part guarded: the sources of several programs concatenated into one file
+    # (two programs that draw dropout masks) define each function once.
+    parts = [_guarded("FL_RANDOM_SOURCE", C_SOURCE)]
     for dtype in (DType.float16, DType.bfloat16):
         if dtype in dtypes:
             name = _UNIFORM[dtype].removeprefix("fl_uniform_")
             to = {"to_compute": _TO_COMPUTE[dtype], "to_storage": _TO_STORAGE[dtype]}
-            parts.append(RANDOM_ROUNDED.format(name=name, **to))
+            text = RANDOM_ROUNDED.format(name=name, **to)
+            parts.append(_guarded(f"FL_RANDOM_SOURCE_{name.upper()}", text))
     return "".join(parts)
+
+
+def _guarded(macro: str, text: str) -> str:
+    return f"#ifndef {macro}\n#define {macro}\n{text}\n#endif\n"
 
 
 def math_source(kernels: list[Kernel]) -> str:
