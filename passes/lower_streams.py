@@ -31,14 +31,18 @@ that moves the chunked axis, a kernel that computes something whole beside its c
 With `chunks=S` (`fuserlite timeline --streams S`) the pass first gives Stream axes
 itself, to nvFuser's two overlap patterns, without editing the fusion:
 
-    Allgather -> a kernel with a matmul or linear     the kernel's outputs, cut along
-      (the one kernel that reads it)                  the gathered axis
-    a kernel with a matmul or linear -> ReduceScatter the ReduceScatter's output, cut
-                                                      along the scattered axis
+    Allgather -> kernels, one with a matmul or linear  each reader's outputs that can
+      (q, k and v's projections of one)                be cut along the gathered axis
+    a kernel with a matmul or linear -> ReduceScatter  the ReduceScatter's output, cut
+                                                       along the scattered axis
 
 each cut into S chunks of every device's block (chunk i: the i-th 1/S of each block,
-which is what an Allgather or ReduceScatter of chunks moves). A pair whose axis S D
-does not divide is left whole.
+which is what an Allgather or ReduceScatter of chunks moves). A communication read
+by several kernels goes into the loop with each reader that has Stream axes (each
+chunk's communication once, then every reader's chunk); its other readers run after
+the loop on the whole, which the loop writes through views. A pair whose axis S D
+does not divide is left whole; where no pair can be cut (and the fusion has no
+Stream axis of its own) the pass says why.
 """
 
 from __future__ import annotations
@@ -386,20 +390,27 @@ def _gathered(comm: Communication, t: TensorView, chunks: int) -> Chunking:
     return Chunking(_logical_index(t, axis), chunks, len(comm.team))
 
 
-def _give(t: TensorView, c: Chunking) -> bool:
-    """Give `t` the Stream axis of `c` where it has none and can be cut so."""
-    if stream_position(t.domain) is not None or chunking_problem(t, c) is not None:
+def _give(t: TensorView, c: Chunking, why: list[str]) -> bool:
+    """Give `t` the Stream axis of `c` where it has none and can be cut so; else say
+    why not in `why`."""
+    if stream_position(t.domain) is not None:
         return False
-    try:
-        stream_parallelize(t, c)
-    except LoweringError:
+    problem = chunking_problem(t, c)
+    if problem is None:
+        try:
+            stream_parallelize(t, c)
+        except LoweringError as e:
+            problem = str(e)
+    if problem is not None:
+        why.append(f"{t.name}: {problem}")
         return False
     return True
 
 
-def give_streams(program: Program, chunks: int) -> None:
+def give_streams(program: Program, chunks: int) -> list[str]:
     """Give nvFuser's Allgather + matmul and matmul + ReduceScatter pairs Stream axes
-    of `chunks` chunks (module doc)."""
+    of `chunks` chunks (module doc); why each pair left whole was left so."""
+    why: list[str] = []
     steps = [s for s in program.steps if not host.is_host_node(s)]
     for k, step in enumerate(steps):
         if not isinstance(step, Communication) or step.mesh is None:
@@ -416,15 +427,19 @@ def give_streams(program: Program, chunks: int) -> None:
             c = _gathered(step, step.output, chunks)
             for reader in readers:
                 outs = _forward(reader, step.output, c)
-                if outs is not None and all(
-                    chunking_problem(t, outs[id(t)]) is None for t in reader.outputs
-                ):
+                if outs is None:
+                    continue
+                problems = [(t, chunking_problem(t, outs[id(t)])) for t in reader.outputs]
+                if all(p is None for _, p in problems):
                     for t in reader.outputs:
-                        _give(t, outs[id(t)])
+                        _give(t, outs[id(t)], why)
+                elif _contracts(reader):
+                    why += [f"{t.name}: {p}" for t, p in problems if p is not None]
         if step.kind is CommKind.ReduceScatter and k > 0:
             before = steps[k - 1]
             if isinstance(before, Kernel) and _contracts(before) and step.input in before.outputs:
-                _give(step.output, _gathered(step, step.output, chunks))
+                _give(step.output, _gathered(step, step.output, chunks), why)
+    return why
 
 
 @register
@@ -452,5 +467,16 @@ class LowerStreams(Pass):
                 f"or a number of chunks in 2..{host.MAX_EXTENT}"
             )
         if self.chunks:
-            give_streams(program, self.chunks)
+            why = give_streams(program, self.chunks)
+            if _stream_target([s for s in program.steps if not host.is_host_node(s)]) is None:
+                pairs = "no Allgather + matmul/linear or matmul/linear + ReduceScatter pair"
+                if not why:
+                    raise LoweringError(f"lower-streams: chunks={self.chunks}: {pairs} to stream")
+                shown = list(dict.fromkeys(why))
+                more = f"; and {len(shown) - 2} more" if len(shown) > 2 else ""
+                raise LoweringError(
+                    f"lower-streams: chunks={self.chunks}: {pairs} cuts into {self.chunks} "
+                    f"chunks of every device's block ({'; '.join(shown[:2])}{more}); give a "
+                    "number of chunks that divides a device's rows"
+                )
         lower_streams(program)

@@ -362,3 +362,17 @@ def test_the_streamed_block_computes_the_unstreamed_values() -> None:
     (got,) = fl.FusionExecutor(program, compute="numpy").run(inputs)
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2)
     fl.validate(fusion, inputs, [got])
+
+
+def test_streams_that_stream_nothing_say_why(capsys) -> None:
+    """--streams 4 on transformer_block.fus (2 positions a device: no 4 chunks of a
+    device's rows) and --streams 2 on softmax.fus (no pair) are errors, never the
+    unstreamed timeline as if streamed."""
+    from fuserlite.cli import main
+
+    assert main(["timeline", "examples/transformer_block.fus", "--streams", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "q2 (T33): its axis 1 of 16 rows is not axis 1 in 4 chunks of 8 blocks" in err
+    assert "and 4 more" in err and "Traceback" not in err
+    assert main(["timeline", "examples/softmax.fus", "--streams", "2"]) == 1
+    assert "ReduceScatter pair to stream" in capsys.readouterr().err
