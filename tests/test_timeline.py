@@ -467,3 +467,18 @@ def test_explain_says_what_hides_each_chunked_communication_of_the_streamed_bloc
     ]
     assert all(" 4 chunks of " in t and ", the rest behind %kernel" in t for t in times)
     assert times[0].count("(linear)") == 3
+
+
+def test_the_streamed_block_s_trace_has_a_track_per_stream(tmp_path) -> None:
+    """README's `timeline ... --streams 4 --trace block.json`: on every device the main
+    stream, the 4 chunks' streams and the team's communication stream, each named."""
+    from fuserlite.cli import main
+
+    trace = tmp_path / "block.json"
+    path = str(REPO / "examples" / "transformer_block_overlap.fus")
+    assert main(["timeline", path, "--streams", "4", "--trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    tids = {e["tid"] for e in events if e["ph"] == "X" and e["pid"] == 0}
+    assert tids == {0, 1, 2, 3, 4, 100}
+    named = {e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert tids <= named
