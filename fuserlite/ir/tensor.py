@@ -396,7 +396,8 @@ class TensorView:
         if not isinstance(parallel_type, ParallelType) or not parallel_type.is_device:
             raise ScheduleError(
                 f"swizzle1d: {self.name} axis {axis}: swizzle by a device parallel type "
-                f"(DIDx, DIDy, DIDz), not {parallel_type!r}: the swizzle is the device's index"
+                f"(DIDx, DIDy, DIDz), not {getattr(parallel_type, 'name', parallel_type)}: the "
+                "swizzle is the device's index"
             )
         ax = self.domain.loop[i]
         if not ax.is_iteration or ax.parallel_type is not ParallelType.Serial:
