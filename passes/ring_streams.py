@@ -26,6 +26,8 @@ reads whole (w) is read whole; a replicated one it reads cut is a view of its ch
 from __future__ import annotations
 
 from fuserlite.ir.errors import LoweringError
+from fuserlite.ir.placement import Placement
+from fuserlite.ir.sharding import logical_placement
 from fuserlite.ir.streams import Chunking
 from fuserlite.ir.tensor import TensorView
 from fuserlite.program import host
@@ -50,9 +52,7 @@ def _gathers(step, t: TensorView, c: Chunking) -> bool:
     return ring_placement(inp, c) == _own(inp) and step.output is t
 
 
-def _own(t: TensorView):
-    from fuserlite.ir.sharding import logical_placement
-
+def _own(t: TensorView) -> Placement:
     return logical_placement(t)
 
 

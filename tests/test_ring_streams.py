@@ -237,3 +237,27 @@ def test_four_mpi_ranks_run_the_ring_as_sim(tmp_path) -> None:
     sim = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     assert proc.stdout == sim.replace("sim device(s)", "mpi device(s)")
     assert "CollectivePermute" in proc.stdout and "validation: ok" in proc.stdout
+
+
+@pytest.mark.parametrize("compute", ["numpy", "compiled"])
+def test_a_ring_over_a_replicated_input_reads_views_and_moves_nothing(compute: str) -> None:
+    """y = neg(exp(x)), x replicated: each step reads its chunk of x in place (a ring
+    view), no communication; the kernel runs op by op (the pointwise scheduler leaves a
+    swizzled tensor to the loop), every device's values the unstreamed program's."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(D)
+        x = fl.tensor([D, 4], name="x")
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        y = fl.neg(fl.exp(x))
+        y.set_device_mesh(mesh)
+        y.swizzle1d(0, DIDx)
+        y.axis(0).parallelize(STREAM)
+        f.add_output(y)
+    program = fl.lower(f)
+    views = [s for s in the_loop(program).body if isinstance(s, host.ShardByStream)]
+    assert len(views) == 2 and not program.communications
+    inputs = fl.random_inputs(f, seed=2)
+    want = fl.FusionExecutor(fl.Pipeline(UNSTREAMED).run(f), compute=compute)
+    got = fl.FusionExecutor(program, compute=compute)
+    assert same(want.run_per_device(inputs), got.run_per_device(inputs))
