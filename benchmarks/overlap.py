@@ -27,6 +27,12 @@ pair in another, cut into S chunks of every device's block), and the block at th
 size of examples/transformer_block_overlap.fus: step time, exposed communication,
 and the ratio to the ideal bound of the unstreamed C and M.
 
+The fourth table is the ring-based pipeline (nvFuser's swizzle1d, passes/ring_streams.py):
+the Allgather + matmul of the second table's sizes with its output's row blocks
+swizzled by DIDx and Stream-parallel (8 steps, each a CollectivePermute of one block
+and a matmul of one block), against the unstreamed program, lower-streams[chunks=8]'s
+collective-based pipeline and the ideal bound of 8 chunks.
+
 Prints the tables, writes results/overlap.json. A model, not a measurement: it runs
 no kernel (seconds per run, not per program size).
 """
@@ -113,7 +119,67 @@ def main() -> None:
         )
     streamed = pipelined(options.machine)
     lowered = stream_parallel(options.machine)
-    write_json("overlap", {"rows": rows, "streamed": streamed, "stream_parallel": lowered})
+    rings = ring(options.machine)
+    write_json(
+        "overlap",
+        {"rows": rows, "streamed": streamed, "stream_parallel": lowered, "ring": rings},
+    )
+
+
+def ring_fusion(m: int, k: int, n: int, ring: bool) -> Fusion:
+    """x [M, K] (rows over DIDx) @ w [K, N] in bfloat16, the product's row blocks
+    swizzled by DIDx and Stream-parallel (`ring`), else unscheduled."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(DEVICES)
+        x = fl.tensor([m, k], "bfloat16", name="x")
+        w = fl.tensor([k, n], "bfloat16", name="w")
+        for t in (x, w):
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+        x.outer_split(0, DEVICES)
+        x.axis(0).parallelize(fl.ParallelType.DIDx)
+        y = fl.matmul(x, w)
+        y.set_device_mesh(mesh)
+        if ring:
+            y.outer_split(0, DEVICES)
+            y.swizzle1d(0, fl.ParallelType.DIDx)
+            y.axis(0).parallelize(fl.ParallelType.Stream)
+        f.add_output(y)
+    return f
+
+
+def ring(machine: str | None) -> list[dict]:
+    """The ring-based pipeline against no Stream and the collective-based one (S = 8)."""
+    rows = []
+    title = "ring-based pipeline (swizzle1d, 8 steps) (us)"
+    columns = ["size", "pipeline", "step", "exposed", "ideal", "step/ideal"]
+    with Table(title, columns, widths=[16, 18, 8, 8, 8, 10]) as table:
+        for size, shape in PIPELINED.items():
+            plain = fl.lower(ring_fusion(**shape, ring=False))
+            base = fl.timeline(plain, machine).totals()
+            ideal = bound(base.compute, base.communication, DEVICES)
+            collective = default_pass_names(**{"lower-streams": f"chunks={DEVICES}"})
+            programs = {
+                "none": plain,
+                "collective S=8": fl.Pipeline(collective).run(ring_fusion(**shape, ring=False)),
+                "ring": fl.lower(ring_fusion(**shape, ring=True)),
+            }
+            for how, program in programs.items():
+                tl = fl.timeline(program, machine)
+                t = tl.totals()
+                rows.append(
+                    {
+                        "size": size,
+                        "pipeline": how,
+                        "step_time_s": tl.step_time,
+                        "exposed_s": t.exposed,
+                        "ideal_s": ideal,
+                    }
+                )
+                us = [x * 1e6 for x in (tl.step_time, t.exposed, ideal)]
+                table.row(size, how, *us, tl.step_time / ideal)
+        table.note("ideal: max(C, M) + min(C, M) / 8 of the unstreamed program's C and M")
+    return rows
 
 
 def stream_parallel(machine: str | None) -> list[dict]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fuserlite.ir.domain import Split, TensorDomain
+from fuserlite.ir.domain import Split, Swizzle1D, TensorDomain
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
@@ -207,6 +207,11 @@ def transforms_text(tv: TensorView, namer: Namer) -> str:
             lines.append(
                 f"  {kind}: {at(tv, tr.input)} by factor {tr.factor} -> "
                 f"{at(tv, tr.outer)}, {at(tv, tr.inner)}"
+            )
+        elif type(tr) is Swizzle1D:  # nvFuser's Swizzle1D::toString
+            lines.append(
+                f"  {at(tv, tr.output)} = Swizzle1D({at(tv, tr.input)}, "
+                f"parallelType={tr.parallel_type.value})"
             )
         else:
             lines.append(

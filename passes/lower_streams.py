@@ -56,6 +56,7 @@ from fuserlite.ir.streams import Chunking, chunking, stream_position
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.registry import operand_to_output
 from fuserlite.passes.base import Level, Pass, register
+from fuserlite.passes.ring_streams import ring_loop
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.program import host
 from fuserlite.program.communication import CommKind, Communication
@@ -338,9 +339,13 @@ def lower_streams(program: Program) -> None:
     renamed: dict[int, TensorView] = {}
     while (found := _stream_target(steps)) is not None:
         k, target, c = found
-        group = _Group(steps, target, c)
-        loop, last = _loop(program, group, renamed)
-        before, after = _around(steps[: last + 1], group.members)
+        if c.swizzle is not None:  # the ring pipeline (passes/ring_streams.py)
+            loop, members, last = ring_loop(program, steps, target, c, renamed)
+        else:
+            group = _Group(steps, target, c)
+            loop, last = _loop(program, group, renamed)
+            members = group.members
+        before, after = _around(steps[: last + 1], members)
         done += before + loop
         steps = after + steps[last + 1 :]
     program.steps = done + steps

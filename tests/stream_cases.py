@@ -130,6 +130,53 @@ def matmul_reduce_scatter(s: int = S, m: int = 4, k: int = 4, n: int = 6):
     return _row_parallel_matmul(s, D * m, k, n, scatter=True)
 
 
+def ag_matmul_ring(d: int | None = None, m: int = 2, k: int = 8, n: int = 6, dtype="float32"):
+    """AGMatmulTest's ring-based pipeline (nvFuser's swizzle1d): x [DIDx(D), M/D, K]
+    times w [K, N]; the product's axis 0 swizzled by DIDx and Stream-parallel, so step
+    i computes chunk (i + device) mod D, its block of x brought by a CollectivePermute."""
+    global D
+    saved, D = D, d or D
+    try:
+
+        def body(x, w):
+            y = fl.matmul(x, w)
+            y.swizzle1d(0, DIDx)
+            return _stream0(y)
+
+        return _fusion([("x", [D, m, k], {0: "DIDx"}), ("w", [k, n], {})], body, dtype)
+    finally:
+        D = saved
+
+
+def collective_permute_ring(d: int | None = None, rows: int = 3):
+    """test_collective_permute (nvFuser's python multidevice tests): x [D*3] sharded,
+    y = set(x) outer_split by D, swizzle1d by DIDx, Stream: an Allgather as D - 1
+    CollectivePermutes."""
+    global D
+    saved, D = D, d or D
+    try:
+
+        def body(x):
+            y = fl.set(x)
+            y.outer_split(0, D)
+            y.swizzle1d(0, DIDx)
+            return _stream0(y)
+
+        with fl.Fusion() as f:
+            mesh = fl.DeviceMesh.for_num_devices(D)
+            x = fl.tensor([D * rows], "float32", name="x")
+            x.set_device_mesh(mesh)
+            f.add_input(x)
+            x.outer_split(0, D)
+            x.axis(0).parallelize(DIDx)
+            y = body(x)
+            y.set_device_mesh(mesh)
+            f.add_output(y)
+        return f
+    finally:
+        D = saved
+
+
 CASES = {
     "Allgather": allgather,
     "Allreduce": allreduce,
@@ -237,3 +284,9 @@ def row_parallel_linear_forward(s: int = 3, t: int = T, h: int = H):
 CASES["column_parallel_linear_forward"] = column_parallel_linear_forward
 CASES["row_parallel_linear_forward"] = row_parallel_linear_forward
 CHUNKS = {"column_parallel_linear_forward": 3, "row_parallel_linear_forward": 3}  # else S
+
+# The ring-based pipeline: a loop of D steps (one per device), each a CollectivePermute.
+RING_CASES = {
+    "AGMatmul RingBasedPipeline": ag_matmul_ring,
+    "CollectivePermute ring (test_collective_permute)": collective_permute_ring,
+}

@@ -129,7 +129,27 @@ class Merge(NamedTuple):
         return (self.output,)
 
 
-Transform = Split | Merge
+class Swizzle1D(NamedTuple):
+    """Axis `input` re-indexed by the device's index along `parallel_type` into `output`
+    (the same extent): nvFuser's Swizzle1D, out = (in + deviceIdx) mod extent. It reorders
+    iteration only (the data and its sharding are those of `input`): on a Stream axis, the
+    chunk a device computes at step i is chunk (i + its index) mod extent (the ring
+    pipeline, fuserlite.ir.streams)."""
+
+    input: int
+    parallel_type: ParallelType
+    output: int
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.output,)
+
+
+Transform = Split | Merge | Swizzle1D
 
 
 def split_extents(extent: int, factor: int, inner_split: bool) -> tuple[int, int]:
@@ -285,6 +305,19 @@ class TensorDomain:
             axes=(*self.axes, merged),
             transforms=(*self.transforms, Merge(o, i, n)),
             loop=tuple(rest),
+        )
+
+    @fact
+    def swizzle1d(self, loop_index: int, parallel_type: ParallelType) -> TensorDomain:
+        """Loop axis `loop_index` swizzled by `parallel_type` (its output takes its place)."""
+        p = self.loop_positions[loop_index]
+        ax = self.axes[p]
+        n = len(self.axes)
+        loop = self.loop_positions
+        return self._with(
+            axes=(*self.axes, IterDomain(ax.extent, ax.iter_type)),
+            transforms=(*self.transforms, Swizzle1D(p, parallel_type, n)),
+            loop=(*loop[:loop_index], n, *loop[loop_index + 1 :]),
         )
 
     @fact

@@ -14,7 +14,10 @@ chunk on its stream (passes/lower_streams.py). It is one of
                                                 of every block
 
 `Chunking(axis, chunks, blocks)` names the form (the first two have one block: chunk i of
-a logical axis of extent S is rows [i, i+1)). A chunk has n/S rows of the axis in every
+a logical axis of extent S is rows [i, i+1)). A Stream axis made by `swizzle1d(axis, DIDx)`
+(nvFuser's Swizzle1D) of one of the first two forms is the ring pipeline: the chunk a
+device computes at step i is chunk (i + its DIDx index) mod S, S the mesh's DIDx size
+(`Chunking.swizzle`; passes/ring_streams.py lowers it, each step a CollectivePermute). A chunk has n/S rows of the axis in every
 form: chunks are even, as the S-way pipelines of nvFuser's tests cut them. A Stream axis
 changes no sharding and no allocation: a tensor is still held whole on each device, and a
 loop's step reads and writes one chunk of it at a time.
@@ -24,7 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fuserlite.ir.domain import Split, TensorDomain
+from fuserlite.ir.domain import Split, Swizzle1D, TensorDomain
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.types import ParallelType
 from fuserlite.ir.values import fact
 
@@ -37,15 +41,26 @@ class Chunking:
     axis: int
     chunks: int
     blocks: int = 1
+    # The ring pipeline's Swizzle1D: step i computes chunk (i + the device's index along
+    # this parallel type) mod chunks (None: chunk i on every device).
+    swizzle: ParallelType | None = None
 
     def rows(self, extent: int) -> int:
         """The rows of one chunk of an axis of `extent`."""
         return extent // self.chunks
 
     def text(self) -> str:
-        """'axis 1 in 4 chunks' or 'axis 1 in 4 chunks of 2 blocks'."""
+        """'axis 1 in 4 chunks', 'axis 1 in 4 chunks of 2 blocks' or 'axis 0 in 4 chunks
+        swizzled by DIDx'."""
         blocks = f" of {self.blocks} blocks" if self.blocks > 1 else ""
-        return f"axis {self.axis} in {self.chunks} chunks{blocks}"
+        swizzle = f" swizzled by {self.swizzle.name}" if self.swizzle is not None else ""
+        return f"axis {self.axis} in {self.chunks} chunks{blocks}{swizzle}"
+
+    def index_text(self, index: str) -> str:
+        """The chunk a device takes at step `index`: 'i', or '(i + DIDx) % 4'."""
+        if self.swizzle is None:
+            return index
+        return f"({index} + {self.swizzle.name}) % {self.chunks}"
 
 
 def stream_position(dom: TensorDomain) -> int | None:
@@ -70,6 +85,17 @@ def stream_form(dom: TensorDomain, p: int) -> Chunking | str:
     if p < dom.n_logical:
         return Chunking(p, ax.extent)
     t = dom.transform_of(p)
+    if type(t) is Swizzle1D:
+        inner = _unswizzled(dom, t.input)
+        if isinstance(inner, str):
+            return inner
+        if inner.blocks > 1:
+            return (
+                "swizzle1d is on a Stream axis that cuts each device's block; the ring "
+                "pipeline's chunks are whole blocks: outer_split the axis by the devices "
+                "(or give it an axis of extent D), swizzle1d that, parallelize it Stream"
+            )
+        return Chunking(inner.axis, inner.chunks, 1, t.parallel_type)
     if type(t) is not Split or p != t.outer or t.inner_split:
         return (
             "streamIdx must be on a logical axis or on the outer part of an outer split "
@@ -93,6 +119,56 @@ def stream_form(dom: TensorDomain, p: int) -> Chunking | str:
 
 
 _DEVICE = (ParallelType.DIDx, ParallelType.DIDy, ParallelType.DIDz)
+
+
+def _unswizzled(dom: TensorDomain, q: int) -> Chunking | str:
+    """The chunking a Stream axis at position q (a swizzle's input) would make."""
+    if type(dom.transform_of(q)) is Swizzle1D:
+        return "swizzle1d twice on one axis; one swizzle makes the ring"
+    return stream_form(dom, q)
+
+
+def swizzle_problems(dom: TensorDomain, mesh: DeviceMesh | None) -> list[tuple[int, str]]:
+    """(position, why) for each Swizzle1D of a domain that is no ring pipeline's: its
+    output must be the loop axis a Stream parallelizes, and (on a mesh) its extent the
+    mesh's size along its parallel type (step i computes chunk (i + index) mod D)."""
+    out = []
+    for t in dom.transforms:
+        if type(t) is not Swizzle1D:
+            continue
+        p = t.output
+        ax = dom.axes[p]
+        if dom.use[p] is not None or not ax.parallel_type.is_stream:
+            out.append(
+                (
+                    p,
+                    f"swizzle1d by {t.parallel_type.name} is lowered on a Stream axis only "
+                    "(the ring pipeline: step i computes chunk (i + device) mod D); "
+                    "parallelize the swizzled axis Stream and transform it no further",
+                )
+            )
+            continue
+        if mesh is None or t.parallel_type not in mesh.parallel_types:
+            if mesh is not None:
+                out.append(
+                    (
+                        p,
+                        f"swizzle1d by {t.parallel_type.name}, which the mesh {mesh} does "
+                        "not have; swizzle by one of its parallel types",
+                    )
+                )
+            continue
+        d = mesh.axis_size(t.parallel_type)
+        if ax.extent != d:
+            out.append(
+                (
+                    p,
+                    f"swizzle1d by {t.parallel_type.name} on an axis of extent {ax.extent}, "
+                    f"but the mesh has {d} devices along {t.parallel_type.name}; the ring "
+                    f"takes one chunk per device: outer_split the axis by {d} first",
+                )
+            )
+    return out
 
 
 def _even(c: Chunking, extent: int) -> Chunking | str:

@@ -386,6 +386,29 @@ class TensorView:
         """Outer split of loop axis `axis`: outer extent = factor."""
         return self.split(axis, factor, inner_split=False)
 
+    def swizzle1d(self, axis: int, parallel_type: ParallelType) -> TensorView:
+        """Swizzle loop axis `axis` by the device index along `parallel_type` (nvFuser's
+        swizzle1d): index k of the new axis is index (k + deviceIdx) mod extent of the
+        old. On the axis a Stream parallelizes next, the chunk a device computes at step
+        i is (i + its index) mod D: the ring pipeline, each step a CollectivePermute
+        (passes/ring_streams.py)."""
+        i = self._position(axis, "swizzle1d")
+        if not isinstance(parallel_type, ParallelType) or not parallel_type.is_device:
+            raise ScheduleError(
+                f"swizzle1d: {self.name} axis {axis}: swizzle by a device parallel type "
+                f"(DIDx, DIDy, DIDz), not {getattr(parallel_type, 'name', parallel_type)}: the "
+                "swizzle is the device's index"
+            )
+        ax = self.domain.loop[i]
+        if not ax.is_iteration or ax.parallel_type is not ParallelType.Serial:
+            what = ax.parallel_type.value if ax.is_iteration else ax.iter_type.name.lower()
+            raise ScheduleError(
+                f"swizzle1d: {self.name} axis {axis} is {what}; swizzle a serial iteration "
+                "axis, then parallelize it Stream"
+            )
+        self.domain = self.domain.swizzle1d(i, parallel_type)
+        return self
+
     def merge(self, axis_o: int, axis_i: int | None = None) -> TensorView:
         """Merge loop axes axis_o and axis_i (default axis_o + 1) into one axis at
         axis_o's position."""

@@ -94,6 +94,7 @@ COMM_KINDS = {
         lambda s: tuple(int(d) for d in s[1:-1].split()),
     ),
     "int": Kind(r"-?\d+", lambda v, e, t: str(v), int),
+    "index": Kind(r"[a-z]\w*", lambda v, e, t: v, str),
     "reduction": Kind(r"\w+", lambda v, e, t: v.value, _choice(ReductionOpType, "reduction op")),
     "layout": Kind(r"free|pinned\{(?:\d+(?:, \d+)*)?\}", lambda v, e, t: str(v), _read_layout),
     "sizing": Kind(r"\w+", lambda v, e, t: v.value, _choice(Sizing, "chunk sizing")),
@@ -116,7 +117,8 @@ COMM_KINDS = {
 FORM = Template(
     "Communication {kind:comm} (team={team:team}[, mesh={mesh:mesh}, teams={group:group}, "
     "placements={before:placement}->{after:placement}][, root={root:int}]"
-    "[, op={op:reduction}][, sources={sources:team}], input={input}, output={output}"
+    "[, op={op:reduction}][, sources={sources:team}][, shift={shift:index}], input={input}, "
+    "output={output}"
     "[, in_axis={in_axis:int}]"
     "[, out_axis={out_axis:int}][, transfers={transfers:transfers}][, layout={layout:layout}]"
     "[, chunks={sizing:sizing}], bytes_per_device={bytes_per_device:int})",
@@ -165,6 +167,7 @@ class Communication(Expr):
         layout: Layout | None = None,
         sizing: Sizing = Sizing.even,
         sources: tuple[int, ...] | None = None,
+        shift: str | None = None,
     ) -> None:
         super().__init__([input], [output])
         self.kind = kind
@@ -183,6 +186,7 @@ class Communication(Expr):
         self.layout = layout
         self.sizing = Sizing(sizing)
         self.sources = None if sources is None else tuple(sources)
+        self.shift = shift
         self.op_name = kind.value
 
     @property
@@ -194,10 +198,39 @@ class Communication(Expr):
 
     @property
     def permutation(self) -> str:
-        """A CollectivePermute's sources in words, 'block r from block (3 0 1 2)[r]'; ''."""
+        """A CollectivePermute's sources in words, 'block r from block (3 0 1 2)[r]', or
+        a ring step's 'block r from block (r + i) % 4'; ''."""
+        if self.shift is not None:
+            return f"block r from block (r + {self.shift}) % {self.ring_size}"
         if self.sources is None:
             return ""
         return f"block r from block ({' '.join(map(str, self.sources))})[r]"
+
+    @property
+    def ring_size(self) -> int:
+        """The blocks a team's CollectivePermute permutes (its team's size)."""
+        return len(self.teams[0])
+
+    def at_shift(self, i: int) -> Communication:
+        """A ring step's CollectivePermute (`shift`: block r from block (r + i) mod D)
+        at loop index `i`: the permutation of that step, its transfers and the bytes
+        each device sends (none at i = 0, where every block stays put)."""
+        d = self.ring_size
+        sources = tuple((r + i) % d for r in range(d))
+        move = permuted(self.input, self.in_axis or 0, sources)[0]
+        # A view of this step, not a node of the graph: its tensors stay this one's (no
+        # definition or use of theirs changes), its fields those of the step at i.
+        comm = Communication.__new__(Communication)
+        for name in ("inputs", "outputs"):
+            object.__setattr__(comm, name, getattr(self, name))
+        comm.__dict__.update(self.__dict__)
+        comm.__dict__.update(
+            sources=sources,
+            shift=None,
+            transfers=move.transfers,
+            bytes_per_device=max(move.sent().values(), default=0),
+        )
+        return comm
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -247,9 +280,17 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
     before, after = placement(inp), placement(out)
     derived = {"before": before, "after": after}
     permutes = values["kind"] is CommKind.CollectivePermute
-    if permutes != (values.get("sources") is not None):
+    ring = values.get("shift") is not None
+    if ring and values.get("sources") is not None:
         raise fail(
-            "a CollectivePermute shows its sources=(...) (and no other communication does)",
+            "a ring step's CollectivePermute shows shift=i (block r from block (r + i) "
+            "mod D) instead of sources=(...), not both",
+            "shift",
+        )
+    if permutes != (values.get("sources") is not None or ring):
+        raise fail(
+            "a CollectivePermute shows its sources=(...) or, a ring step's, shift=i (and "
+            "no other communication does)",
             "sources" if not permutes else "input",
         )
     if inp.mesh != out.mesh:  # a move between meshes
@@ -297,8 +338,17 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
                 f"{inp.name} ({before})",
                 "input",
             )
-        move = lambda: permuted(inp, axis, values["sources"])[0]  # noqa: E731
-        derived["transfers"] = _transfers(inp, out, move, shown["transfers"], fail)
+        if ring:  # the permutation, its transfers and bytes are the step's (at_shift)
+            if shown["transfers"] is not None:
+                raise fail("a ring step's transfers are its step's: it shows none", "transfers")
+            d = len(mesh.teams([mesh.parallel_types[a] for a in derived["group"]])[0])
+            sources = tuple((r + 1) % d for r in range(d))  # a step's bytes: one block
+        else:
+            sources = values["sources"]
+        move = lambda: permuted(inp, axis, sources)[0]  # noqa: E731
+        transfers = _transfers(inp, out, move, shown["transfers"], fail)
+        if not ring:
+            derived["transfers"] = transfers
         sent = max(move().sent().values(), default=0)  # explain shows it as one block's bytes
         if values["bytes_per_device"] != sent:
             raise fail(

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.streams import Chunking
 from fuserlite.ir.tensor import TensorView
+from fuserlite.schedule.ring import ring_chunk_problem
 
 if TYPE_CHECKING:
     from fuserlite.program.communication import Communication
@@ -50,7 +51,8 @@ MAIN_STREAM = 0
 SHARD_BY_STREAM = "ShardByStream "
 SHARD_BY_STREAM_LINE = re.compile(
     r"ShardByStream T(?P<chunk>\d+) = T(?P<whole>\d+) axis (?P<axis>\d+) chunk "
-    r"(?P<index>[a-z]\w*) of (?P<chunks>\d+)(?: of (?P<blocks>\d+) blocks)?"
+    r"(?:(?P<index>[a-z]\w*)|\((?P<ring>[a-z]\w*) \+ (?P<swizzle>DID[xyz])\) % "
+    r"(?P<modulo>\d+)) of (?P<chunks>\d+)(?: of (?P<blocks>\d+) blocks)?"
 )
 
 _STREAM = re.compile(
@@ -152,7 +154,8 @@ class ShardByStream:
 
     def problem(self) -> str | None:
         """Why `chunk` is not one chunk of `whole` (None: it is): the same axes, dtype
-        and mesh, the chunked axis 1/S as long, S chunks of B blocks dividing it."""
+        and mesh, the chunked axis 1/S as long, S chunks of B blocks dividing it (a ring
+        chunk: the whole's axes, that axis sharded over the S devices of the swizzle)."""
         c, whole, chunk = self.chunking, self.whole, self.chunk
         logical = whole.domain.logical
         if not 0 <= c.axis < len(logical) or logical[c.axis].is_reduction:
@@ -160,6 +163,8 @@ class ShardByStream:
         n = logical[c.axis].extent
         if c.chunks < 1 or c.blocks < 1 or n % (c.chunks * c.blocks):
             return f"{c.text()} do not divide {whole.name} axis {c.axis} of {n}"
+        if c.swizzle is not None:
+            return ring_chunk_problem(whole, chunk, c)
         want = [ax.extent // c.chunks if i == c.axis else ax.extent for i, ax in enumerate(logical)]
         have = [ax.extent for ax in chunk.domain.logical]
         if have != want or chunk.dtype != whole.dtype or chunk.mesh != whole.mesh:
@@ -175,7 +180,7 @@ class ShardByStream:
         blocks = f" of {c.blocks} blocks" if c.blocks > 1 else ""
         return (
             f"{SHARD_BY_STREAM}{self.chunk.ir_name} = {self.whole.ir_name} axis {c.axis} "
-            f"chunk {self.index} of {c.chunks}{blocks}"
+            f"chunk {c.index_text(self.index)} of {c.chunks}{blocks}"
         )
 
 
@@ -189,6 +194,16 @@ class ChunkView:
     view: ShardByStream
     number: int
     writes: bool
+
+    def number_on(self, device: int) -> int:
+        """The chunk device `device` takes: `number`, or on a ring (a swizzled chunking)
+        (number + the device's index along the swizzle's parallel type) mod chunks."""
+        c = self.view.chunking
+        if c.swizzle is None:
+            return self.number
+        mesh = self.view.whole.mesh
+        index = mesh.coordinates(device)[mesh.axis_of(c.swizzle)]
+        return (self.number + index) % c.chunks
 
     @property
     def inputs(self) -> list[TensorView]:
@@ -305,8 +320,22 @@ def executed(
             if id(s.chunk) not in written:
                 out.append(ChunkView(s, env[s.index], False))
         elif (e := executable(s)) is not None:
-            out.append(e)
+            out.append(bound(e, env))
     return out
+
+
+def bound(step: Any, env: Mapping[str, int]) -> Any:
+    """The step as it runs with the loop indices `env`: a ring's CollectivePermute
+    (`shift=i`: block r from block (r + i) mod D) as the permutation of that step; any
+    other step itself."""
+    if getattr(step, "shift", None) is None:
+        return step
+    if step.shift not in env:
+        raise VerifyError(
+            f"Communication {step.output.name}: shift={step.shift} is the index of no loop "
+            "around it"
+        )
+    return step.at_shift(env[step.shift])
 
 
 def is_host_program(steps: list) -> bool:

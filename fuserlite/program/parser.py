@@ -34,6 +34,7 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.streams import Chunking
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import ParallelType
 from fuserlite.ops.forms import build_from_printed
 from fuserlite.ops.registry import OpDef
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
@@ -448,20 +449,30 @@ class _Builder:
         where = len(host.SHARD_BY_STREAM) + 1
         if m is None or not {int(m["chunk"]), int(m["whole"])} <= self.tensors.keys():
             raise self.fail(
-                "expected `ShardByStream T<n> = T<m> axis A chunk i of S[ of B blocks]`, "
+                "expected `ShardByStream T<n> = T<m> axis A chunk i of S[ of B blocks]` (a "
+                "ring's: `chunk (i + DIDx) % S of S`), "
                 "T<n> and T<m> tensors of the program",
                 line.number,
                 where,
             )
-        if m["index"] not in self.loops:
+        index = m["index"] or m["ring"]
+        if index not in self.loops:
             raise self.fail(
-                f"ShardByStream: {m['index']} is the index of no loop around this line",
+                f"ShardByStream: {index} is the index of no loop around this line",
                 line.number,
                 where,
             )
         chunk, whole = self.tensors[int(m["chunk"])], self.tensors[int(m["whole"])]
-        c = Chunking(int(m["axis"]), int(m["chunks"]), int(m["blocks"] or 1))
-        view = host.ShardByStream(whole, chunk, c, m["index"])
+        swizzle = None if m["ring"] is None else ParallelType[m["swizzle"]]
+        if swizzle is not None and m["modulo"] != m["chunks"]:
+            raise self.fail(
+                f"ShardByStream: a ring's chunk is ({index} + {m['swizzle']}) % S of S "
+                f"chunks; % {m['modulo']} of {m['chunks']}",
+                line.number,
+                where,
+            )
+        c = Chunking(int(m["axis"]), int(m["chunks"]), int(m["blocks"] or 1), swizzle)
+        view = host.ShardByStream(whole, chunk, c, index)
         why = view.problem()
         if why is not None:
             raise self.fail(f"ShardByStream {chunk.ir_name}: {why}", line.number, where)

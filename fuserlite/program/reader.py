@@ -24,6 +24,7 @@ from fuserlite.ir.domain import (
     IterDomain,
     Merge,
     Split,
+    Swizzle1D,
     TensorDomain,
     merged_iter_type,
     split_extents,
@@ -58,6 +59,9 @@ _SPLIT = re.compile(
     rf"(?P<outer>{_ONE}), (?P<inner>{_ONE})"
 )
 _MERGE = re.compile(rf"  Merge: (?P<outer>{_ONE}) and (?P<inner>{_ONE}) -> (?P<output>{_ONE})")
+_SWIZZLE = re.compile(
+    rf"  (?P<output>{_ONE}) = Swizzle1D\((?P<input>{_ONE}), parallelType=(?P<pt>[\w.]+)\)"
+)
 _CONTIGUITY = {"t": True, "f": False, "n": None}
 
 
@@ -347,9 +351,24 @@ def _transform(tv: TensorView, line: Line, axes: _TensorAxes, fail: Fail) -> Non
         output = axes.made(extent, iter_type, m["output"], line, m.start("output") + 1)
         axes.transforms.append(Merge(outer, inner, output))
         return
+    m = _SWIZZLE.fullmatch(line.text)
+    if m is not None:
+        source = axes.existing(m["input"], line, m.start("input") + 1, consume=True)
+        pt = next((p for p in ParallelType if p.value == m["pt"]), None)
+        if pt is None or not pt.is_device:
+            raise fail(
+                f"Swizzle1D by {m['pt']}: a swizzle is by a device parallel type "
+                "(deviceIdx.x, deviceIdx.y, deviceIdx.z)",
+                line.number,
+                m.start("pt") + 1,
+            )
+        ax = axes.values[source]
+        output = axes.made(ax.extent, ax.iter_type, m["output"], line, m.start("output") + 1)
+        axes.transforms.append(Swizzle1D(source, pt, output))
+        return
     raise fail(
-        "expected `  Split: A by factor N -> B, C`, `  Outer split: ...` or "
-        "`  Merge: A and B -> C`",
+        "expected `  Split: A by factor N -> B, C`, `  Outer split: ...`, "
+        "`  Merge: A and B -> C` or `  B = Swizzle1D(A, parallelType=deviceIdx.x)`",
         line.number,
         1,
     )

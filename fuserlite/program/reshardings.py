@@ -153,7 +153,9 @@ def derive_reshardings(
         if len(chain) > 1:
             out.append(_marked_plan(program, chain, planners, marked, fail))
         elif first.kind is CommKind.CollectivePermute:
-            move = permuted(first.input, first.in_axis, first.sources)[0]
+            # A ring step's (shift=i) is recorded as one step of it: one block a device.
+            step = first.at_shift(1) if first.shift is not None else first
+            move = permuted(first.input, first.in_axis, step.sources)[0]
             out.append(_record(program, planners, [first], move=move))
         elif first.input.mesh != first.output.mesh:
             out.append(

@@ -5,7 +5,9 @@ of W along its data axis a (fuserlite.ir.streams): on each device, the local par
 that axis is B/d blocks (d: the devices sharding it) of equal rows, and the chunk is
 the i-th 1/S of every block. A read view is a numpy view of W's local array; a written
 one is stored into W's local array (allocated at the first chunk) after the loop's
-steps of chunk i computed C.
+steps of chunk i computed C. A ring's view (`chunk (i + DIDx) % D of D`) takes, on the
+device of DIDx index t, chunk (i + t) mod D: C is a ring chunk (fuserlite.schedule.ring),
+whose local block is that chunk.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ def _chunk(array: np.ndarray, axis: int, split: tuple, i: int) -> np.ndarray:
 
 def run_view(view: ChunkView, values: dict[int, dict[TensorView, np.ndarray]]) -> None:
     """Make or store the chunk of `view` on every hosted device that holds its tensors."""
-    whole, chunk, i = view.view.whole, view.view.chunk, view.number
+    whole, chunk = view.view.whole, view.view.chunk
     for d, local in values.items():
+        i = view.number_on(d)  # a ring's chunk is the device's own (i + index) mod D
         if not view.writes:
             if whole not in local:
                 continue

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from fuserlite.ir.domain import IterDomain, TensorDomain
+from fuserlite.ir.domain import IterDomain, Swizzle1D, TensorDomain
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.tensor import TensorView
@@ -76,6 +76,9 @@ def unsupported_reason(kernel: Segment) -> str | None:
         # data axes; only tensors this kernel writes must be free of reductions.
         if _has_reduction(e.output.domain):
             return f"{e.output.name} = {e.op_name}(...) involves a reduction axis"
+        if any(type(t) is Swizzle1D for t in e.output.domain.transforms):
+            # The ring's steps compute ring chunks, op by op (passes/ring_streams.py).
+            return f"{e.output.name} has a ring's swizzled Stream axis (swizzle1d)"
     return None
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from fuserlite.ir.domain import Merge, Split, TensorDomain
+from fuserlite.ir.domain import Merge, Split, Swizzle1D, TensorDomain
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import Axis, TensorView, parallelize_problem
@@ -134,6 +134,10 @@ def _replay(
         return None if x is None or dom.axes[x].is_device_parallel else x
 
     for tr in ref.transforms:
+        if type(tr) is Swizzle1D:  # a host loop's order (a ring): producers keep theirs
+            if tr.input in m:
+                m[tr.output] = m[tr.input]
+            continue
         if type(tr) is Split:
             x = m.get(tr.input)
             if x is None:

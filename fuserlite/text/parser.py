@@ -16,6 +16,7 @@ docs/fus-format.md)::
     merge x axes 1 2                      # merge two loop axes
     reorder x {0: 1, 1: 0}                # move loop axes {old: new}
     parallelize x axis 0 DIDx             # or deviceIdx.x, TIDx, threadIdx.x, Unswitch, ...
+    swizzle1d y axis 0 DIDx               # nvFuser's swizzle1d (a ring pipeline's Stream axis)
     place x on m (S0, R)                  # fl.distribute: one placement per mesh axis
 
 Statements run in order. Names are the writer's (x, y); the fusion numbers its
@@ -444,6 +445,15 @@ class _Builder:
         ax = tv.axis(self._int(axis, "an axis"))
         ax.parallelize(pt)
         self._check_sharding(tv, ax)
+
+    def _swizzle1d(self, name: Token, axis: Token, ptype: Tree) -> None:
+        tv = self._tensor(name)
+        text = ".".join(str(t) for t in ptype.children)
+        try:
+            pt = self._named_axis(tv, text) or ParallelType.parse(text)
+        except FuserliteError as exc:
+            raise self._fail(str(exc), ptype.children[0]) from None
+        tv.swizzle1d(self._int(axis, "an axis"), pt)
 
     def _place(self, name: Token, ref: Token | Tree, *items: Tree) -> None:
         tv = self._tensor(name)

@@ -21,7 +21,8 @@ _TERMINAL_WORDS = {
 }
 
 _STATEMENT_WORDS = (
-    "mesh, input, tensor, output, set_mesh, split, outer_split, merge, reorder, parallelize"
+    "mesh, input, tensor, output, set_mesh, split, outer_split, merge, reorder, parallelize, "
+    "swizzle1d"
 )
 
 

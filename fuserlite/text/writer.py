@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import Split
+from fuserlite.ir.domain import Split, Swizzle1D
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
@@ -187,6 +187,10 @@ def _schedule(tv: TensorView, name: str | None = None) -> list[str]:
             verb = "split" if t.inner_split else "outer_split"
             lines.append(f"{verb} {name} axis {k} by {t.factor}")
             loop[k : k + 1] = [t.outer, t.inner]
+        elif type(t) is Swizzle1D:
+            k = pos(t.input)
+            lines.append(f"swizzle1d {name} axis {k} {t.parallel_type.name}")
+            loop[k] = t.output
         else:
             lines.append(f"merge {name} axes {pos(t.outer)} {pos(t.inner)}")
             del loop[pos(t.inner)]  # the merged axis takes the outer axis's place

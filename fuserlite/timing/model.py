@@ -126,8 +126,15 @@ class CommTime:
 
 def communication_time(machine: Machine, comm: Communication, team: tuple[int, ...]) -> CommTime:
     """The alpha-beta time of `comm` over `team` (one of its teams; module doc)."""
-    if comm.kind is CommKind.LocalSlice:
+    if comm.kind is CommKind.LocalSlice or _stays(comm):
         return CommTime(None, 0, 0)
     return CommTime(
         machine.link(team), algorithm_steps(comm.kind, len(team)), comm.bytes_per_device
     )
+
+
+def _stays(comm: Communication) -> bool:
+    """A CollectivePermute whose every block stays where it is (a ring's step 0): it
+    moves nothing and takes no time."""
+    sources = comm.sources
+    return comm.kind is CommKind.CollectivePermute and sources == tuple(range(len(sources or ())))

@@ -130,8 +130,9 @@ class Streams:
         """`comm` on each of its teams: on the current stream (blocking), or posted on
         the team's communication stream."""
         name, number, s = self.name(comm, env), self.numbers[id(comm)], self.current
+        step = host.bound(comm, env)  # a ring step's permute: the one of step i
         for team in comm.teams:
-            t = communication_time(self.machine, comm, team)
+            t = communication_time(self.machine, step, team)
             lane = self._team_stream(team)
             start = max(max(self.ready(d, s), self.ready(d, lane)) for d in team)
             end = start + t.seconds

@@ -20,7 +20,7 @@ from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import describe_sharding, sharding_problem, shardings
-from fuserlite.ir.streams import stream_problem
+from fuserlite.ir.streams import stream_problem, swizzle_problems
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, ParallelType
 from fuserlite.ir.values import fact
@@ -98,6 +98,8 @@ def domain_is_valid(dom: TensorDomain, mesh: DeviceMesh | None, inferable: bool)
     is still to be inherited)."""
     if not loop_is_consistent(dom):
         return False
+    if swizzle_problems(dom, None if inferable else mesh):
+        return False
     seen = set()
     for p in dom.loop_positions:
         ax = dom.axes[p]
@@ -121,6 +123,8 @@ def _domain_problems(tv: TensorView, namer: Namer, inferable: bool) -> list[str]
     problems = duplicate_parallel_types(tv, namer)
     if not loop_is_consistent(dom):
         problems.append(f"{tv.name}: loop domain does not match its recorded transforms")
+    for p, why in swizzle_problems(dom, None if inferable else tv.mesh):
+        problems.append(f"{tv.name} ({namer.at(tv, p)}): {why}")
     for pos, p in enumerate(dom.loop_positions):
         ax = dom.axes[p]
         pt = ax.parallel_type
