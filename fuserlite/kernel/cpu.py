@@ -41,6 +41,7 @@ two differ in the last bits.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import NamedTuple
 
 from fuserlite.kernel.cpu_parts import KernelTooLarge, from_address, split_body, splits
@@ -168,6 +169,19 @@ static inline double sqrt(double x) { return __builtin_sqrt(x); }
 PARALLEL_WORK = 1 << 17
 _NAME = "__FL_KERNEL_NAME__"  # replaced by a hash of the function's text
 
+# OpenMP's threads spin at the end of a parallel region, waiting for the next one
+# (libgomp: up to milliseconds), on the cores the numpy and BLAS calls between two
+# kernels need; OMP_WAIT_POLICY=PASSIVE makes them sleep. The transformer block's step
+# at batch 4, seq 256, hidden 512 took 250 to 380 ms spinning and 175 ms passive
+# (2 cores, benchmarks/README.md). libgomp reads it once, when it is loaded.
+WAIT_POLICY = "PASSIVE"
+
+
+def quiet_openmp() -> None:
+    """Ask the OpenMP runtime the kernels load for sleeping, not spinning, idle threads
+    (OMP_WAIT_POLICY, unless the user set it): call before the first kernel is loaded."""
+    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
+
 
 class CpuFunction(NamedTuple):
     """A scheduled kernel's CPU function."""
@@ -252,4 +266,13 @@ def _dim3(linear: str, x: int, y: int, z: int) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-__all__ = ["PARALLEL_WORK", "PRELUDE", "CpuFunction", "cpu_function", "cpu_source", "prelude"]
+__all__ = [
+    "PARALLEL_WORK",
+    "PRELUDE",
+    "WAIT_POLICY",
+    "CpuFunction",
+    "cpu_function",
+    "cpu_source",
+    "prelude",
+    "quiet_openmp",
+]

@@ -27,6 +27,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.cpu import quiet_openmp
 from fuserlite.numerics.philox import C_SOURCE, Block, check_seed, dropout_scale
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
@@ -89,6 +90,7 @@ class CompiledDropout:
         self._function = None
 
     def _load(self):
+        quiet_openmp()
         function = self.compiler.functions(
             C_SOURCE, {DROPOUT_SYMBOL: DROPOUT_SOURCE}, {DROPOUT_SYMBOL: "sdpa's dropout"}
         )[DROPOUT_SYMBOL]
