@@ -103,3 +103,36 @@ def test_the_blocks_library_kernels_are_the_op_by_op_path_bit_for_bit(
 
 def _no_mask(*args, **kwargs):
     raise AssertionError("the compiled path drew a dropout mask in numpy")
+
+
+@pytest.mark.parametrize("compute", ["compiled", "interpret"])
+def test_library_and_reshape_kernels_run_all_devices_at_once(compute: str) -> None:
+    """The block's six linears and sdpa are LibraryLaunches (every device's call at once,
+    each operand cast once) and its four reshapes ViewLaunches; the bits are the op-by-op
+    path's."""
+    from fuserlite.runtime.launch import LibraryLaunch, ViewLaunch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    inputs = fl.random_inputs(fusion, seed=5)
+    executor = fl.FusionExecutor(fusion, compute=compute)
+    op_by_op = fl.FusionExecutor(fusion, compute=compute)
+    op_by_op._library = None
+    (got,), (want,) = executor.run(inputs), op_by_op.run(inputs)
+    kinds = sorted(type(x).__name__ for x in executor._library_launches.values())
+    assert kinds == [LibraryLaunch.__name__] * 7 + [ViewLaunch.__name__] * 4
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_stacked_finds_rows_of_one_buffer_and_shared_arrays() -> None:
+    from fuserlite.runtime.launch import stacked
+
+    whole = np.arange(24, dtype=np.float32).reshape(4, 6)
+    rows = [whole[r] for r in range(4)]
+    got, one = stacked(rows, np.dtype(np.float32))
+    assert not one and np.shares_memory(got, whole)
+    got, one = stacked([whole] * 3, np.dtype(np.float32))
+    assert one and got is whole
+    apart = [whole[r].copy() for r in (0, 2)]
+    got, one = stacked(apart, np.dtype(np.float32))
+    assert not one and not np.shares_memory(got, whole)
+    np.testing.assert_array_equal(got, whole[[0, 2]])

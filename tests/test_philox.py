@@ -171,6 +171,17 @@ void uniformf_n(uint64_t seed, uint64_t offset, const uint64_t* index, long n, f
 void uniform_n(uint64_t seed, uint64_t offset, const uint64_t* index, long n, double* out) {
   for (long i = 0; i < n; ++i) out[i] = fl_uniform(seed, offset, index[i]);
 }
+/* through one memo; each call's (seed, offset) from the arrays (a stream change mid-run) */
+void uniformf_memo_n(const uint64_t* seed, const uint64_t* offset, const uint64_t* index, long n,
+                     float* out) {
+  fl_philox_memo memo = {0, 0, 0, {0, 0, 0, 0}, 0};
+  for (long i = 0; i < n; ++i) out[i] = fl_uniformf_memo(&memo, seed[i], offset[i], index[i]);
+}
+void uniform_memo_n(const uint64_t* seed, const uint64_t* offset, const uint64_t* index, long n,
+                    double* out) {
+  fl_philox_memo memo = {0, 0, 0, {0, 0, 0, 0}, 0};
+  for (long i = 0; i < n; ++i) out[i] = fl_uniform_memo(&memo, seed[i], offset[i], index[i]);
+}
 void bits_n(const uint32_t* x, const uint32_t* y, long n, float* out, double* out64) {
   for (long i = 0; i < n; ++i) {
     out[i] = fl_uniformf_bits(x[i]);
@@ -196,6 +207,8 @@ def clib(tmp_path_factory) -> ctypes.CDLL:
     for name in ("philox_n", "uniformf_n", "uniform_n"):
         getattr(lib, name).argtypes = [u64, u64, ptr, ctypes.c_long, ptr]
     lib.bits_n.argtypes = [ptr, ptr, ctypes.c_long, ptr, ptr]
+    for name in ("uniformf_memo_n", "uniform_memo_n"):
+        getattr(lib, name).argtypes = [ptr, ptr, ptr, ctypes.c_long, ptr]
     return lib
 
 
@@ -254,3 +267,29 @@ def test_c_maps_words_to_uniforms_as_numpy_ends_included(clib):
     assert f32.tobytes() == uniform_from_bits(x, None, np.float32).tobytes()
     assert f64.tobytes() == uniform_from_bits(x, y, np.float64).tobytes()
     assert (f32 == 0).any() and (f64 == 0).any()  # the top words reach the 1 -> 0 mapping
+
+
+@pytest.mark.parametrize("order", ["ascending", "shuffled", "descending"])
+def test_c_memo_draws_the_same_numbers_in_any_order(clib, order):
+    """One philox call for four neighbours (two in float64), kept across elements and
+    remade when the subsequence, seed or offset changes: the numbers of fl_uniformf."""
+    index = np.concatenate([INDICES, INDICES[::7]])  # repeats, far apart
+    if order == "shuffled":
+        index = np.random.default_rng(5).permutation(index)
+    elif order == "descending":
+        index = index[::-1]
+    index = np.ascontiguousarray(index, np.uint64)
+    # the stream changes every 1000 elements: a kept call of another stream is not reused
+    which = (np.arange(index.size) // 1000) % len(STREAMS)
+    seeds = np.array([STREAMS[w][0] for w in which], np.uint64)
+    offsets = np.array([STREAMS[w][1] for w in which], np.uint64)
+    n = index.size
+    f32, f64 = np.zeros(n, np.float32), np.zeros(n, np.float64)
+    args = (seeds.ctypes.data, offsets.ctypes.data, index.ctypes.data, n)
+    clib.uniformf_memo_n(*args, f32.ctypes.data)
+    clib.uniform_memo_n(*args, f64.ctypes.data)
+    for w, (seed, offset) in enumerate(STREAMS):
+        at = which == w
+        i = index[at].astype(np.int64)
+        assert f32[at].tobytes() == uniform(seed, offset, i, np.float32).tobytes()
+        assert f64[at].tobytes() == uniform(seed, offset, i, np.float64).tobytes()

@@ -168,3 +168,25 @@ def test_a_rand_like_read_by_index_is_recomputed_at_its_consumers_points() -> No
     want = fl.evaluate(f, inputs)
     for compute, outputs in run_three_ways(f, inputs).items():
         assert bits_differ(outputs[0], want[0]) is None, compute
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_cpu_memo_of_philox_calls_gives_the_reference_bits(split, monkeypatch) -> None:
+    """On the CPU a block's draws share its philox memo (one call per four neighbours); a
+    kernel split into parts draws without it (the file's null memo): the same bits."""
+    from fuserlite.kernel import cpu_parts
+    from fuserlite.kernel.cpu import MEMO_DECLARATION, cpu_function
+
+    if split:
+        monkeypatch.setattr(cpu_parts, "FUNCTION_BYTES", 0)
+        monkeypatch.setattr(cpu_parts, "PART_BYTES", 400)
+    fusion = random_chain("bfloat16", "uneven")
+    ex = fl.FusionExecutor(fusion, compute="compiled")
+    (kernel,) = [k for k in ex.program.kernels if any(e.op_name == "rand_like" for e in k.exprs)]
+    function = cpu_function(kernel)
+    assert (function.parts > 1) == split
+    assert (MEMO_DECLARATION[0] in function.source) == (not split)
+    inputs = fl.random_inputs(fusion, seed=2)
+    want = fl.evaluate(fusion, inputs)
+    for compute, outputs in run_three_ways(fusion, inputs, executor=ex).items():
+        assert [bits_differ(a, b) for a, b in zip(outputs, want)] == [None, None], compute

@@ -41,6 +41,7 @@ two differ in the last bits.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import NamedTuple
 
 from fuserlite.kernel.cpu_parts import KernelTooLarge, from_address, split_body, splits
@@ -168,6 +169,19 @@ static inline double sqrt(double x) { return __builtin_sqrt(x); }
 PARALLEL_WORK = 1 << 17
 _NAME = "__FL_KERNEL_NAME__"  # replaced by a hash of the function's text
 
+# OpenMP's threads spin at the end of a parallel region, waiting for the next one
+# (libgomp: up to milliseconds), on the cores the numpy and BLAS calls between two
+# kernels need; OMP_WAIT_POLICY=PASSIVE makes them sleep. The transformer block's step
+# at batch 4, seq 256, hidden 512 took 250 to 380 ms spinning and 175 ms passive
+# (2 cores, benchmarks/README.md). libgomp reads it once, when it is loaded.
+WAIT_POLICY = "PASSIVE"
+
+
+def quiet_openmp() -> None:
+    """Ask the OpenMP runtime the kernels load for sleeping, not spinning, idle threads
+    (OMP_WAIT_POLICY, unless the user set it): call before the first kernel is loaded."""
+    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
+
 
 class CpuFunction(NamedTuple):
     """A scheduled kernel's CPU function."""
@@ -214,6 +228,8 @@ def cpu_function(kernel: Kernel) -> CpuFunction:
         lines += ["  FL_PARALLEL_BEGIN", "#pragma omp parallel for schedule(static)"]
     lines.append(f"  for (long long fl_block = 0; fl_block < {blocks}; ++fl_block) {{")
     lines.append(f"    const fl_dim3 blockIdx = {_dim3('fl_block', gx, gy, gz)};")
+    if parts == 1 and random_dtypes([kernel]):
+        lines += MEMO_DECLARATION
     lines.append(f"    for (long long fl_thread = 0; fl_thread < {threads}; ++fl_thread) {{")
     lines.append(f"      const fl_dim3 threadIdx = {_dim3('fl_thread', bx, by, bz)};")
     lines += opening + body + closing
@@ -223,11 +239,42 @@ def cpu_function(kernel: Kernel) -> CpuFunction:
     return CpuFunction(symbol, text.replace(_NAME, symbol), parts)
 
 
+# On the CPU a kernel's draws go through the philox memo (numerics.philox.C_SOURCE) of
+# the block it runs, `fl_rng` in the grid loop; at file scope it is a null pointer (no
+# memo), which a kernel split into parts calls with. The body's text stays CUDA's.
+RANDOM_MEMO = r"""
+static fl_philox_memo* const fl_rng = 0;
+static inline float fl_uniform_half_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
+                                         uint64_t index) {
+  const float u = __half2float(__float2half(fl_raw_uniformf_memo(m, seed, offset, index)));
+  return u == 1.0f ? 0.0f : u;
+}
+static inline float fl_uniform_bfloat16_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
+                                             uint64_t index) {
+  const float u = __bfloat162float(__float2bfloat16(fl_raw_uniformf_memo(m, seed, offset, index)));
+  return u == 1.0f ? 0.0f : u;
+}
+#define fl_uniformf(seed, offset, index) fl_uniformf_memo(fl_rng, seed, offset, index)
+#define fl_uniform(seed, offset, index) fl_uniform_memo(fl_rng, seed, offset, index)
+#define fl_uniform_half(seed, offset, index) fl_uniform_half_memo(fl_rng, seed, offset, index)
+#define fl_uniform_bfloat16(seed, offset, index) \
+  fl_uniform_bfloat16_memo(fl_rng, seed, offset, index)
+"""
+# The block's memo, declared in the grid loop of a kernel that draws numbers
+MEMO_DECLARATION = [
+    "    fl_philox_memo fl_rng_memo = {0, 0, 0, {0, 0, 0, 0}, 0};",
+    "    fl_philox_memo* const fl_rng = &fl_rng_memo;",
+]
+
+
 def prelude(kernels: list[Kernel]) -> str:
     """What the kernels' functions are compiled after: PRELUDE, the random number
-    generator where a kernel draws random numbers, and erf where one calls it."""
+    generator where a kernel draws random numbers (with the CPU's memo, RANDOM_MEMO), and
+    erf where one calls it."""
     scheduled = [k for k in kernels if k.scheduled]
-    return PRELUDE + random_source(random_dtypes(scheduled)) + math_source(scheduled)
+    dtypes = random_dtypes(scheduled)
+    memo = RANDOM_MEMO if dtypes else ""
+    return PRELUDE + random_source(dtypes) + memo + math_source(scheduled)
 
 
 def cpu_source(kernels: list[Kernel]) -> str:
@@ -252,4 +299,13 @@ def _dim3(linear: str, x: int, y: int, z: int) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-__all__ = ["PARALLEL_WORK", "PRELUDE", "CpuFunction", "cpu_function", "cpu_source", "prelude"]
+__all__ = [
+    "PARALLEL_WORK",
+    "PRELUDE",
+    "WAIT_POLICY",
+    "CpuFunction",
+    "cpu_function",
+    "cpu_source",
+    "prelude",
+    "quiet_openmp",
+]

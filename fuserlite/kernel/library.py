@@ -20,6 +20,7 @@ mask is drawn, bit for bit the same.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -27,7 +28,15 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
-from fuserlite.numerics.philox import C_SOURCE, Block, check_seed, dropout_scale
+from fuserlite.kernel.cpu import quiet_openmp
+from fuserlite.numerics.attention import sdpa_fwd
+from fuserlite.numerics.philox import (
+    C_SOURCE,
+    Block,
+    apply_dropout,
+    check_seed,
+    dropout_scale,
+)
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import device_box, device_shape
@@ -48,6 +57,7 @@ static void fl_dropout_block(T* values, int rank, const int64_t* shape, const in
   for (int a = 0; a + 1 < rank; ++a) rows *= local_shape[a];
   const int64_t width = local_shape[rank - 1];
   int64_t coord[8] = {0};
+  fl_philox_memo memo = {0, 0, 0, {0, 0, 0, 0}, 0}; /* a philox call per 4 (2) elements */
   for (int64_t row = 0; row < rows; ++row) {
     uint64_t base = 0; /* the global linear index of this row's first element */
     for (int a = 0; a < rank; ++a) base = base * (uint64_t)shape[a] + (uint64_t)(start[a] + coord[a]);
@@ -55,8 +65,8 @@ static void fl_dropout_block(T* values, int rank, const int64_t* shape, const in
     for (int64_t j = 0; j < width; ++j) {
       const uint64_t index = base + (uint64_t)j;
       T u;
-      if (sizeof(T) == 8) u = (T)fl_uniform(seed, offset, index);
-      else u = (T)fl_uniformf(seed, offset, index);
+      if (sizeof(T) == 8) u = (T)fl_uniform_memo(&memo, seed, offset, index);
+      else u = (T)fl_uniformf_memo(&memo, seed, offset, index);
       v[j] = u < keep_below ? v[j] * scale : (T)0;
     }
     for (int a = rank - 2; a >= 0; --a) { /* the next row: carry along the outer axes */
@@ -89,6 +99,7 @@ class CompiledDropout:
         self._function = None
 
     def _load(self):
+        quiet_openmp()
         function = self.compiler.functions(
             C_SOURCE, {DROPOUT_SYMBOL: DROPOUT_SOURCE}, {DROPOUT_SYMBOL: "sdpa's dropout"}
         )[DROPOUT_SYMBOL]
@@ -147,7 +158,8 @@ def library_expr(kernel: Kernel) -> Expr | None:
 
 class _Plan:
     """One library kernel's call: its expression, compute dtype and, per device, its
-    outputs' shapes and its first output's global start."""
+    outputs' shapes and its first output's global start; `stacks` says if it runs every
+    device's call at once (run_stacked)."""
 
     def __init__(self, kernel: Kernel, expr: Expr) -> None:
         self.kernel = kernel
@@ -156,6 +168,13 @@ class _Plan:
         self.dtype = compute_dtype(expr).numpy  # the operands', as eval_outputs casts them
         self.row = NUMPY[expr.op_name]
         self._devices: dict[int, tuple[list[tuple[int, ...]], tuple[int, ...]]] = {}
+        ranks = [len(t.shape) for t in expr.inputs]
+        if expr.op_name == "sdpa":
+            self.stacks = len(ranks) == 3
+        elif expr.op_name == "linear":  # x[..., k] @ w[n, k]^T (+ bias[n])
+            self.stacks = ranks[0] >= 2 and ranks[1] == 2 and all(r == 1 for r in ranks[2:])
+        else:  # matmul: a[..., k] @ b[k, n]
+            self.stacks = ranks[0] >= 2 and ranks[1] == 2
 
     def where(self, device: int) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
         """(the outputs' shapes, the first output's start) on `device`."""
@@ -165,6 +184,85 @@ class _Plan:
             start = tuple(s for s, _ in device_box(self.expr.output, device))
             found = self._devices[device] = (shapes, start)
         return found
+
+    def run_stacked(
+        self, operands: list[tuple[np.ndarray, bool]], devices: list[int], dropout=None
+    ) -> list[np.ndarray]:
+        """Every device's call at once: `operands` in the compute dtype, each (a stack of a
+        row per device, False) or (one array every device reads, True); returns each
+        output as a stack [devices, *local], stored in its dtype. The same numpy calls on
+        the same rows as `LibraryKernels.run` per device (one GEMM per device, attention
+        over a leading device axis, dropout per device at its block), so the same bits,
+        with one cast of each operand and output instead of one per device. `dropout`:
+        a CompiledDropout, or None (numpy's philox.apply_dropout)."""
+        expr = self.expr
+        with np.errstate(all="ignore"):
+            if expr.op_name == "sdpa":
+                values = self._sdpa(operands, devices, dropout)
+            else:
+                values = (self._gemm(operands, len(devices)),)
+        return [
+            store(tv, value.astype(compute, copy=False))
+            for tv, value, compute in zip(expr.outputs, values, self.compute)
+        ]
+
+    def _gemm(self, operands: list[tuple[np.ndarray, bool]], rows: int) -> np.ndarray:
+        """numpy_ops' _linear / _matmul of each device's row: one 2-D GEMM per device
+        into its row of the output, the bias added to all rows at once."""
+        (x, x_one), (w, w_one), *bias = operands
+        local = x.shape if x_one else x.shape[1:]
+        k = local[-1]
+        n = w.shape[-2] if self.expr.op_name == "linear" else w.shape[-1]
+        m = math.prod(local[:-1])
+        out = np.empty((rows, *local[:-1], n), self.dtype)
+        for r in range(rows):
+            a = x if x_one else x[r]
+            b = w if w_one else w[r]
+            if self.expr.op_name == "linear":
+                b = b.T
+            if a.ndim > 2:  # numpy_ops._matmul: a stack of rows is one 2-D GEMM
+                np.matmul(a.reshape(m, k), b, out=out[r].reshape(m, n))
+            else:
+                np.matmul(a, b, out=out[r])
+        if bias:
+            (b, b_one), ones = bias[0], [1] * (len(local) - 1)
+            out += b if b_one else b.reshape(rows, *ones, n)
+        return out
+
+    def _sdpa(self, operands, devices: list[int], dropout) -> tuple[np.ndarray, np.ndarray]:
+        """sdpa_fwd over a leading device axis: the causal diagonal at the devices' common
+        query start, each device's probabilities dropped at its own block."""
+        rows = len(devices)
+        q, k, v = (a if not one else np.broadcast_to(a, (rows, *a.shape)) for a, one in operands)
+        qt, kt = self.expr.inputs[:2]  # numpy_ops.sdpa_block's: the device's query rows
+        shape = (*qt.shape[:-1], kt.shape[-2])
+        blocks = [Block(shape, (*self.where(d)[1][:-1], 0)) for d in devices]
+        first = blocks[0]
+        block = Block((rows, *first.shape), (0, *first.start))  # the stack's rows: devices
+        drop = dropout or apply_dropout
+
+        def per_device(values: np.ndarray, p: float, seed: int, offset: int, _: Block):
+            for r, b in enumerate(blocks):
+                got = drop(values[r], p, seed, offset, b)
+                if got is not values[r]:
+                    values[r] = got
+            return values
+
+        a = self.expr.attrs
+        out, lse, _, _ = sdpa_fwd(
+            q, k, v, a["dropout_p"], a["is_causal"], a["scale"], seed=a["seed"],
+            offset=a["offset"], block=block, dropout=per_device,
+        )  # fmt: skip
+        return out, lse
+
+    def same_rows(self, devices: list[int]) -> bool:
+        """True if run_stacked can run these devices: every one's outputs of one shape,
+        none empty, and (sdpa) one query start (the causal diagonal's)."""
+        found = [self.where(d) for d in devices]
+        shapes = {tuple(map(tuple, s)) for s, _ in found}
+        if not self.stacks or len(shapes) != 1 or any(0 in s for s in found[0][0]):
+            return False
+        return self.expr.op_name != "sdpa" or len({start[-2] for _, start in found}) == 1
 
 
 class LibraryKernels:
@@ -179,6 +277,10 @@ class LibraryKernels:
 
     def __contains__(self, kernel: Kernel) -> bool:
         return id(kernel) in self._plans
+
+    def plan(self, kernel: Kernel) -> _Plan:
+        """The kernel's plan (for a launch of every device's call at once)."""
+        return self._plans[id(kernel)]
 
     def run(
         self, kernel: Kernel, local: dict[TensorView, np.ndarray], device: int

@@ -214,7 +214,8 @@ class Block:
 # generator emits it once per kernel file; fl_uniformf / fl_uniform are rand_like's
 # float32 / float64 numbers, fl_raw_uniformf the float draw half and bfloat16 round
 # (then map a rounded 1 to 0), as numpy's uniform above; the *_bits functions are
-# uniform_from_bits.
+# uniform_from_bits; the *_memo ones (host only) the same numbers, each philox call made
+# once for the four (two) elements it gives numbers to.
 C_SOURCE = r"""
 #include <stdint.h>
 #if defined(__CUDACC__)
@@ -288,4 +289,49 @@ FL_RNG_FN double fl_uniform(uint64_t seed, uint64_t offset, uint64_t index) {
   const int c = (int)(index % 2);
   return fl_uniform_bits(r[2 * c], r[2 * c + 1]);
 }
+
+#if !defined(__CUDACC__)
+/* A CPU thread draws neighbouring elements one after another, and one philox call gives
+   the numbers of four neighbours (float; two for double): the memo keeps the last call's
+   words (valid 0: none yet), so each call is made once, not once per element. The same
+   numbers bit for bit, in any order of the elements; a memo belongs to one thread. */
+typedef struct {
+  uint64_t seed, offset, subsequence;
+  uint32_t r[4];
+  int valid;
+} fl_philox_memo;
+
+static inline const uint32_t* fl_philox_words(fl_philox_memo* m, uint64_t seed,
+                                              uint64_t subsequence, uint64_t offset) {
+  if (!m->valid || m->subsequence != subsequence || m->seed != seed || m->offset != offset) {
+    fl_philox(seed, subsequence, offset, m->r);
+    m->seed = seed;
+    m->offset = offset;
+    m->subsequence = subsequence;
+    m->valid = 1;
+  }
+  return m->r;
+}
+
+/* fl_raw_uniformf, fl_uniformf and fl_uniform through a memo (none: a null pointer) */
+static inline float fl_raw_uniformf_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
+                                         uint64_t index) {
+  if (!m) return fl_raw_uniformf(seed, offset, index);
+  return fl_raw_uniformf_bits(fl_philox_words(m, seed, index / 4, offset)[index % 4]);
+}
+
+static inline float fl_uniformf_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
+                                     uint64_t index) {
+  if (!m) return fl_uniformf(seed, offset, index);
+  return fl_uniformf_bits(fl_philox_words(m, seed, index / 4, offset)[index % 4]);
+}
+
+static inline double fl_uniform_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
+                                     uint64_t index) {
+  if (!m) return fl_uniform(seed, offset, index);
+  const uint32_t* r = fl_philox_words(m, seed, index / 2, offset);
+  const int c = (int)(index % 2);
+  return fl_uniform_bits(r[2 * c], r[2 * c + 1]);
+}
+#endif
 """

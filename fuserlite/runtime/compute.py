@@ -36,7 +36,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.batches import KernelPlan, plan_kernel
 from fuserlite.kernel.cache import note
 from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler, size_text
-from fuserlite.kernel.cpu import CpuFunction, cpu_function, prelude
+from fuserlite.kernel.cpu import CpuFunction, cpu_function, prelude, quiet_openmp
 from fuserlite.kernel.cpu_parts import PART_BYTES, KernelTooLarge
 from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.indexing import device_indices
@@ -158,6 +158,7 @@ class CompiledKernels:
             functions.append((kernel, function))
             labels[function.symbol] = label
         sources = {f.symbol: f.source for _, f in functions}
+        quiet_openmp()
         loaded = self.compiler.functions(prelude(self.kernels), sources, labels) if sources else {}
         self._entries = {
             id(k): _Entry(k, loaded[f.symbol], self.compiler.launcher(f.symbol))

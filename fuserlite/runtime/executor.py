@@ -59,7 +59,13 @@ from fuserlite.runtime.communicator import Communicator, pad_to
 from fuserlite.runtime.compute import CompiledKernels, kernel_path, resolve_compute
 from fuserlite.runtime.dispatch import run_communication
 from fuserlite.runtime.host_loops import run_view
-from fuserlite.runtime.launch import KernelLaunch, plan_launches
+from fuserlite.runtime.launch import (
+    KernelLaunch,
+    LibraryLaunch,
+    ViewLaunch,
+    library_launch,
+    plan_launches,
+)
 from fuserlite.runtime.validation import Validation, validate_run
 
 SINGLE_DEVICE = DeviceMesh([0])
@@ -213,6 +219,7 @@ class FusionExecutor:
         if self._kernels is not None:
             self._library = LibraryKernels(program.kernels, compiler)
         self._launches: dict[int, KernelLaunch] | None = None  # made at the first run
+        self._library_launches: dict[int, LibraryLaunch | ViewLaunch] = {}  # with them
         self._pooled: dict[TensorView, list[np.ndarray]] = {}
         self._collectives: dict[int, CollectivePlan] = {}
         self._wholes: dict[TensorView, tuple[np.ndarray, list[np.ndarray]]] = {}
@@ -344,7 +351,7 @@ class FusionExecutor:
         for i, (step, dead) in enumerate(zip(steps, self._dead)):
             if self.progress is not None:
                 self.progress(STEPS, i, len(steps), describe_step(step))
-            launch = launches.get(i)
+            launch = launches.get(i) or self._library_launches.get(i)
             if launch is not None:
                 launch.run(values, given, self._pooled, self._wholes)
             elif isinstance(step, Kernel):
@@ -382,8 +389,24 @@ class FusionExecutor:
                 if isinstance(step, Communication)
                 and (plan := collective_plan(step, self.backend)) is not None
             }
+            self._library_launches = {  # unscheduled kernels: library calls, reshapes
+                i: launch
+                for i, step in enumerate(self._steps)
+                if self._library is not None
+                and isinstance(step, Kernel)
+                and not step.scheduled
+                and (
+                    launch := library_launch(
+                        step, self._library, self._hosted(step), self._output_shapes
+                    )
+                )
+                is not None
+            }
             self._launches = launches
         return self._launches
+
+    def _hosted(self, kernel: Kernel) -> list[int]:
+        return self.backend.hosted((kernel.mesh or SINGLE_DEVICE).devices)
 
     def _run_kernel(self, kernel: Kernel, values) -> None:
         mesh = kernel.mesh or SINGLE_DEVICE

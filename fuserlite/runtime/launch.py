@@ -309,3 +309,116 @@ def plan_launches(
                 launch.table[:, c] = launch.row_addresses(out.buffer, out.row_bytes)
                 pooled[out.tv] = out.views
     return pooled
+
+
+def stacked(arrays: list[np.ndarray], dtype: np.dtype) -> tuple[np.ndarray, bool]:
+    """Each device's array of one tensor as what run_stacked takes, in `dtype`: (the one
+    array, True) where every device holds the same one (a replicated collective's
+    output), else (a stack of a row per device, False): the buffer they are consecutive
+    rows of where they are (a launch's output stack, the shards of a program input split
+    on its outer axis), no copy before the cast, else a new stack."""
+    first = arrays[0]
+    if all(a is first for a in arrays):
+        return first.astype(dtype, copy=False), True
+    root = first
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    size, nbytes = first.size, first.nbytes
+    if root.flags.c_contiguous and root.dtype == first.dtype and nbytes:
+        start = first.ctypes.data - root.ctypes.data
+        if (
+            start >= 0
+            and start % first.itemsize == 0
+            and start + nbytes * len(arrays) <= root.nbytes
+            and all(
+                a.shape == first.shape
+                and a.dtype == first.dtype
+                and a.flags.c_contiguous
+                and a.ctypes.data == first.ctypes.data + r * nbytes
+                for r, a in enumerate(arrays)
+            )
+        ):
+            at = start // first.itemsize
+            rows = root.reshape(-1)[at : at + size * len(arrays)]
+            return rows.reshape(len(arrays), *first.shape).astype(dtype, copy=False), False
+    return np.stack(arrays).astype(dtype, copy=False), False
+
+
+class LibraryLaunch:
+    """A library kernel (kernel/library.py: one matmul, linear or sdpa) on every hosted
+    device at once (`_Plan.run_stacked`): each operand stacked and cast once, each
+    output stored once as a stack whose rows are the devices' arrays. Made where every
+    hosted device runs a call of one shape (library_launch); else the executor calls
+    the library per device."""
+
+    def __init__(self, kernel: Kernel, plan, devices: list[int], dropout) -> None:
+        self.kernel = kernel
+        self.plan = plan
+        self.devices = devices
+        self.dropout = dropout
+        self.dtype = np.dtype(plan.dtype)
+
+    def run(self, values: dict[int, dict[TensorView, np.ndarray]], *_unused) -> None:
+        """The kernel on every device: its outputs join `values` (the other arguments,
+        KernelLaunch.run's, are not needed)."""
+        expr = self.plan.expr
+        operands = []
+        for tv in expr.inputs:
+            arrays = []
+            for d in self.devices:
+                a = values[d].get(tv)
+                if a is None:
+                    raise ExecutionError(
+                        f"device {d}: a kernel reads {tv.name}, which this device does not hold"
+                    )
+                arrays.append(np.asarray(a))
+            operands.append(stacked(arrays, self.dtype))
+        outputs = self.plan.run_stacked(operands, self.devices, self.dropout)
+        for tv, stack in zip(expr.outputs, outputs):
+            for r, d in enumerate(self.devices):
+                values[d][tv] = stack[r, ...]
+
+
+class ViewLaunch:
+    """A kernel of one reshape on every hosted device: each device's array reshaped to
+    its output's local shape, a view where numpy can make one (no cast to the compute
+    dtype and back, which the op-by-op path makes: the same bits, NaN payloads kept)."""
+
+    def __init__(self, kernel: Kernel, shapes: dict[int, tuple[int, ...]]) -> None:
+        self.kernel = kernel
+        (self.expr,) = kernel.exprs
+        self.shapes = shapes
+
+    def run(self, values: dict[int, dict[TensorView, np.ndarray]], *_unused) -> None:
+        """The reshape on every device: its output joins `values`."""
+        (tv,), out = self.expr.inputs, self.expr.output
+        for d, shape in self.shapes.items():
+            a = values[d].get(tv)
+            if a is None:
+                raise ExecutionError(
+                    f"device {d}: a kernel reads {tv.name}, which this device does not hold"
+                )
+            values[d][out] = np.asarray(a).reshape(shape)
+
+
+def library_launch(
+    kernel: Kernel,
+    library,
+    hosted: list[int],
+    output_shapes: Callable[[Kernel, int], list[tuple[int, ...]]],
+) -> LibraryLaunch | ViewLaunch | None:
+    """The launch of an unscheduled kernel on the `hosted` devices: a library kernel of
+    one call shape on every device (LibraryLaunch), a kernel of one reshape (ViewLaunch);
+    None for any other (the executor runs it per device). `library`: the program's
+    kernel.library.LibraryKernels."""
+    if len(kernel.exprs) == 1 and kernel.exprs[0].op_name == "reshape":
+        (tv,) = kernel.outputs
+        if tv.dtype is not kernel.exprs[0].inputs[0].dtype:
+            return None
+        return ViewLaunch(kernel, {d: output_shapes(kernel, d)[0] for d in hosted})
+    if kernel not in library or not hosted:
+        return None
+    plan = library.plan(kernel)
+    if not plan.same_rows(hosted):
+        return None
+    return LibraryLaunch(kernel, plan, hosted, library.dropout)
