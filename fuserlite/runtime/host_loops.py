@@ -135,10 +135,13 @@ def pipelined(steps: list) -> list:
     and the views between). It is awaited at its first reader (or writer) of its output,
     or at the end. In a Stream loop `[view x_i, Allgather_i, matmul_i, store y_i]` that
     posts chunk i+1's Allgather before chunk i's matmul and waits for it after: chunk i
-    computes while chunk i+1 moves. A Communication that reads a kernel's output just
-    computed is posted after that kernel (nothing to overlap it with before its reader).
-    Every step still reads the values it reads in the unrolled order (a tensor a loop
-    reuses for each chunk included): the order changes, the values do not."""
+    computes while chunk i+1 moves. A Communication that reads its chunk's kernel
+    (`[view x_i, matmul_i, ReduceScatter_i, store y_i]`) is posted after it, and the
+    store that reads it waits until the next kernel (with its views) has run: chunk i+1
+    computes while chunk i moves. Every step still reads the values it reads in the
+    unrolled order (a tensor a loop reuses for each chunk included; a posted one holds
+    its input buffers, and kernels write fresh arrays): the order changes, the values
+    do not."""
     n = len(steps)
     reads = [set(action_reads(s)) for s in steps]
     writes = [set(action_writes(s)) for s in steps]
@@ -160,30 +163,46 @@ def pipelined(steps: list) -> list:
         place(p, Post(p, steps[p]), reads[p], set())
         outstanding.append(p)
 
-    def hoist(p: int) -> None:
-        """Post the next Communication before kernel p, with the views it reads."""
-        q = next((k for k in range(p + 1, n) if comm[k]), None)
-        if q is None or done[q]:
-            return
+    def prefix(p: int, q: int) -> list[int] | None:
+        """Step q with the chunk views between p and q it reads, if they can all move
+        before step p: none reads what a step they pass writes, or writes what it reads
+        or writes (a Post's output is written at its Await). None where they cannot."""
         need, needed = [q], set(reads[q])
-        for k in range(q - 1, p, -1):  # the steps between that the post depends on
+        for k in range(q - 1, p, -1):  # the steps between that q depends on
             if not done[k] and writes[k] & needed:
                 if not isinstance(steps[k], ChunkView):
-                    return  # it reads a kernel's output: posted at its place
+                    return None  # it reads a kernel's output: it cannot pass that kernel
                 need.append(k)
                 needed |= reads[k]
         need.reverse()
         passed = [b for b in range(p, q) if not done[b] and b not in need]
         for k in need:
-            w = set() if k == q else writes[k]
+            w = set() if comm[k] else writes[k]
             for b in passed:
                 if b < k and (reads[k] & writes[b] or w & (reads[b] | writes[b])):
-                    return  # moving it would change what it, or a passed step, reads
+                    return None
+        return need
+
+    def hoist(p: int) -> None:
+        """Post the next Communication before kernel p, with the views it reads."""
+        q = next((k for k in range(p + 1, n) if comm[k]), None)
+        if q is None or done[q] or (need := prefix(p, q)) is None:
+            return
         for k in need:
             if k == q:
                 post(q)
             else:
                 place(k, steps[k], reads[k], writes[k])
+
+    def defer(p: int) -> None:
+        """Before store p waits for a communication in flight, run the next kernel (with
+        the views it reads) where it needs neither: chunk i+1's matmul computes while
+        chunk i's ReduceScatter moves."""
+        q = next((k for k in range(p + 1, n) if comm[k] or isinstance(steps[k], Kernel)), None)
+        if q is None or done[q] or comm[q] or (need := prefix(p, q)) is None:
+            return
+        for k in need:
+            place(k, steps[k], reads[k], writes[k])
 
     for p, step in enumerate(steps):
         if done[p]:
@@ -193,6 +212,8 @@ def pipelined(steps: list) -> list:
             continue
         if isinstance(step, Kernel):
             hoist(p)
+        elif isinstance(step, ChunkView) and any(writes[j] & reads[p] for j in outstanding):
+            defer(p)
         place(p, step, reads[p], writes[p])
     out += [Await(j, steps[j]) for j in outstanding]
     return out
