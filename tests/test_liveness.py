@@ -51,9 +51,9 @@ def test_executor_keeps_only_the_outputs(compute: str):
     live: list[int] = []
 
     class Counting(fl.FusionExecutor):
-        def _run_communication(self, comm, values):
+        def _post_communication(self, comm, values):
             live.append(sum(len(v) for v in values.values()))
-            super()._run_communication(comm, values)
+            return super()._post_communication(comm, values)
 
     ex = Counting(f, compute=compute)
     values = ex._execute(inputs)

@@ -399,3 +399,20 @@ def test_ranks_waiting_on_each_other_end_the_wait():
     assert "every rank answered, but none completed an operation" in proc.stdout
     assert "in MPI_Isend/MPI_Irecv over team {0 1}" in proc.stdout
     assert "in MPI_Iallgather over team {0 1}" in proc.stdout
+
+
+def test_streamed_programs_overlap_on_four_ranks_with_sim_s_bits():
+    """Stream loops on 4 ranks: every output equals sim's bit for bit, and each rank
+    posts chunk i+1's Allgather before chunk i's matmul and waits for it after (rank 0's
+    order reported); a ReduceScatter or Allreduce that reads its chunk's kernel waits
+    after it."""
+    proc = mpiexec(4, sys.executable, str(SCRIPTS / "streamed.py"))
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert set(results) == {"ag_matmul_4", "ag_matmul_2", "matmul_reduce_scatter", "allreduce"}
+    for name, r in results.items():
+        assert r["same"], name
+        events = [tuple(e) for e in r["events"]]
+        if r["pipelined"] is not None:
+            assert events == [tuple(e) for e in r["pipelined"]], name
+        assert events.count(("kernel",)) == 4, name

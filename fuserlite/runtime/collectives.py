@@ -1,7 +1,7 @@
 """Collectives of the `sim` backend planned once: a copy or a fold per team, nothing else.
 
     plan = collective_plan(comm, backend)     # None: dispatch.run_communication runs it
-    plan.run(values)                          # every device's output joins `values`
+    outputs = plan.run(values)                # {device: its output}
 
 A program's Allgather, Allreduce and ReduceScatter of equal chunks on one mesh
 are, on the sim backend, a concatenation (one memcpy per member) or a fold of
@@ -40,9 +40,11 @@ class CollectivePlan:
         self.want = {d: device_shape(comm.input, d) for t in self.teams for d in t}
         self.cast = None if comm.input.dtype is comm.output.dtype else comm.output.dtype.numpy
 
-    def run(self, values: dict[int, dict]) -> None:
-        """The collective over every team; its outputs join `values`."""
+    def run(self, values: dict[int, dict]) -> dict:
+        """The collective over every team on `values`' inputs: each device's output (the
+        executor stores it at the Communication's Await)."""
         comm, tv, out = self.comm, self.comm.input, self.comm.output
+        outputs = {}
         for members in self.teams:
             arrays = []
             for d in members:
@@ -67,8 +69,8 @@ class CollectivePlan:
                 with np.errstate(over="ignore"):  # beyond float16's range: inf, as a store
                     cast = {id(r): r.astype(self.cast) for r in results}
                 results = [cast[id(r)] for r in results]
-            for d, r in zip(members, results):
-                values[d][out] = r
+            outputs.update(zip(members, results))
+        return outputs
 
 
 def collective_plan(comm: Communication, backend: Communicator) -> CollectivePlan | None:

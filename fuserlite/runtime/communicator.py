@@ -12,13 +12,25 @@ runs the collective on its own. A team's member order is the concatenation
 order of gathered blocks and the order in which partial results are combined
 (`fold`: left to right, on every backend, so reductions agree bit for bit).
 Point-to-point transfers (`exchange`) carry the boxes of a move between meshes.
+
+Posting and waiting: each collective is an Operation (`iallgather`, `iallreduce`,
+..., as MPI names its non-blocking calls), a generator that posts its non-blocking
+calls, yields what it must wait for (mpi: a watchdog `Pending`) and returns its
+buffers. `post(op)` runs it up to its first wait and returns a `Posted` handle;
+`wait(handle)` completes it (`complete` each thing it yields, then resumes it) and
+returns its result. The blocking `allgather`, `allreduce`, ... are `run(op)`, post
+then wait: one implementation per collective. Callers compose operations with
+`yield from` (runtime.dispatch, runtime.redistribute, runtime.moves), so a whole
+Communication is one Operation the executor posts early and waits for at its first
+reader (docs/time.md). `sim` yields nothing: its operations complete when posted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +39,36 @@ from fuserlite.ir.types import DType, ReductionOpType
 from fuserlite.program.communication import Communication
 
 Buffers = dict[int, np.ndarray]
+Operation = Generator[Any, None, Any]
+"""A communication in progress: posts non-blocking calls, yields what it waits for
+(the backend's own handle), returns its result."""
+
+
+def ready(value: Any) -> Operation:
+    """An Operation that has completed already: it waits for nothing and returns `value`."""
+    yield from ()
+    return value
+
+
+class Posted:
+    """A posted Operation: `waiting` is what it waits for next, `done` once it returned
+    `result` (Communicator.wait drives it there)."""
+
+    __slots__ = ("operation", "waiting", "done", "result")
+
+    def __init__(self, operation: Operation) -> None:
+        self.operation: Operation | None = operation
+        self.waiting: Any = None
+        self.done = False
+        self.result: Any = None
+        self.advance()
+
+    def advance(self) -> None:
+        """Run the operation on to its next wait (or its end)."""
+        try:
+            self.waiting = next(self.operation)
+        except StopIteration as stop:
+            self.operation, self.waiting, self.done, self.result = None, None, True, stop.value
 
 
 @dataclass(frozen=True)
@@ -117,53 +159,121 @@ class Communicator:
         """The devices among `devices` that this process holds data for."""
         raise NotImplementedError
 
-    # Each collective: every member of each team passes its buffer in `bufs`. `rows`:
-    # None for equal parts (the plain collective); else {device: rows of its own part on
-    # axis 0}, every member's, for the variable-size one over uneven chunks.
+    # -- posting and waiting (module docstring) ---------------------------------------
+    def post(self, operation: Operation) -> Posted:
+        """Start `operation`: its calls up to its first wait are posted; wait() ends it."""
+        return Posted(operation)
+
+    def wait(self, posted: Posted) -> Any:
+        """Complete a posted operation (each thing it waits for, then the rest of it) and
+        return its result."""
+        while not posted.done:
+            self.complete(posted.waiting)
+            posted.advance()
+        return posted.result
+
+    def run(self, operation: Operation) -> Any:
+        """Post `operation` and wait for it: the blocking form of every collective."""
+        return self.wait(self.post(operation))
+
+    def complete(self, waiting: Any) -> None:
+        """Block until one thing an operation yielded has completed (mpi: its requests,
+        under the watchdog); a backend whose operations complete when posted has none."""
+        raise ExecutionError(f"the {self.name} backend cannot wait for {waiting!r}")
+
+    # The blocking collectives: post and wait for their operation (the i-methods below).
     def allgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Buffers:
-        """Each member gets its team's buffers concatenated on axis 0, in member order."""
-        raise NotImplementedError
+        """The blocking `iallgather`."""
+        return self.run(self.iallgather(teams, bufs, rows))
 
     def alltoall(
         self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None
     ) -> dict[int, list[np.ndarray]]:
+        """The blocking `ialltoall`."""
+        return self.run(self.ialltoall(teams, bufs, rows, shapes))
+
+    def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+        """The blocking `iallreduce`."""
+        return self.run(self.iallreduce(teams, bufs, op))
+
+    def reduce_scatter(
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, rows=None
+    ) -> Buffers:
+        """The blocking `ireduce_scatter`."""
+        return self.run(self.ireduce_scatter(teams, bufs, op, rows))
+
+    def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+        """The blocking `ibroadcast`."""
+        return self.run(self.ibroadcast(teams, bufs, spec))
+
+    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+        """The blocking `iscatter`."""
+        return self.run(self.iscatter(teams, bufs, spec, rows))
+
+    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+        """The blocking `igather`."""
+        return self.run(self.igather(teams, bufs, spec, rows))
+
+    def reduce(
+        self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, spec: BufferSpec
+    ) -> Buffers:
+        """The blocking `ireduce`."""
+        return self.run(self.ireduce(teams, bufs, op, spec))
+
+    def exchange(
+        self, messages: Sequence[Message], payloads: dict[int, np.ndarray]
+    ) -> dict[int, np.ndarray]:
+        """The blocking `iexchange`."""
+        return self.run(self.iexchange(messages, payloads))
+
+    # Each collective's Operation (its result as said): every member of each team passes
+    # its buffer in `bufs`. `rows`:
+    # None for equal parts (the plain collective); else {device: rows of its own part on
+    # axis 0}, every member's, for the variable-size one over uneven chunks.
+    def iallgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Operation:
+        """Each member gets its team's buffers concatenated on axis 0, in member order."""
+        raise NotImplementedError
+
+    def ialltoall(self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None) -> Operation:
         """Member j gets part j (of len(team) on axis 0) of every member's buffer, in order;
         with `rows`, part j has member j's rows, and `shapes` gives every member's buffer
         shape (what each receives from it)."""
         raise NotImplementedError
 
-    def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def iallreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Operation:
         """Each member gets the fold of its team's buffers."""
         raise NotImplementedError
 
-    def reduce_scatter(
+    def ireduce_scatter(
         self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, rows=None
-    ) -> Buffers:
+    ) -> Operation:
         """Member j gets part j (on axis 0) of the fold of its team's buffers."""
         raise NotImplementedError
 
-    def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def ibroadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Operation:
         """Each member gets its team root's buffer."""
         raise NotImplementedError
 
-    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+    def iscatter(
+        self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None
+    ) -> Operation:
         """Member j gets part j (of len(members) on axis 0) of its root's buffer."""
         raise NotImplementedError
 
-    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+    def igather(
+        self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None
+    ) -> Operation:
         """Each root gets its members' buffers (of `spec`, or of `rows` rows on axis 0)
         concatenated on axis 0."""
         raise NotImplementedError
 
-    def reduce(
+    def ireduce(
         self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, spec: BufferSpec
-    ) -> Buffers:
+    ) -> Operation:
         """Each root gets the fold of its members' buffers (of `spec`)."""
         raise NotImplementedError
 
-    def exchange(
-        self, messages: Sequence[Message], payloads: dict[int, np.ndarray]
-    ) -> dict[int, np.ndarray]:
+    def iexchange(self, messages: Sequence[Message], payloads: dict[int, np.ndarray]) -> Operation:
         """Point to point: message i's payload (given where its src is hosted) arrives at its
         dst; returns {i: array} for the messages whose dst this process hosts."""
         raise NotImplementedError

@@ -29,14 +29,16 @@ from fuserlite.runtime.communicator import (
     Buffers,
     BufferSpec,
     Communicator,
+    Operation,
+    Posted,
     Team,
     back,
     front,
     pad_rows,
     unpad,
 )
-from fuserlite.runtime.moves import run_move
-from fuserlite.runtime.redistribute import Chunks, mesh_teams, run_step
+from fuserlite.runtime.moves import move_operation
+from fuserlite.runtime.redistribute import Chunks, mesh_teams, step_operation
 
 # Kinds that run on one mesh: the planner's steps (fuserlite.runtime.redistribute)
 ONE_MESH = ONE_MESH_KINDS
@@ -188,7 +190,18 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
     rows (docs/design.md §5); a move between meshes sends each device's own box.
     Partial sums of a half tensor travel and are combined in float32 (insert-reshardings'
     partial_dtype); the complete value is rounded to its tensor's dtype once, here."""
-    got = _run(comm, backend, bufs)
+    return backend.run(communication_operation(comm, backend, bufs))
+
+
+def post_communication(comm: Communication, backend: Communicator, bufs: Buffers) -> Posted:
+    """Start one Communication: its non-blocking calls are posted, `backend.wait(handle)`
+    completes it and returns what run_communication returns."""
+    return backend.post(communication_operation(comm, backend, bufs))
+
+
+def communication_operation(comm: Communication, backend: Communicator, bufs: Buffers) -> Operation:
+    """`run_communication` as an Operation (communicator's docstring)."""
+    got = yield from _run(comm, backend, bufs)
     dtype = comm.output.dtype.numpy
     if comm.input.dtype is comm.output.dtype:
         return got
@@ -196,31 +209,41 @@ def run_communication(comm: Communication, backend: Communicator, bufs: Buffers)
         return {d: a.astype(dtype) for d, a in got.items()}
 
 
-def _run(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
+def _run(comm: Communication, backend: Communicator, bufs: Buffers) -> Operation:
     k = comm.kind
     senders = backend.hosted(comm.input.mesh.devices)
     _check_buffers(comm, bufs, senders)
     if k in ONE_MESH:
-        return run_step(step_of(comm), comm.input.mesh, backend, bufs, comm.op, chunks_of(comm))
+        step = step_of(comm)
+        return (
+            yield from step_operation(
+                step, comm.input.mesh, backend, bufs, comm.op, chunks_of(comm)
+            )
+        )
     if not _rooted_collective(comm):
         move, sources, destinations = move_of(comm)
-        return run_move(move, sources, destinations, backend, bufs, comm.input.dtype.numpy, comm.op)
+        dtype = comm.input.dtype.numpy
+        return (
+            yield from move_operation(move, sources, destinations, backend, bufs, dtype, comm.op)
+        )
     teams, a_in, a_out = teams_of(comm), comm.in_axis, comm.out_axis
     if k is CommKind.Broadcast:
-        return backend.broadcast(teams, {d: bufs[d] for d in senders}, _spec(comm, None))
+        return (
+            yield from backend.ibroadcast(teams, {d: bufs[d] for d in senders}, _spec(comm, None))
+        )
     if k is CommKind.Scatter:
         moved = {d: front(bufs[d], a_out) for d in senders}
-        return _scatter(comm, backend, teams, moved)
+        return (yield from _scatter(comm, backend, teams, moved))
     if k is CommKind.Gather:
         moved = {d: front(bufs[d], a_in) for d in senders}
-        return _gather(comm, backend, teams, moved)
+        return (yield from _gather(comm, backend, teams, moved))
     if k is CommKind.Reduce:
         held = {d: bufs[d] for d in senders}
-        return backend.reduce(teams, held, comm.op, _spec(comm, None))
+        return (yield from backend.ireduce(teams, held, comm.op, _spec(comm, None)))
     raise ExecutionError(f"no implementation for communication kind {k.value}")
 
 
-def _scatter(comm: Communication, backend: Communicator, teams, moved: Buffers) -> Buffers:
+def _scatter(comm: Communication, backend: Communicator, teams, moved: Buffers) -> Operation:
     """The root's buffer (sharded axis in front) in one chunk per receiver."""
     a_out, out_mesh = comm.out_axis, comm.output.mesh.devices
     spec = _spec(comm, a_out)
@@ -229,22 +252,26 @@ def _scatter(comm: Communication, backend: Communicator, teams, moved: Buffers) 
         size = max(rows.values())
         moved = {d: pad_rows(v, size * len(out_mesh)) for d, v in moved.items()}
         spec = BufferSpec((size * len(out_mesh), *spec.shape[1:]), spec.dtype)
-        got = backend.scatter(teams, moved, spec)
+        got = yield from backend.iscatter(teams, moved, spec)
         got = {d: v[: rows[d]] for d, v in got.items()}
     else:
-        got = backend.scatter(teams, moved, spec, rows if comm.sizing is Sizing.variable else None)
+        got = yield from backend.iscatter(
+            teams, moved, spec, rows if comm.sizing is Sizing.variable else None
+        )
     return {d: back(v, a_out) for d, v in got.items()}
 
 
-def _gather(comm: Communication, backend: Communicator, teams, moved: Buffers) -> Buffers:
+def _gather(comm: Communication, backend: Communicator, teams, moved: Buffers) -> Operation:
     """Every sender's chunk (sharded axis in front), joined at the root."""
     a_in, in_mesh = comm.in_axis, comm.input.mesh.devices
     spec = _spec(comm, a_in)  # ceil(n/d) rows: what the largest chunk holds
     rows = {d: device_shape(comm.input, d)[a_in] for d in in_mesh}
     if comm.sizing is Sizing.padded:
         moved = {d: pad_rows(v, spec.shape[0]) for d, v in moved.items()}
-        got = backend.gather(teams, moved, spec)
+        got = yield from backend.igather(teams, moved, spec)
         got = {d: unpad(v, spec.shape[0], [rows[m] for m in in_mesh]) for d, v in got.items()}
     else:
-        got = backend.gather(teams, moved, spec, rows if comm.sizing is Sizing.variable else None)
+        got = yield from backend.igather(
+            teams, moved, spec, rows if comm.sizing is Sizing.variable else None
+        )
     return {d: back(v, a_in) for d, v in got.items()}

@@ -55,10 +55,17 @@ from fuserlite.reference.numpy_ops import eval_outputs, store
 from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.backends.mpi_watchdog import check_timeout
 from fuserlite.runtime.collectives import CollectivePlan, collective_plan
-from fuserlite.runtime.communicator import Communicator, pad_to
+from fuserlite.runtime.communicator import Communicator, Posted, pad_to, ready
 from fuserlite.runtime.compute import CompiledKernels, kernel_path, resolve_compute
-from fuserlite.runtime.dispatch import run_communication
-from fuserlite.runtime.host_loops import run_view
+from fuserlite.runtime.dispatch import post_communication
+from fuserlite.runtime.host_loops import (
+    Await,
+    Post,
+    action_reads,
+    action_writes,
+    pipelined,
+    run_view,
+)
 from fuserlite.runtime.launch import (
     KernelLaunch,
     LibraryLaunch,
@@ -198,7 +205,8 @@ class FusionExecutor:
                     f"input {tv.name} is marked partial (rDIDx); inputs hold whole values"
                 )
         # Values are freed after their last reader, on every device: the outputs stay. A
-        # host program's steps run in their order, posts at once, loops unrolled.
+        # host program's steps run unrolled, each communication posted ahead of the kernels
+        # it does not feed and awaited at its first reader (host_loops.pipelined).
         # Each needed input's hosted devices and the slice of it each holds (as `shard`).
         self._input_slices = {
             tv: [
@@ -207,7 +215,7 @@ class FusionExecutor:
             ]
             for tv in program.inputs
         }
-        steps = self._steps = program.executed()
+        steps = self._steps = pipelined(program.executed())
         self._dead = dead_after(steps, _reads, _writes, keep=program.outputs)
         self._needed = read_anywhere(steps, _reads) | set(program.outputs)
         self.grids = GridCache()  # the kernel runner's index arrays, reused across runs
@@ -348,9 +356,12 @@ class FusionExecutor:
         del arrays
         steps = self._steps
         launches = self._launch_plans()
+        posted: dict[int, Posted] = {}  # by step index: communications in flight
+        total, done = self._counted, 0
         for i, (step, dead) in enumerate(zip(steps, self._dead)):
-            if self.progress is not None:
-                self.progress(STEPS, i, len(steps), describe_step(step))
+            if self.progress is not None and not isinstance(step, Await):
+                self.progress(STEPS, done, total, describe_step(step))
+                done += 1
             launch = launches.get(i) or self._library_launches.get(i)
             if launch is not None:
                 launch.run(values, given, self._pooled, self._wholes)
@@ -358,14 +369,23 @@ class FusionExecutor:
                 self._run_kernel(step, values)
             elif isinstance(step, ChunkView):  # a host loop's chunk of a tensor
                 run_view(step, values)
-            else:
-                self.backend.begin_step(i, step)
-                self._run_communication(step, values)
+            elif isinstance(step, Post):
+                self.backend.begin_step(step.index, step.comm)
+                posted[step.index] = self._post_communication(step.comm, values)
+            else:  # the watchdog names the step a stalled wait belongs to
+                self.backend.begin_step(step.index, step.comm)
+                for d, array in self.backend.wait(posted.pop(step.index)).items():
+                    values[d][step.comm.output] = array
             for local in values.values():
                 _forget(local, dead)
         if self.progress is not None:
-            self.progress(STEPS, len(steps), len(steps), "")
+            self.progress(STEPS, total, total, "")
         return values
+
+    @functools.cached_property
+    def _counted(self) -> int:
+        """The steps a Progress counts: kernels, views and communications (not awaits)."""
+        return sum(not isinstance(s, Await) for s in self._steps)
 
     def _launch_plans(self) -> dict[int, KernelLaunch]:
         """Step index -> the launch plan of each compiled kernel (runtime/launch.py), made
@@ -384,10 +404,10 @@ class FusionExecutor:
             keep = set(self.program.outputs)
             self._pooled = plan_launches(self._steps, self._dead, launches, keep)
             self._collectives = {  # by the Communication: a plan holds no buffers
-                id(step): plan
+                id(step.comm): plan
                 for step in self._steps
-                if isinstance(step, Communication)
-                and (plan := collective_plan(step, self.backend)) is not None
+                if isinstance(step, Post)
+                and (plan := collective_plan(step.comm, self.backend)) is not None
             }
             self._library_launches = {  # unscheduled kernels: library calls, reshapes
                 i: launch
@@ -464,14 +484,13 @@ class FusionExecutor:
             shapes.append(parts.shapes[k])
         return shapes
 
-    def _run_communication(self, comm: Communication, values) -> None:
+    def _post_communication(self, comm: Communication, values) -> Posted:
+        """Start `comm` on the hosted devices' buffers; its Await writes its output."""
         collective = self._collectives.get(id(comm))
-        if collective is not None:  # planned once (runtime/collectives.py)
-            collective.run(values)
-            return
+        if collective is not None:  # planned once (runtime/collectives.py): done at once
+            return self.backend.post(ready(collective.run(values)))
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}
-        for d, array in run_communication(comm, self.backend, bufs).items():
-            values[d][comm.output] = array
+        return post_communication(comm, self.backend, bufs)
 
 
 def _lowered(fusion: Fusion, pipeline: Pipeline) -> Program:
@@ -484,12 +503,12 @@ def _lowered(fusion: Fusion, pipeline: Pipeline) -> Program:
     return pipeline.run(fusion)
 
 
-def _reads(step: Kernel | Communication | Expr) -> list[TensorView]:
-    return [step.input] if isinstance(step, Communication) else list(step.inputs)
+def _reads(step: Kernel | Communication | Post | Await | Expr) -> list[TensorView]:
+    return action_reads(step)
 
 
-def _writes(step: Kernel | Communication | Expr) -> list[TensorView]:
-    return [step.output] if isinstance(step, Communication) else list(step.outputs)
+def _writes(step: Kernel | Communication | Post | Await | Expr) -> list[TensorView]:
+    return action_writes(step)
 
 
 STEPS = "kernels/communications"  # the executor's phase, as a Progress sees it
@@ -498,6 +517,8 @@ STEPS = "kernels/communications"  # the executor's phase, as a Progress sees it
 def describe_step(step: Kernel | Communication) -> str:
     """`kernel linear on 2 devices`, `scheduled kernel of 6 ops on 2 devices` or
     `Allgather T3 -> T4`, for a progress display."""
+    if isinstance(step, (Post, Await)):
+        step = step.comm
     if isinstance(step, Communication):
         return f"{step.kind.value} {step.input.name} -> {step.output.name}"
     if isinstance(step, ChunkView):

@@ -8,15 +8,22 @@ one is stored into W's local array (allocated at the first chunk) after the loop
 steps of chunk i computed C. A ring's view (`chunk (i + DIDx) % D of D`) takes, on the
 device of DIDx index t, chunk (i + t) mod D: C is a ring chunk (fuserlite.schedule.ring),
 whose local block is that chunk.
+
+`pipelined` orders the unrolled steps for overlap: each Communication is a Post
+and an Await, chunk i+1's posted before chunk i's kernels (docs/time.md).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.tensor import TensorView
+from fuserlite.program.communication import Communication
 from fuserlite.program.host import ChunkView
+from fuserlite.program.program import Kernel
 from fuserlite.program.shards import device_shape
 from fuserlite.schedule.streams import device_count
 
@@ -76,3 +83,140 @@ def run_view(view: ChunkView, values: dict[int, dict[TensorView, np.ndarray]]) -
         index = [slice(None)] * cut.ndim
         index[axis + 1] = i
         cut[tuple(index)] = part.reshape(shape[:axis] + (blocks, rows) + shape[axis + 1 :])
+
+
+# -- overlap: posting communications ahead of the kernels they do not feed ---------------
+@dataclass(eq=False)
+class Post:
+    """Start Communication `comm`, step `index` of the unrolled program (its inputs are
+    read now: the backend posts its non-blocking calls)."""
+
+    index: int
+    comm: Communication
+
+    @property
+    def input(self) -> TensorView:
+        return self.comm.input
+
+
+@dataclass(eq=False)
+class Await:
+    """Complete the Communication posted as step `index`: its output is written now (and
+    its input, which MPI may still read until then, lives until here)."""
+
+    index: int
+    comm: Communication
+
+    @property
+    def input(self) -> TensorView:
+        return self.comm.input
+
+
+def action_reads(step) -> list[TensorView]:
+    """What a step of `pipelined`'s order reads (an Await: its input, kept alive)."""
+    if isinstance(step, (Communication, Post, Await)):
+        return [step.input]
+    return list(step.inputs)
+
+
+def action_writes(step) -> list[TensorView]:
+    """What a step of `pipelined`'s order writes (a Post nothing: its Await does)."""
+    if isinstance(step, Post):
+        return []
+    if isinstance(step, (Communication, Await)):
+        return [step.comm.output if isinstance(step, Await) else step.output]
+    return list(step.outputs)
+
+
+def pipelined(steps: list) -> list:
+    """The unrolled program's steps (`Program.executed()`) in the order the executor runs
+    them, each Communication split into a Post and an Await: a software-pipelined loop.
+
+    A Communication is posted at its place, or earlier: before each kernel, the next
+    Communication (the first after it, if not posted yet) is posted with the chunk views
+    it reads, where none of them depends on or clobbers the steps they pass (the kernel
+    and the views between). It is awaited at its first reader (or writer) of its output,
+    or at the end. In a Stream loop `[view x_i, Allgather_i, matmul_i, store y_i]` that
+    posts chunk i+1's Allgather before chunk i's matmul and waits for it after: chunk i
+    computes while chunk i+1 moves. A Communication that reads its chunk's kernel
+    (`[view x_i, matmul_i, ReduceScatter_i, store y_i]`) is posted after it, and the
+    store that reads it waits until the next kernel (with its views) has run: chunk i+1
+    computes while chunk i moves. Every step still reads the values it reads in the
+    unrolled order (a tensor a loop reuses for each chunk included; a posted one holds
+    its input buffers, and kernels write fresh arrays): the order changes, the values
+    do not."""
+    n = len(steps)
+    reads = [set(action_reads(s)) for s in steps]
+    writes = [set(action_writes(s)) for s in steps]
+    comm = [isinstance(s, Communication) for s in steps]
+    done = [False] * n
+    out: list = []
+    outstanding: list[int] = []  # posted, not awaited, in post order
+
+    def place(p: int, action, read: set, written: set) -> None:
+        # Await what this step reads or overwrites of communications before it.
+        touched = read | written
+        for j in [j for j in outstanding if j < p and writes[j] & touched]:
+            out.append(Await(j, steps[j]))
+            outstanding.remove(j)
+        out.append(action)
+        done[p] = True
+
+    def post(p: int) -> None:
+        place(p, Post(p, steps[p]), reads[p], set())
+        outstanding.append(p)
+
+    def prefix(p: int, q: int) -> list[int] | None:
+        """Step q with the chunk views between p and q it reads, if they can all move
+        before step p: none reads what a step they pass writes, or writes what it reads
+        or writes (a Post's output is written at its Await). None where they cannot."""
+        need, needed = [q], set(reads[q])
+        for k in range(q - 1, p, -1):  # the steps between that q depends on
+            if not done[k] and writes[k] & needed:
+                if not isinstance(steps[k], ChunkView):
+                    return None  # it reads a kernel's output: it cannot pass that kernel
+                need.append(k)
+                needed |= reads[k]
+        need.reverse()
+        passed = [b for b in range(p, q) if not done[b] and b not in need]
+        for k in need:
+            w = set() if comm[k] else writes[k]
+            for b in passed:
+                if b < k and (reads[k] & writes[b] or w & (reads[b] | writes[b])):
+                    return None
+        return need
+
+    def hoist(p: int) -> None:
+        """Post the next Communication before kernel p, with the views it reads."""
+        q = next((k for k in range(p + 1, n) if comm[k]), None)
+        if q is None or done[q] or (need := prefix(p, q)) is None:
+            return
+        for k in need:
+            if k == q:
+                post(q)
+            else:
+                place(k, steps[k], reads[k], writes[k])
+
+    def defer(p: int) -> None:
+        """Before store p waits for a communication in flight, run the next kernel (with
+        the views it reads) where it needs neither: chunk i+1's matmul computes while
+        chunk i's ReduceScatter moves."""
+        q = next((k for k in range(p + 1, n) if comm[k] or isinstance(steps[k], Kernel)), None)
+        if q is None or done[q] or comm[q] or (need := prefix(p, q)) is None:
+            return
+        for k in need:
+            place(k, steps[k], reads[k], writes[k])
+
+    for p, step in enumerate(steps):
+        if done[p]:
+            continue
+        if comm[p]:
+            post(p)
+            continue
+        if isinstance(step, Kernel):
+            hoist(p)
+        elif isinstance(step, ChunkView) and any(writes[j] & reads[p] for j in outstanding):
+            defer(p)
+        place(p, step, reads[p], writes[p])
+    out += [Await(j, steps[j]) for j in outstanding]
+    return out

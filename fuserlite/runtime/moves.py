@@ -23,6 +23,7 @@ from fuserlite.runtime.communicator import (
     BufferSpec,
     Communicator,
     Message,
+    Operation,
     contiguous,
     fold,
 )
@@ -48,6 +49,19 @@ def run_move(
     op: ReductionOpType | None = None,
 ) -> Buffers:
     """Each hosted destination's box, from `bufs` (each hosted source's local array)."""
+    return backend.run(move_operation(move, sources, destinations, backend, bufs, dtype, op))
+
+
+def move_operation(
+    move: Move,
+    sources: Sequence[Holding],
+    destinations: Sequence[tuple[int, Box]],
+    backend: Communicator,
+    bufs: Buffers,
+    dtype: np.dtype,
+    op: ReductionOpType | None = None,
+) -> Operation:
+    """`run_move` as an Operation (communicator's docstring): post it, wait for it later."""
     held = {h.device: h for h in sources}
     for d in backend.hosted(list(held)):
         if d not in bufs or bufs[d].shape != extents(held[d].box):
@@ -63,7 +77,7 @@ def run_move(
         for i, t in enumerate(move.transfers)
         if t.src in bufs
     }
-    got = backend.exchange(messages, payloads)
+    got = yield from backend.iexchange(messages, payloads)
     terms = sorted({h.term for h in sources})
     if len(terms) > 1 and op is None:
         raise ExecutionError("a move of a partial tensor needs its reduction op to add the terms")

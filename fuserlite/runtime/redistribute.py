@@ -36,6 +36,7 @@ from fuserlite.plan.steps import Step, StepKind
 from fuserlite.runtime.communicator import (
     Buffers,
     Communicator,
+    Operation,
     Team,
     back,
     contiguous,
@@ -93,6 +94,18 @@ def run_step(
 ) -> Buffers:
     """Each hosted device's local array after `step` (bufs: every hosted device's before);
     `chunks`: the devices' boxes (None: every chunk equal, torch.chunk's)."""
+    return backend.run(step_operation(step, mesh, backend, bufs, op, chunks))
+
+
+def step_operation(
+    step: Step,
+    mesh: DeviceMesh,
+    backend: Communicator,
+    bufs: Buffers,
+    op: ReductionOpType | None = None,
+    chunks: Chunks | None = None,
+) -> Operation:
+    """`run_step` as an Operation (communicator's docstring): post it, wait for it later."""
     ts = mesh_teams(mesh, step.group)
     k, t, u = step.kind, step.axis, step.to_axis
     hosted = backend.hosted(mesh.devices)
@@ -111,26 +124,30 @@ def run_step(
     if k is StepKind.Allgather:
         moved = {d: front(bufs[d], t) for d in hosted}
         if chunks is None:
-            got = backend.allgather(ts, moved)
+            got = yield from backend.iallgather(ts, moved)
         elif chunks.padded:  # every chunk padded to the largest, the padding dropped
             rows = chunks.rows(chunks.before, t)
             size = max(rows.values())
-            got = backend.allgather(ts, {d: pad_rows(v, size) for d, v in moved.items()})
+            got = yield from backend.iallgather(
+                ts, {d: pad_rows(v, size) for d, v in moved.items()}
+            )
             members = {d: team.members for team in ts for d in team.members}
             got = {d: unpad(v, size, [rows[m] for m in members[d]]) for d, v in got.items()}
         else:
-            got = backend.allgather(ts, moved, chunks.rows(chunks.before, t))
+            got = yield from backend.iallgather(ts, moved, chunks.rows(chunks.before, t))
         return {d: back(v, t) for d, v in got.items()}
     if k is StepKind.AllToAll:
-        got = _alltoall(ts, backend, {d: front(bufs[d], u) for d in hosted}, t, u, chunks)
+        got = yield from _alltoall(
+            ts, backend, {d: front(bufs[d], u) for d in hosted}, t, u, chunks
+        )
         concat_at = t + 1 if t < u else t  # where t is once u is in front
         return {d: back(np.concatenate(parts, axis=concat_at), u) for d, parts in got.items()}
     if k is StepKind.Allreduce:
-        return backend.allreduce(ts, {d: contiguous(bufs[d]) for d in hosted}, op)
+        return (yield from backend.iallreduce(ts, {d: contiguous(bufs[d]) for d in hosted}, op))
     if k is StepKind.ReduceScatter:
         moved = {d: front(bufs[d], t) for d in hosted}
         if chunks is None:
-            got = backend.reduce_scatter(ts, moved, op)
+            got = yield from backend.ireduce_scatter(ts, moved, op)
         elif chunks.padded:  # each member's rows padded with the identity (it folds
             rows = chunks.rows(chunks.after, t)  # among itself), the padding then dropped
             size = max(rows.values())
@@ -142,10 +159,10 @@ def run_step(
                 )
                 for d, v in moved.items()
             }
-            got = backend.reduce_scatter(ts, padded, op)
+            got = yield from backend.ireduce_scatter(ts, padded, op)
             got = {d: v[: rows[d]] for d, v in got.items()}
         else:
-            got = backend.reduce_scatter(ts, moved, op, chunks.rows(chunks.after, t))
+            got = yield from backend.ireduce_scatter(ts, moved, op, chunks.rows(chunks.after, t))
         return {d: back(v, t) for d, v in got.items()}
     raise ExecutionError(f"{k.value} is not a step on one mesh; a move between meshes is")
 
@@ -154,12 +171,12 @@ def _alltoall(ts, backend: Communicator, moved: Buffers, t: int, u: int, chunks:
     """Member j gets part j along u (in front) of every member's array: equal parts, each
     padded to the largest chunks of u and t, or each its own rows (Alltoallv)."""
     if chunks is None:
-        return backend.alltoall(ts, moved)
+        return (yield from backend.ialltoall(ts, moved))
     at = t + 1 if t < u else t  # where t is once u is in front
     rows = chunks.rows(chunks.after, u)  # u rows device d receives
     fronts = {d: _front_shape(shape, u) for d, shape in chunks.shapes(chunks.before).items()}
     if not chunks.padded:
-        return backend.alltoall(ts, moved, rows, fronts)
+        return (yield from backend.ialltoall(ts, moved, rows, fronts))
     members = {d: team.members for team in ts for d in team.members}
     size_u, size_t = max(rows.values()), max(s[at] for s in fronts.values())
     padded = {}
@@ -167,7 +184,7 @@ def _alltoall(ts, backend: Communicator, moved: Buffers, t: int, u: int, chunks:
         pieces = split_rows(v, [rows[m] for m in members[d]])
         full = [(size_u, *p.shape[1:at], size_t, *p.shape[at + 1 :]) for p in pieces]
         padded[d] = np.concatenate([pad_to(p, f) for p, f in zip(pieces, full)])
-    got = backend.alltoall(ts, padded)
+    got = yield from backend.ialltoall(ts, padded)
     return {
         d: [
             p[tuple(slice(0, n) for n in (rows[d], *fronts[s][1:]))] for s, p in zip(members[d], ps)

@@ -24,7 +24,10 @@ member's own rows through MPI's vector calls (`backends.mpi_vector`: Allgatherv,
 Alltoallv, Scatterv, Gatherv).
 
 Waiting: every operation is posted non-blocking (MPI_Iallgather, MPI_Ialltoallv,
-MPI_Ibcast, MPI_Isend/MPI_Irecv, ...) and waited for by the watchdog
+MPI_Ibcast, MPI_Isend/MPI_Irecv, ...): each collective is an Operation
+(`communicator`'s docstring) that yields its Pending requests, so the executor
+posts a Communication, computes, and waits for it at its first reader. Each wait
+is the watchdog's
 (`backends.mpi_watchdog`): when one has not completed within `timeout` seconds
 (default 300; math.inf waits for ever, with MPI_Waitall) the rank asks every
 rank where it is, and a rank that does not answer (a stopped process, a stuck
@@ -84,6 +87,7 @@ from fuserlite.runtime.communicator import (
     BufferSpec,
     Communicator,
     Message,
+    Operation,
     Team,
     check_teams,
     contiguous,
@@ -181,11 +185,19 @@ class MpiCommunicator(Communicator):
                 comm.Free()
         self._teams = {tuple(range(self.size)): self.world}
 
-    def _wait(self, request, call: str, *keep, team: Sequence[int] | None = None) -> None:
-        """Wait for one posted operation (`call` over `team`, world ranks; None: all of
-        them) under the watchdog; `keep`: its buffers."""
+    def _pending(self, request, call: str, *keep, team: Sequence[int] | None = None) -> Pending:
+        """One posted MPI request (`call` over `team`, world ranks; None: all of them) as
+        the watchdog waits for it; `keep`: its buffers."""
         members = range(self.size) if team is None else team
-        self.watchdog.wait(Pending([request], call, members, keep))
+        return Pending([request], call, members, keep)
+
+    def _wait(self, request, call: str, *keep, team: Sequence[int] | None = None) -> None:
+        """Wait for one posted request at once (the set-up and the collection of outputs)."""
+        self.complete(self._pending(request, call, *keep, team=team))
+
+    def complete(self, waiting: Pending) -> None:
+        """What an operation yields, its requests, completed under the watchdog."""
+        self.watchdog.wait(waiting)
 
     def _mine(self, teams: Sequence[Team]):
         """This rank's team among `teams` and its communicator, or None if it is in none."""
@@ -254,7 +266,7 @@ class MpiCommunicator(Communicator):
         return [self.rank] if self.rank in devices else []
 
     # -- collectives ------------------------------------------------------------------
-    def allgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Buffers:
+    def iallgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Operation:
         """Every member's buffer joined along axis 0 (with `rows`, each member's own rows:
         an Allgatherv)."""
         mine = self._mine(teams)
@@ -265,21 +277,19 @@ class MpiCommunicator(Communicator):
         self.bytes_sent += send.nbytes
         if rows is not None:
             request, recv = allgatherv(self.MPI, comm, send, [rows[d] for d in team.members])
-            self._wait(request, "MPI_Iallgatherv", send, recv, team=team.devices)
+            yield self._pending(request, "MPI_Iallgatherv", send, recv, team=team.devices)
             return {self.rank: recv}
         recv = np.empty((len(team.members) * send.shape[0], *send.shape[1:]), send.dtype)
         request = comm.Iallgather(wire(send), wire(recv))
-        self._wait(request, "MPI_Iallgather", send, recv, team=team.devices)
+        yield self._pending(request, "MPI_Iallgather", send, recv, team=team.devices)
         return {self.rank: recv}
 
-    def alltoall(
-        self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None
-    ) -> dict[int, list[np.ndarray]]:
-        return self._parts(teams, bufs, "AllToAll", rows, shapes)
+    def ialltoall(self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None) -> Operation:
+        return (yield from self._iparts(teams, bufs, "AllToAll", rows, shapes))
 
-    def _parts(
+    def _iparts(
         self, teams: Sequence[Team], bufs: Buffers, what: str, rows=None, shapes=None
-    ) -> dict[int, list[np.ndarray]]:
+    ) -> Operation:
         """The AllToAll of axis-0 parts: {this rank: part j of every member, in order};
         with `rows`, an Alltoallv of each member's own rows, from buffers of `shapes`
         (None: every member's shaped like this rank's, as a ReduceScatter's are)."""
@@ -298,17 +308,17 @@ class MpiCommunicator(Communicator):
                 shapes_of,
                 team.members.index(self.rank),
             )
-            self._wait(request, "MPI_Ialltoallv", send, recv, team=team.devices)
+            yield self._pending(request, "MPI_Ialltoallv", send, recv, team=team.devices)
             self.bytes_sent += sent * send.itemsize
             return {self.rank: received(recv, shapes_in)}
         split_even(send, d, f"rank {self.rank}: {what} over team {list(team.members)}")
         recv = np.empty_like(send)
         self.bytes_sent += send.nbytes * (d - 1) // d
         request = comm.Ialltoall(wire(send), wire(recv))
-        self._wait(request, "MPI_Ialltoall", send, recv, team=team.devices)
+        yield self._pending(request, "MPI_Ialltoall", send, recv, team=team.devices)
         return {self.rank: np.split(recv, d, axis=0)}
 
-    def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def iallreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Operation:
         """Each member folds one flat chunk of every member's buffer, in member order (an
         AllToAll), then the chunks are all-gathered: sim's bits, a ring's bytes."""
         mine = self._mine(teams)
@@ -325,23 +335,23 @@ class MpiCommunicator(Communicator):
             vector(self.MPI, flat, counts, displs),
             vector(self.MPI, got, [m] * d, [i * m for i in range(d)]),
         )
-        self._wait(request, "MPI_Ialltoallv", flat, got, team=team.devices)
+        yield self._pending(request, "MPI_Ialltoallv", flat, got, team=team.devices)
         part = fold([got[i * m : (i + 1) * m] for i in range(d)], op)
         whole = np.empty(flat.size, send.dtype)
         request = comm.Iallgatherv(wire(part), vector(self.MPI, whole, counts, displs))
-        self._wait(request, "MPI_Iallgatherv", part, whole, team=team.devices)
+        yield self._pending(request, "MPI_Iallgatherv", part, whole, team=team.devices)
         self.bytes_sent += (flat.size - m + (d - 1) * m) * send.itemsize
         return {self.rank: whole.reshape(send.shape)}
 
-    def reduce_scatter(
+    def ireduce_scatter(
         self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, rows=None
-    ) -> Buffers:
+    ) -> Operation:
         """Member j folds part j of every member's buffer, in member order (an AllToAll;
         with `rows`, an Alltoallv of each member's own rows)."""
-        parts = self._parts(teams, bufs, "ReduceScatter", rows)
+        parts = yield from self._iparts(teams, bufs, "ReduceScatter", rows)
         return {d: fold(p, op) for d, p in parts.items()}
 
-    def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
+    def ibroadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Operation:
         mine = self._mine(teams)
         if mine is None:
             return {}
@@ -352,10 +362,12 @@ class MpiCommunicator(Communicator):
         else:
             buf = np.empty(spec.shape, spec.dtype)
         request = comm.Ibcast(wire(buf), root=team.devices.index(team.root))
-        self._wait(request, "MPI_Ibcast", buf, team=team.devices)
+        yield self._pending(request, "MPI_Ibcast", buf, team=team.devices)
         return {self.rank: buf} if self.rank in team.members else {}
 
-    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+    def iscatter(
+        self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None
+    ) -> Operation:
         mine = self._mine(teams)
         if mine is None:
             return {}
@@ -379,10 +391,10 @@ class MpiCommunicator(Communicator):
         mine_shape = part if self.rank in team.members else (0, *part[1:])
         recv = np.empty(mine_shape, spec.dtype)
         request = comm.Iscatterv(send, wire(recv), root=team.devices.index(team.root))
-        self._wait(request, "MPI_Iscatterv", send, recv, team=team.devices)
+        yield self._pending(request, "MPI_Iscatterv", send, recv, team=team.devices)
         return {self.rank: recv} if self.rank in team.members else {}
 
-    def _to_root(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None):
+    def _ito_root(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None):
         """(team, the members' buffers of `spec` (or of their `rows`) in member order) at
         each root; None elsewhere."""
         mine = self._mine(teams)
@@ -404,32 +416,32 @@ class MpiCommunicator(Communicator):
         else:
             self.bytes_sent += send.nbytes
         request = comm.Igatherv(wire(send), recv, root=team.devices.index(team.root))
-        self._wait(request, "MPI_Igatherv", send, whole, team=team.devices)
+        yield self._pending(request, "MPI_Igatherv", send, whole, team=team.devices)
         if whole is None:
             return None
         got = split_rows(whole, sizes)
         return team, got if spec.shape else [g.reshape(()) for g in got]
 
-    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
-        got = self._to_root(teams, bufs, spec, rows)
+    def igather(
+        self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None
+    ) -> Operation:
+        got = yield from self._ito_root(teams, bufs, spec, rows)
         if got is None:
             return {}
         team, parts = got
         return {team.root: np.concatenate(parts, axis=0)}
 
-    def reduce(
+    def ireduce(
         self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, spec: BufferSpec
-    ) -> Buffers:
+    ) -> Operation:
         """The root folds its members' buffers in member order (gathered first), as sim does."""
-        got = self._to_root(teams, bufs, spec)
+        got = yield from self._ito_root(teams, bufs, spec)
         if got is None:
             return {}
         team, parts = got
         return {team.root: fold(parts, op)}
 
-    def exchange(
-        self, messages: Sequence[Message], payloads: dict[int, np.ndarray]
-    ) -> dict[int, np.ndarray]:
+    def iexchange(self, messages: Sequence[Message], payloads: dict[int, np.ndarray]) -> Operation:
         """Non-blocking sends and receives on the world communicator, one tag: MPI keeps
         the order of messages between two ranks, and both sides walk `messages` in order."""
         out: dict[int, np.ndarray] = {}
@@ -453,7 +465,7 @@ class MpiCommunicator(Communicator):
                 peers.add(m.src)
                 requests.append(self.world.Irecv(wire(out[i]), source=m.src, tag=_SENDRECV_TAG))
         call = "MPI_Isend/MPI_Irecv"
-        self.watchdog.wait(Pending(requests, call, sorted(peers), (sent, out)))
+        yield Pending(requests, call, sorted(peers), (sent, out))
         return out
 
 

@@ -12,76 +12,81 @@ from fuserlite.runtime.communicator import (
     BufferSpec,
     Communicator,
     Message,
+    Operation,
     Team,
     check_teams,
     fold,
     parts,
+    ready,
 )
 
 
 class SimCommunicator(Communicator):
-    """An in-process mesh: collectives are numpy concatenations and folds, team by team."""
+    """An in-process mesh: collectives are numpy concatenations and folds, team by team,
+    done when posted (each operation is `ready` at once)."""
 
     name = "sim"
 
     def hosted(self, devices) -> list[int]:
         return list(devices)
 
-    def allgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Buffers:
+    def iallgather(self, teams: Sequence[Team], bufs: Buffers, rows=None) -> Operation:
         out = {}
         for t in check_teams(teams, "Allgather"):
             whole = np.concatenate([bufs[d] for d in t.members], axis=0)  # equal or not
             out |= {d: whole for d in t.members}
-        return out
+        return ready(out)
 
-    def alltoall(
-        self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None
-    ) -> dict[int, list[np.ndarray]]:
+    def ialltoall(self, teams: Sequence[Team], bufs: Buffers, rows=None, shapes=None) -> Operation:
         out = {}
         for t in check_teams(teams, "AllToAll"):
             chunks = {d: parts(bufs[d], t, rows, "AllToAll") for d in t.members}
             out |= {dst: [chunks[src][j] for src in t.members] for j, dst in enumerate(t.members)}
-        return out
+        return ready(out)
 
-    def allreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Buffers:
+    def iallreduce(self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType) -> Operation:
         out = {}
         for t in check_teams(teams, "Allreduce"):
             total = fold([bufs[d] for d in t.members], op)
             out |= {d: total for d in t.members}
-        return out
+        return ready(out)
 
-    def reduce_scatter(
+    def ireduce_scatter(
         self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, rows=None
-    ) -> Buffers:
+    ) -> Operation:
         out = {}
         for t in check_teams(teams, "ReduceScatter"):
             total = fold([bufs[d] for d in t.members], op)
             out |= dict(zip(t.members, parts(total, t, rows, "ReduceScatter")))
-        return out
+        return ready(out)
 
-    def broadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Buffers:
-        return {d: bufs[t.root] for t in check_teams(teams, "Broadcast") for d in t.members}
+    def ibroadcast(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec) -> Operation:
+        return ready({d: bufs[t.root] for t in check_teams(teams, "Broadcast") for d in t.members})
 
-    def scatter(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
+    def iscatter(
+        self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None
+    ) -> Operation:
         out = {}
         for t in check_teams(teams, "Scatter"):
             out |= dict(zip(t.members, parts(bufs[t.root], t, rows, "Scatter")))
-        return out
+        return ready(out)
 
-    def gather(self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None) -> Buffers:
-        return {
-            t.root: np.concatenate([bufs[d] for d in t.members], axis=0)
-            for t in check_teams(teams, "Gather")
-        }
+    def igather(
+        self, teams: Sequence[Team], bufs: Buffers, spec: BufferSpec, rows=None
+    ) -> Operation:
+        return ready(
+            {
+                t.root: np.concatenate([bufs[d] for d in t.members], axis=0)
+                for t in check_teams(teams, "Gather")
+            }
+        )
 
-    def reduce(
+    def ireduce(
         self, teams: Sequence[Team], bufs: Buffers, op: ReductionOpType, spec: BufferSpec
-    ) -> Buffers:
-        return {
-            t.root: fold([bufs[d] for d in t.members], op) for t in check_teams(teams, "Reduce")
-        }
+    ) -> Operation:
+        return ready(
+            {t.root: fold([bufs[d] for d in t.members], op) for t in check_teams(teams, "Reduce")}
+        )
 
-    def exchange(
-        self, messages: Sequence[Message], payloads: dict[int, np.ndarray]
-    ) -> dict[int, np.ndarray]:
-        return {i: payloads[i] for i in range(len(messages))}
+    def iexchange(self, messages: Sequence[Message], payloads: dict[int, np.ndarray]) -> Operation:
+        return ready({i: payloads[i] for i in range(len(messages))})

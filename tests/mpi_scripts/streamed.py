@@ -1,0 +1,61 @@
+"""Streamed programs on MPI ranks: each rank runs them on the mpi backend, recording
+the order it posts, waits for and computes the chunks (tests/overlap_order.py); rank 0
+prints one JSON line: per case whether its outputs equal sim's bit for bit, and its
+events renumbered by chunk with the pipelined order they must follow."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import stream_cases  # noqa: E402
+from overlap_order import by_chunk, pipelined_order, run_recorded, same_bits  # noqa: E402
+
+import fuserlite as fl  # noqa: E402
+from fuserlite.runtime.backends.mpi import MpiCommunicator  # noqa: E402
+
+CASES = {  # name -> (fusion builder, whether it is an Allgather + kernel loop)
+    "ag_matmul_4": (lambda: ag_matmul_on_4(), True),
+    "ag_matmul_2": (lambda: stream_cases.ag_matmul(4, m=8, k=8, n=6), True),
+    "matmul_reduce_scatter": (lambda: stream_cases.matmul_reduce_scatter(4), False),
+    "allreduce": (lambda: stream_cases.allreduce(4), False),
+}
+
+
+def ag_matmul_on_4() -> fl.Fusion:
+    """examples/overlap_ag_matmul.fus's pipeline on 4 devices, small: x [64, 16] sharded
+    on its rows, y = x @ w with each device's block of rows in 4 Stream chunks."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        x, w = fl.tensor([64, 16], "float32", name="x"), fl.tensor([16, 8], "float32", name="w")
+        for t in (x, w):
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+        x.outer_split(0, 4)
+        x.axis(0).parallelize(fl.ParallelType.DIDx)
+        y = fl.matmul(x, w)
+        y.set_device_mesh(mesh)
+        y.outer_split(0, 4)
+        y.outer_split(1, 4)
+        y.axis(1).parallelize(fl.ParallelType.Stream)
+        f.add_output(y)
+    return f
+
+
+results = {}
+for name, (build, pipelined) in CASES.items():
+    inputs = fl.random_inputs(build(), seed=11)
+    got, events = run_recorded(fl.lower(build()), MpiCommunicator(), inputs)
+    if got is None:
+        continue
+    sim = fl.FusionExecutor(fl.lower(build()), compute="interpret").run(inputs)
+    results[name] = {
+        "same": same_bits(got, sim),
+        "events": by_chunk(events),
+        "pipelined": pipelined_order(events) if pipelined else None,
+    }
+if results:
+    print(json.dumps(results))
