@@ -66,13 +66,23 @@ def test_production_code_reads_no_environment_variables() -> None:
     """But for one function, which reads what an MPI launcher tells its processes (rank
     and size): it decides nothing a run computes, only which rank prints an error that
     every rank meets and that `run` without --backend under mpiexec is one."""
-    offenders = [
+    offenders = sorted(
         f"{path.relative_to(ROOT)}"
         for path in [*(ROOT / "fuserlite").rglob("*.py"), *(ROOT / "passes").rglob("*.py")]
         if "os.environ" in path.read_text() or "getenv" in path.read_text()
-    ]
-    assert offenders == ["fuserlite/runtime/backends/__init__.py"]
+    )
+    assert offenders == ["fuserlite/kernel/cpu.py", "fuserlite/runtime/backends/__init__.py"]
+    # kernel/cpu.py only sets OMP_WAIT_POLICY where the user has not (how idle OpenMP
+    # threads wait: speed, never a value), before libgomp loads; it reads nothing.
+    from fuserlite.kernel import cpu
     from fuserlite.runtime import backends
+
+    cpu_source = (ROOT / offenders[0]).read_text()
+    assert cpu_source.count("os.environ") == 1 and "getenv" not in cpu_source
+    assert 'os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)' in inspect.getsource(
+        cpu.quiet_openmp
+    )
+    offenders = offenders[1:]
 
     source = (ROOT / offenders[0]).read_text()
     assert source.count("os.environ") == 2 and "getenv" not in source

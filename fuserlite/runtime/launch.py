@@ -351,8 +351,9 @@ class LibraryLaunch:
     hosted device runs a call of one shape (library_launch); else the executor calls
     the library per device."""
 
-    def __init__(self, kernel: Kernel, plan, devices: list[int], dropout) -> None:
+    def __init__(self, kernel: Kernel, plan, devices: list[int], dropout, library=None) -> None:
         self.kernel = kernel
+        self.library = library  # the per-device path, for operands of differing shapes
         self.plan = plan
         self.devices = devices
         self.dropout = dropout
@@ -372,6 +373,12 @@ class LibraryLaunch:
                         f"device {d}: a kernel reads {tv.name}, which this device does not hold"
                     )
                 arrays.append(np.asarray(a))
+            if any(a.shape != arrays[0].shape for a in arrays):
+                # An uneven operand (a device holds fewer rows of the contraction): the
+                # devices' calls differ in shape, so each runs its own.
+                for d in self.devices:
+                    values[d].update(self.library.run(self.kernel, values[d], d))
+                return
             operands.append(stacked(arrays, self.dtype))
         outputs = self.plan.run_stacked(operands, self.devices, self.dropout)
         for tv, stack in zip(expr.outputs, outputs):
@@ -421,4 +428,4 @@ def library_launch(
     plan = library.plan(kernel)
     if not plan.same_rows(hosted):
         return None
-    return LibraryLaunch(kernel, plan, hosted, library.dropout)
+    return LibraryLaunch(kernel, plan, hosted, library.dropout, library)
