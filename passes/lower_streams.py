@@ -63,19 +63,16 @@ from fuserlite.program.communication import CommKind, Communication
 from fuserlite.program.program import Kernel, Program, unlowered_steps
 from fuserlite.program.reshardings import derive_reshardings, plan_intermediates, plans_latency
 from fuserlite.schedule.streams import (
+    ChunkMapping,
     chunk_of,
     chunk_problem,
     chunking_problem,
     chunking_through,
+    data_index,
     stream_parallelize,
 )
 
 INDEX = "i"  # the loop index of every streamed loop (they are never nested)
-
-
-def _data_index(tv: TensorView, logical: int) -> int:
-    """The position of logical axis `logical` among tv's data axes (reductions left out)."""
-    return sum(1 for ax in tv.domain.logical[:logical] if not ax.is_reduction)
 
 
 def _logical_index(tv: TensorView, data: int) -> int:
@@ -126,7 +123,7 @@ class _Group:
                 fail(f"{out.name} is not cut into chunks")
                 return None
             c = cut[id(out)][1]
-            j = _data_index(out, c.axis)
+            j = data_index(out, c.axis)
             moved = j in (step.in_axis, step.out_axis) or j in step.axes
             if step.mesh is None or (moved and c.blocks == 1):
                 # Chunk i of rows [i n/S, (i+1) n/S) is on some devices only: no
@@ -261,7 +258,7 @@ def _loop(program: Program, group: _Group, renamed: dict[int, TensorView]) -> tu
     c = group.cut[id(group.steps[group.producer].outputs[0])][1]
     for k in members:
         s = group.steps[k]
-        mapping = _Mapping(chunks)
+        mapping = ChunkMapping(chunks)
         if isinstance(s, Communication):
             comm = s.copy_between(mapping)
             comm.bytes_per_device = s.bytes_per_device // c.chunks
@@ -311,17 +308,6 @@ def _around(steps: list, members: set[int]) -> tuple[list, list]:
 
 def _tensors(step: Kernel | Communication) -> list[TensorView]:
     return step.tensors if isinstance(step, Kernel) else [step.input, step.output]
-
-
-class _Mapping(dict):
-    """A tensor's chunk where it is cut, else the tensor itself (read whole)."""
-
-    def __init__(self, chunks: dict[int, TensorView]) -> None:
-        super().__init__()
-        self.chunks = chunks
-
-    def __getitem__(self, t: TensorView) -> TensorView:
-        return self.chunks.get(id(t), t)
 
 
 def lower_streams(program: Program) -> None:

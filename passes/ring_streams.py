@@ -34,7 +34,12 @@ from fuserlite.program import host
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.program.program import Kernel, Program
 from fuserlite.schedule.ring import ring_chunk_of, ring_placement
-from fuserlite.schedule.streams import chunk_problem, chunking_through
+from fuserlite.schedule.streams import (
+    ChunkMapping,
+    chunk_problem,
+    chunking_through,
+    data_index,
+)
 
 INDEX = "i"
 
@@ -121,7 +126,7 @@ def ring_loop(
     chunks: dict[int, TensorView] = {}
     for key, (t, tc) in cut.items():
         chunks[key] = ring_chunk_of(t, tc)
-    mapping = _Mapping(chunks)
+    mapping = ChunkMapping(chunks)
     body: list = [
         host.SetCurrentStream(host.StreamIndex(1, INDEX)),
         host.Synchronize(host.StreamIndex(host.MAIN_STREAM)),
@@ -144,12 +149,12 @@ def ring_loop(
             out,
             p.input,
             p.team,
-            in_axis=_data_axis(p.input, c.axis),
+            in_axis=data_index(p.input, c.axis),
             mesh=p.mesh,
             group=p.group,
             before=p.before,
             after=p.before,
-            axes=(_data_axis(p.input, c.axis),),
+            axes=(data_index(p.input, c.axis),),
             layout=p.layout,
             shift=INDEX,
         )
@@ -176,18 +181,3 @@ def ring_loop(
     tail = [host.SetCurrentStream(host.StreamIndex(host.MAIN_STREAM))]
     tail += [host.Synchronize(host.StreamIndex(s + 1)) for s in range(c.chunks)]
     return [host.ForLoop(INDEX, c.chunks, body), *tail], members, max(members)
-
-
-def _data_axis(tv: TensorView, logical: int) -> int:
-    return sum(1 for ax in tv.domain.logical[:logical] if not ax.is_reduction)
-
-
-class _Mapping(dict):
-    """A tensor's ring chunk where it is cut, else the tensor itself (read whole)."""
-
-    def __init__(self, chunks: dict[int, TensorView]) -> None:
-        super().__init__()
-        self.chunks = chunks
-
-    def __getitem__(self, t: TensorView) -> TensorView:
-        return self.chunks.get(id(t), t)

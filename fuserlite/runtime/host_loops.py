@@ -25,13 +25,13 @@ from fuserlite.program.communication import Communication
 from fuserlite.program.host import ChunkView
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import device_shape
-from fuserlite.schedule.streams import device_count
+from fuserlite.schedule.streams import data_index, device_count
 
 
 def _rows(whole: TensorView, view: ChunkView, shape: tuple[int, ...]) -> tuple[int, tuple]:
     """(data axis, index) of chunk `view.number` in a local array of `shape`."""
     c = view.view.chunking
-    axis = sum(1 for ax in whole.domain.logical[: c.axis] if not ax.is_reduction)
+    axis = data_index(whole, c.axis)
     local_blocks = c.blocks // device_count(whole, c.axis)
     return axis, (local_blocks, c.chunks, shape[axis] // (local_blocks * c.chunks))
 

@@ -143,3 +143,21 @@ def without_streams(tv: TensorView) -> None:
     placed = logical_placement(tv)
     tv.domain = TensorDomain(logical, dom.contiguity if dom.allocation is None else None)
     shard_as(tv, tv.mesh, placed)
+
+
+def data_index(tv: TensorView, logical: int) -> int:
+    """The position of logical axis `logical` among tv's data axes (reductions left out):
+    the axis of its local array."""
+    return sum(1 for ax in tv.domain.logical[:logical] if not ax.is_reduction)
+
+
+class ChunkMapping(dict):
+    """A loop body's view of tensors: a tensor's chunk where the loop cuts it (by id),
+    else the tensor itself (read whole)."""
+
+    def __init__(self, chunks: dict[int, TensorView]) -> None:
+        super().__init__()
+        self.chunks = chunks
+
+    def __getitem__(self, t: TensorView) -> TensorView:
+        return self.chunks.get(id(t), t)
