@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import stream_cases
 from multi_output_cases import MOVES
 from multi_output_cases import cases as multi_output_cases
 
@@ -416,3 +417,18 @@ def test_streamed_programs_overlap_on_four_ranks_with_sim_s_bits():
         if r["pipelined"] is not None:
             assert events == [tuple(e) for e in r["pipelined"]], name
         assert events.count(("kernel",)) == 4, name
+
+
+def test_four_mpi_ranks_run_the_ring_as_sim(tmp_path) -> None:
+    """The ring-based AG+matmul (swizzle1d) on 4 ranks: each step's CollectivePermute as
+    point-to-point MPI messages, the report (sums, communications, validation on every
+    rank) the sim backend's."""
+    path = tmp_path / "ring.fus"
+    path.write_text(fl.to_fus(stream_cases.ag_matmul_ring(4)))
+    cmd = [sys.executable, "-m", "fuserlite.cli", "run", str(path)]
+    proc = mpiexec(4, *cmd, "--backend", "mpi")
+    assert proc.returncode == 0, proc.stderr
+    sim = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    assert sim.returncode == 0, sim.stderr
+    assert proc.stdout == sim.stdout.replace("sim device(s)", "mpi device(s)")
+    assert "CollectivePermute" in proc.stdout and "validation: ok" in proc.stdout
