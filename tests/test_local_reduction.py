@@ -67,7 +67,15 @@ DROPPED = {
         "output y\nparallelize x axis 0 DIDy\nparallelize x axis 1 DIDx\n",
         ["Allreduce"],
     ),
+    # both axes of a 2-D mesh reduced onto one device: a move between meshes
+    "didy-didx-onto-one-device": (
+        "mesh m = [[0, 1, 2], [3, 4, 5]]\nmesh r = [5]\ninput x: float32[2, 3, 8] on m\n"
+        "y = sum(x, [0, 1])\nset_mesh y r\noutput y\nparallelize x axis 0 DIDy\n"
+        "parallelize x axis 1 DIDx\n",
+        ["Reduce"],
+    ),
 }
+REDUCES = {"didy-didx-onto-one-device": (0, 1)}  # the others reduce axis 0
 
 # Where a device holds more than one row of a reduced axis, or sums of bfloat16 are held
 # in float32: today's partial-reduction kernel, then the collective.
@@ -130,9 +138,11 @@ def test_the_reduction_is_its_collective_alone(name):
     assert [c.kind.value for c in program.communications] == kinds
     first = program.communications[0]
     x = program.inputs[0]
-    assert first.input is x and first.reduces == (0,)
+    reduces = REDUCES.get(name, (0,))
+    assert first.input is x and first.reduces == reduces
     printed = str(program)
-    assert "%kernel" not in printed and "reduces=(0), input=T0_" in printed
+    shown = " ".join(map(str, reduces))
+    assert "%kernel" not in printed and f"reduces=({shown}), input=T0_" in printed
     assert str(parse_printed(printed)) == printed  # it reads back
     check_values(fusion, program)
     check_values(fusion, parse_printed(printed))  # and runs so read back
@@ -217,3 +227,19 @@ def test_printed_reduces_are_checked_against_the_input():
     # without reduces=, x's rows are complete values: the Allreduce would not apply
     with pytest.raises(fl.ParseError, match=r"does not apply to \(S0\)"):
         parse_printed(_edited(printed, "reduces=(0), ", ""))
+
+
+def test_a_gradient_summed_over_one_row_a_device_is_its_allreduce_alone():
+    """grad_w of sum((x * w)**2), x's rows one a device: the backward sum over the rows is
+    the Allreduce alone; the loss's sum, over a local axis too, keeps its kernel."""
+    fusion = fl.parse(
+        MESH4 + "input x: float32[4, 8] on m\ninput w: float32[8] on m\np = mul(x, w)\n"
+        "q = mul(p, p)\nloss = sum(q)\noutput loss\nparallelize x axis 0 DIDx\n"
+    )
+    step = fl.grad(fusion, ["w", "x"])
+    program = fl.lower(step)
+    reduces = [c.reduces for c in program.communications]
+    assert [c.kind.value for c in program.communications] == ["Allreduce", "Allreduce"]
+    assert reduces == [None, (0,)]
+    inputs = fl.random_inputs(step, seed=4)
+    fl.validate(step, inputs, fl.FusionExecutor(program).run(inputs))
