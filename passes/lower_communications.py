@@ -36,9 +36,11 @@ would copy its row): it is lowered to its collective alone (Allreduce, Reduce on
 one device, ReduceScatter), which reads the reduction's input and reduces those axes
 itself (`reduces=(0)` on its printed line), as nvFuser lowers it. Where a device holds
 more rows of a reduced axis (an outer split leaving k > 1), a reduced axis is not
-sharded, or the partial values would be held in a wider dtype than the input's (sums
-of float16 and bfloat16 accumulate in float32: insert-reshardings' partial_dtype),
-the kernel stays before the collective. On an axis its mesh does not divide,
+sharded, a device holds no row (an axis its mesh does not divide), the partial values
+would be held in another dtype than the input's (sums of float16 and bfloat16
+accumulate in float32: insert-reshardings' partial_dtype; sums of narrower integers and
+bools are int64), or a host loop runs it in Stream chunks, the kernel stays before the
+collective. On an axis its mesh does not divide,
 each collective moves its chunks padded or variable-size (`chunks=`, by default
 the one that sends fewer bytes: passes/chunking.py); the choice is printed
 (`chunks=padded`) with its bytes.
