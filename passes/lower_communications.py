@@ -28,7 +28,19 @@ CollectivePermute: the point-to-point transfers of plan.permute, each device
 sending its block to the device it is the source of (no Allgather).
 
 A reduction of partial sums whose only use is to be sliced again is one
-ReduceScatter, not an Allreduce and a slice. On an axis its mesh does not divide,
+ReduceScatter, not an Allreduce and a slice.
+
+A reduction (sum, max, min) whose every reduced axis is sharded over mesh axes with
+one row on each device computes nothing in its partial-reduction kernel (each device
+would copy its row): it is lowered to its collective alone (Allreduce, Reduce onto
+one device, ReduceScatter), which reads the reduction's input and reduces those axes
+itself (`reduces=(0)` on its printed line), as nvFuser lowers it. Where a device holds
+more rows of a reduced axis (an outer split leaving k > 1), a reduced axis is not
+sharded, a device holds no row (an axis its mesh does not divide), the partial values
+would be held in another dtype than the input's (sums of float16 and bfloat16
+accumulate in float32: insert-reshardings' partial_dtype; sums of narrower integers and
+bools are int64), or a host loop runs it in Stream chunks, the kernel stays before the
+collective. On an axis its mesh does not divide,
 each collective moves its chunks padded or variable-size (`chunks=`, by default
 the one that sends fewer bytes: passes/chunking.py); the choice is printed
 (`chunks=padded`) with its bytes.
@@ -52,6 +64,7 @@ from fuserlite.ir.sharding import (
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.common import like
+from fuserlite.ops.reductions import is_reduction, reduced_axes
 from fuserlite.ops.sharding import block_permutation, movement_text, moves_data
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.chunking import Chunks, sized
@@ -59,7 +72,15 @@ from fuserlite.passes.reorder_sharded_axis import device_axis_outermost
 from fuserlite.plan import StepKind
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES, check_latency
 from fuserlite.plan.search import PlannedStep
-from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
+from fuserlite.program.communication import (
+    CommKind,
+    Communication,
+    as_reduced,
+    input_placement,
+    permuted,
+    planned_move,
+    reduces_problem,
+)
 from fuserlite.program.partials import partial_op_of
 from fuserlite.program.program import Kernel, Program, Resharding, Step, unlowered_steps
 from fuserlite.program.reshardings import Planners
@@ -314,6 +335,62 @@ class LowerCommunications(Pass):
         for s in steps:
             lowered += lowering.lower(s) if not isinstance(s, Kernel) and moves_data(s) else [s]
         program.steps = lowered
+        drop_local_reductions(program)
+
+
+def drop_local_reductions(program: Program) -> None:
+    """Remove each partial-reduction kernel that only copies (the module doc): its
+    collectives read the reduction's input and reduce its sharded axes themselves."""
+    outputs = {id(t) for t in program.outputs}
+    dropped: set[int] = set()
+    for s in program.steps:
+        if not isinstance(s, Kernel) or len(s.exprs) != 1:
+            continue
+        (e,) = s.exprs
+        reduces = _copying_reduction(e, outputs)
+        if reduces is None:
+            continue
+        partial, x = e.output, e.input
+        for c in list(partial.uses):
+            c.replace_input(partial, x)
+            c.reduces = reduces
+        e.detach()
+        dropped.add(id(s))
+        for r in program.reshardings:
+            if r.source is partial:
+                r.source = x
+    if dropped:
+        program.steps = [s for s in program.steps if id(s) not in dropped]
+
+
+def _copying_reduction(e: Expr, outputs: set[int]) -> tuple[int, ...] | None:
+    """The axes reduction `e` reduces where its kernel would only copy each device's row
+    into a partial tensor that communications alone read, in the input's dtype (the
+    reductions' collectives can read its input instead); else None."""
+    if not is_reduction(e) or len(e.inputs) != 1:
+        return None
+    x, partial = e.input, e.output
+    if id(partial) in outputs or not is_partial(partial) or is_partial(x):
+        return None
+    if partial.dtype is not x.dtype:
+        return None
+    uses = partial.uses
+    if not uses or not all(isinstance(c, Communication) and c.op is not None for c in uses):
+        return None
+    if x.mesh != partial.mesh or any(map(_streamed, (x, partial, *(c.output for c in uses)))):
+        return None  # a host loop's chunks (lower-streams) run their kernel as written
+    reduces = reduced_axes(e)
+    if reduces_problem(x, reduces) is not None:
+        return None  # a reduced axis is local, or a device holds more rows of it
+    same = input_placement(x, reduces) == placement(partial)
+    if not same or as_reduced(x, reduces, x.shape) != partial.shape:
+        return None
+    return reduces
+
+
+def _streamed(tv: TensorView) -> bool:
+    """True when a loop axis of tv is Stream-parallel (a host loop's chunks)."""
+    return any(tv.domain.axes[p].parallel_type.is_stream for p in tv.domain.loop_positions)
 
 
 def fuse_reduce_then_slice(program: Program) -> list[Step]:

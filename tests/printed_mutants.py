@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import fuserlite as fl
+from fuserlite.ir.types import ReductionOpType
 from fuserlite.pipeline import DEFAULT_PASSES, Pipeline
 from fuserlite.program.communication import Communication
 from fuserlite.program.parser import parse_printed
@@ -168,13 +169,25 @@ def sample(items: list, count: int) -> list:
 
 
 # -- the oracle -----------------------------------------------------------------------
+_REDUCE = {
+    ReductionOpType.sum: np.add.reduce,
+    ReductionOpType.max: np.maximum.reduce,
+    ReductionOpType.min: np.minimum.reduce,
+}
+
+
 def _global_values(program: Program, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The program's outputs computed on whole tensors: each expression by the numpy op
-    table, each communication as what it is on global values (the identity)."""
+    table, each communication as what it is on global values (the identity; the
+    reduction of the axes it reduces itself, `reduces=(0)`, by its op)."""
     values = dict(zip(program.fusion.inputs, inputs))
     for e in program.fusion.exprs():
         if isinstance(e, Communication):
-            values[e.output] = values[e.input]
+            v = values[e.input]
+            if e.reduces:
+                axes = tuple(e.input.data_positions().index(a) for a in e.reduces)
+                v = _REDUCE[e.op](v, axis=axes)
+            values[e.output] = v
             continue
         shapes = [t.shape for t in e.outputs]
         values.update(zip(e.outputs, eval_outputs(e, [values[t] for t in e.inputs], shapes)))

@@ -125,6 +125,20 @@ def test_four_ranks_are_bit_identical_to_sim():
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_reduction_of_one_row_a_device_is_its_collective_alone_as_on_sim(n):
+    """sum/max of x with one row a device (tests/test_local_reduction.py): mpi reads x
+    itself and folds it in member order as sim does, on NaN, inf, -0.0 and ties; sums of
+    bfloat16 keep their kernel (float32 partial sums)."""
+    results = equivalence_cached(n)
+    local = {name: r for name, r in results.items() if name.startswith("local-")}
+    assert len(local) == (4 if n == 4 else 3) * 2 * 3, sorted(local)
+    for name, r in local.items():
+        kind = name.split("-")[1]
+        assert r["verdict"] == "identical" and r["kinds"] == [kind], (name, r)
+        assert r["kernels"] == (1 if name.endswith("sum-bfloat16") else 0), (name, r)
+
+
 @pytest.mark.parametrize("n", [4, 8])
 def test_teams_of_nd_meshes_and_moves_are_bit_identical_to_sim(n):
     """Every kind over every group of mesh axes of 2x2, 2x4, 2x2x2 (and meshes on some

@@ -56,9 +56,9 @@ def test_the_op_of_partial_values_is_found_through_the_communications_that_made_
             r"Allreduce T\d+ -> T\d+ combines the partial values of T\d+ with op=max, but "
             r"they are partial results of a sum",
         ),
-        (
+        (  # the second Allreduce: the first reduces x itself (one row a device), by its op
             "max 2x3",
-            0,
+            1,
             "op=max",
             "op=add",
             r"combines the partial values of T\d+ with op=add, but they are partial results "

@@ -18,6 +18,11 @@ from fuserlite.ops.views import broadcast, expand
 __all__ = ["sum", "max", "min"]  # the builders of its ops
 
 
+def is_reduction(expr: Expr) -> bool:
+    """True for a sum, max or min (the ops of this module)."""
+    return expr.op_name in __all__
+
+
 def reduced_axes(expr: Expr) -> tuple[int, ...]:
     """The axes a reduction reduces: its output's reduction axes, which stand where the
     reduced data axes of its input stood."""

@@ -19,7 +19,7 @@ from fuserlite.ir.errors import FuserliteError, ParseError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import is_uneven, placement
+from fuserlite.ir.sharding import is_uneven, logical_placement, placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.forms import KINDS, Kind, Template
@@ -27,6 +27,7 @@ from fuserlite.plan.blocks import Box
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 from fuserlite.plan.permute import permute_move
 from fuserlite.plan.steps import StepKind
+from fuserlite.program.shards import device_shape
 
 # A Communication's kind is its planner step's kind: one enum for both levels.
 CommKind = StepKind
@@ -47,6 +48,70 @@ def chunks_unevenly(kind: CommKind, inp: TensorView, out: TensorView) -> bool:
     gathers = kind in (CommKind.Allgather, CommKind.Gather, CommKind.AllToAll)
     scatters = kind in (CommKind.ReduceScatter, CommKind.Scatter, CommKind.AllToAll)
     return (gathers and is_uneven(inp)) or (scatters and is_uneven(out))
+
+
+def reduces_problem(inp: TensorView, reduces: tuple[int, ...] | None) -> str | None:
+    """What is wrong with a communication reducing the logical axes `reduces` of its input
+    `inp` itself, if anything: each must be a data axis of `inp` sharded over mesh axes
+    that holds one row on every device (its local extent 1), so that the values the
+    devices hold are the partial values a partial-reduction kernel would have written.
+    Where a device holds more rows (an outer split leaving k > 1 rows, an axis its mesh
+    does not divide) the sum of those rows is a kernel's work: lower-communications keeps
+    the kernel there (`drop_local_reductions`)."""
+    if reduces is None:
+        return None
+    if not reduces or list(reduces) != sorted(set(reduces)):
+        return f"reduces={reduces}: the input's reduced axes, each once, in order"
+    data, shards = inp.data_positions(), logical_placement(inp).shards
+    for li in reduces:
+        if li not in data:
+            return f"reduces axis {li}, which is no data axis of {inp.name}"
+        if not shards[li]:
+            return (
+                f"reduces axis {li} of {inp.name}, which no mesh axis shards: a local "
+                "reduction is a kernel's"
+            )
+    k = [data.index(li) for li in reduces]
+    for d in inp.mesh.devices:
+        shape = device_shape(inp, d)
+        rows = [shape[i] for i in k]
+        if any(r != 1 for r in rows):
+            li = reduces[next(j for j, r in enumerate(rows) if r != 1)]
+            return (
+                f"reduces axis {li} of {inp.name} itself, but device {d} holds "
+                f"{shape[data.index(li)]} rows of it, not 1: a collective combines one "
+                "value per device; reduce the rows in a kernel first (sum(...) into a partial "
+                "tensor, as lower-communications lowers it)"
+            )
+    return None
+
+
+def _reduced_data(inp: TensorView, reduces: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The axes `reduces` (logical) as positions among inp's data axes."""
+    if not reduces:
+        return ()
+    data = inp.data_positions()
+    return tuple(data.index(li) for li in reduces)
+
+
+def input_placement(inp: TensorView, reduces: tuple[int, ...] | None = None) -> Placement:
+    """The placement of a communication's input as its collective reads it: `inp`'s, or
+    where the communication reduces axes of it itself (`reduces`) those axes dropped and
+    their mesh axes partial, as a partial-reduction kernel would have written it."""
+    p = placement(inp)
+    dropped = _reduced_data(inp, reduces)
+    if not dropped:
+        return p
+    shards = tuple(s for k, s in enumerate(p.shards) if k not in dropped)
+    partial = tuple(sorted({*p.partial, *(a for k in dropped for a in p.shards[k])}))
+    return Placement(p.mesh_rank, shards, partial)
+
+
+def as_reduced(inp: TensorView, reduces: tuple[int, ...] | None, entries: tuple) -> tuple:
+    """A shape or box of `inp`'s data (its global shape, a device's shape or box) as the
+    collective reducing `reduces` reads it: the entries of those axes dropped."""
+    dropped = _reduced_data(inp, reduces)
+    return tuple(v for k, v in enumerate(entries) if k not in dropped)
 
 
 @dataclass(frozen=True)
@@ -117,7 +182,8 @@ COMM_KINDS = {
 FORM = Template(
     "Communication {kind:comm} (team={team:team}[, mesh={mesh:mesh}, teams={group:group}, "
     "placements={before:placement}->{after:placement}][, root={root:int}]"
-    "[, op={op:reduction}][, sources={sources:team}][, shift={shift:index}], input={input}, "
+    "[, op={op:reduction}][, reduces={reduces:team}][, sources={sources:team}]"
+    "[, shift={shift:index}], input={input}, "
     "output={output}"
     "[, in_axis={in_axis:int}]"
     "[, out_axis={out_axis:int}][, transfers={transfers:transfers}][, layout={layout:layout}]"
@@ -142,6 +208,9 @@ class Communication(Expr):
     CollectivePermute (a take of whole blocks) is on one mesh: chunk r of its output along
     in_axis is chunk `sources[r]` of its input, in each team of `group` (the mesh axes
     sharding that axis), and `transfers` are its point-to-point messages (plan.permute).
+    `reduces` (None for most) are the logical axes of its input a reducing collective
+    reduces itself, one row of each on every device (reduces_problem): a reduction lowered
+    to its collective alone; it reads its input as input_placement says.
     """
 
     op_name = "communication"
@@ -168,6 +237,7 @@ class Communication(Expr):
         sizing: Sizing = Sizing.even,
         sources: tuple[int, ...] | None = None,
         shift: str | None = None,
+        reduces: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__([input], [output])
         self.kind = kind
@@ -187,6 +257,7 @@ class Communication(Expr):
         self.sizing = Sizing(sizing)
         self.sources = None if sources is None else tuple(sources)
         self.shift = shift
+        self.reduces = None if not reduces else tuple(reduces)
         self.op_name = kind.value
 
     @property
@@ -277,7 +348,11 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
         raise fail(f"a communication's tensors have a mesh; {inp.name} -> {out.name}", "input")
     if values["bytes_per_device"] < 0:
         raise fail("bytes_per_device is what each device sends: at least 0", "bytes_per_device")
-    before, after = placement(inp), placement(out)
+    reduces = values.get("reduces")
+    why = reduces_problem(inp, reduces)
+    if why is not None:
+        raise fail(why, "reduces")
+    before, after = input_placement(inp, reduces), placement(out)
     derived = {"before": before, "after": after}
     permutes = values["kind"] is CommKind.CollectivePermute
     ring = values.get("shift") is not None
@@ -301,7 +376,7 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
                 "mesh" if not permutes else "input",
             )
         if shown["transfers"] is not None:
-            move = lambda: planned_move(inp, out)  # noqa: E731
+            move = lambda: planned_move(inp, out, reduces)  # noqa: E731
             derived["transfers"] = _transfers(inp, out, move, shown["transfers"], fail)
         return derived
     mesh = inp.mesh
@@ -320,7 +395,7 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
             "CollectivePermute do)",
             "transfers",
         )
-    derived["group"] = _group(inp, out, shown, fail)
+    derived["group"] = _group(inp, out, shown, fail, reduces)
     if permutes:
         axis = values.get("in_axis")
         if axis is None:  # no default: axis 0 would silently permute the wrong axis
@@ -359,10 +434,12 @@ def _from_tensors(inp: TensorView, out: TensorView, values: dict, shown: dict, t
     return derived
 
 
-def _group(inp: TensorView, out: TensorView, shown: dict, fail) -> tuple[int, ...]:
+def _group(
+    inp: TensorView, out: TensorView, shown: dict, fail, reduces: tuple[int, ...] | None
+) -> tuple[int, ...]:
     """The group (mesh axes) of a communication on one mesh: (0,) on a 1-D mesh, else the
     teams= the line shows, checked with its mesh= and placements=."""
-    mesh, before, after = inp.mesh, placement(inp), placement(out)
+    mesh, before, after = inp.mesh, input_placement(inp, reduces), placement(out)
     if mesh.rank == 1:
         if shown["mesh"] is not None:
             raise fail(
@@ -410,12 +487,13 @@ def _transfers(inp: TensorView, out: TensorView, move, shown: str | None, fail) 
     return transfers
 
 
-def planned_move(inp: TensorView, out: TensorView) -> Move:
-    """plan.cross_mesh's move from inp's placement on its mesh to out's (the one
-    lower-communications lowers a move between meshes by)."""
-    mi, mo, shape = inp.mesh, out.mesh, inp.shape
+def planned_move(inp: TensorView, out: TensorView, reduces: tuple[int, ...] | None = None) -> Move:
+    """plan.cross_mesh's move from inp's placement on its mesh (input_placement: the axes
+    `reduces` it reduces itself partial) to out's (the one lower-communications lowers a
+    move between meshes by)."""
+    mi, mo, shape = inp.mesh, out.mesh, as_reduced(inp, reduces, inp.shape)
     return plan_move(
-        holdings(shape, mi.shape, mi.devices, placement(inp)),
+        holdings(shape, mi.shape, mi.devices, input_placement(inp, reduces)),
         needs(shape, mo.shape, mo.devices, placement(out)),
         inp.dtype.itemsize,
     )

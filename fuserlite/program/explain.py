@@ -59,13 +59,16 @@ def explain_resharding(r: Resharding, needed: str | None = None) -> str:
     needed = r.needed_by if needed is None else needed
     if r.communications[0].kind is CommKind.CollectivePermute:
         return _explain_permute(r, r.communications[0], needed)
-    head = f"{dst.name} = Set({src.name}), needed by {needed}"
+    first = r.communications[0]
+    made = f"{first.op.name}({src.name})" if first.reduces else f"Set({src.name})"
+    head = f"{dst.name} = {made}, needed by {needed}"
     if r.plan is not None:
         mesh = src.mesh
         names = _labels(mesh)
         plan = r.plan
         lines = [
             f"{head}, on {mesh}",
+            *_reduced_line(first),
             "  " + per_mesh_axis(plan.source, plan.target, names),
             f"  {plan.source} -> {plan.target}: "
             + plan.describe_steps(names if mesh.axis_names else None),
@@ -98,11 +101,24 @@ def explain_resharding(r: Resharding, needed: str | None = None) -> str:
     return "\n".join(
         [
             f"{head}, from {src.mesh} to {dst.mesh}",
+            *_reduced_line(comm),
             f"  {comm.before} on {src.mesh} -> {comm.after} on {dst.mesh}: {move.describe()} "
             f"moved in all, {comm.bytes_per_device} B from the busiest sender",
             "  each destination device receives exactly the part of its box it lacks",
         ]
     )
+
+
+def _reduced_line(comm: Communication) -> list[str]:
+    """Where a collective reduces axes of its input itself (one row of each per device):
+    the line that says so, that no partial-reduction kernel runs before it."""
+    if not comm.reduces:
+        return []
+    axes = " and ".join(str(a) for a in comm.reduces)
+    return [
+        f"  the {comm.op.name} is the {comm.kind.value} alone: each device holds one row of "
+        f"{comm.input.name} axis {axes}, so no partial-reduction kernel runs before it"
+    ]
 
 
 def _labels(mesh) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import ReductionOpType
 from fuserlite.ops.sharding import partial_op
 from fuserlite.plan.steps import ONE_MESH_KINDS, Step
-from fuserlite.program.communication import Communication
+from fuserlite.program.communication import Communication, input_placement, reduces_problem
 
 
 def partial_op_of(tv: TensorView) -> ReductionOpType:
@@ -50,11 +50,15 @@ def communication_problems(comms: list[Communication]) -> list[str]:
     problems = []
     for c in comms:
         what = f"{c.kind.value} {c.input.name} -> {c.output.name}"
+        why = reduces_problem(c.input, c.reduces)
+        if why is not None:
+            problems.append(f"{what} {why}")
+            continue
         step = recorded_step(c)
         if step is not None and _axes_problem(c):
             problems.append(f"{what}: {_axes_problem(c)}")
         elif step is not None:
-            before, after = placement(c.input), placement(c.output)
+            before, after = input_placement(c.input, c.reduces), placement(c.output)
             done = step.apply(before)
             if done != after:
                 does = f"takes {before} to {done}" if done else f"does not apply to {before}"
@@ -80,7 +84,7 @@ _AXES_SHOWN = {
 def _axes_problem(c: Communication) -> str | None:
     """What is wrong with the tensor axes a communication on one mesh names, if anything."""
     shown = _AXES_SHOWN[c.kind.value]
-    rank = len(placement(c.input).shards)
+    rank = len(input_placement(c.input, c.reduces).shards)
     if len(c.axes) != shown.count("=N") + shown.count("=M"):
         return f"names {len(c.axes)} tensor axes; {c.kind.value} on one mesh shows {shown}"
     bad = [a for a in c.axes if not 0 <= a < rank]
@@ -92,6 +96,13 @@ def _axes_problem(c: Communication) -> str | None:
 def _op_problems(c: Communication, what: str) -> list[str]:
     partial = is_partial(c.input)
     combines = c.kind.is_allreduce_class or c.input.mesh != c.output.mesh
+    if c.reduces is not None:  # it makes the partial values and combines them: any op
+        if c.op is None or not combines:
+            return [
+                f"{what} reduces axes {c.reduces} of {c.input.name} itself, so it combines "
+                "one value per device: it is an Allreduce, a ReduceScatter or a Reduce, with an op"
+            ]
+        return []
     if not partial:
         if c.op is None:
             return []

@@ -21,7 +21,14 @@ from fuserlite.ir.sharding import placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.plan.search import Plan, Planner
-from fuserlite.program.communication import CommKind, Communication, permuted, planned_move
+from fuserlite.program.communication import (
+    CommKind,
+    Communication,
+    as_reduced,
+    input_placement,
+    permuted,
+    planned_move,
+)
 from fuserlite.program.program import Kernel, Program, Resharding
 
 
@@ -33,18 +40,24 @@ class Planners:
         self._planners: dict[tuple, Planner] = {}
         self.latency_bytes = latency_bytes
 
-    def plan(self, source: TensorView, target: TensorView) -> Plan:
-        """The planner's plan from source's placement to target's (on source's mesh)."""
-        key = (source.shape, source.dtype.itemsize, source.mesh.shape)
+    def plan(
+        self, source: TensorView, target: TensorView, reduces: tuple[int, ...] | None = None
+    ) -> Plan:
+        """The planner's plan from source's placement to target's (on source's mesh); the
+        axes `reduces` of source partial where a collective reduces them itself
+        (program.communication.input_placement)."""
+        key = (as_reduced(source, reduces, source.shape), source.dtype.itemsize, source.mesh.shape)
         if key not in self._planners:
             self._planners[key] = Planner(*key, self.latency_bytes)
-        return self._planners[key].plan(placement(source), placement(target))
+        return self._planners[key].plan(input_placement(source, reduces), placement(target))
 
-    def plan_or_none(self, source: TensorView, target: TensorView) -> Plan | None:
+    def plan_or_none(
+        self, source: TensorView, target: TensorView, reduces: tuple[int, ...] | None = None
+    ) -> Plan | None:
         """`plan`, or None where the planner has none (a partial target: a step of text
         written by hand that no plan takes alone)."""
         try:
-            return self.plan(source, target)
+            return self.plan(source, target, reduces)
         except RedistributionError:
             return None
 
@@ -159,10 +172,15 @@ def derive_reshardings(
             out.append(_record(program, planners, [first], move=move))
         elif first.input.mesh != first.output.mesh:
             out.append(
-                _record(program, planners, [first], move=planned_move(first.input, first.output))
+                _record(
+                    program,
+                    planners,
+                    [first],
+                    move=planned_move(first.input, first.output, first.reduces),
+                )
             )
         else:
-            plan = planners.plan_or_none(first.input, first.output)
+            plan = planners.plan_or_none(first.input, first.output, first.reduces)
             how = {"plan": plan} if plan is not None and _is_plan(plan, [first]) else {}
             out.append(_record(program, planners, [first], **how))
     return out
@@ -201,7 +219,7 @@ def _marked_plan(
         c.input.mesh != src.mesh or c.output.mesh != src.mesh for c in chain
     ):
         raise fail(chain[0].output, "a plan's steps are on one mesh; these move between meshes")
-    plan = planners.plan_or_none(src, dst)
+    plan = planners.plan_or_none(src, dst, chain[0].reduces)
     if plan is None or not _is_plan(plan, chain):
         steps = " + ".join(c.kind.value for c in chain)
         planned = (

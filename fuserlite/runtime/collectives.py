@@ -19,7 +19,7 @@ import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.plan.steps import StepKind
-from fuserlite.program.communication import Communication, Sizing
+from fuserlite.program.communication import Communication, Sizing, as_reduced
 from fuserlite.program.shards import device_shape
 from fuserlite.runtime.backends.sim import SimCommunicator
 from fuserlite.runtime.communicator import Communicator, fold
@@ -38,6 +38,8 @@ class CollectivePlan:
         self.axis = axis
         self.teams = [t.members for t in teams]
         self.want = {d: device_shape(comm.input, d) for t in self.teams for d in t}
+        # what the collective reads: the one row of each axis it reduces itself dropped
+        self.read = {d: as_reduced(comm.input, comm.reduces, s) for d, s in self.want.items()}
         self.cast = None if comm.input.dtype is comm.output.dtype else comm.output.dtype.numpy
 
     def run(self, values: dict[int, dict]) -> dict:
@@ -55,7 +57,7 @@ class CollectivePlan:
                         f"{comm.kind.value} {tv.name} -> {out.name}: device {d} holds {got}, "
                         f"expected {list(self.want[d])}"
                     )
-                arrays.append(a)
+                arrays.append(a if comm.reduces is None else a.reshape(self.read[d]))
             if self.kind is StepKind.Allgather:
                 whole = np.concatenate(arrays, axis=self.axis)
                 results = [whole] * len(members)
@@ -87,7 +89,7 @@ def collective_plan(comm: Communication, backend: Communicator) -> CollectivePla
     if step.kind is StepKind.ReduceScatter:
         for t in teams:
             for d in t.members:
-                shape = device_shape(comm.input, d)
+                shape = as_reduced(comm.input, comm.reduces, device_shape(comm.input, d))
                 if not shape or shape[step.axis] % len(t.members):
                     return None  # dispatch says why
     return CollectivePlan(comm, step.kind, step.axis, teams)

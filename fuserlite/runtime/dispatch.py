@@ -22,7 +22,15 @@ from fuserlite.ir.values import fact
 from fuserlite.plan.blocks import Box
 from fuserlite.plan.cross_mesh import Holding, Move, holdings, needs, plan_move
 from fuserlite.plan.steps import ONE_MESH_KINDS, Step, StepKind, moves
-from fuserlite.program.communication import CommKind, Communication, Sizing, permuted
+from fuserlite.program.communication import (
+    CommKind,
+    Communication,
+    Sizing,
+    as_reduced,
+    input_placement,
+    permuted,
+    reduces_problem,
+)
 from fuserlite.program.partials import recorded_step
 from fuserlite.program.shards import device_box, device_shape
 from fuserlite.runtime.communicator import (
@@ -54,7 +62,7 @@ def step_of(comm: Communication) -> Step:
             f"{comm.kind.value} {inp.name} -> {out.name} runs on one mesh, but {inp.name} is "
             f"on {inp.mesh} and {out.name} on {out.mesh}"
         )
-    kind, before, after = comm.kind, placement(inp), placement(out)
+    kind, before, after = comm.kind, collective_placement(comm), placement(out)
     step = recorded_step(comm)
     if step is None:
         return _step(before, after, kind, inp, out)
@@ -64,6 +72,25 @@ def step_of(comm: Communication) -> Step:
             f"{before} to {after}: the Communication contradicts its tensors"
         )
     return step
+
+
+def collective_placement(comm: Communication) -> Placement:
+    """The placement of comm's input as its collective reads it (the axes it reduces
+    itself partial: program.communication.input_placement), checked: a device holding
+    more than one row of such an axis is an ExecutionError, not a wrong sum."""
+    why = reduces_problem(comm.input, comm.reduces)
+    if why is not None:
+        raise ExecutionError(f"{comm.kind.value} {comm.input.name} -> {comm.output.name} {why}")
+    return input_placement(comm.input, comm.reduces)
+
+
+def collective_buffers(comm: Communication, bufs: Buffers) -> Buffers:
+    """Each device's buffer of comm's input as its collective reads it: the one row of
+    each axis it reduces itself dropped (a view: as the partial values a kernel would
+    have copied)."""
+    if comm.reduces is None:
+        return bufs
+    return {d: a.reshape(as_reduced(comm.input, comm.reduces, a.shape)) for d, a in bufs.items()}
 
 
 def _step(before: Placement, after: Placement, kind: StepKind, inp, out) -> Step:
@@ -87,7 +114,7 @@ def move_of(comm: Communication) -> tuple[Move, list[Holding], list[tuple[int, B
     CollectivePermute's sources): the transfers its lowering recorded (and printed), else
     plan.cross_mesh's plan between the placements (plan.permute's for its sources)."""
     inp, out = comm.input, comm.output
-    before, after = placement(inp), placement(out)
+    before, after = collective_placement(comm), placement(out)
     for recorded, actual, tv in ((comm.before, before, inp), (comm.after, after, out)):
         if recorded is not None and recorded != actual:
             raise ExecutionError(
@@ -103,8 +130,9 @@ def move_of(comm: Communication) -> tuple[Move, list[Holding], list[tuple[int, B
             )
         move, sources, destinations = _permute(inp, comm.in_axis or 0, comm.sources)
     else:
+        shape = as_reduced(inp, comm.reduces, inp.shape)
         move, sources, destinations = _move(
-            inp.shape, inp.mesh, before, out.mesh, after, inp.dtype.itemsize
+            shape, inp.mesh, before, out.mesh, after, inp.dtype.itemsize
         )
     if comm.transfers is not None:
         move = Move(move.kind, move.roots, comm.transfers, move.itemsize)
@@ -151,7 +179,7 @@ def teams_of(comm: Communication) -> tuple[Team, ...]:
 def _spec(comm: Communication, axis: int | None) -> BufferSpec:
     """A sender's buffer as the backend sees it (sharded axis `axis` moved to the front),
     as every device allocates it: ceil(n/d) rows of an uneven axis."""
-    shape = local_shape(comm.input)
+    shape = as_reduced(comm.input, comm.reduces, local_shape(comm.input))
     if axis is not None:
         shape = (shape[axis], *shape[:axis], *shape[axis + 1 :])
     return BufferSpec(tuple(shape), comm.input.dtype.numpy)
@@ -175,8 +203,9 @@ def chunks_of(comm: Communication) -> Chunks:
     """A same-mesh Communication's chunks: every device's box before and after it, and
     whether uneven ones move padded or variable-size (None: they are equal)."""
     devices = comm.input.mesh.devices
+    inp, reduces = comm.input, comm.reduces
     return Chunks(
-        {d: device_box(comm.input, d) for d in devices},
+        {d: as_reduced(inp, reduces, device_box(inp, d)) for d in devices},
         {d: device_box(comm.output, d) for d in devices},
         None if comm.sizing is Sizing.even else comm.sizing is Sizing.padded,
     )
@@ -213,6 +242,7 @@ def _run(comm: Communication, backend: Communicator, bufs: Buffers) -> Operation
     k = comm.kind
     senders = backend.hosted(comm.input.mesh.devices)
     _check_buffers(comm, bufs, senders)
+    bufs = collective_buffers(comm, bufs)
     if k in ONE_MESH:
         step = step_of(comm)
         return (

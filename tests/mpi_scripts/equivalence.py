@@ -105,9 +105,12 @@ def special_values(dtype: str, rows: int) -> np.ndarray:
     return np.stack([np.asarray(c).astype(dtype) for c in cols], axis=1)
 
 
-def _reduction(dtype: str, op: str, in_mesh, out_mesh, out_sharded: bool) -> tuple:
-    """y = op(x, [0]) of x[2 * |in_mesh|, 12] row-sharded, on out_mesh (cols sharded or not)."""
-    rows = 2 * in_mesh.size
+def _reduction(
+    dtype: str, op: str, in_mesh, out_mesh, out_sharded: bool, per_device: int = 2
+) -> tuple:
+    """y = op(x, [0]) of x[per_device * |in_mesh|, 12] row-sharded, on out_mesh (cols
+    sharded or not); one row a device lowers to the collective alone, no kernel."""
+    rows = per_device * in_mesh.size
     with fl.Fusion() as f:
         x = fl.tensor([rows, 12], dtype)
         f.add_input(x)
@@ -159,6 +162,13 @@ def reduction_cases(size: int) -> dict[str, object]:
                 cases[f"{kind}-{op}-{dtype}"] = lambda a=(dtype, op, src, dst, sharded): _reduction(
                     *a
                 )
+    # one row a device: the collective reduces x itself (no partial kernel), except for
+    # sums of bfloat16, which keep their kernel's float32 partial sums
+    for kind, (src, dst, sharded) in kinds.items():
+        for dtype in ("float32", "bfloat16", "int64"):
+            for op in ("sum", "max"):
+                args = (dtype, op, src, dst, sharded, 1)
+                cases[f"local-{kind}-{op}-{dtype}"] = lambda a=args: _reduction(*a)
     for dtype in DTYPES:
         cases[f"Allreduce-matmul-{dtype}"] = lambda d=dtype: _matmul_partials(d, every)
     for dtype in ("float16", "bfloat16"):
@@ -310,12 +320,13 @@ def main() -> None:
             (*made, None)[:3] if isinstance(made, tuple) else (made, None, None)
         )
         inputs = inputs or fl.random_inputs(fusion, 5)
-        chunks, mine = [], None
+        chunks, mine, kernels = [], None, None
         try:
             mpi = fl.FusionExecutor(fusion, backend="mpi", pipeline=pipeline)
             mine = mpi.run_per_device(inputs)[rank]
             kinds = [c.kind.value for c in mpi.communications]
             chunks = [c.sizing.value for c in mpi.communications]
+            kernels = len(mpi.program.kernels)
             sim = fl.FusionExecutor(fusion, pipeline=pipeline).run_per_device(inputs)[rank]
             verdict = compare(mine, sim)
             outs = mpi.run(inputs)
@@ -331,7 +342,13 @@ def main() -> None:
         if rank == 0:
             worst = next((v for v in verdicts if v not in ("identical", "close")), None)
             summary = worst or ("close" if "close" in verdicts else "identical")
-            results[name] = {"verdict": summary, "kinds": kinds, "first": first, "chunks": chunks}
+            results[name] = {
+                "verdict": summary,
+                "kinds": kinds,
+                "first": first,
+                "chunks": chunks,
+                "kernels": kernels,
+            }
     if rank == 0:
         print(json.dumps(results))
 
