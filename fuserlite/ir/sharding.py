@@ -6,9 +6,11 @@ loop axis: a logical axis whose extent is that mesh axis's size, the outer part
 of an outer split of a logical axis by that size, or the outer part of a split
 of the inner part of such a split (nested: one tensor axis split over several
 mesh axes, the outermost split first; the nesting order is part of the
-sharding). An extent n that d devices do not divide gives torch.chunk's chunks,
-ceil(n/d) rows, the trailing devices short or empty (fuserlite.plan.blocks). A device-parallel broadcast axis holds no data, so `b` and `bDIDx`
-are the same sharding: it is ignored here. A device-parallel reduction axis
+sharding). A merge with an extent-1 broadcast axis is looked through: the merged
+axis is the other axis, in its layout. An extent n that d devices do not divide
+gives torch.chunk's chunks, ceil(n/d) rows, the trailing devices short or empty
+(fuserlite.plan.blocks). A device-parallel broadcast axis holds no data, so `b` and
+`bDIDx` are the same sharding: it is ignored here. A device-parallel reduction axis
 (rDIDy) marks partial results over that mesh axis.
 
 `logical_placement(tv)` is the sharding as an `ir.placement.Placement` on the
@@ -25,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from fuserlite.ir.domain import Split, TensorDomain, ceil_div
+from fuserlite.ir.domain import Merge, Split, TensorDomain, ceil_div
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh, parallel_types_of_rank
 from fuserlite.ir.placement import Placement
@@ -58,7 +60,8 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
     positions, or None.
 
     The axis split is what `p` is the outer part of (the origin itself, or the inner
-    part of an enclosing sharding split); `p` itself when it is a logical axis.
+    part of an enclosing sharding split, or either merged with an extent-1 broadcast
+    axis, which the chain looks through); `p` itself when it is a logical axis.
     """
     if p < dom.n_logical:
         return p, 0, p
@@ -68,10 +71,24 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
     src, depth = d.input, 0
     while src >= dom.n_logical:
         s = dom.transform_of(src)
+        if type(s) is Merge and (other := unit_merge_source(dom, s)) is not None:
+            src = other  # the merged axis is the other axis, laid out alike
+            continue
         if not (type(s) is Split and src == s.inner and dom.axes[s.outer].is_device_parallel):
             return None
         src, depth = s.input, depth + 1
     return src, depth, d.input
+
+
+def unit_merge_source(dom: TensorDomain, m: Merge) -> int | None:
+    """The input of merge `m` that is not an extent-1 broadcast axis, where the other is
+    (the merged axis holds that input's elements in its order), else None."""
+    outer, inner = dom.axes[m.outer], dom.axes[m.inner]
+    if inner.is_broadcast and inner.extent == 1 and not outer.is_broadcast:
+        return m.outer
+    if outer.is_broadcast and outer.extent == 1 and not inner.is_broadcast:
+        return m.inner
+    return None
 
 
 def _inside_stream_split(dom: TensorDomain, p: int) -> bool:
@@ -174,7 +191,11 @@ def _unheld_form(dom: TensorDomain, p: int, d: int) -> str:
             "outer part"
         )
     if type(t) is Split and type(dom.transform_of(t.input)) is not Split:
-        t = dom.transform_of(t.input)  # the outer part of a split of a merged axis
+        src = t.input
+        while type(m := dom.transform_of(src)) is Merge and unit_merge_source(dom, m) is not None:
+            src = unit_merge_source(dom, m)  # merged with an extent-1 broadcast: looked through
+        if type(m) is not Split:
+            t = m  # the outer part of a split of a merged axis
     if type(t) is Split:
         return (
             "it splits a part of an axis that a split made, not the axis itself: its "
@@ -185,9 +206,9 @@ def _unheld_form(dom: TensorDomain, p: int, d: int) -> str:
     if t is not None:
         bcast = [a for a in t.inputs if dom.axes[a].is_broadcast]
         why = (
-            "it is a merge with a broadcast axis, which holds no data (b and bDIDx are "
-            "one sharding): shard the other axis before the merge, or leave the broadcast "
-            "out of it"
+            f"it is a merge with a broadcast axis of extent {dom.axes[bcast[0]].extent}, "
+            "which holds no data (b and bDIDx are one sharding): shard the other axis "
+            "before the merge, or leave the broadcast out of it"
             if bcast
             else "it is a merge of axes, whose chunks fuserlite does not hold: shard the "
             "outer axis before merging (outer_split it, parallelize the outer part)"

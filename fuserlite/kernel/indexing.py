@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserlite.ir.domain import Split, TensorDomain
+from fuserlite.ir.domain import Merge, Split, TensorDomain
 from fuserlite.ir.errors import ScheduleError
+from fuserlite.ir.sharding import unit_merge_source
 from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ir.values import fact
@@ -243,7 +244,9 @@ def _nested(dom: TensorDomain, split: Split) -> list[Split]:
     """`split` and the sharding splits of its inner part, and of theirs (in order)."""
     chain, inside = [split], {split.inner}
     for t in dom.transforms:
-        if dom.is_sharding_split(t) and t.input in inside:
+        if type(t) is Merge and unit_merge_source(dom, t) in inside:
+            inside.add(t.output)
+        elif dom.is_sharding_split(t) and t.input in inside:
             chain.append(t)
             inside.add(t.inner)
     return chain
@@ -276,7 +279,9 @@ def _shard_start(dom: TensorDomain) -> tuple[Ix, ...]:
         if ax.is_device_parallel:
             start[li] = var(device_index(ax.parallel_type), ax.extent)
     for t in dom.transforms:  # sharding splits come first, outer meshes outermost
-        if dom.is_sharding_split(t) and t.input in origin:
+        if type(t) is Merge and (other := unit_merge_source(dom, t)) in origin:
+            origin[t.output] = origin[other]  # the merged axis is the other axis
+        elif dom.is_sharding_split(t) and t.input in origin:
             axis = origin[t.input]
             outer = dom.axes[t.outer]
             here = var(device_index(outer.parallel_type), outer.extent)

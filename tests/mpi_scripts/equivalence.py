@@ -277,7 +277,22 @@ def all_cases(size: int) -> dict[str, object]:
     cases["iota-positions"] = lambda: positions(size, 4 * size)
     cases["iota-positions-uneven"] = lambda: positions(size, 4 * size + 1)
     cases["axis_index"] = lambda: scaled_by_index(size)
+    # DIDx on the outer split of merge(x, b{1}): x's torch.chunk rows, uneven
+    cases["merge-with-broadcast"] = lambda: _merge_with_broadcast(size, 2 * size + 1)
     return cases
+
+
+def _merge_with_broadcast(size: int, n: int) -> fl.Fusion:
+    """exp(x) + 1, x[1, n] scheduled merge(0, 1), outer_split by size, DIDx."""
+    with fl.Fusion() as f:
+        x = fl.tensor([1, n], name="x")
+        f.add_input(x)
+        x.set_device_mesh(M(range(size)))
+        x.merge(0, 1)
+        x.outer_split(0, size)
+        x.axis(0).parallelize(fl.ParallelType.DIDx)
+        f.add_output(fl.add(fl.exp(x), 1.0))
+    return f
 
 
 def compare(mine, theirs) -> str:
