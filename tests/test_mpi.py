@@ -85,7 +85,13 @@ def test_two_ranks_are_bit_identical_to_sim():
     for name, r in reductions(results, ["Allreduce", "ReduceScatter", "Reduce"]).items():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
     # computed in place
-    for name in ("iota-positions", "iota-positions-uneven", "axis_index", "merge-with-broadcast"):
+    for name in (
+        "iota-positions",
+        "iota-positions-uneven",
+        "axis_index",
+        "merge-with-broadcast",
+        "cyclic",
+    ):
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     for dtype in ("float16", "bfloat16"):  # 40000 + 40000 - 40000 - 40000: float32 partials
         assert results[f"half-partials-{dtype}"]["first"] == [0.0, 0.0], dtype
@@ -121,7 +127,13 @@ def test_four_ranks_are_bit_identical_to_sim():
     for name in [n for n in results if n.startswith("dropout-")]:
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     # computed in place
-    for name in ("iota-positions", "iota-positions-uneven", "axis_index", "merge-with-broadcast"):
+    for name in (
+        "iota-positions",
+        "iota-positions-uneven",
+        "axis_index",
+        "merge-with-broadcast",
+        "cyclic",
+    ):
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]

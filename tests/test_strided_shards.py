@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from strided_cases import cyclic_square
 from test_cli_opt import cli
 from three_way import run_three_ways
 
 import fuserlite as fl
-from fuserlite.ir.sharding import is_uneven, sharded_data_axis
+from fuserlite.ir.sharding import describe_sharding, is_uneven, placement, sharded_data_axis
 from fuserlite.ir.types import ParallelType
+from fuserlite.kernel.cuda import cuda_source
+from fuserlite.program.shards import device_slices
+from fuserlite.schedule.shard import shard_axis
 
 DIDx, DIDy = ParallelType.DIDx, ParallelType.DIDy
 
@@ -40,30 +44,133 @@ def _refusal(shape, mesh, schedule) -> str:
     return str(info.value)
 
 
-def test_inner_split():
-    d = 2
-    says = _refusal(
-        [3 * d],
-        fl.DeviceMesh.for_num_devices(d),
-        lambda x: (x.split(0, d), x.axis(1).parallelize(DIDx)),
+@pytest.mark.parametrize("d, n", [(2, 6), (2, 7), (4, 13)], ids=["3d", "uneven", "13 over 4"])
+def test_inner_split(d, n, capsys, monkeypatch, tmp_path):
+    """nvFuser's test_inner_split: x[n] split(0, d), DIDx on the inner part: device r holds
+    rows r, r + d, ... (t.reshape(3, d)[:, r] where n = 3d; 7 over 2: 0 2 4 6 and 1 3 5),
+    computes its own rows in place and the assembled output is the reference's."""
+    f = cyclic_square(d, n, cols=None)
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    (x,) = fl.random_inputs(f, seed=7)
+    for r, outs in per_device.items():
+        np.testing.assert_array_equal(outs[0], x[r::d] * x[r::d] + np.float32(1))
+    if n == 3 * d:
+        for r in range(d):
+            assert list(np.arange(n)[device_slices(f.inputs[0], r)]) == list(
+                np.arange(n).reshape(3, d)[:, r]
+            )
+    ex = fl.FusionExecutor(f)
+    assert ex.communications == []
+    (xin,) = f.inputs
+    assert str(placement(xin)) == "(C0)" and is_uneven(xin) == (n % d != 0)
+    assert "sharded cyclically on axis 0 (deviceIdx.x: device i holds rows i, i + " in (
+        describe_sharding(xin)
     )
-    assert "x (T0) axis 1 (ideviceIdx.x3{2}): it is the inner part of a split" in says
-    assert "device i would hold rows i, i + 2, i + 4, ... (a strided sharding)" in says
-    assert "outer_split the axis by 2" in says
-    # the rows the message names are nvFuser's layout: t.reshape(3, d)[:, r]
-    t = np.arange(3 * d)
-    for r in range(d):
-        assert list(t.reshape(3, d)[:, r]) == [r, r + 2, r + 4]
 
 
-def test_inner_split_uneven_extent_is_refused_alike():
-    """7 rows over 2 devices: nvFuser's devices would hold 0 2 4 6 and 1 3 5."""
-    says = _refusal(
-        [7],
-        fl.DeviceMesh.for_num_devices(2),
-        lambda x: (x.split(0, 2), x.axis(1).parallelize(DIDx)),
-    )
-    assert "x (T0) axis 1" in says and "a strided sharding" in says
+def test_inner_split_of_a_2d_tensor_and_its_kernels(capsys, monkeypatch, tmp_path):
+    """Rows r, r + 2, ... of x[7, 3]: the pointwise kernel indexes its local rows 0, 1, ...
+    and predicates row 2 * o + didx < 7 on the short device."""
+    f = cyclic_square(2, 7)
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    assert [outs[0].shape for outs in per_device.values()] == [(4, 3), (3, 3)]
+    assert "didx" in cuda_source(fl.FusionExecutor(f).program)
+
+
+def _cyclic_then(then, n: int = 6):
+    """exp(x), x[n, 4] cyclic over 2 devices, then `then`(fusion, mesh, exp(x))."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([n, 4], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.split(0, 2)
+        x.axis(1).parallelize(DIDx)
+        f.add_output(then(f, mesh, fl.exp(x)))
+    return f
+
+
+def _replicated(f, mesh, y):
+    y.set_device_mesh(mesh)
+    return y
+
+
+def _blocks(f, mesh, y):
+    shard_axis(y, 0, mesh)
+    return y
+
+
+def _matmul(f, mesh, y):
+    w = fl.tensor([4, 5], name="w")
+    f.add_input(w)
+    w.set_device_mesh(mesh)
+    return fl.matmul(y, w)
+
+
+@pytest.mark.parametrize(
+    "then, error, says",
+    [
+        (
+            _replicated,
+            fl.LoweringError,
+            "from (C0) to (R): the source shards tensor axis 0 cyclically (C0: device i holds "
+            "rows i, i + d, ...), which the collectives, moving blocks, do not move",
+        ),
+        (_blocks, fl.LoweringError, "from (C0) to (S0): the source shards tensor axis 0"),
+        (
+            lambda f, mesh, y: fl.sum(y, [0]),
+            fl.LoweringError,
+            "from (C0) to (S0): the source shards tensor axis 0 cyclically",
+        ),
+        (
+            lambda f, mesh, y: fl.add(fl.rand_like(y), y),
+            fl.LoweringError,
+            "rand_like(...) computes values from their global index, but its axis iS",
+        ),
+        (_matmul, fl.ExecutionError, "its data axis 0 is sharded cyclically"),
+    ],
+    ids=["gathered", "to blocks", "reduced", "rand_like", "library kernel"],
+)
+def test_what_a_cyclic_shard_cannot_feed_is_a_clear_error(then, error, says):
+    """A cyclic shard is no box: a resharding of it (the collectives move blocks), an op of
+    global indices and a library kernel (which read boxes) refuse it, naming the tensors,
+    the axis and the fix (a block shard: outer_split), rather than compute wrong values."""
+    f = _cyclic_then(then)
+    with pytest.raises(error) as info:
+        fl.FusionExecutor(f, compute="interpret").run(fl.random_inputs(f, seed=1))
+    assert says in str(info.value)
+    assert "outer_split the axis" in str(info.value) or "outer_split it" in str(info.value)
+
+
+def test_a_cyclic_shard_has_no_dtensor_placement():
+    f = cyclic_square(2, 6)
+    with pytest.raises(fl.FusionError, match=r"x \(T0\): axis 0 is sharded cyclically"):
+        _ = f.inputs[0].placements
+
+
+@pytest.mark.parametrize(
+    "schedule, says",
+    [
+        (
+            lambda x: (x.split(0, 4), x.axis(1).parallelize(DIDx)),
+            "deviceIdx.x is the inner part of a split, of extent 4, but DIDx (mesh axis 0",
+        ),
+        (
+            lambda x: (x.outer_split(0, 2), x.axis(1).parallelize(DIDx)),
+            "deviceIdx.x is the inner part of a split, of extent 4, but",
+        ),
+        (
+            lambda x: (x.outer_split(0, 4), x.axis(1).parallelize(DIDx)),
+            "it is the inner part of an outer split by 4, not of a split by 2: write the "
+            "cyclic shard as split(axis, 2)",
+        ),
+    ],
+    ids=["split by 4", "outer split by 2", "outer split by 4"],
+)
+def test_an_inner_part_of_another_extent_is_refused(schedule, says):
+    """x[8] on 2 devices: the inner part must be of extent d, of a split by d."""
+    text = _refusal([8], fl.DeviceMesh.for_num_devices(2), schedule)
+    assert "x (T0) axis 1" in text and says in text
 
 
 def test_nonoutermost_split():

@@ -144,6 +144,11 @@ def local_domain(dom: TensorDomain) -> TensorDomain:
             local = local.parallelize(n, dom.axes[t.outer].parallel_type)
             # a nested sharding splits the part one device holds of the outer one
             new_of[t.inner] = n + 1
+        elif dom.is_cyclic_split(t) and t.input in new_of:  # a cyclic shard
+            pos = local.loop_positions.index(new_of[t.input])
+            n = len(local.axes)
+            local = local.split(pos, t.factor, t.inner_split)
+            local = local.parallelize(n + 1, dom.axes[t.inner].parallel_type)
     return local
 
 
@@ -229,6 +234,8 @@ def _iterated(dom: TensorDomain) -> frozenset[int]:
         elif dom.is_sharding_split(t) and t.input in origin:  # nested splits split it again
             per_device[origin[t.input]] = dom.axes[t.inner].extent
             origin[t.inner] = origin[t.input]
+        elif dom.is_cyclic_split(t) and t.input in origin:  # a cyclic shard: its outer part
+            per_device[origin[t.input]] = dom.axes[t.outer].extent
     return frozenset(
         k
         for k, ax in enumerate(dom.logical)

@@ -53,7 +53,9 @@ def is_device_parallel_logical(dom: TensorDomain, li: int) -> bool:
         if unit_merge_source(dom, m) != li:  # the merged axis is li, laid out alike
             return False
         li, k = m.output, dom.use[m.output]
-    return k is not None and dom.is_sharding_split(dom.transforms[k])
+    return k is not None and (
+        dom.is_sharding_split(dom.transforms[k]) or dom.is_cyclic_split(dom.transforms[k])
+    )
 
 
 def _consumer_of(dom: TensorDomain, p: int) -> Split | Merge | None:
