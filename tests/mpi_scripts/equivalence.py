@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from axis_index_cases import positions, scaled_by_index  # noqa: E402
 from multi_output_cases import cases as multi_output_cases  # noqa: E402
-from strided_cases import cyclic_square  # noqa: E402
+from strided_cases import cyclic_gathered, cyclic_square  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite import models  # noqa: E402
@@ -282,6 +282,7 @@ def all_cases(size: int) -> dict[str, object]:
     cases["merge-with-broadcast"] = lambda: _merge_with_broadcast(size, 2 * size + 1)
     # DIDx on the inner part of split(0, size): rows r, r + size, ..., uneven
     cases["cyclic"] = lambda: cyclic_square(size, 2 * size + 1)
+    cases["cyclic-gathered"] = lambda: cyclic_gathered(size, 2 * size + 1)  # strided Allgather
     return cases
 
 
