@@ -122,6 +122,82 @@ def test_a_cyclic_shard_gathered_whole_is_a_strided_allgather(d, n, capsys, monk
             assert cli(capsys, monkeypatch, "opt", "-", stdin=printed) == (0, printed, "")
 
 
+def _cyclic_input(f, name, shape, mesh) -> fl.TensorView:
+    """An input of `shape` on `mesh` whose axis 0 is split by the DIDx size, DIDx inner."""
+    x = fl.tensor(shape, name=name)
+    f.add_input(x)
+    x.set_device_mesh(mesh)
+    x.split(0, mesh.axis_size(DIDx))
+    x.axis(1).parallelize(DIDx)
+    return x
+
+
+def _row_sums(f, mesh):
+    f.add_output(fl.sum(fl.exp(_cyclic_input(f, "x", [7, 5], mesh)), [1]))
+
+
+def _minus_row_max(f, mesh):
+    x = _cyclic_input(f, "x", [7, 5], mesh)
+    f.add_output(fl.sub(x, fl.broadcast(fl.max(x, [1]), [False, True])))
+
+
+def _two_inputs_and_a_bias(f, mesh):
+    x, y = (_cyclic_input(f, n, [7, 5], mesh) for n in "xy")
+    b = fl.tensor([1, 5], name="b")
+    f.add_input(b)
+    b.set_device_mesh(mesh)
+    f.add_output(fl.add(fl.mul(x, y), b))
+
+
+def _transposed(f, mesh):
+    f.add_output(fl.permute(fl.exp(_cyclic_input(f, "x", [6, 5], mesh)), [1, 0]))
+
+
+def _on_2x2(f, mesh):
+    """Rows cyclic over DIDx, columns in blocks over DIDy; gathered over DIDx only."""
+    m = fl.DeviceMesh([[0, 1], [2, 3]])
+    x = _cyclic_input(f, "x", [7, 5], m)
+    shard_axis(x, 1, m, DIDy)
+    y = fl.mul(x, 3.0)
+    y.set_device_mesh(m)
+    shard_axis(y, 1, m, DIDy)
+    f.add_output(y)
+
+
+@pytest.mark.parametrize(
+    "build, moved",
+    [
+        (_row_sums, []),
+        (_minus_row_max, []),
+        (_two_inputs_and_a_bias, []),
+        (_transposed, []),
+        (_on_2x2, ["Allgather"]),
+    ],
+    ids=["row sums", "minus row max", "two inputs and a bias", "transposed", "2x2 mesh"],
+)
+def test_a_cyclic_shard_through_other_ops(build, moved):
+    """Row-wise reductions, a broadcast operand, a transpose and a second mesh axis over a
+    cyclic shard: each device computes its own rows; the reference's values on every
+    path."""
+    with fl.Fusion() as f:
+        build(f, fl.DeviceMesh.for_num_devices(2))
+    run_three_ways(f, fl.random_inputs(f, seed=3))
+    assert [c.kind.value for c in fl.FusionExecutor(f).communications] == moved
+
+
+def test_a_block_shard_is_not_made_cyclic():
+    """x cyclic + y in blocks: no collective makes y's blocks cyclic; the error says so."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = _cyclic_input(f, "x", [7, 5], mesh)
+        y = fl.tensor([7, 5], name="y")
+        f.add_input(y)
+        shard_axis(y, 0, mesh)
+        f.add_output(fl.add(x, y))
+    with pytest.raises(fl.LoweringError, match=r"from \(S0\) to \(C0\): the target shards"):
+        fl.FusionExecutor(f)
+
+
 def _blocks(f, mesh, y):
     shard_axis(y, 0, mesh)
     return y

@@ -192,6 +192,9 @@ def _replay(
                         "shards only, insert a resharding (insert-reshardings) between them"
                     ),
                 )
+            if ref.is_cyclic_split(tr) and ax.is_broadcast:
+                m[tr.outer] = x  # a broadcast against a cyclic shard: its iterated part
+                continue
             if ref.is_sharding_split(tr):  # the reference shards this axis
                 if ax.is_broadcast:
                     m[tr.inner] = x
