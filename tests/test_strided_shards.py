@@ -23,6 +23,8 @@ from test_cli_opt import cli
 from three_way import run_three_ways
 
 import fuserlite as fl
+from fuserlite.ir.errors import RedistributionError
+from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import describe_sharding, is_uneven, placement, sharded_data_axis
 from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.cuda import cuda_source
@@ -392,3 +394,15 @@ def test_a_merge_of_data_axes_stays_refused(shape, says):
         lambda x: (x.merge(0, 1), x.outer_split(0, 2), x.axis(0).parallelize(DIDx)),
     )
     assert "x (T0) axis 0" in text and says in text
+
+
+def test_a_cyclic_placement_reads_and_prints_as_c():
+    """`C<t>` is a cyclic shard of tensor axis t: not S<t>'s blocks, so not equal to it;
+    the only mesh axis of its tensor axis."""
+    p = Placement.parse("(R,C1)", 2)
+    assert (p.shards, p.cyclic, str(p)) == (((), (1,)), (1,), "(R,C1)")
+    assert p != Placement.parse("(R,S1)", 2) and p.cyclic_axis() == 1
+    with pytest.raises(RedistributionError, match="a cyclic mesh axis is the only mesh axis"):
+        Placement(2, ((0, 1),), (), (1,))
+    with pytest.raises(RedistributionError, match="C<t> \\(cyclic\\)"):
+        Placement.parse("(C0.1,S0.0)", 1)
