@@ -252,11 +252,11 @@ def test_a_cyclic_shard_has_no_dtensor_placement():
     [
         (
             lambda x: (x.split(0, 4), x.axis(1).parallelize(DIDx)),
-            "deviceIdx.x is the inner part of a split, of extent 4, but DIDx (mesh axis 0",
+            "it is the inner part of a split, what one device holds; parallelize the outer part",
         ),
         (
             lambda x: (x.outer_split(0, 2), x.axis(1).parallelize(DIDx)),
-            "deviceIdx.x is the inner part of a split, of extent 4, but",
+            "it is the inner part of a split, what one device holds; parallelize the outer part",
         ),
         (
             lambda x: (x.outer_split(0, 4), x.axis(1).parallelize(DIDx)),

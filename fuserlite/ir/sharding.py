@@ -158,7 +158,7 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
         )
     d = mesh.axis_size(pt)
     chain = sharding_chain(dom, p)
-    cyclic = cyclic_chain(dom, p) if chain is None else None
+    cyclic = cyclic_chain(dom, p) if chain is None and ax.extent == d else None
     if cyclic is not None:
         return _cyclic_problem(dom, p, d, *cyclic)
     if chain is None:
@@ -201,13 +201,8 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
 def _cyclic_problem(dom: TensorDomain, p: int, d: int, origin: int, t: Split) -> str | None:
     """Why a device axis `p`, the inner part of split `t` of logical axis `origin`, is not
     a cyclic shard over d devices (None where it is)."""
-    ax = dom.axes[p]
-    if ax.extent != d:
-        return (
-            f"{ax.parallel_type.value} is the inner part of a split, of extent {ax.extent}, but "
-            f"{_WHERE} has {d} devices: split the axis by {d} (device i then holds rows i, "
-            f"i + {d}, ...) or outer_split it by {d} and parallelize the outer part"
-        )
+    if dom.axes[p].extent != d:
+        return "it is the inner part of a split, what one device holds; parallelize the outer part"
     if not t.inner_split:
         return (
             f"it is the inner part of an outer split by {t.factor}, not of a split by {d}: "
