@@ -151,6 +151,14 @@ def _two_inputs_and_a_bias(f, mesh):
     f.add_output(fl.add(fl.mul(x, y), b))
 
 
+def _matmul(f, mesh):
+    """A GEMM of the cyclic rows of x by a replicated w: the output's rows alike."""
+    w = fl.tensor([4, 5], name="w")
+    f.add_input(w)
+    w.set_device_mesh(mesh)
+    f.add_output(fl.matmul(fl.exp(_cyclic_input(f, "x", [7, 4], mesh)), w))
+
+
 def _transposed(f, mesh):
     f.add_output(fl.permute(fl.exp(_cyclic_input(f, "x", [6, 5], mesh)), [1, 0]))
 
@@ -173,9 +181,10 @@ def _on_2x2(f, mesh):
         (_minus_row_max, []),
         (_two_inputs_and_a_bias, []),
         (_transposed, []),
+        (_matmul, []),
         (_on_2x2, ["Allgather"]),
     ],
-    ids=["row sums", "minus row max", "two inputs and a bias", "transposed", "2x2 mesh"],
+    ids=["row sums", "minus row max", "two inputs and a bias", "transposed", "matmul", "2x2 mesh"],
 )
 def test_a_cyclic_shard_through_other_ops(build, moved):
     """Row-wise reductions, a broadcast operand, a transpose and a second mesh axis over a
@@ -205,11 +214,15 @@ def _blocks(f, mesh, y):
     return y
 
 
-def _matmul(f, mesh, y):
-    w = fl.tensor([4, 5], name="w")
-    f.add_input(w)
-    w.set_device_mesh(mesh)
-    return fl.matmul(y, w)
+def _attention(f, mesh, y):
+    """sdpa with the query rows cyclic: its causal diagonal reads where its rows start."""
+    q, k, v = (fl.tensor([2, 2, 6, 4], name=n) for n in "qkv")
+    for t in (q, k, v):
+        f.add_input(t)
+        t.set_device_mesh(mesh)
+    q.split(2, 2)
+    q.axis(3).parallelize(DIDx)
+    return fl.sdpa(q, k, v, is_causal=True)[0]
 
 
 @pytest.mark.parametrize(
@@ -226,13 +239,13 @@ def _matmul(f, mesh, y):
             fl.LoweringError,
             "rand_like(...) computes values from their global index, but its axis iS",
         ),
-        (_matmul, fl.ExecutionError, "its data axis 0 is sharded cyclically"),
+        (_attention, fl.ExecutionError, "sdpa, which reads where its rows start, cannot read"),
     ],
-    ids=["to blocks", "reduced", "rand_like", "library kernel"],
+    ids=["to blocks", "reduced", "rand_like", "sdpa"],
 )
 def test_what_a_cyclic_shard_cannot_feed_is_a_clear_error(then, error, says):
     """A cyclic shard is no box: a resharding of it (the collectives move blocks), an op of
-    global indices and a library kernel (which read boxes) refuse it, naming the tensors,
+    global indices and sdpa (which reads where its rows start) refuse it, naming the tensors,
     the axis and the fix (a block shard: outer_split), rather than compute wrong values."""
     f = _cyclic_then(then)
     with pytest.raises(error) as info:
