@@ -58,6 +58,7 @@ from fuserlite.ir.sharding import (
     describe_sharding,
     is_partial,
     is_resharding,
+    local_nbytes,
     logical_placement,
     placement,
     sharded_data_axis,
@@ -75,6 +76,7 @@ from fuserlite.plan.search import PlannedStep
 from fuserlite.program.communication import (
     CommKind,
     Communication,
+    Sizing,
     as_reduced,
     input_placement,
     permuted,
@@ -172,6 +174,8 @@ class _Lowering:
 
     def _same_mesh(self, expr: LoadStoreOp) -> Resharding:
         inp, out = expr.input, expr.output
+        if placement(inp).cyclic:
+            return self._strided_allgather(expr)
         plan = self.planners.plan(inp, out)
         op = partial_op_of(inp) if is_partial(inp) else None
         expr.detach()
@@ -182,6 +186,38 @@ class _Lowering:
             comms.append(_step_communication(planned, nxt, current, op, self.chunks))
             current = nxt
         return Resharding(inp, out, "", comms, plan=plan)
+
+    def _strided_allgather(self, expr: LoadStoreOp) -> Resharding:
+        """A cyclic shard gathered whole along its mesh axis: one Allgather of every
+        device's rows padded to ceil(n/d), interleaved (runtime.dispatch); any other
+        move of it is refused (the planner's RedistributionError)."""
+        inp, out = expr.input, expr.output
+        before, after = placement(inp), placement(out)
+        t = before.cyclic_axis()
+        (a,) = before.shards[t]
+        shards = tuple(() if k == t else axes for k, axes in enumerate(before.shards))
+        if after != Placement(before.mesh_rank, shards, before.partial):
+            self.planners.plan(inp, out)  # raises: no plan moves a cyclic shard otherwise
+            raise AssertionError("a cyclic shard planned")  # pragma: no cover
+        d, n = inp.mesh.shape[a], inp.domain.logical[inp.data_positions()[t]].extent
+        rows = -(-n // d)
+        per_row = local_nbytes(inp) // rows if rows else 0
+        expr.detach()
+        comm = Communication(
+            CommKind.Allgather,
+            out,
+            inp,
+            inp.mesh.devices,
+            in_axis=t,
+            bytes_per_device=(d - 1) * rows * per_row,
+            mesh=inp.mesh,
+            group=(a,),
+            before=before,
+            after=after,
+            axes=(t,),
+            sizing=Sizing.padded if n % d else Sizing.even,
+        )
+        return Resharding(inp, out, "", [comm])
 
     def _permute(self, expr: Expr, sources: tuple[int, ...]) -> Resharding:
         """A take of whole chunks of axis 0: one CollectivePermute, the point-to-point

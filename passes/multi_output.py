@@ -71,7 +71,10 @@ def induced(expr: Expr, k: int, needs: tuple[MeshPlacement, ...]) -> MeshPlaceme
             if axes and shards[ci] not in ((), axes):
                 return None
             shards[ci] = shards[ci] or axes
-    placed = Placement(rank, tuple(shards))
+    cyclic = {a for _, need in needs for a in need.cyclic}
+    placed = Placement(
+        rank, tuple(shards), (), tuple(sorted(cyclic & {a for s in shards for a in s}))
+    )
     reduced = [ax for ax, axes in zip(out.domain.logical, shards) if axes and ax.is_reduction]
     if reduced and definition_of(expr).sharding.partial is None:
         return None
@@ -114,8 +117,10 @@ def merged(each: list[tuple[MeshPlacement, ...]]) -> tuple[MeshPlacement, ...] |
             tuple(dict.fromkeys(a for _, p in per_output for a in p.shards[i]))
             for i in range(per_output[0][1].ndim)
         ]
+        used = {a for s in shards for a in s}
+        cyclic = tuple(sorted({a for _, p in per_output for a in p.cyclic} & used))
         try:
-            out.append((mesh, Placement(rank, tuple(shards))))
+            out.append((mesh, Placement(rank, tuple(shards), (), cyclic)))
         except RedistributionError:
             return None  # a mesh axis used twice
     return tuple(out)

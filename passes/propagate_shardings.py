@@ -160,6 +160,7 @@ def _inherited(
     mesh = tv.mesh
     shards = [()] * len(tv.domain.logical)
     used: set[int] = set()
+    cyclic: set[int] = set()
     for source, axis_map in sources:
         if source.mesh != mesh:
             continue
@@ -174,11 +175,15 @@ def _inherited(
             if ax.is_broadcast or ax.is_reduction or used & set(axes):
                 continue
             devices = math.prod(mesh.shape[a] for a in axes)
+            strided = set(axes) & set(logical_placement(source).cyclic)
+            if strided and source.domain.logical[li].extent != ax.extent:
+                continue  # a cyclic shard's rows are those of an axis of its extent
             if not chunks_correspond(source.domain.logical[li].extent, ax.extent, devices):
                 continue  # a reshape's axes of other extents: their chunks differ
             shards[target] = axes
             used |= set(axes)
-    return Placement(mesh.rank, tuple(shards)) if used else None
+            cyclic |= strided
+    return Placement(mesh.rank, tuple(shards), (), tuple(sorted(cyclic))) if used else None
 
 
 def _check_inherited(tv: TensorView) -> None:

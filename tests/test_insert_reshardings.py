@@ -9,7 +9,7 @@ from random_reductions import outcome
 import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.expr import LoadStoreOp
-from fuserlite.ir.sharding import is_partial, same_sharding, sharded_data_axis
+from fuserlite.ir.sharding import is_partial, placement, same_sharding, sharded_data_axis
 from fuserlite.passes.insert_reshardings import InsertReshardings
 from fuserlite.passes.propagate_shardings import PropagateShardings
 from fuserlite.schedule.shard import shard_axis
@@ -469,11 +469,11 @@ def _schedule_error(shape, schedule) -> str:
     "form, shape, schedule, says",
     [
         (
-            "inner split",
+            "inner split of a split",
             [8, 6],
-            lambda x: (x.split(0, 2), x.axis(1).parallelize(DIDx)),
-            "x (T0) axis 1 (ideviceIdx.x5{2}): it is the inner part of a split: device i would "
-            "hold rows i, i + 2, i + 4",
+            lambda x: (x.split(0, 4), x.split(1, 2), x.axis(2).parallelize(DIDx)),
+            "x (T0) axis 2 (ideviceIdx.x7{2}): it is the inner part of a split of a part of an "
+            "axis that a split made, not of the axis itself",
         ),
         (
             "split of a split",
@@ -481,16 +481,59 @@ def _schedule_error(shape, schedule) -> str:
             lambda x: (x.split(0, 2), x.outer_split(0, 2), x.axis(0).parallelize(DIDx)),
             "x (T0) axis 0 (ideviceIdx.x6{2}): it splits a part of an axis that a split made",
         ),
-        (
-            "merge with a broadcast",
-            [8, 1],
-            lambda x: (x.merge(0, 1), x.outer_split(0, 2), x.axis(0).parallelize(DIDx)),
-            "x (T0) axis 0 (ideviceIdx.x5{2}): it is a merge with a broadcast axis, which holds "
-            "no data (b and bDIDx are one sharding): shard the other axis before the merge",
-        ),
     ],
 )
 def test_a_device_axis_no_contiguous_chunk_holds_names_the_form_and_the_fix(
     form, shape, schedule, says
 ):
     assert says in _schedule_error(shape, schedule), form
+
+
+@pytest.mark.parametrize("out", ["sharded", "replicated"])
+def test_a_merge_with_a_broadcast_axis_is_the_other_axis_sharding(out):
+    """DIDx on the outer split of merge(x{8}, b{1}) shards x's rows as an outer split of
+    the axis does: against an output sharded so nothing moves; against a replicated one,
+    one Allgather of the 4 rows a device holds (16 bytes). Values: the reference's."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 1], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.merge(0, 1)
+        x.outer_split(0, 2)
+        x.axis(0).parallelize(DIDx)
+        y = fl.exp(x)
+        if out == "sharded":
+            shard_axis(y, 0, mesh)
+        else:
+            y.set_device_mesh(mesh)
+        f.add_output(y)
+    assert sharded_data_axis(x) == 0
+    moved = [] if out == "sharded" else [("Allgather", 16)]
+    inputs = fl.random_inputs(f, seed=4)
+    for compute in ("numpy", "interpret"):
+        ex = fl.FusionExecutor(f, compute=compute)
+        fl.validate(f, inputs, ex.run(inputs))
+        assert [(c.kind.value, c.bytes_per_device) for c in ex.communications] == moved
+    run_passes(f)
+    assert len(resharding_sets(f)) == len(moved)
+
+
+def test_an_inner_split_is_a_cyclic_shard_its_readers_inherit():
+    """DIDx on the inner part of split(0, 2): device i holds rows i, i + 2, ... (C0); the
+    output inherits the cyclic shard, so nothing moves and no Set is inserted."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([8, 6], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.split(0, 2)
+        x.axis(1).parallelize(DIDx)
+        f.add_output(fl.exp(x))
+    inputs = fl.random_inputs(f, seed=4)
+    for compute in ("numpy", "interpret"):
+        ex = fl.FusionExecutor(f, compute=compute)
+        fl.validate(f, inputs, ex.run(inputs))
+        assert ex.communications == []
+    run_passes(f)
+    assert resharding_sets(f) == [] and str(placement(f.outputs[0])) == "(C0)"

@@ -84,8 +84,16 @@ def test_two_ranks_are_bit_identical_to_sim():
             assert r["kinds"] == [name]
     for name, r in reductions(results, ["Allreduce", "ReduceScatter", "Reduce"]).items():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
-    for name in ("iota-positions", "iota-positions-uneven", "axis_index"):  # computed in place
+    # computed in place
+    for name in (
+        "iota-positions",
+        "iota-positions-uneven",
+        "axis_index",
+        "merge-with-broadcast",
+        "cyclic",
+    ):
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
+    assert results["cyclic-gathered"]["kinds"] == ["Allgather"]  # padded, interleaved
     for dtype in ("float16", "bfloat16"):  # 40000 + 40000 - 40000 - 40000: float32 partials
         assert results[f"half-partials-{dtype}"]["first"] == [0.0, 0.0], dtype
     seed = results["seed000-ones"]  # torch_xla's program in shard_map form
@@ -119,8 +127,16 @@ def test_four_ranks_are_bit_identical_to_sim():
     # each rank draws its own shard's random numbers: the unsharded mask, no communication
     for name in [n for n in results if n.startswith("dropout-")]:
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
-    for name in ("iota-positions", "iota-positions-uneven", "axis_index"):  # computed in place
+    # computed in place
+    for name in (
+        "iota-positions",
+        "iota-positions-uneven",
+        "axis_index",
+        "merge-with-broadcast",
+        "cyclic",
+    ):
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
+    assert results["cyclic-gathered"]["kinds"] == ["Allgather"]  # padded, interleaved
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
 

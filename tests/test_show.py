@@ -124,3 +124,15 @@ def test_bad_requests_are_clear_errors(capsys, monkeypatch):
     assert "cannot be combined with --tensor" in capsys.readouterr().err
     with pytest.raises(fl.FusionError, match="show_sharding: tv must be a TensorView"):
         fl.show_sharding("x")
+
+
+def test_a_cyclic_shard_draws_its_rows_device_by_device():
+    """DIDx on the inner part of split(0, 2): rows 0, 2, 4 on d0 and 1, 3 on d1, each
+    drawn where it is (not as the block the planner's S0 would be)."""
+    from strided_cases import cyclic_square
+
+    x = cyclic_square(2, 5).inputs[0]
+    s = sheet(x)
+    assert s.placement == "axis 0 cyclic over DIDx: device i holds rows i, i + 2, ..."
+    assert [(c.rows, c.devices) for c in s.cells] == [((r, r + 1), (r % 2,)) for r in range(5)]
+    assert "holds nothing" not in plain(s)

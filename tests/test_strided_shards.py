@@ -5,20 +5,32 @@ or block-cyclic set of rows: DIDx on the inner part of an inner split
 (`test_inner_split`: device r holds t.reshape(3, d)[:, r]), on a split of the inner
 part of a split whose outer part is serial (`test_nonoutermost_split`: t.reshape(2,
 d, 3)[:, r, :]), DIDy and DIDx on splits of the parts of an inner split
-(`test_2d_sharded_vector`), and DIDx on a merge with a broadcast axis. fuserlite's
-layouts are boxes (plan.blocks: each device a contiguous chunk per axis), so each is
-refused before any pass runs, with a VerifyError naming the tensor, the axis and a
-schedule that works; these tests hold the refusals to that, and check the rows the
-inner-split message says a device would hold against nvFuser's layout.
+(`test_2d_sharded_vector`), and DIDx on a merge with a broadcast axis. A merge with an
+extent-1 broadcast axis is the other axis in its layout, a box: it runs, on every
+compute path. fuserlite's other layouts are boxes (plan.blocks: each device a
+contiguous chunk per axis), so the strided forms are refused before any pass runs,
+with a VerifyError naming the tensor, the axis and a schedule that works; these tests
+hold the refusals to that, and check the rows the inner-split message says a device
+would hold against nvFuser's layout.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from strided_cases import cyclic_gathered, cyclic_square
+from test_cli_opt import cli
+from three_way import run_three_ways
 
 import fuserlite as fl
+from fuserlite.ir.errors import RedistributionError
+from fuserlite.ir.placement import Placement
+from fuserlite.ir.sharding import describe_sharding, is_uneven, placement, sharded_data_axis
 from fuserlite.ir.types import ParallelType
+from fuserlite.kernel.cuda import cuda_source
+from fuserlite.program.parser import parse_printed
+from fuserlite.program.shards import device_slices
+from fuserlite.schedule.shard import shard_axis
 
 DIDx, DIDy = ParallelType.DIDx, ParallelType.DIDy
 
@@ -35,30 +47,242 @@ def _refusal(shape, mesh, schedule) -> str:
     return str(info.value)
 
 
-def test_inner_split():
-    d = 2
-    says = _refusal(
-        [3 * d],
-        fl.DeviceMesh.for_num_devices(d),
-        lambda x: (x.split(0, d), x.axis(1).parallelize(DIDx)),
+@pytest.mark.parametrize("d, n", [(2, 6), (2, 7), (4, 13)], ids=["3d", "uneven", "13 over 4"])
+def test_inner_split(d, n, capsys, monkeypatch, tmp_path):
+    """nvFuser's test_inner_split: x[n] split(0, d), DIDx on the inner part: device r holds
+    rows r, r + d, ... (t.reshape(3, d)[:, r] where n = 3d; 7 over 2: 0 2 4 6 and 1 3 5),
+    computes its own rows in place and the assembled output is the reference's."""
+    f = cyclic_square(d, n, cols=None)
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    (x,) = fl.random_inputs(f, seed=7)
+    for r, outs in per_device.items():
+        np.testing.assert_array_equal(outs[0], x[r::d] * x[r::d] + np.float32(1))
+    if n == 3 * d:
+        for r in range(d):
+            assert list(np.arange(n)[device_slices(f.inputs[0], r)]) == list(
+                np.arange(n).reshape(3, d)[:, r]
+            )
+    ex = fl.FusionExecutor(f)
+    assert ex.communications == []
+    (xin,) = f.inputs
+    assert str(placement(xin)) == "(C0)" and is_uneven(xin) == (n % d != 0)
+    assert "sharded cyclically on axis 0 (deviceIdx.x: device i holds rows i, i + " in (
+        describe_sharding(xin)
     )
-    assert "x (T0) axis 1 (ideviceIdx.x3{2}): it is the inner part of a split" in says
-    assert "device i would hold rows i, i + 2, i + 4, ... (a strided sharding)" in says
-    assert "outer_split the axis by 2" in says
-    # the rows the message names are nvFuser's layout: t.reshape(3, d)[:, r]
-    t = np.arange(3 * d)
-    for r in range(d):
-        assert list(t.reshape(3, d)[:, r]) == [r, r + 2, r + 4]
 
 
-def test_inner_split_uneven_extent_is_refused_alike():
-    """7 rows over 2 devices: nvFuser's devices would hold 0 2 4 6 and 1 3 5."""
-    says = _refusal(
-        [7],
-        fl.DeviceMesh.for_num_devices(2),
-        lambda x: (x.split(0, 2), x.axis(1).parallelize(DIDx)),
-    )
-    assert "x (T0) axis 1" in says and "a strided sharding" in says
+def test_inner_split_of_a_2d_tensor_and_its_kernels(capsys, monkeypatch, tmp_path):
+    """Rows r, r + 2, ... of x[7, 3]: the pointwise kernel indexes its local rows 0, 1, ...
+    and predicates row 2 * o + didx < 7 on the short device."""
+    f = cyclic_square(2, 7)
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    assert [outs[0].shape for outs in per_device.values()] == [(4, 3), (3, 3)]
+    assert "didx" in cuda_source(fl.FusionExecutor(f).program)
+
+
+def _cyclic_then(then, n: int = 6):
+    """exp(x), x[n, 4] cyclic over 2 devices, then `then`(fusion, mesh, exp(x))."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([n, 4], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.split(0, 2)
+        x.axis(1).parallelize(DIDx)
+        f.add_output(then(f, mesh, fl.exp(x)))
+    return f
+
+
+@pytest.mark.parametrize("d, n", [(2, 6), (2, 7), (4, 13), (4, 3)])
+def test_a_cyclic_shard_gathered_whole_is_a_strided_allgather(d, n, capsys, monkeypatch, tmp_path):
+    """exp on each device's rows r, r + d, ..., then one Allgather of every device's
+    ceil(n/d) rows (padded where d does not divide n; 3 over 4: device 3 holds none),
+    interleaved back into row order: the reference's values on every path, the printed
+    program read back runs the same."""
+    f = cyclic_gathered(d, n)
+    inputs = fl.random_inputs(f, seed=2)
+    runs = run_three_ways(f, inputs)
+    ex = fl.FusionExecutor(f, compute="interpret")
+    rows = -(-n // d)
+    sizing = "even" if n % d == 0 else "padded"
+    assert [(c.kind.value, c.bytes_per_device, c.sizing.value) for c in ex.communications] == [
+        ("Allgather", (d - 1) * rows * 3 * 4, sizing)
+    ]
+    text = str(ex.program)
+    back = parse_printed(text)
+    assert str(back) == text
+    again = fl.FusionExecutor(back, compute="interpret").run(inputs)[0]
+    np.testing.assert_array_equal(again, runs["interpret"][0])
+    for outs in ex.run_per_device(inputs).values():  # every device holds the whole
+        np.testing.assert_array_equal(outs[0], runs["interpret"][0])
+    if d == 2:
+        path = tmp_path / "gathered.fus"
+        path.write_text(fl.to_fus(f))
+        for extra in ([], ["--lowered"]):
+            code, printed, err = cli(capsys, monkeypatch, "print", path, *extra)
+            assert code == 0, err
+            assert cli(capsys, monkeypatch, "opt", "-", stdin=printed) == (0, printed, "")
+
+
+def _cyclic_input(f, name, shape, mesh) -> fl.TensorView:
+    """An input of `shape` on `mesh` whose axis 0 is split by the DIDx size, DIDx inner."""
+    x = fl.tensor(shape, name=name)
+    f.add_input(x)
+    x.set_device_mesh(mesh)
+    x.split(0, mesh.axis_size(DIDx))
+    x.axis(1).parallelize(DIDx)
+    return x
+
+
+def _row_sums(f, mesh):
+    f.add_output(fl.sum(fl.exp(_cyclic_input(f, "x", [7, 5], mesh)), [1]))
+
+
+def _minus_row_max(f, mesh):
+    x = _cyclic_input(f, "x", [7, 5], mesh)
+    f.add_output(fl.sub(x, fl.broadcast(fl.max(x, [1]), [False, True])))
+
+
+def _two_inputs_and_a_bias(f, mesh):
+    x, y = (_cyclic_input(f, n, [7, 5], mesh) for n in "xy")
+    b = fl.tensor([1, 5], name="b")
+    f.add_input(b)
+    b.set_device_mesh(mesh)
+    f.add_output(fl.add(fl.mul(x, y), b))
+
+
+def _matmul(f, mesh):
+    """A GEMM of the cyclic rows of x by a replicated w: the output's rows alike."""
+    w = fl.tensor([4, 5], name="w")
+    f.add_input(w)
+    w.set_device_mesh(mesh)
+    f.add_output(fl.matmul(fl.exp(_cyclic_input(f, "x", [7, 4], mesh)), w))
+
+
+def _transposed(f, mesh):
+    f.add_output(fl.permute(fl.exp(_cyclic_input(f, "x", [6, 5], mesh)), [1, 0]))
+
+
+def _on_2x2(f, mesh):
+    """Rows cyclic over DIDx, columns in blocks over DIDy; gathered over DIDx only."""
+    m = fl.DeviceMesh([[0, 1], [2, 3]])
+    x = _cyclic_input(f, "x", [7, 5], m)
+    shard_axis(x, 1, m, DIDy)
+    y = fl.mul(x, 3.0)
+    y.set_device_mesh(m)
+    shard_axis(y, 1, m, DIDy)
+    f.add_output(y)
+
+
+@pytest.mark.parametrize(
+    "build, moved",
+    [
+        (_row_sums, []),
+        (_minus_row_max, []),
+        (_two_inputs_and_a_bias, []),
+        (_transposed, []),
+        (_matmul, []),
+        (_on_2x2, ["Allgather"]),
+    ],
+    ids=["row sums", "minus row max", "two inputs and a bias", "transposed", "matmul", "2x2 mesh"],
+)
+def test_a_cyclic_shard_through_other_ops(build, moved):
+    """Row-wise reductions, a broadcast operand, a transpose and a second mesh axis over a
+    cyclic shard: each device computes its own rows; the reference's values on every
+    path."""
+    with fl.Fusion() as f:
+        build(f, fl.DeviceMesh.for_num_devices(2))
+    run_three_ways(f, fl.random_inputs(f, seed=3))
+    assert [c.kind.value for c in fl.FusionExecutor(f).communications] == moved
+
+
+def test_a_block_shard_is_not_made_cyclic():
+    """x cyclic + y in blocks: no collective makes y's blocks cyclic; the error says so."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = _cyclic_input(f, "x", [7, 5], mesh)
+        y = fl.tensor([7, 5], name="y")
+        f.add_input(y)
+        shard_axis(y, 0, mesh)
+        f.add_output(fl.add(x, y))
+    with pytest.raises(fl.LoweringError, match=r"from \(S0\) to \(C0\): the target shards"):
+        fl.FusionExecutor(f)
+
+
+def _blocks(f, mesh, y):
+    shard_axis(y, 0, mesh)
+    return y
+
+
+def _attention(f, mesh, y):
+    """sdpa with the query rows cyclic: its causal diagonal reads where its rows start."""
+    q, k, v = (fl.tensor([2, 2, 6, 4], name=n) for n in "qkv")
+    for t in (q, k, v):
+        f.add_input(t)
+        t.set_device_mesh(mesh)
+    q.split(2, 2)
+    q.axis(3).parallelize(DIDx)
+    return fl.sdpa(q, k, v, is_causal=True)[0]
+
+
+@pytest.mark.parametrize(
+    "then, error, says",
+    [
+        (_blocks, fl.LoweringError, "from (C0) to (S0): the source shards tensor axis 0"),
+        (
+            lambda f, mesh, y: fl.sum(y, [0]),
+            fl.LoweringError,
+            "from (C0) to (S0): the source shards tensor axis 0 cyclically",
+        ),
+        (
+            lambda f, mesh, y: fl.add(fl.rand_like(y), y),
+            fl.LoweringError,
+            "rand_like(...) computes values from their global index, but its axis iS",
+        ),
+        (_attention, fl.ExecutionError, "sdpa, which reads where its rows start, cannot read"),
+    ],
+    ids=["to blocks", "reduced", "rand_like", "sdpa"],
+)
+def test_what_a_cyclic_shard_cannot_feed_is_a_clear_error(then, error, says):
+    """A cyclic shard is no box: a resharding of it (the collectives move blocks), an op of
+    global indices and sdpa (which reads where its rows start) refuse it, naming the tensors,
+    the axis and the fix (a block shard: outer_split), rather than compute wrong values."""
+    f = _cyclic_then(then)
+    with pytest.raises(error) as info:
+        fl.FusionExecutor(f, compute="interpret").run(fl.random_inputs(f, seed=1))
+    assert says in str(info.value)
+    assert "outer_split the axis" in str(info.value) or "outer_split it" in str(info.value)
+
+
+def test_a_cyclic_shard_has_no_dtensor_placement():
+    f = cyclic_square(2, 6)
+    with pytest.raises(fl.FusionError, match=r"x \(T0\): axis 0 is sharded cyclically"):
+        _ = f.inputs[0].placements
+
+
+@pytest.mark.parametrize(
+    "schedule, says",
+    [
+        (
+            lambda x: (x.split(0, 4), x.axis(1).parallelize(DIDx)),
+            "it is the inner part of a split, what one device holds; parallelize the outer part",
+        ),
+        (
+            lambda x: (x.outer_split(0, 2), x.axis(1).parallelize(DIDx)),
+            "it is the inner part of a split, what one device holds; parallelize the outer part",
+        ),
+        (
+            lambda x: (x.outer_split(0, 4), x.axis(1).parallelize(DIDx)),
+            "it is the inner part of an outer split by 4, not of a split by 2: write the "
+            "cyclic shard as split(axis, 2)",
+        ),
+    ],
+    ids=["split by 4", "outer split by 2", "outer split by 4"],
+)
+def test_an_inner_part_of_another_extent_is_refused(schedule, says):
+    """x[8] on 2 devices: the inner part must be of extent d, of a split by d."""
+    text = _refusal([8], fl.DeviceMesh.for_num_devices(2), schedule)
+    assert "x (T0) axis 1" in text and says in text
 
 
 def test_nonoutermost_split():
@@ -91,12 +315,107 @@ def test_2d_sharded_vector():
     )
 
 
-@pytest.mark.parametrize("shape", [[8, 1], [1, 8]], ids=["broadcast inner", "broadcast outer"])
-def test_merge_with_broadcast(shape):
-    says = _refusal(
+def _square_fusion(shape, mesh, schedule) -> fl.Fusion:
+    """x * x + 1, x of `shape` on `mesh` scheduled by `schedule` (the output propagated):
+    exactly rounded, so every path's values are numpy's bit for bit."""
+    with fl.Fusion() as f:
+        x = fl.tensor(shape, name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        schedule(x)
+        f.add_output(fl.add(fl.mul(x, x), 1.0))
+    return f
+
+
+def assert_runs_and_reads_back(f: fl.Fusion, capsys, monkeypatch, tmp_path) -> dict:
+    """f's values equal the numpy reference on every compute path (numpy, interpret,
+    compiled where a compiler is); its .fus and `fuserlite print` text read back to
+    themselves, and the read-back fusion computes the same values. The per-device
+    outputs of the interpreted run."""
+    inputs = fl.random_inputs(f, seed=7)
+    runs = run_three_ways(f, inputs)
+    for outs in runs.values():
+        np.testing.assert_array_equal(outs[0], inputs[0] * inputs[0] + np.float32(1))
+    fus = fl.to_fus(f)
+    again = fl.parse(fus)
+    assert fl.to_fus(again) == fus and again.print_transforms() == f.print_transforms()
+    np.testing.assert_array_equal(fl.FusionExecutor(again).run(inputs)[0], runs["interpret"][0])
+    path = tmp_path / "strided.fus"
+    path.write_text(fus)
+    for extra in ([], ["--lowered"]):
+        code, text, err = cli(capsys, monkeypatch, "print", path, *extra)
+        assert code == 0, err
+        assert cli(capsys, monkeypatch, "opt", "-", stdin=text) == (0, text, "")
+    return fl.FusionExecutor(f, compute="interpret").run_per_device(inputs)
+
+
+@pytest.mark.parametrize("n", [8, 7], ids=["even", "uneven"])
+@pytest.mark.parametrize("broadcast_outer", [False, True], ids=["[n, 1]", "[1, n]"])
+def test_merge_with_broadcast(n, broadcast_outer, capsys, monkeypatch, tmp_path):
+    """DIDx on the outer split of merge(x{n}, b{1}): the merged axis is x's axis laid out
+    alike, so device i holds torch.chunk's rows of it, as an outer split of the axis
+    itself gives (nvFuser's merge of a broadcast); nothing moves."""
+    shape = [1, n] if broadcast_outer else [n, 1]
+    f = _square_fusion(
         shape,
         fl.DeviceMesh.for_num_devices(2),
         lambda x: (x.merge(0, 1), x.outer_split(0, 2), x.axis(0).parallelize(DIDx)),
     )
-    assert "x (T0) axis 0 (ideviceIdx.x5{2}): it is a merge with a broadcast axis" in says
-    assert "shard the other axis before the merge" in says
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    rows = [4, 4] if n == 8 else [4, 3]
+    want = [(1, r) if broadcast_outer else (r, 1) for r in rows]
+    assert [outs[0].shape for outs in per_device.values()] == want
+    assert fl.FusionExecutor(f).communications == []
+    (x,) = f.inputs
+    assert sharded_data_axis(x) == int(broadcast_outer)
+    assert is_uneven(x) == (n == 7)
+
+
+def test_merge_with_broadcast_of_an_indexed_op_finds_its_global_rows():
+    """rand_like's numbers are a function of each element's global index: a device of a
+    merge-with-broadcast sharding draws its own rows' numbers (its shard start is that
+    of the merged axis's chunk)."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([7, 1], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        r = fl.rand_like(x, seed=3)
+        r.set_device_mesh(mesh)
+        r.merge(0, 1)
+        r.outer_split(0, 2)
+        r.axis(0).parallelize(DIDx)
+        f.add_output(fl.add(r, x))
+    inputs = fl.random_inputs(f, seed=1)
+    for outs in run_three_ways(f, inputs).values():
+        np.testing.assert_array_equal(outs[0], fl.evaluate(f, inputs)[0])
+
+
+@pytest.mark.parametrize(
+    "shape, says",
+    [
+        ([8, 2], "it is a merge of axes, whose chunks fuserlite does not hold"),
+        ([8, 3], "it is a merge of axes, whose chunks fuserlite does not hold"),
+    ],
+)
+def test_a_merge_of_data_axes_stays_refused(shape, says):
+    """Only an extent-1 broadcast axis merges away: a merge of two data axes is not
+    either axis's chunks."""
+    text = _refusal(
+        shape,
+        fl.DeviceMesh.for_num_devices(2),
+        lambda x: (x.merge(0, 1), x.outer_split(0, 2), x.axis(0).parallelize(DIDx)),
+    )
+    assert "x (T0) axis 0" in text and says in text
+
+
+def test_a_cyclic_placement_reads_and_prints_as_c():
+    """`C<t>` is a cyclic shard of tensor axis t: not S<t>'s blocks, so not equal to it;
+    the only mesh axis of its tensor axis."""
+    p = Placement.parse("(R,C1)", 2)
+    assert (p.shards, p.cyclic, str(p)) == (((), (1,)), (1,), "(R,C1)")
+    assert p != Placement.parse("(R,S1)", 2) and p.cyclic_axis() == 1
+    with pytest.raises(RedistributionError, match="a cyclic mesh axis is the only mesh axis"):
+        Placement(2, ((0, 1),), (), (1,))
+    with pytest.raises(RedistributionError, match="C<t> \\(cyclic\\)"):
+        Placement.parse("(C0.1,S0.0)", 1)

@@ -370,6 +370,15 @@ class TensorDomain:
         sharded over a mesh (the inner part is what one device holds)."""
         return type(t) is Split and self.axes[t.outer].is_device_parallel
 
+    def is_cyclic_split(self, t: Transform) -> bool:
+        """A split whose inner part is device-parallel (not broadcast): a cyclic shard,
+        device r holding rows r, r + d, ... of its input (ir.sharding.cyclic_chain)."""
+        return (
+            type(t) is Split
+            and self.axes[t.inner].is_device_parallel
+            and not self.axes[t.inner].is_broadcast
+        )
+
     def data_positions(self) -> tuple[int, ...]:
         """Positions of the logical axes that hold data (every axis but reductions)."""
         return _data_positions(self)

@@ -5,10 +5,12 @@ inner: (0, 1) means mesh axis 0 splits the tensor axis into chunks and mesh
 axis 1 splits each chunk again (DTensor's (Shard(0), Shard(0))); (1, 0) is the
 other nesting, which DTensor cannot name but a sequence of steps can reach.
 Mesh axes in `partial` hold addends (sums or maxima) of the value; every other
-mesh axis is replicated.
+mesh axis is replicated. A mesh axis in `cyclic` shards its tensor axis cyclically
+(strided), not in chunks: device r of d holds elements r, r + d, r + 2d, ... (nvFuser's
+DIDx on the inner part of a split by d); it is the only mesh axis of that tensor axis.
 
 Text form, one entry per mesh axis: `S<t>` (shards tensor axis t), `R`, `P`:
-"(S1,S2,R)", "(P,S0)". A tensor axis nested against the mesh-axis order prints
+"(S1,S2,R)", "(P,S0)"; a cyclic shard is `C<t>`, "(C0)". A tensor axis nested against the mesh-axis order prints
 each of its entries with its depth, 0 outermost: (1, 0) on tensor axis 0 of a
 2-D mesh is "(S0.1,S0.0)".
 
@@ -82,6 +84,7 @@ class Placement:
     mesh_rank: int
     shards: tuple[tuple[int, ...], ...]  # per tensor axis: mesh axes, outer -> inner
     partial: tuple[int, ...] = ()  # sorted mesh axes holding addends
+    cyclic: tuple[int, ...] = ()  # sorted mesh axes whose shard is cyclic (strided)
 
     def __post_init__(self) -> None:
         used = [a for axes in self.shards for a in axes] + list(self.partial)
@@ -92,6 +95,22 @@ class Placement:
                 f"rank-{self.mesh_rank} mesh: each mesh axis 0..{self.mesh_rank - 1} shards "
                 "at most one tensor axis once, or is partial, or neither (replicated)"
             )
+        alone = {axes[0] for axes in self.shards if len(axes) == 1}
+        if list(self.cyclic) != sorted(set(self.cyclic)) or not set(self.cyclic) <= alone:
+            raise RedistributionError(
+                f"invalid placement shards={self.shards} cyclic={self.cyclic}: a cyclic mesh "
+                "axis is the only mesh axis sharding its tensor axis"
+            )
+
+    def cyclic_among(self, shards: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+        """The cyclic mesh axes of this placement that shard one of `shards` (a placement
+        of another tensor made from this one's mesh axes)."""
+        kept = {a for axes in shards for a in axes}
+        return tuple(a for a in self.cyclic if a in kept)
+
+    def cyclic_axis(self) -> int | None:
+        """The first tensor axis sharded cyclically, or None."""
+        return next((t for t, axes in enumerate(self.shards) if set(axes) & set(self.cyclic)), None)
 
     @property
     def ndim(self) -> int:
@@ -133,21 +152,27 @@ class Placement:
         """From the text form, e.g. "(S1,S2,R)", "(P,S0)" or "(S0.1,S0.0)"."""
         items = [s.strip() for s in text.strip().strip("()").split(",")]
         shards: list[list[tuple[int, int]]] = [[] for _ in range(ndim)]
-        partial = []
+        partial, cyclic = [], []
         for axis, item in enumerate(items):
-            m = re.fullmatch(r"S(\d+)(?:\.(\d+))?", item)
+            m = re.fullmatch(r"([SC])(\d+)(?:\.(\d+))?", item)
             if item == "P":
                 partial.append(axis)
-            elif m and int(m[1]) < ndim:
-                depth = int(m[2]) if m[2] is not None else axis
-                shards[int(m[1])].append((depth, axis))
+            elif m and int(m[2]) < ndim and not (m[1] == "C" and m[3] is not None):
+                depth = int(m[3]) if m[3] is not None else axis
+                shards[int(m[2])].append((depth, axis))
+                if m[1] == "C":
+                    cyclic.append(axis)
             elif item != "R":
                 raise RedistributionError(
                     f"cannot read placement {text!r} of a rank-{ndim} tensor at {item!r}: each "
-                    f"mesh axis is S<t> (t in 0..{ndim - 1}, optionally S<t>.<depth>), R or P"
+                    f"mesh axis is S<t> (t in 0..{ndim - 1}, optionally S<t>.<depth>), C<t> "
+                    "(cyclic), R or P"
                 )
         return cls(
-            len(items), tuple(tuple(a for _, a in sorted(s)) for s in shards), tuple(partial)
+            len(items),
+            tuple(tuple(a for _, a in sorted(s)) for s in shards),
+            tuple(partial),
+            tuple(cyclic),
         )
 
     def of_mesh_axis(self, axis: int) -> MeshAxisPlacement:
@@ -171,7 +196,7 @@ class Placement:
             p = self.of_mesh_axis(axis)
             if isinstance(p, Shard):
                 nesting = self.shards[p.dim]
-                item = f"S{p.dim}"
+                item = f"{'C' if axis in self.cyclic else 'S'}{p.dim}"
                 if list(nesting) != sorted(nesting):
                     item += f".{nesting.index(axis)}"
                 items.append(item)

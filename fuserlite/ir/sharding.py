@@ -6,9 +6,11 @@ loop axis: a logical axis whose extent is that mesh axis's size, the outer part
 of an outer split of a logical axis by that size, or the outer part of a split
 of the inner part of such a split (nested: one tensor axis split over several
 mesh axes, the outermost split first; the nesting order is part of the
-sharding). An extent n that d devices do not divide gives torch.chunk's chunks,
-ceil(n/d) rows, the trailing devices short or empty (fuserlite.plan.blocks). A device-parallel broadcast axis holds no data, so `b` and `bDIDx`
-are the same sharding: it is ignored here. A device-parallel reduction axis
+sharding). A merge with an extent-1 broadcast axis is looked through: the merged
+axis is the other axis, in its layout. An extent n that d devices do not divide
+gives torch.chunk's chunks, ceil(n/d) rows, the trailing devices short or empty
+(fuserlite.plan.blocks). A device-parallel broadcast axis holds no data, so `b` and
+`bDIDx` are the same sharding: it is ignored here. A device-parallel reduction axis
 (rDIDy) marks partial results over that mesh axis.
 
 `logical_placement(tv)` is the sharding as an `ir.placement.Placement` on the
@@ -25,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from fuserlite.ir.domain import Split, TensorDomain, ceil_div
+from fuserlite.ir.domain import Merge, Split, TensorDomain, ceil_div
 from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh, parallel_types_of_rank
 from fuserlite.ir.placement import Placement
@@ -46,6 +48,7 @@ class AxisSharding:
     num_devices: int  # the size of its mesh axis
     mesh_axis: int = 0
     depth: int = 0  # 0: the outermost split of its logical axis, 1 the next, ...
+    cyclic: bool = False  # the inner part of a split by num_devices: rows r, r + d, ...
 
     @property
     def is_partial(self) -> bool:
@@ -58,7 +61,8 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
     positions, or None.
 
     The axis split is what `p` is the outer part of (the origin itself, or the inner
-    part of an enclosing sharding split); `p` itself when it is a logical axis.
+    part of an enclosing sharding split, or either merged with an extent-1 broadcast
+    axis, which the chain looks through); `p` itself when it is a logical axis.
     """
     if p < dom.n_logical:
         return p, 0, p
@@ -68,10 +72,41 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
     src, depth = d.input, 0
     while src >= dom.n_logical:
         s = dom.transform_of(src)
+        if type(s) is Merge and (other := unit_merge_source(dom, s)) is not None:
+            src = other  # the merged axis is the other axis, laid out alike
+            continue
         if not (type(s) is Split and src == s.inner and dom.axes[s.outer].is_device_parallel):
             return None
         src, depth = s.input, depth + 1
     return src, depth, d.input
+
+
+def cyclic_chain(dom: TensorDomain, p: int) -> tuple[int, Split] | None:
+    """(logical origin, the split) where device-parallel axis `p` is the inner part of a
+    split of a logical axis (or of one merged with an extent-1 broadcast axis): a
+    cyclic shard, device r holding rows r, r + d, r + 2d, ... (nvFuser's inner split);
+    else None."""
+    t = dom.transform_of(p)
+    if not (type(t) is Split and p == t.inner):
+        return None
+    src = t.input
+    while src >= dom.n_logical:
+        m = dom.transform_of(src)
+        if type(m) is not Merge or (other := unit_merge_source(dom, m)) is None:
+            return None
+        src = other
+    return src, t
+
+
+def unit_merge_source(dom: TensorDomain, m: Merge) -> int | None:
+    """The input of merge `m` that is not an extent-1 broadcast axis, where the other is
+    (the merged axis holds that input's elements in its order), else None."""
+    outer, inner = dom.axes[m.outer], dom.axes[m.inner]
+    if inner.is_broadcast and inner.extent == 1 and not outer.is_broadcast:
+        return m.outer
+    if outer.is_broadcast and outer.extent == 1 and not inner.is_broadcast:
+        return m.inner
+    return None
 
 
 def _inside_stream_split(dom: TensorDomain, p: int) -> bool:
@@ -123,6 +158,9 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
         )
     d = mesh.axis_size(pt)
     chain = sharding_chain(dom, p)
+    cyclic = cyclic_chain(dom, p) if chain is None and ax.extent == d else None
+    if cyclic is not None:
+        return _cyclic_problem(dom, p, d, *cyclic)
     if chain is None:
         if _inside_stream_split(dom, p):
             return (
@@ -160,6 +198,49 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
     return None
 
 
+def _cyclic_problem(dom: TensorDomain, p: int, d: int, origin: int, t: Split) -> str | None:
+    """Why a device axis `p`, the inner part of split `t` of logical axis `origin`, is not
+    a cyclic shard over d devices (None where it is)."""
+    if dom.axes[p].extent != d:
+        return "it is the inner part of a split, what one device holds; parallelize the outer part"
+    if not t.inner_split:
+        return (
+            f"it is the inner part of an outer split by {t.factor}, not of a split by {d}: "
+            f"write the cyclic shard as split(axis, {d}) (device i then holds rows i, "
+            f"i + {d}, ...), or outer_split the axis by {d} and parallelize the outer part"
+        )
+    if dom.logical[origin].is_reduction:
+        return (
+            "it shards a reduction axis cyclically (partial sums of rows i, i + "
+            f"{d}, ...), which fuserlite does not hold: outer_split the reduction axis by {d} "
+            "and parallelize the outer part"
+        )
+    others = [
+        q
+        for q in dom.loop_positions
+        if q != p
+        and dom.axes[q].is_device_parallel
+        and not dom.axes[q].is_broadcast
+        and _origin_of(dom, q) == origin
+    ]
+    if others:
+        return (
+            f"axis {origin} is sharded cyclically here and by {dom.axes[others[0]].parallel_type.value}"
+            " too: a cyclic shard is the only sharding of its axis; shard it over one mesh "
+            "axis, or outer_split it for the others"
+        )
+    return None
+
+
+def _origin_of(dom: TensorDomain, q: int) -> int | None:
+    """The logical axis device axis `q` shards (as a sharding or a cyclic shard), or None."""
+    chain = sharding_chain(dom, q)
+    if chain is not None:
+        return chain[0]
+    cyclic = cyclic_chain(dom, q)
+    return None if cyclic is None else cyclic[0]
+
+
 def _unheld_form(dom: TensorDomain, p: int, d: int) -> str:
     """What device axis `p` is, where it is none of the shardings fuserlite holds (each
     device a contiguous chunk, torch.chunk's rows), and the schedule that is."""
@@ -168,13 +249,18 @@ def _unheld_form(dom: TensorDomain, p: int, d: int) -> str:
         return "it is the inner part of a split, what one device holds; parallelize the outer part"
     if type(t) is Split and p == t.inner:
         return (
-            f"it is the inner part of a split: device i would hold rows i, i + {d}, "
-            f"i + {2 * d}, ... (a strided sharding), which no contiguous chunk holds; "
-            f"outer_split the axis by {d} (or split it by ceil(n/{d})) and parallelize the "
+            "it is the inner part of a split of a part of an axis that a split made, not "
+            "of the axis itself: fuserlite holds a cyclic shard (device i: rows i, i + "
+            f"{d}, ...) only as the inner part of a split of a logical axis by {d}; split "
+            f"the logical axis itself by {d}, or outer_split it by {d} and parallelize the "
             "outer part"
         )
     if type(t) is Split and type(dom.transform_of(t.input)) is not Split:
-        t = dom.transform_of(t.input)  # the outer part of a split of a merged axis
+        src = t.input
+        while type(m := dom.transform_of(src)) is Merge and unit_merge_source(dom, m) is not None:
+            src = unit_merge_source(dom, m)  # merged with an extent-1 broadcast: looked through
+        if type(m) is not Split:
+            t = m  # the outer part of a split of a merged axis
     if type(t) is Split:
         return (
             "it splits a part of an axis that a split made, not the axis itself: its "
@@ -185,9 +271,9 @@ def _unheld_form(dom: TensorDomain, p: int, d: int) -> str:
     if t is not None:
         bcast = [a for a in t.inputs if dom.axes[a].is_broadcast]
         why = (
-            "it is a merge with a broadcast axis, which holds no data (b and bDIDx are "
-            "one sharding): shard the other axis before the merge, or leave the broadcast "
-            "out of it"
+            f"it is a merge with a broadcast axis of extent {dom.axes[bcast[0]].extent}, "
+            "which holds no data (b and bDIDx are one sharding): shard the other axis "
+            "before the merge, or leave the broadcast out of it"
             if bcast
             else "it is a merge of axes, whose chunks fuserlite does not hold: shard the "
             "outer axis before merging (outer_split it, parallelize the outer part)"
@@ -231,6 +317,12 @@ def layout_facts(dom: TensorDomain, mesh_shape: tuple[int, ...] | None) -> _Fact
             continue
         chain = sharding_chain(dom, p)
         if chain is None:
+            cyclic = cyclic_chain(dom, p)
+            d = mesh_shape[types.index(pt)]
+            if cyclic is not None and _cyclic_problem(dom, p, d, *cyclic) is None:
+                li, t = cyclic
+                out[pt] = AxisSharding(pt, li, data_pos.get(li), d, types.index(pt), 0, True)
+                uneven = uneven or dom.axes[t.input].extent % d != 0
             continue  # no logical axis: not a sharding
         li, depth, split = chain
         inner = None if p == split else dom.axes[dom.transform_of(p).inner].extent
@@ -250,7 +342,8 @@ def layout_facts(dom: TensorDomain, mesh_shape: tuple[int, ...] | None) -> _Fact
     for li, ss in nest.items():
         shards[li] = tuple(a.mesh_axis for a in sorted(ss, key=lambda a: a.depth))
     rank = len(mesh_shape) if mesh_shape is not None else 1
-    logical_placed = Placement(rank, tuple(shards))
+    cyclic = tuple(sorted(a.mesh_axis for a in out.values() if a.cyclic))
+    logical_placed = Placement(rank, tuple(shards), (), cyclic)
     return _Facts(
         MappingProxyType(out),
         logical_placed,
@@ -268,7 +361,8 @@ def planner_view(logical: Placement, data: Sequence[int]) -> Placement:
     partial = sorted(
         a for li, axes in enumerate(logical.shards) if li not in data_set for a in axes
     )
-    return Placement(logical.mesh_rank, tuple(logical.shards[li] for li in data), tuple(partial))
+    shards = tuple(logical.shards[li] for li in data)
+    return Placement(logical.mesh_rank, shards, tuple(partial), logical.cyclic_among(shards))
 
 
 def _facts(tv: TensorView) -> _Facts:
@@ -339,6 +433,12 @@ def describe_sharding(tv: TensorView) -> str:
         types = ", then ".join(s.parallel_type.value for s in nest)
         if nest[0].is_partial:
             parts.append(f"partial sums over reduction axis {li} ({types})")
+        elif nest[0].cyclic:
+            d = nest[0].num_devices
+            parts.append(
+                f"sharded cyclically on axis {nest[0].data_index} ({types}: device i holds rows "
+                f"i, i + {d}, ...)"
+            )
         else:
             parts.append(f"sharded on axis {nest[0].data_index} ({types})")
     text = f"{where}, " + (", ".join(parts) if parts else "replicated")
@@ -370,14 +470,15 @@ def completed_placement(tv: TensorView) -> MeshPlacement:
     logical = logical_placement(tv)
     data = set(tv.data_positions())
     shards = tuple(axes if li in data else () for li, axes in enumerate(logical.shards))
-    return tv.mesh, Placement(logical.mesh_rank, shards)
+    return tv.mesh, Placement(logical.mesh_rank, shards, (), logical.cyclic_among(shards))
 
 
 def on_data_axes(tv: TensorView, wanted: MeshPlacement) -> MeshPlacement:
     """A placement on tv's logical axes as one on its data axes (the logical axes of a
     copy of tv, which has no reduction axes); shards of reduction axes are dropped."""
     mesh, p = wanted
-    return mesh, Placement(p.mesh_rank, tuple(p.shards[li] for li in tv.data_positions()))
+    shards = tuple(p.shards[li] for li in tv.data_positions())
+    return mesh, Placement(p.mesh_rank, shards, (), p.cyclic_among(shards))
 
 
 def is_resharding(expr: Expr) -> bool:

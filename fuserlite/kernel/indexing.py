@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserlite.ir.domain import Split, TensorDomain
-from fuserlite.ir.errors import ScheduleError
+from fuserlite.ir.domain import Merge, Split, TensorDomain
+from fuserlite.ir.errors import LoweringError, ScheduleError
+from fuserlite.ir.sharding import unit_merge_source
 from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import ParallelType
 from fuserlite.ir.values import fact
@@ -224,6 +225,8 @@ def _sharding_devices(dom: TensorDomain) -> frozenset[str]:
     for t in dom.transforms:
         if dom.is_sharding_split(t) and not dom.divisible(t) and not dom.axes[t.input].is_broadcast:
             used.update(device_index(dom.axes[s.outer].parallel_type) for s in _nested(dom, t))
+        elif dom.is_cyclic_split(t) and not dom.divisible(t):
+            used.add(device_index(dom.axes[t.inner].parallel_type))
     return frozenset(used)
 
 
@@ -231,7 +234,23 @@ def _global_index_devices(tv: TensorView) -> frozenset[str]:
     """The device indices an indexed op's global index reads (none for another tensor)."""
     if tv.definition is None or not is_indexed(tv.definition):
         return frozenset()
+    _refuse_cyclic(tv)
     return _start_devices(tv.domain)
+
+
+def _refuse_cyclic(tv: TensorView) -> None:
+    """A LoweringError where tv, whose values depend on their global index, is a cyclic
+    shard: its rows' global indices are not a start plus the local ones."""
+    dom = tv.domain
+    for t in dom.transforms:
+        if dom.is_cyclic_split(t):
+            raise LoweringError(
+                f"{tv.name} = {tv.definition.op_name}(...) computes values from their global "
+                f"index, but its axis {axis_text(Axis(tv, t.input))} is sharded cyclically "
+                f"(the inner part of a split parallelized {dom.axes[t.inner].parallel_type.value}"
+                "), whose rows are no block: outer_split the axis and parallelize the outer "
+                "part instead"
+            )
 
 
 @fact
@@ -243,7 +262,9 @@ def _nested(dom: TensorDomain, split: Split) -> list[Split]:
     """`split` and the sharding splits of its inner part, and of theirs (in order)."""
     chain, inside = [split], {split.inner}
     for t in dom.transforms:
-        if dom.is_sharding_split(t) and t.input in inside:
+        if type(t) is Merge and unit_merge_source(dom, t) in inside:
+            inside.add(t.output)
+        elif dom.is_sharding_split(t) and t.input in inside:
             chain.append(t)
             inside.add(t.inner)
     return chain
@@ -276,7 +297,9 @@ def _shard_start(dom: TensorDomain) -> tuple[Ix, ...]:
         if ax.is_device_parallel:
             start[li] = var(device_index(ax.parallel_type), ax.extent)
     for t in dom.transforms:  # sharding splits come first, outer meshes outermost
-        if dom.is_sharding_split(t) and t.input in origin:
+        if type(t) is Merge and (other := unit_merge_source(dom, t)) in origin:
+            origin[t.output] = origin[other]  # the merged axis is the other axis
+        elif dom.is_sharding_split(t) and t.input in origin:
             axis = origin[t.input]
             outer = dom.axes[t.outer]
             here = var(device_index(outer.parallel_type), outer.extent)
@@ -289,6 +312,7 @@ def global_index(tv: TensorView, coords: list) -> Ix:
     """The row-major linear index in the global tensor of the element of `tv` at the
     local data coordinates `coords` (Ix or 0, one per data axis) on this device."""
     dom = tv.domain
+    _refuse_cyclic(tv)
     starts = [_shard_start(dom)[li] for li in dom.data_positions()]
     local = [c if isinstance(c, Ix) else const(c) for c in coords]
     return flat_offset(tv.shape, [add(c, s) for c, s in zip(local, starts)])
@@ -351,6 +375,14 @@ def lower_domain(
                 env[tr.input] = const(0)
                 continue
             inner_extent = dom.axes[tr.inner].extent
+            if dom.is_cyclic_split(tr):
+                # A cyclic shard: this device's rows didx, didx + d, ... are its local rows
+                # 0, 1, ... (the outer part); its row didx + d * o exists where < n.
+                env[tr.input] = env[tr.outer]
+                if not dom.divisible(tr):
+                    here = var(device_index(dom.axes[tr.inner].parallel_type), inner_extent)
+                    preds.append((add(mul(env[tr.outer], inner_extent), here), source.extent))
+                continue
             idx = add(mul(env[tr.outer], inner_extent), env[tr.inner])
             env[tr.input] = idx
             if not source.is_broadcast and idx.ub > source.extent:

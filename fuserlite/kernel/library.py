@@ -39,7 +39,7 @@ from fuserlite.numerics.philox import (
 )
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
-from fuserlite.program.shards import device_box, device_shape
+from fuserlite.program.shards import cyclic_problem, device_box, device_shape, layout
 from fuserlite.reference.numpy_ops import NUMPY, sdpa_block, store
 
 LIBRARY_OPS = ("matmul", "linear", "sdpa")
@@ -181,7 +181,14 @@ class _Plan:
         found = self._devices.get(device)
         if found is None:
             shapes = [device_shape(t, device) for t in self.expr.outputs]
-            start = tuple(s for s, _ in device_box(self.expr.output, device))
+            if layout(self.expr.output).boxes is None:
+                if self.expr.op_name == "sdpa":  # its causal diagonal and dropout read it
+                    raise cyclic_problem(
+                        self.expr.output, "sdpa, which reads where its rows start,"
+                    )
+                start = ()  # a cyclic shard's rows: a GEMM of them reads no start
+            else:
+                start = tuple(s for s, _ in device_box(self.expr.output, device))
             found = self._devices[device] = (shapes, start)
         return found
 

@@ -115,7 +115,10 @@ def needed_placement(
     j = _index(expr, target)
     if placed is None:
         return _needed(v, j, position) if type(v) is ExprView else _needed_fact(v, j, position)
-    return target.mesh, Placement(placed.mesh_rank, _needed_shards(v, j, position, placed))
+    shards = _needed_shards(v, j, position, placed)
+    return target.mesh, Placement(
+        placed.mesh_rank, shards, (), _needed_cyclic(v, j, position, shards, placed)
+    )
 
 
 def _index(expr: Expr, target: TensorView) -> int:
@@ -125,7 +128,32 @@ def _index(expr: Expr, target: TensorView) -> int:
 
 def _needed(v: View, j: int, position: int) -> MeshPlacement:
     shards = _needed_shards(v, j, position)
-    return v.outputs[j][1], Placement(_logical(v.outputs[j]).mesh_rank, shards)
+    wanted = _logical(v.outputs[j])
+    return v.outputs[j][1], Placement(
+        wanted.mesh_rank, shards, (), _needed_cyclic(v, j, position, shards)
+    )
+
+
+def _needed_cyclic(
+    v: View, j: int, position: int, shards: tuple, placed: Placement | None = None
+) -> tuple[int, ...]:
+    """The cyclic mesh axes of the operand's needed placement: the output's, on an axis
+    of the same extent (rows r, r + d, ... of another extent are other rows)."""
+    wanted = _logical(v.outputs[j]) if placed is None else placed
+    if not wanted.cyclic:
+        return ()
+    producer, out = v.inputs[position][0], v.outputs[j][0]
+    back = {c: p for p, c in v.amap(position, j).items()}
+    keep = [
+        a
+        for c, axes in enumerate(wanted.shards)
+        if set(axes) & set(wanted.cyclic)
+        and (p := back.get(c)) is not None
+        and shards[p] == axes
+        and producer.logical[p].extent == out.logical[c].extent
+        for a in axes
+    ]
+    return tuple(sorted(keep))
 
 
 _needed_fact = fact(_needed)
@@ -154,7 +182,8 @@ def _placed_as_needed(v: View, j: int, position: int) -> bool:
         v.inputs[position][1] == v.outputs[j][1]
         and have.mesh_rank == wanted.mesh_rank
         and not have.partial
-        and have.shards == _needed_shards(v, j, position)
+        and have.shards == (shards := _needed_shards(v, j, position))
+        and have.cyclic == _needed_cyclic(v, j, position, shards)
     )
 
 
@@ -170,7 +199,8 @@ def forward_placement(expr: Expr, position: int, target: TensorView) -> Placemen
     amap = operand_to_output(expr, position, target)
     shards: list[tuple[int, ...]] = [()] * target.domain.n_logical
     data = operand.data_positions()
-    for li, axes in enumerate(layout_facts(operand.domain, mesh.shape).logical.shards):
+    placed = layout_facts(operand.domain, mesh.shape).logical
+    for li, axes in enumerate(placed.shards):
         if not axes or li not in data:
             continue
         c = amap.get(li)
@@ -181,8 +211,10 @@ def forward_placement(expr: Expr, position: int, target: TensorView) -> Placemen
         extent = operand.domain.logical[li].extent
         if ax.is_broadcast or ax.is_reduction or not chunks_correspond(extent, ax.extent, devices):
             return None
+        if set(axes) & set(placed.cyclic) and extent != ax.extent:
+            return None  # a cyclic shard's rows r, r + d, ... of another extent
         shards[c] = axes
-    return Placement(mesh.rank, tuple(shards))
+    return Placement(mesh.rank, tuple(shards), (), placed.cyclic_among(shards))
 
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:

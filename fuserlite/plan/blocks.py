@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from fuserlite.ir.errors import RedistributionError
 from fuserlite.plan.mesh_axes import MeshShape, coords
 from fuserlite.plan.placement import Placement
 
@@ -35,7 +36,14 @@ def axis_rows(n: int, parts: int) -> list[int]:
 
 
 def device_box(shape: Sequence[int], mesh: MeshShape, p: Placement, coord: Sequence[int]) -> Box:
-    """The box the device at mesh coordinates `coord` holds under placement `p`."""
+    """The box the device at mesh coordinates `coord` holds under placement `p`
+    (RedistributionError for a cyclic placement, which no box holds)."""
+    if p.cyclic:
+        raise RedistributionError(
+            f"placement {p} shards tensor axis {p.cyclic_axis()} cyclically (device i holds "
+            "rows i, i + d, ...), which no box holds: only a pointwise kernel between "
+            "tensors sharded alike reads it; outer_split the axis instead (a block shard)"
+        )
     box = []
     for n, axes in zip(shape, p.shards):
         start, stop, size = 0, n, n  # size: the rows the enclosing chunk is allocated

@@ -208,6 +208,16 @@ class Planner(OnOneMesh):
         pair = f"from {source} to {target}"
         g.check(source, "source", pair)
         g.check(target, "target", pair)
+        strided = next((p for p in (source, target) if p.cyclic), None)
+        if strided is not None and source != target:
+            t = strided.cyclic_axis()
+            raise RedistributionError(
+                f"cannot redistribute {g.what()} {pair}: {'the source' if strided is source else 'the target'} "
+                f"shards tensor axis {t} cyclically (C{t}: device i holds rows i, i + d, ...), "
+                "which the collectives, moving blocks, do not move; give both tensors the same "
+                "cyclic shard (a pointwise kernel between them is local), or shard the axis in "
+                "blocks (outer_split it and parallelize the outer part)"
+            )
         made = [a for a in target.partial if a not in source.partial]
         if made:
             partial = ", ".join(axis_name(target.mesh_rank, a) for a in made)

@@ -7,6 +7,13 @@ gather of outputs, its local buffers and the communications' counts all read it 
 plan.blocks' chunks directly). The buffer a device allocates is `local_shape`
 (ceil(n/d) rows, the split's inner extent); a device's own rows are
 `device_shape`, fewer on trailing devices.
+
+A cyclic shard (the inner part of a split by d, nvFuser's strided layout) is no box:
+device r holds rows r, r + d, r + 2d, ... of its axis, the slice `r::d`. Its layout has
+slices and shapes but no boxes: `device_box` and `device_boxes`, which the
+collectives, the library kernels and logical_start read, refuse it with an error
+naming the tensor and the axis (an ExecutionError), so that nothing
+that indexes boxes computes a wrong value on it.
 """
 
 from __future__ import annotations
@@ -14,12 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fuserlite.ir.domain import TensorDomain
+from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import layout_facts
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.values import fact
 from fuserlite.plan.blocks import Box, blocks
-from fuserlite.plan.mesh_axes import MeshShape
+from fuserlite.plan.mesh_axes import MeshShape, coords
 
 
 def mesh_shape(tv: TensorView) -> MeshShape:
@@ -33,9 +41,10 @@ class Layout:
 
     shape: tuple[int, ...]  # the global shape
     sharded: bool  # some data axis is cut between devices (not replicated or partial)
-    boxes: tuple[Box, ...]
+    boxes: tuple[Box, ...] | None  # None: a cyclic shard, which no box holds
     shapes: tuple[tuple[int, ...], ...]
     slices: tuple[tuple[slice, ...], ...]
+    cyclic: int | None = None  # the data axis sharded cyclically, if any
 
 
 @fact
@@ -45,6 +54,8 @@ def domain_layout(dom: TensorDomain, mesh: MeshShape | None) -> Layout:
     facts = layout_facts(dom, mesh)
     shape = tuple(ax.extent for ax in dom.logical if not ax.is_reduction)
     p = facts.placement
+    if p.cyclic:
+        return _cyclic_layout(shape, mesh, p)
     boxes = tuple(blocks(shape, (1,) if mesh is None else mesh, p))
     return Layout(
         shape,
@@ -55,6 +66,33 @@ def domain_layout(dom: TensorDomain, mesh: MeshShape | None) -> Layout:
     )
 
 
+def _cyclic_layout(shape: tuple[int, ...], mesh: MeshShape, p) -> Layout:
+    """Every device's rows r, r + d, ... of its cyclic axis (the only mesh axis of that
+    axis), torch.chunk's chunks of the axes the other mesh axes shard."""
+    t = p.cyclic_axis()
+    (a,) = p.shards[t]
+    rest = type(p)(p.mesh_rank, tuple(() if k == t else s for k, s in enumerate(p.shards)))
+    slices, shapes = [], []
+    for coord, box in zip(coords(mesh), blocks(shape, mesh, rest)):
+        where = [slice(lo, hi) for lo, hi in box]
+        where[t] = slice(coord[a], shape[t], mesh[a])
+        slices.append(tuple(where))
+        shapes.append(tuple(len(range(n)[s]) for n, s in zip(shape, where)))
+    return Layout(shape, True, None, tuple(shapes), tuple(slices), t)
+
+
+def cyclic_problem(tv: TensorView, who: str) -> ExecutionError:
+    """The error a reader of boxes (`who`) raises on a cyclic shard of tv."""
+    lay = layout(tv)
+    d = tv.mesh.shape[next(a for a in layout_facts(tv.domain, tv.mesh.shape).placement.cyclic)]
+    return ExecutionError(
+        f"{who} cannot read {tv.name}: its data axis {lay.cyclic} is sharded cyclically "
+        f"(the inner part of a split by {d}: device i holds rows i, i + {d}, ...), which no "
+        f"box holds; only pointwise kernels between tensors sharded alike read it: "
+        f"outer_split the axis by {d} and parallelize the outer part instead"
+    )
+
+
 def layout(tv: TensorView) -> Layout:
     """tv's layout over the devices of its mesh."""
     mesh = tv.mesh
@@ -62,8 +100,12 @@ def layout(tv: TensorView) -> Layout:
 
 
 def device_boxes(tv: TensorView) -> tuple[Box, ...]:
-    """Every device's box of tv's data, in mesh (row-major device) order."""
-    return layout(tv).boxes
+    """Every device's box of tv's data, in mesh (row-major device) order (ExecutionError
+    on a cyclic shard)."""
+    boxes = layout(tv).boxes
+    if boxes is None:
+        raise cyclic_problem(tv, "a reader of device boxes")
+    return boxes
 
 
 def is_sharded(tv: TensorView) -> bool:
@@ -87,13 +129,15 @@ def domain_logical_boxes(dom: TensorDomain, mesh: MeshShape | None) -> tuple[Box
 def logical_start(tv: TensorView, device: int) -> tuple[int, ...]:
     """Where `device`'s block of tv's logical domain starts (domain_logical_boxes)."""
     mesh = tv.mesh
+    if layout(tv).boxes is None:
+        raise cyclic_problem(tv, "an op whose values depend on their global index")
     boxes = domain_logical_boxes(tv.domain, None if mesh is None else mesh.shape)
     return tuple(start for start, _ in boxes[_index(tv, device)])
 
 
 def device_box(tv: TensorView, device: int) -> Box:
-    """The box of tv's global data that `device` holds."""
-    return layout(tv).boxes[_index(tv, device)]
+    """The box of tv's global data that `device` holds (ExecutionError on a cyclic shard)."""
+    return device_boxes(tv)[_index(tv, device)]
 
 
 def device_shape(tv: TensorView, device: int) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.sharding import placement
 from fuserlite.plan.steps import StepKind
 from fuserlite.program.communication import Communication, Sizing, as_reduced
 from fuserlite.program.shards import device_shape
@@ -80,8 +81,8 @@ def collective_plan(comm: Communication, backend: Communicator) -> CollectivePla
     backend; None where dispatch runs it."""
     if not isinstance(backend, SimCommunicator) or comm.kind not in ONE_MESH:
         return None
-    if comm.sizing is not Sizing.even:
-        return None
+    if comm.sizing is not Sizing.even or placement(comm.input).cyclic:
+        return None  # uneven chunks, or a cyclic shard's rows to interleave: dispatch's
     step = step_of(comm)
     if step.kind not in PLANNED or (step.kind is not StepKind.Allgather and comm.op is None):
         return None  # dispatch runs it, or says what is wrong

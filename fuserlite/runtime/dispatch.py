@@ -211,6 +211,34 @@ def chunks_of(comm: Communication) -> Chunks:
     )
 
 
+def _strided_allgather(comm: Communication, backend: Communicator, bufs: Buffers) -> Operation:
+    """A cyclic shard (device r: rows r, r + d, ... of axis t) gathered whole: the padded
+    Allgather of every member's ceil(n/d) rows, in member order, then interleaved (row
+    j of member r is row r + d * j) and the padding dropped."""
+    before, after = placement(comm.input), placement(comm.output)
+    t = before.cyclic_axis()
+    group = before.shards[t]
+    shards = tuple(() if k == t else axes for k, axes in enumerate(before.shards))
+    if after != Placement(before.mesh_rank, shards, before.partial):
+        raise ExecutionError(
+            f"Allgather {comm.input.name} -> {comm.output.name}: a cyclic shard {before} "
+            f"gathers only to {Placement(before.mesh_rank, shards, before.partial)}, not {after}"
+        )
+    mesh = comm.input.mesh
+    d = mesh.shape[group[0]]
+    n = local_shape(comm.output)[t]
+    rows = -(-n // d)
+    hosted = backend.hosted(mesh.devices)
+    moved = {dev: pad_rows(front(bufs[dev], t), rows) for dev in hosted}
+    got = yield from backend.iallgather(mesh_teams(mesh, group), moved)
+    out = {}
+    for dev, v in got.items():
+        rest = v.shape[1:]
+        whole = v.reshape(d, rows, *rest).swapaxes(0, 1).reshape(d * rows, *rest)[:n]
+        out[dev] = back(np.ascontiguousarray(whole), t)
+    return out
+
+
 def run_communication(comm: Communication, backend: Communicator, bufs: Buffers) -> Buffers:
     """Execute one Communication; returns the output shards of hosted output devices.
 
@@ -243,6 +271,8 @@ def _run(comm: Communication, backend: Communicator, bufs: Buffers) -> Operation
     senders = backend.hosted(comm.input.mesh.devices)
     _check_buffers(comm, bufs, senders)
     bufs = collective_buffers(comm, bufs)
+    if k is CommKind.Allgather and placement(comm.input).cyclic:
+        return (yield from _strided_allgather(comm, backend, bufs))
     if k in ONE_MESH:
         step = step_of(comm)
         return (

@@ -36,6 +36,7 @@ from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.library import LibraryKernels
 from fuserlite.kernel.runner import device_coordinates
+from fuserlite.ops.registry import definition
 from fuserlite.pipeline import Level, Pipeline, Progress
 from fuserlite.program.communication import Communication
 from fuserlite.program.host import ChunkView
@@ -446,7 +447,9 @@ class FusionExecutor:
             for e, dead in zip(kernel.exprs, self._dead_in_kernel[id(kernel)]):
                 operands = [local[t] for t in e.inputs]
                 shapes = [device_shape(t, d) for t in e.outputs]
-                made = eval_outputs(e, operands, shapes, start=shard_start(e.output, d))
+                op = definition(e)
+                start = shard_start(e.output, d) if op is not None and op.indexed else None
+                made = eval_outputs(e, operands, shapes, start=start)
                 local.update(zip(e.outputs, made))
                 _forget(local, dead)
             for t in kernel.outputs:  # computed in the compute dtype, stored in their own

@@ -286,6 +286,13 @@ def placements_of(tv: TensorView) -> tuple[MeshAxisPlacement, ...] | None:
     if mesh is None:
         return None
     p = placement(tv)
+    if p.cyclic:
+        raise FusionError(
+            f"{tv.name}: axis {p.cyclic_axis()} is sharded cyclically (the inner part of a "
+            "split parallelized over a mesh axis: device i holds rows i, i + d, ...), which "
+            f"DTensor's placements cannot say (Shard is torch.chunk's blocks); its placement "
+            f"is {p} (fuserlite.ir.sharding.placement)"
+        )
     for d, axes in enumerate(p.shards):
         if list(axes) != sorted(axes):
             raise FusionError(

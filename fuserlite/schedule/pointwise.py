@@ -30,9 +30,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from fuserlite.ir.domain import IterDomain, Swizzle1D, TensorDomain
+from fuserlite.ir.domain import IterDomain, Merge, Swizzle1D, TensorDomain
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr, LoadStoreOp
+from fuserlite.ir.sharding import unit_merge_source
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.ir.values import fact
@@ -134,13 +135,20 @@ def local_domain(dom: TensorDomain) -> TensorDomain:
         axes.append(ax.with_parallel_type(ParallelType.Serial) if ax.is_broadcast else ax)
     local = TensorDomain(axes)
     for t in dom.transforms:  # copy the sharding splits, nothing else
-        if dom.is_sharding_split(t) and t.input in new_of:
+        if type(t) is Merge and (other := unit_merge_source(dom, t)) in new_of:
+            new_of[t.output] = new_of[other]  # a merge with an extent-1 broadcast axis
+        elif dom.is_sharding_split(t) and t.input in new_of:
             pos = local.loop_positions.index(new_of[t.input])
             n = len(local.axes)
             local = local.split(pos, t.factor, t.inner_split)
             local = local.parallelize(n, dom.axes[t.outer].parallel_type)
             # a nested sharding splits the part one device holds of the outer one
             new_of[t.inner] = n + 1
+        elif dom.is_cyclic_split(t) and t.input in new_of:  # a cyclic shard
+            pos = local.loop_positions.index(new_of[t.input])
+            n = len(local.axes)
+            local = local.split(pos, t.factor, t.inner_split)
+            local = local.parallelize(n + 1, dom.axes[t.inner].parallel_type)
     return local
 
 
@@ -221,9 +229,13 @@ def _iterated(dom: TensorDomain) -> frozenset[int]:
     per_device = [ax.extent for ax in dom.logical]
     origin = {li: li for li in range(dom.n_logical)}  # a sharded part: its logical axis
     for t in dom.transforms:  # a sharding split leaves extent / D per device
-        if dom.is_sharding_split(t) and t.input in origin:  # nested splits split it again
+        if type(t) is Merge and (other := unit_merge_source(dom, t)) in origin:
+            origin[t.output] = origin[other]  # a merge with an extent-1 broadcast axis
+        elif dom.is_sharding_split(t) and t.input in origin:  # nested splits split it again
             per_device[origin[t.input]] = dom.axes[t.inner].extent
             origin[t.inner] = origin[t.input]
+        elif dom.is_cyclic_split(t) and t.input in origin:  # a cyclic shard: its outer part
+            per_device[origin[t.input]] = dom.axes[t.outer].extent
     return frozenset(
         k
         for k, ax in enumerate(dom.logical)

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from fuserlite.ir.domain import Merge, Split, Swizzle1D, TensorDomain
 from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
+from fuserlite.ir.sharding import unit_merge_source
 from fuserlite.ir.tensor import Axis, TensorView, parallelize_problem
 from fuserlite.ir.types import ParallelType
 from fuserlite.ir.values import fact
@@ -47,7 +48,14 @@ def is_device_parallel_logical(dom: TensorDomain, li: int) -> bool:
     """True if logical axis `li` is device-parallel itself or sharded by an outer DID split."""
     if dom.axes[li].is_device_parallel:
         return True
-    return any(dom.is_sharding_split(t) and t.input == li for t in dom.transforms)
+    k = dom.use[li]
+    while k is not None and type(m := dom.transforms[k]) is Merge:
+        if unit_merge_source(dom, m) != li:  # the merged axis is li, laid out alike
+            return False
+        li, k = m.output, dom.use[m.output]
+    return k is not None and (
+        dom.is_sharding_split(dom.transforms[k]) or dom.is_cyclic_split(dom.transforms[k])
+    )
 
 
 def _consumer_of(dom: TensorDomain, p: int) -> Split | Merge | None:
@@ -143,6 +151,13 @@ def _replay(
             if x is None:
                 continue
             existing = _consumer_of(dom, x)
+            if type(existing) is Merge and unit_merge_source(dom, existing) == x:
+                # the target merged an extent-1 broadcast axis into x: the merged axis is
+                # x laid out alike (ir.sharding.sharding_chain), the broadcast unmapped
+                other = existing.inner if existing.outer == x else existing.outer
+                m = {r: t for r, t in m.items() if t != other}
+                x = existing.output
+                existing = _consumer_of(dom, x)
             if existing is not None:
                 if not (
                     type(existing) is Split
@@ -177,6 +192,9 @@ def _replay(
                         "shards only, insert a resharding (insert-reshardings) between them"
                     ),
                 )
+            if ref.is_cyclic_split(tr) and ax.is_broadcast:
+                m[tr.outer] = x  # a broadcast against a cyclic shard: its iterated part
+                continue
             if ref.is_sharding_split(tr):  # the reference shards this axis
                 if ax.is_broadcast:
                     m[tr.inner] = x

@@ -41,6 +41,12 @@ def ring_placement(whole: TensorView, c: Chunking) -> Placement | str:
         )
     p = logical_placement(whole)
     shards = list(p.shards)
+    if p.cyclic:
+        return (
+            f"{whole.name} axis {p.cyclic_axis()} is sharded cyclically (rows i, i + d, ...); "
+            "a ring chunk is a block of its axis: outer_split the axis and parallelize the "
+            "outer part"
+        )
     if shards[c.axis] not in ((), (a,)):
         return (
             f"{whole.name} axis {c.axis} is sharded over mesh axes {shards[c.axis]}; a ring "

@@ -141,6 +141,11 @@ def shard_as(tv: TensorView, mesh: DeviceMesh | None, wanted: Placement) -> None
     except _Refused:
         for li, axes in enumerate(wanted.shards):
             for a in axes:
+                if a in wanted.cyclic:
+                    tv.split(tv.domain.loop_positions.index(li), mesh.shape[a])
+                    at = tv.domain.loop_positions.index(len(tv.domain.axes) - 1)
+                    tv.axis(at).parallelize(mesh.parallel_types[a])
+                    continue
                 shard_axis(tv, li, mesh, mesh.parallel_types[a], whole=len(axes) == 1)
         raise AssertionError("a sharding refused once and not again") from None
 
@@ -152,6 +157,12 @@ def sharded_as(dom: TensorDomain, mesh: DeviceMesh, wanted: Placement) -> Tensor
     for li, axes in enumerate(wanted.shards):
         for a in axes:
             pt = mesh.parallel_types[a]
+            if a in wanted.cyclic:  # the inner part of a split by d: rows r, r + d, ...
+                if li not in dom.loop_positions or dom.axes[li].is_device_parallel:
+                    raise _Refused
+                dom = dom.split(dom.loop_positions.index(li), mesh.axis_size(pt), True)
+                dom = _parallelized(dom, len(dom.axes) - 1, pt)
+                continue
             dom = sharded_axis(dom, li, mesh.axis_size(pt), pt, len(axes) == 1)
     return dom
 

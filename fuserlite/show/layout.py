@@ -15,6 +15,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
 from fuserlite.plan.blocks import blocks
+from fuserlite.plan.mesh_axes import coords
 from fuserlite.plan.placement import Placement
 
 
@@ -68,7 +69,8 @@ def placement_of(tv: TensorView) -> Placement:
             loop = next(k for k, ax in enumerate(tv.domain.loop) if ax.parallel_type is pt)
             shards[s.data_index].append((loop, axis))
     nested = tuple(tuple(a for _, a in sorted(axes)) for axes in shards)
-    return Placement(mesh.rank, nested, tuple(sorted(partial)))
+    cyclic = sorted(mesh.axis_of(pt) for pt, s in shardings(tv).items() if s.cyclic)
+    return Placement(mesh.rank, nested, tuple(sorted(partial)), tuple(cyclic))
 
 
 def _drawn_axes(shape: tuple[int, ...], p: Placement) -> tuple[int | None, int | None]:
@@ -84,6 +86,9 @@ def _description(mesh: DeviceMesh, p: Placement) -> str:
     label = mesh.axis_label  # DIDx, or DIDx (tp) where the user named the axis
     parts = [
         f"axis {d} sharded over {', then '.join(label(a) for a in axes)}"
+        if not set(axes) & set(p.cyclic)
+        else f"axis {d} cyclic over {label(axes[0])}: device i holds rows i, i + "
+        f"{mesh.shape[axes[0]]}, ..."
         for d, axes in enumerate(p.shards)
         if axes
     ]
@@ -102,14 +107,32 @@ def sheet(tv: TensorView) -> Sheet:
     return layout(title, tuple(tv.shape), tv.mesh, placement_of(tv))
 
 
+def _held(shape: tuple[int, ...], mesh: DeviceMesh, p: Placement) -> list[tuple[int, tuple]]:
+    """(device, box) for each box a device holds: its one box, or on a cyclic axis one
+    box per row r, r + d, ... it holds (the rows of the other axes' box)."""
+    if not shape:
+        return [(device, ()) for device in mesh.devices]
+    t = p.cyclic_axis()
+    if t is None:
+        return list(zip(mesh.devices, blocks(shape, mesh.shape, p)))
+    (a,) = p.shards[t]
+    rest = Placement(p.mesh_rank, tuple(() if k == t else s for k, s in enumerate(p.shards)))
+    held = []
+    for device, coord, box in zip(
+        mesh.devices, coords(mesh.shape), blocks(shape, mesh.shape, rest)
+    ):
+        for row in range(coord[a], shape[t], mesh.shape[a]):
+            held.append((device, tuple((row, row + 1) if k == t else b for k, b in enumerate(box))))
+    return held
+
+
 def layout(title: str, shape: tuple[int, ...], mesh: DeviceMesh, p: Placement) -> Sheet:
     """The picture of a tensor of `shape` placed by `p` on `mesh`."""
     axes = _drawn_axes(shape, p)
     extents = tuple(1 if a is None else shape[a] for a in axes)
-    boxes = blocks(shape, mesh.shape, p) if shape else [()] * mesh.size
     # A device's region on the drawn axes (its box there); empty chunks hold nothing.
     regions = []
-    for device, box in zip(mesh.devices, boxes):
+    for device, box in _held(shape, mesh, p):
         span = [(0, 1) if a is None else box[a] for a in axes]
         if all(lo < hi for lo, hi in span):
             regions.append((device, span[0], span[1]))

@@ -156,8 +156,8 @@ def _placed(tv: TensorView, mesh_name: str, name: str) -> str | None:
     copy of it by its placement writes the directives tv's own schedule needs."""
     p, logical = placement(tv), logical_placement(tv)
     reductions = sum(ax.is_reduction for ax in tv.domain.logical)
-    if not any(logical.shards) or (p.partial and reductions != 1):
-        return None
+    if not any(logical.shards) or (p.partial and reductions != 1) or p.cyclic:
+        return None  # a cyclic shard is no DTensor placement: its directives say it
     probe = TensorView(Fusion(), [new_axis(ax.extent, ax.iter_type) for ax in tv.domain.logical])
     shard_as(probe, tv.mesh, logical)
     if _schedule(probe, tv.ir_name) != _schedule(tv):

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from axis_index_cases import positions, scaled_by_index  # noqa: E402
 from multi_output_cases import cases as multi_output_cases  # noqa: E402
+from strided_cases import cyclic_gathered, cyclic_square  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite import models  # noqa: E402
@@ -287,7 +288,25 @@ def all_cases(size: int) -> dict[str, object]:
     cases["iota-positions"] = lambda: positions(size, 4 * size)
     cases["iota-positions-uneven"] = lambda: positions(size, 4 * size + 1)
     cases["axis_index"] = lambda: scaled_by_index(size)
+    # DIDx on the outer split of merge(x, b{1}): x's torch.chunk rows, uneven
+    cases["merge-with-broadcast"] = lambda: _merge_with_broadcast(size, 2 * size + 1)
+    # DIDx on the inner part of split(0, size): rows r, r + size, ..., uneven
+    cases["cyclic"] = lambda: cyclic_square(size, 2 * size + 1)
+    cases["cyclic-gathered"] = lambda: cyclic_gathered(size, 2 * size + 1)  # strided Allgather
     return cases
+
+
+def _merge_with_broadcast(size: int, n: int) -> fl.Fusion:
+    """exp(x) + 1, x[1, n] scheduled merge(0, 1), outer_split by size, DIDx."""
+    with fl.Fusion() as f:
+        x = fl.tensor([1, n], name="x")
+        f.add_input(x)
+        x.set_device_mesh(M(range(size)))
+        x.merge(0, 1)
+        x.outer_split(0, size)
+        x.axis(0).parallelize(fl.ParallelType.DIDx)
+        f.add_output(fl.add(fl.exp(x), 1.0))
+    return f
 
 
 def compare(mine, theirs) -> str:

@@ -1,0 +1,39 @@
+"""Fusions of cyclic (strided) shards, shared by tests/test_strided_shards.py and the MPI
+jobs (tests/mpi_scripts): nvFuser's DIDx on the inner part of a split."""
+
+from __future__ import annotations
+
+import fuserlite as fl
+
+DIDx = fl.ParallelType.DIDx
+
+
+def cyclic_square(num_devices: int, n: int, cols: int | None = 3) -> fl.Fusion:
+    """x * x + 1, x[n, cols] (x[n]: cols None) split(0, d) with DIDx on the inner part:
+    device i holds rows i, i + d, ... of x and of the output (propagated), and computes
+    them in place."""
+    with fl.Fusion() as f:
+        x = fl.tensor([n] if cols is None else [n, cols], name="x")
+        f.add_input(x)
+        x.set_device_mesh(fl.DeviceMesh.for_num_devices(num_devices))
+        x.split(0, num_devices)
+        x.axis(1).parallelize(DIDx)
+        f.add_output(fl.add(fl.mul(x, x), 1.0))
+    return f
+
+
+def cyclic_gathered(num_devices: int, n: int, cols: int = 3) -> fl.Fusion:
+    """exp(x) gathered whole, x[n, cols] cyclic (split(0, d), DIDx on the inner part) and
+    the output replicated: exp computed on each device's rows r, r + d, ..., then one
+    strided Allgather (padded to ceil(n/d) rows, interleaved)."""
+    mesh = fl.DeviceMesh.for_num_devices(num_devices)
+    with fl.Fusion() as f:
+        x = fl.tensor([n, cols], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.split(0, num_devices)
+        x.axis(1).parallelize(DIDx)
+        y = fl.exp(x)
+        y.set_device_mesh(mesh)
+        f.add_output(y)
+    return f
