@@ -71,13 +71,13 @@ def local_inputs(fusion: fl.Fusion, seed: int) -> dict[fl.TensorView, np.ndarray
     return {tv: a[shard_slices(tv, 0)] for tv, a in zip(fusion.inputs, arrays)}
 
 
-def compare(kernel: Kernel, seed: int = 0) -> None:
+def compare(kernel: Kernel, seed: int = 0, compiler: KernelCompiler | None = None) -> None:
     """A whole-fusion kernel compiled and interpreted on device 0: bit for bit, except
     through libm (tests/three_way.py)."""
     fusion = kernel.outputs[0].fusion
     inputs = local_inputs(fusion, seed)
     want = run_kernel(kernel, inputs)
-    got = CompiledKernels([kernel], default_compiler()).run(kernel, inputs)
+    got = CompiledKernels([kernel], compiler or default_compiler()).run(kernel, inputs)
     for tv, libm in zip(fusion.outputs, libm_outputs(fusion)):
         if libm:  # through exp/log/tanh: within float32's tolerance
             np.testing.assert_allclose(got[tv], want[tv], rtol=1e-5, atol=1e-6, err_msg=tv.name)
@@ -297,16 +297,23 @@ def tiny_parts(monkeypatch) -> None:
 
 
 @needs_compiler
-def test_kernels_split_into_parts_give_the_runners_bits(tiny_parts, capsys) -> None:
+def test_kernels_split_into_parts_give_the_runners_bits(tiny_parts, capsys, tmp_path) -> None:
     kernels = all_test_fusions()
     split = {name: cpu_function(k).parts for name, k in kernels.items()}
     several = sum(n > 1 for n in split.values())
     assert several >= 25 and max(split.values()) >= 5, split
-    CompiledKernels(kernels.values(), default_compiler()).prepare()  # one compiler launch
+    compiler = KernelCompiler(cache_dir=tmp_path)
+    CompiledKernels(kernels.values(), compiler).prepare()
+    assert compiler.compiles == 1  # one compiler launch
     for kernel in kernels.values():
-        compare(kernel)
+        compare(kernel, compiler=compiler)
     err = capsys.readouterr().err
-    assert err.count("too much for one function: compiled as") == several
+    assert err.count("too much for one function: compiled as") == several  # said when built
+    again = KernelCompiler(cache_dir=tmp_path)  # a new process: loaded, nothing generated
+    CompiledKernels(kernels.values(), again).prepare()
+    assert again.compiles == 0 and capsys.readouterr().err == ""
+    for kernel in kernels.values():
+        compare(kernel, compiler=again)
 
 
 @needs_compiler

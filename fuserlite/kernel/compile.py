@@ -10,10 +10,13 @@ kernels. The object is named by a hash of its translation unit and of the
 toolchain's identity (the compiler's path, its `--version` output and file, the
 CPU, every flag it may be built with), and kept in the cache directory (the
 `cache_dir` argument, else ~/.cache/fuserlite/kernels; fuserlite.kernel.cache
-says what it trusts there and why). A later process with the same kernels loads
-that file and launches no compiler. Builds happen in a private temporary
-directory; processes building one kernel at once (MPI ranks) each store a whole
-file, and each load a verified one.
+says what it trusts there and why). `named` does the same for functions whose
+names say everything their source depends on (the executor's kernels, named by
+their structure: fuserlite.kernel.signature): the key is the prelude and the
+names, and their source is generated only when the library must be built. A
+later process with the same kernels loads that file and launches no compiler.
+Builds happen in a private temporary directory; processes building one kernel at
+once (MPI ranks) each store a whole file, and each load a verified one.
 
 Nothing of the toolchain is read from the cache: its identity is found once per
 process (one `--version`), and which OPTIONAL_FLAGS the compiler takes (the loop
@@ -254,13 +257,46 @@ class KernelCompiler:
         cache. `labels` name the functions in errors (symbol -> "kernel 2 (T5)")."""
         missing = {s: src for s, src in sources.items() if s not in self._loaded}
         if missing:
-            self._load(prelude, missing, labels or {})
+            unit = _unit(prelude, missing)
+            self._load(self.key(unit), prelude, lambda: missing, labels or {}, missing)
+        absent = [s for s in sources if s not in self._loaded]
+        if absent:
+            raise ExecutionError(
+                f"the compiled library defines no function {absent[0]}: its source must define "
+                f'`extern "C" void {absent[0]}(...)`'
+            )
         return {s: self._loaded[s] for s in sources}
 
+    def named(
+        self,
+        prelude: str,
+        symbols: Sequence[str],
+        generate: Callable[[list[str]], Mapping[str, str]],
+        labels: Mapping[str, str] | None = None,
+    ) -> dict[str, Callable]:
+        """symbol -> loaded function for each of `symbols` whose name says all its source
+        depends on (fuserlite.kernel.signature): those not loaded yet are found in the
+        cache under a key of the prelude and their names, without their source, or else
+        `generate(missing)` gives their definitions (it may leave some out) and they are
+        compiled together. A symbol neither the cached library nor `generate` holds is
+        left out of the answer."""
+        missing = sorted({s for s in symbols if s not in self._loaded})
+        if missing:
+            key = self.key("\0".join(("named", prelude, *missing)))
+            self._load(key, prelude, lambda: dict(generate(missing)), labels or {}, missing)
+        return {s: self._loaded[s] for s in symbols if s in self._loaded}
+
     # -- building ---------------------------------------------------------------
-    def _load(self, prelude: str, sources: dict[str, str], labels: Mapping[str, str]) -> None:
-        unit = prelude + "".join("\n" + sources[s] for s in sorted(sources))
-        key = self.key(unit)
+    def _load(
+        self,
+        key: str,
+        prelude: str,
+        generate: Callable[[], Mapping[str, str]],
+        labels: Mapping[str, str],
+        symbols: Sequence[str],
+    ) -> None:
+        """Load the library `key` from the cache, or build it from the prelude and
+        generate()'s functions; then its functions `symbols` (those it holds)."""
         with self.cache.opened() as cache:
             library = None
             data = cache.load(key)
@@ -270,6 +306,10 @@ class KernelCompiler:
                 except OSError as exc:  # verified, yet refused: a library it needs is gone
                     note(f"cannot load {self.cache_dir / key}.so ({exc}): building it again")
             if library is None:
+                sources = dict(generate())
+                if not sources:
+                    return
+                unit = _unit(prelude, sources)
                 data = self._build(unit, key, cache, prelude, sources, labels)
                 cache.store(key, data)
                 try:
@@ -281,9 +321,11 @@ class KernelCompiler:
         if launcher is not None:
             launcher.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_longlong] * 2
             launcher.restype = None
-        for symbol in sources:
-            self._loaded[symbol] = library[0][symbol]
-            self._launchers[symbol] = launcher
+        for symbol in symbols:
+            function = getattr(library[0], symbol, None)  # absent: not generated
+            if function is not None:
+                self._loaded[symbol] = function
+                self._launchers[symbol] = launcher
 
     def _build(
         self,
@@ -317,6 +359,11 @@ class KernelCompiler:
                     "compute='interpret' runs the kernels without compiling)"
                 )
             return out.read_bytes()
+
+
+def _unit(prelude: str, sources: Mapping[str, str]) -> str:
+    """The translation unit of the prelude and the functions, in the symbols' order."""
+    return prelude + "".join("\n" + sources[s] for s in sorted(sources))
 
 
 def _run(argv: list[str], building: str | None = None) -> subprocess.CompletedProcess:

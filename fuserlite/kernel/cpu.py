@@ -56,6 +56,7 @@ from fuserlite.kernel.cuda import (
     random_source,
 )
 from fuserlite.kernel.reduction import cpu_reduction, reduction_of
+from fuserlite.kernel.signature import structural_symbol
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.grid import kernel_grid
 
@@ -186,19 +187,23 @@ def quiet_openmp() -> None:
 class CpuFunction(NamedTuple):
     """A scheduled kernel's CPU function."""
 
-    symbol: str  # a hash of the source, so that equal kernels are one compiled function
+    # A hash of the kernel's structure (fuserlite.kernel.signature), else of the source:
+    # equal kernels are one compiled function.
+    symbol: str
     source: str
     parts: int  # the functions its body is split into (1: it is not)
 
 
-def cpu_function(kernel: Kernel) -> CpuFunction:
+def cpu_function(kernel: Kernel, symbol: str | None = None) -> CpuFunction:
     """The CPU function of a scheduled kernel: the CUDA body in a loop over the grid, in
     one function, or if it is too large for one in parts (fuserlite.kernel.cpu_parts);
     KernelTooLarge if it cannot be split. A scheduled reduction's is its own loop nest
-    (fuserlite.kernel.reduction)."""
+    (fuserlite.kernel.reduction). Named `symbol` if given, else kernel_symbol(kernel)."""
+    if symbol is None:
+        symbol = structural_symbol(kernel)
     reduction = reduction_of(kernel)
     if reduction is not None:
-        return CpuFunction(*cpu_reduction(kernel, reduction), 1)
+        return CpuFunction(*cpu_reduction(kernel, reduction, symbol), 1)
     grid = kernel_grid([e.output for e in kernel.exprs])
     (gx, gy, gz), (bx, by, bz) = launch_dims(grid)
     blocks, threads = gx * gy * gz, bx * by * bz
@@ -235,8 +240,15 @@ def cpu_function(kernel: Kernel) -> CpuFunction:
     lines += opening + body + closing
     lines += ["    }", "  }"] + (["  FL_PARALLEL_END"] if parallel else []) + ["}"]
     text = "\n".join(lines) + "\n"
-    symbol = "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    symbol = symbol or "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
     return CpuFunction(symbol, text.replace(_NAME, symbol), parts)
+
+
+def kernel_symbol(kernel: Kernel) -> str:
+    """The name of the kernel's CPU function, from its structure where it has a signature
+    (fuserlite.kernel.signature: no source generated), else from its generated source
+    (which may be KernelTooLarge)."""
+    return structural_symbol(kernel) or cpu_function(kernel).symbol
 
 
 # On the CPU a kernel's draws go through the philox memo (numerics.philox.C_SOURCE) of
@@ -306,6 +318,7 @@ __all__ = [
     "CpuFunction",
     "cpu_function",
     "cpu_source",
+    "kernel_symbol",
     "prelude",
     "quiet_openmp",
 ]
