@@ -47,7 +47,7 @@ def test_the_cpu_function_is_the_cuda_body_in_a_grid_loop(name: str) -> None:
     cuda = lines_after(kernel_source(kernel, "k"), 'extern "C"')[:-1]  # less its closing }
     ours = lines_after(cpu, "const fl_dim3 threadIdx")
     assert ours[: len(cuda)] == cuda
-    rest = [line for line in ours[len(cuda) :] if line != "FL_PARALLEL_END"]
+    rest = ours[len(cuda) :]
     assert rest == ["}", "}", "}"]  # the thread loop, the block loop, the function
     assert f'extern "C" void {symbol}(' in cpu and symbol == cpu_function(kernel)[0]
 
@@ -106,6 +106,52 @@ def test_a_kernel_big_enough_for_threads_gives_the_runners_bits() -> None:
     kernel = scheduled(fusion)
     assert "#pragma omp parallel for" in cpu_function(kernel).source
     compare(kernel, seed=4)
+
+
+THREADS = """
+extern "C" int fl_test_threads(long long most) {
+#ifdef _OPENMP
+  int n = 0;
+#pragma omp parallel num_threads(fl_threads(most))
+  {
+#pragma omp atomic
+    n += 1;
+  }
+  return n;
+#else
+  return -1;
+#endif
+}
+"""
+
+
+@needs_compiler
+def test_a_parallel_kernels_team_is_fixed_by_its_work_not_by_the_load(tmp_path) -> None:
+    """A thread per PARALLEL_WORK of work, at most OpenMP's thread count (OMP_NUM_THREADS
+    here), in a process whose load average is what it is: no dynamic team."""
+    script = (
+        "import ctypes, sys\n"
+        "from fuserlite.kernel.compile import KernelCompiler\n"
+        "from fuserlite.kernel.cpu import PRELUDE\n"
+        f"c = KernelCompiler(cache_dir={str(tmp_path)!r})\n"
+        "f = c.functions(PRELUDE, {'fl_test_threads': sys.argv[1]})['fl_test_threads']\n"
+        "f.argtypes = [ctypes.c_longlong]\n"
+        "print([f(k) for k in (1, 2, 3, 1000)])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, THREADS],
+        capture_output=True,
+        text=True,
+        env={**env, "OMP_NUM_THREADS": "3"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    openmp = "openmp" in KernelCompiler().toolchain.features
+    assert proc.stdout.strip() == ("[1, 2, 3, 3]" if openmp else "[-1, -1, -1, -1]")
+    kernel = scheduled(build([[512, 300], [300]], lambda a, b: [a * b - 1.5]))
+    team = min(8, 512 * 300 * len(kernel.exprs) // PARALLEL_WORK)
+    assert f"num_threads(fl_threads({team}))" in cpu_function(kernel).source
+    assert "omp_set_dynamic" not in cpu_function(kernel).source + PRELUDE
 
 
 @needs_compiler
