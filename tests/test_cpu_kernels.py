@@ -19,6 +19,7 @@ from test_kernel_runner import _reschedule
 from three_way import HAVE_COMPILER, bits_differ, libm_outputs, run_three_ways
 
 import fuserlite as fl
+import fuserlite.kernel.compile as compile_module
 import fuserlite.kernel.cpu_parts as cpu_parts
 from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.compile import KernelCompiler
@@ -106,6 +107,34 @@ def test_a_kernel_big_enough_for_threads_gives_the_runners_bits() -> None:
     kernel = scheduled(fusion)
     assert "#pragma omp parallel for" in cpu_function(kernel).source
     compare(kernel, seed=4)
+
+
+@needs_compiler
+def test_a_large_unit_builds_at_o1_a_small_one_at_o2_both_giving_the_runners_bits(
+    tmp_path, monkeypatch
+) -> None:
+    """The optimization level follows the unit's size (kernel/compile.py optimization),
+    is in its key, and every test kernel gives the kernel runner's bits at either."""
+    commands = []
+    real = compile_module._run
+
+    def spy(argv, building=None):
+        commands.append(argv)
+        return real(argv, building)
+
+    monkeypatch.setattr(compile_module, "_run", spy)
+    kernels = all_test_fusions()
+    small = KernelCompiler(cache_dir=tmp_path)
+    CompiledKernels([kernels["vectorized"]], small).prepare()
+    assert commands[-1][1:3] == ["-O2", "-fno-tree-vrp"]
+    assert compile_module.optimization(255) == ("-O2", "-fno-tree-vrp")
+    assert compile_module.optimization(256) == ("-O1",)
+    monkeypatch.setattr(compile_module, "LARGE_UNIT_LINES", 0)  # every unit is large
+    large = KernelCompiler(cache_dir=tmp_path)
+    CompiledKernels(kernels.values(), large).prepare()
+    assert large.compiles == 1 and commands[-1][1:3] == ["-O1", "-std=c++17"]
+    for kernel in kernels.values():
+        compare(kernel, compiler=large)
 
 
 THREADS = """

@@ -50,11 +50,20 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.kernel.cache import KernelCache, OpenCache, load_library, note
 
 CANDIDATES = ("c++", "g++", "clang++")
-# -O2 with the loop vectorizer's -O3 cost model (the "vectorize" flags below) runs these
-# kernels as fast as -O3. (-O1 with the vectorizer compiled faster, but GCC 12 built wrong
-# code with it and -march=native: tests/test_schedule_adversarial.py seed 1168.)
+# The optimization level, by the size of what is built (lines of C++ after the prelude,
+# `optimization`): with the loop vectorizer and its -O3 cost model (the "vectorize" flags
+# below) every level up from -O1 ran the kernels of benchmarks/chain.py alike, and a
+# small unit compiles in the same time at any (the launch is most of it), so a small one
+# gets -O2 and a large one -O1, which GCC 12 compiles a third faster (the 1000-op chain:
+# 165 against 245 ms of CPU; docs in README.md "Compiled kernels"). -fno-tree-vrp: at
+# -O2, value range propagation made branches of NaN-propagating selects (relu, maximum),
+# and a chain of them was not vectorized: 8x slower than at -O1. (-O1 once built wrong
+# code with the vectorizer and -march=native, tests/test_schedule_adversarial.py seed
+# 1168, before -fno-tree-loop-im below; 400 seeds of that test pass at -O1 now.)
+SMALL_UNIT = ("-O2", "-fno-tree-vrp")
+LARGE_UNIT = ("-O1",)
+LARGE_UNIT_LINES = 256  # lines of C++ after the prelude from which a unit is large
 FLAGS = (
-    "-O2",
     "-std=c++17",
     "-shared",
     "-fPIC",
@@ -114,9 +123,18 @@ class Toolchain:
     libraries: tuple[str, ...]  # after it
     features: tuple[str, ...]  # the OPTIONAL_FLAGS names the compiler took
 
-    def command(self, source: Path, output: Path) -> list[str]:
-        """The compiler's command line that builds `source` into the shared object `output`."""
-        return [self.compiler, *self.flags, str(source), *self.libraries, "-o", str(output)]
+    def command(
+        self, source: Path, output: Path, optimize: Sequence[str] = SMALL_UNIT
+    ) -> list[str]:
+        """The compiler's command line that builds `source` into the shared object `output`
+        at the optimization flags `optimize` (the toolchain's own flags come after)."""
+        flags = (*optimize, *self.flags)
+        return [self.compiler, *flags, str(source), *self.libraries, "-o", str(output)]
+
+
+def optimization(lines: int) -> tuple[str, ...]:
+    """The optimization flags of a unit of `lines` lines of C++ after its prelude."""
+    return LARGE_UNIT if lines >= LARGE_UNIT_LINES else SMALL_UNIT
 
 
 # One source exercises every optional flag: OpenMP, and each math call the prelude
@@ -233,7 +251,8 @@ class KernelCompiler:
 
     def key(self, unit: str) -> str:
         """The cache key of a translation unit: it and everything that decides its build."""
-        toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags))
+        levels = repr((SMALL_UNIT, LARGE_UNIT, LARGE_UNIT_LINES))  # read now: tests change them
+        toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags), levels)
         return _digest(compiler_identity(self.compiler), cpu_identity(), *toolchain, unit)[:32]
 
     def launcher(self, symbol: str) -> Callable | None:
@@ -350,7 +369,8 @@ class KernelCompiler:
             self.compiles += 1
             n = len(sources)
             what = f"{n} kernel{'s' * (n != 1)} ({size_text(len(unit))} of C++)"
-            proc = _run(self.toolchain.command(source, out), what)
+            optimize = optimization(unit.count("\n") - prelude.count("\n"))
+            proc = _run(self.toolchain.command(source, out, optimize), what)
             if proc.returncode != 0:
                 where = _culprit(proc.stdout + proc.stderr, source.name, prelude, sources, labels)
                 raise ExecutionError(
@@ -434,4 +454,11 @@ def _abbreviate(output: str) -> str:
     return shown + (f"\n  ... ({rest} more lines)" if rest > 0 else "")
 
 
-__all__ = ["KernelCompiler", "Toolchain", "default_cache_dir", "find_compiler", "size_text"]
+__all__ = [
+    "KernelCompiler",
+    "Toolchain",
+    "default_cache_dir",
+    "find_compiler",
+    "optimization",
+    "size_text",
+]
