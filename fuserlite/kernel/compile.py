@@ -88,8 +88,12 @@ OPTIONAL_FLAGS = (
     # and run as fast (benchmarks/chain.py); the RTL invariant motion still runs.
     ("no-tree-loop-im", ("-fno-tree-loop-im",), ()),
     ("native", ("-march=native",), ()),
-    ("openmp", ("-fopenmp",), ()),
+    ("openmp", ("-fopenmp",), ("-lgomp",)),
     ("vector-math", ("-DFL_VECTOR_MATH",), ("-lmvec",)),
+    # The C libraries alone, not libstdc++ (the kernels include no header and call nothing
+    # of it; -z defs fails the link if one ever did): scanning libstdc++.so was about a
+    # third of a small unit's link (README.md "Compiled kernels").
+    ("c-libraries", ("-nodefaultlibs",), ("-lm", "-lc", "-lgcc_s", "-lgcc")),
 )
 LAUNCHER = "fuserlite_launch"  # a library's device loop, where its prelude defines one
 COMPILE_TIMEOUT_S = 600
