@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +94,9 @@ def domain_signature(dom: TensorDomain) -> str:
 
 @fact
 def mesh_signature(mesh: DeviceMesh | None) -> str:
-    return "-" if mesh is None else repr((mesh.devices, mesh.shape, mesh.axis_names))
+    """A mesh's devices and shape, what a mesh compares by (its axis names, which it does
+    not compare by and no generated code reads, are left out)."""
+    return "-" if mesh is None else repr((mesh.devices, mesh.shape))
 
 
 def _vouched(e: Expr) -> bool:
@@ -138,19 +141,33 @@ def _value(x: object) -> str:
 def signature(kernel: Kernel) -> str | None:
     """The kernel's structural signature (see the module), or None where it holds
     something the signature cannot vouch for."""
-    index: dict[int, int] = {}
+    index: dict[int, int] = {}  # tensor (by id) -> its position
     parts: list[str] = []
+    # Each distinct domain, mesh and kind of tensor once, as `D3=...`, and tensors by their
+    # positions in these: the signature of 1000 tensors of one shape stays short.
+    local: dict[object, str] = {}
+
+    def named(key: object, text: Callable[[], str]) -> str:
+        name = local.get(key)
+        if name is None:
+            name = local[key] = f"#{len(local)}"
+            parts.append(f"{name}={text()}")
+        return name
 
     def tensor(tv: TensorView, is_input: bool) -> int:
         k = index.get(id(tv))
         if k is None:
             k = index[id(tv)] = len(index)
-            made_by_indexed = is_input and tv.definition is not None and is_indexed(tv.definition)
-            parts.append(
-                f"T{tv.number}:{tv.dtype.name}:{tv.memory_type.name}:{tv.compute_at_pos}:"
-                f"{tv.produce_pos}:{made_by_indexed:d}:{mesh_signature(tv.mesh)}:"
-                f"{domain_signature(tv.domain)}"
+            indexed = is_input and tv.definition is not None and is_indexed(tv.definition)
+            dtype, memory, mesh, dom = tv.dtype, tv.memory_type, tv.mesh, tv.domain
+            kind = named(
+                (id(dtype), id(memory), tv.compute_at_pos, tv.produce_pos, indexed),
+                lambda: (
+                    f"{dtype.name}:{memory.name}:{tv.compute_at_pos}:{tv.produce_pos}:{indexed:d}"
+                ),
             )
+            where = named(("mesh", mesh_signature(mesh)), lambda: mesh_signature(mesh))
+            parts.append(f"T{tv.number}:{kind}:{where}:{named(dom, lambda: domain_signature(dom))}")
         return k
 
     try:
