@@ -56,7 +56,6 @@ from fuserlite.kernel.cuda import (
     random_source,
 )
 from fuserlite.kernel.reduction import cpu_reduction, reduction_of
-from fuserlite.kernel.signature import structural_symbol
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.grid import kernel_grid
 
@@ -189,8 +188,8 @@ def quiet_openmp() -> None:
 class CpuFunction(NamedTuple):
     """A scheduled kernel's CPU function."""
 
-    # A hash of the kernel's structure (fuserlite.kernel.signature), else of the source:
-    # equal kernels are one compiled function.
+    # A hash of the kernel's structure (the executor's: fuserlite.kernel.signature) or of
+    # its source: equal kernels are one compiled function.
     symbol: str
     source: str
     parts: int  # the functions its body is split into (1: it is not)
@@ -200,9 +199,9 @@ def cpu_function(kernel: Kernel, symbol: str | None = None) -> CpuFunction:
     """The CPU function of a scheduled kernel: the CUDA body in a loop over the grid, in
     one function, or if it is too large for one in parts (fuserlite.kernel.cpu_parts);
     KernelTooLarge if it cannot be split. A scheduled reduction's is its own loop nest
-    (fuserlite.kernel.reduction). Named `symbol` if given, else kernel_symbol(kernel)."""
-    if symbol is None:
-        symbol = structural_symbol(kernel)
+    (fuserlite.kernel.reduction). Named `symbol` (the executor names it by its structure,
+    fuserlite.kernel.signature), else by a hash of its text (the same in every
+    installation: what `fuserlite codegen` prints)."""
     reduction = reduction_of(kernel)
     if reduction is not None:
         return CpuFunction(*cpu_reduction(kernel, reduction, symbol), 1)
@@ -246,13 +245,6 @@ def cpu_function(kernel: Kernel, symbol: str | None = None) -> CpuFunction:
     text = "\n".join(lines) + "\n"
     symbol = symbol or "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
     return CpuFunction(symbol, text.replace(_NAME, symbol), parts)
-
-
-def kernel_symbol(kernel: Kernel) -> str:
-    """The name of the kernel's CPU function, from its structure where it has a signature
-    (fuserlite.kernel.signature: no source generated), else from its generated source
-    (which may be KernelTooLarge)."""
-    return structural_symbol(kernel) or cpu_function(kernel).symbol
 
 
 # On the CPU a kernel's draws go through the philox memo (numerics.philox.C_SOURCE) of
@@ -322,7 +314,6 @@ __all__ = [
     "CpuFunction",
     "cpu_function",
     "cpu_source",
-    "kernel_symbol",
     "prelude",
     "quiet_openmp",
 ]

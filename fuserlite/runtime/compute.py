@@ -140,7 +140,7 @@ class CompiledKernels:
 
     def prepare(self) -> None:
         """Compile (or load from the cache) every kernel; a no-op once done. A kernel's
-        function is named by its structure (fuserlite.kernel.cpu.kernel_symbol), so a
+        function is named by its structure (fuserlite.kernel.signature), so a
         library in the cache is found and loaded without generating any source."""
         if self._entries is not None:
             return
