@@ -94,18 +94,17 @@ def test_a_compile_error_names_the_function_and_abbreviates_the_message(tmp_path
 
 
 @needs_compiler
-def test_the_executor_never_falls_back_when_a_kernel_does_not_compile(monkeypatch) -> None:
+def test_the_executor_never_falls_back_when_a_kernel_does_not_compile(
+    monkeypatch, tmp_path
+) -> None:
     f = build([[300]], lambda a: [a * 3.0 + 1.0])
 
-    def broken(kernel):
-        symbol, source, parts = cpu_function(kernel)
-        wrong = source.replace(symbol, symbol + "_broken").replace(
-            "const bool", "const nonsense", 1
-        )
-        return CpuFunction(symbol + "_broken", wrong, parts)
+    def broken(kernel, symbol=None):
+        symbol, source, parts = cpu_function(kernel, symbol)
+        return CpuFunction(symbol, source.replace("const bool", "const nonsense", 1), parts)
 
     monkeypatch.setattr(compute, "cpu_function", broken)
-    ex = fl.FusionExecutor(f)
+    ex = fl.FusionExecutor(f, compute=KernelCompiler(cache_dir=tmp_path))  # nothing cached
     with pytest.raises(fl.ExecutionError, match=r"rejected scheduled kernel 0 \(writes T\d+\)"):
         ex.run(fl.random_inputs(f))
 
@@ -232,7 +231,7 @@ def test_mpi_ranks_compiling_at_once_share_one_cache(tmp_path) -> None:
     assert [p.communicate(timeout=120)[0].strip() for p in procs] == [b"ok"] * 4
     (library,) = tmp_path.glob("*.so")
     record = (tmp_path / (library.name + ".sha256")).read_text().strip()
-    assert record == hashlib.sha256(library.read_bytes()).hexdigest()
+    assert record == f"{hashlib.sha256(library.read_bytes()).hexdigest()} {library.stem}"
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".cpp", ".sha256", ".so"]
 
 

@@ -19,6 +19,7 @@ from test_kernel_runner import _reschedule
 from three_way import HAVE_COMPILER, bits_differ, libm_outputs, run_three_ways
 
 import fuserlite as fl
+import fuserlite.kernel.compile as compile_module
 import fuserlite.kernel.cpu_parts as cpu_parts
 from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.compile import KernelCompiler
@@ -47,7 +48,7 @@ def test_the_cpu_function_is_the_cuda_body_in_a_grid_loop(name: str) -> None:
     cuda = lines_after(kernel_source(kernel, "k"), 'extern "C"')[:-1]  # less its closing }
     ours = lines_after(cpu, "const fl_dim3 threadIdx")
     assert ours[: len(cuda)] == cuda
-    rest = [line for line in ours[len(cuda) :] if line != "FL_PARALLEL_END"]
+    rest = ours[len(cuda) :]
     assert rest == ["}", "}", "}"]  # the thread loop, the block loop, the function
     assert f'extern "C" void {symbol}(' in cpu and symbol == cpu_function(kernel)[0]
 
@@ -71,13 +72,13 @@ def local_inputs(fusion: fl.Fusion, seed: int) -> dict[fl.TensorView, np.ndarray
     return {tv: a[shard_slices(tv, 0)] for tv, a in zip(fusion.inputs, arrays)}
 
 
-def compare(kernel: Kernel, seed: int = 0) -> None:
+def compare(kernel: Kernel, seed: int = 0, compiler: KernelCompiler | None = None) -> None:
     """A whole-fusion kernel compiled and interpreted on device 0: bit for bit, except
     through libm (tests/three_way.py)."""
     fusion = kernel.outputs[0].fusion
     inputs = local_inputs(fusion, seed)
     want = run_kernel(kernel, inputs)
-    got = CompiledKernels([kernel], default_compiler()).run(kernel, inputs)
+    got = CompiledKernels([kernel], compiler or default_compiler()).run(kernel, inputs)
     for tv, libm in zip(fusion.outputs, libm_outputs(fusion)):
         if libm:  # through exp/log/tanh: within float32's tolerance
             np.testing.assert_allclose(got[tv], want[tv], rtol=1e-5, atol=1e-6, err_msg=tv.name)
@@ -106,6 +107,80 @@ def test_a_kernel_big_enough_for_threads_gives_the_runners_bits() -> None:
     kernel = scheduled(fusion)
     assert "#pragma omp parallel for" in cpu_function(kernel).source
     compare(kernel, seed=4)
+
+
+@needs_compiler
+def test_a_large_unit_builds_at_o1_a_small_one_at_o2_both_giving_the_runners_bits(
+    tmp_path, monkeypatch
+) -> None:
+    """The optimization level follows the unit's size (kernel/compile.py optimization),
+    is in its key, and every test kernel gives the kernel runner's bits at either."""
+    commands = []
+    real = compile_module._run
+
+    def spy(argv, building=None):
+        commands.append(argv)
+        return real(argv, building)
+
+    monkeypatch.setattr(compile_module, "_run", spy)
+    kernels = all_test_fusions()
+    small = KernelCompiler(cache_dir=tmp_path)
+    CompiledKernels([kernels["vectorized"]], small).prepare()
+    assert commands[-1][1:3] == ["-O2", "-fno-tree-vrp"]
+    assert compile_module.optimization(255) == ("-O2", "-fno-tree-vrp")
+    assert compile_module.optimization(256) == ("-O1",)
+    monkeypatch.setattr(compile_module, "LARGE_UNIT_LINES", 0)  # every unit is large
+    large = KernelCompiler(cache_dir=tmp_path)
+    CompiledKernels(kernels.values(), large).prepare()
+    assert large.compiles == 1 and commands[-1][1:3] == ["-O1", "-std=c++17"]
+    for kernel in kernels.values():
+        compare(kernel, compiler=large)
+
+
+THREADS = """
+extern "C" int fl_test_threads(long long most) {
+#ifdef _OPENMP
+  int n = 0;
+#pragma omp parallel num_threads(fl_threads(most))
+  {
+#pragma omp atomic
+    n += 1;
+  }
+  return n;
+#else
+  return -1;
+#endif
+}
+"""
+
+
+@needs_compiler
+def test_a_parallel_kernels_team_is_fixed_by_its_work_not_by_the_load(tmp_path) -> None:
+    """A thread per PARALLEL_WORK of work, at most OpenMP's thread count (OMP_NUM_THREADS
+    here), in a process whose load average is what it is: no dynamic team."""
+    script = (
+        "import ctypes, sys\n"
+        "from fuserlite.kernel.compile import KernelCompiler\n"
+        "from fuserlite.kernel.cpu import PRELUDE\n"
+        f"c = KernelCompiler(cache_dir={str(tmp_path)!r})\n"
+        "f = c.functions(PRELUDE, {'fl_test_threads': sys.argv[1]})['fl_test_threads']\n"
+        "f.argtypes = [ctypes.c_longlong]\n"
+        "print([f(k) for k in (1, 2, 3, 1000)])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, THREADS],
+        capture_output=True,
+        text=True,
+        env={**env, "OMP_NUM_THREADS": "3"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    openmp = "openmp" in KernelCompiler().toolchain.features
+    assert proc.stdout.strip() == ("[1, 2, 3, 3]" if openmp else "[-1, -1, -1, -1]")
+    kernel = scheduled(build([[512, 300], [300]], lambda a, b: [a * b - 1.5]))
+    team = min(8, 512 * 300 * len(kernel.exprs) // PARALLEL_WORK)
+    assert f"num_threads(fl_threads({team}))" in cpu_function(kernel).source
+    assert "omp_set_dynamic" not in cpu_function(kernel).source + PRELUDE
 
 
 @needs_compiler
@@ -297,16 +372,23 @@ def tiny_parts(monkeypatch) -> None:
 
 
 @needs_compiler
-def test_kernels_split_into_parts_give_the_runners_bits(tiny_parts, capsys) -> None:
+def test_kernels_split_into_parts_give_the_runners_bits(tiny_parts, capsys, tmp_path) -> None:
     kernels = all_test_fusions()
     split = {name: cpu_function(k).parts for name, k in kernels.items()}
     several = sum(n > 1 for n in split.values())
     assert several >= 25 and max(split.values()) >= 5, split
-    CompiledKernels(kernels.values(), default_compiler()).prepare()  # one compiler launch
+    compiler = KernelCompiler(cache_dir=tmp_path)
+    CompiledKernels(kernels.values(), compiler).prepare()
+    assert compiler.compiles == 1  # one compiler launch
     for kernel in kernels.values():
-        compare(kernel)
+        compare(kernel, compiler=compiler)
     err = capsys.readouterr().err
-    assert err.count("too much for one function: compiled as") == several
+    assert err.count("too much for one function: compiled as") == several  # said when built
+    again = KernelCompiler(cache_dir=tmp_path)  # a new process: loaded, nothing generated
+    CompiledKernels(kernels.values(), again).prepare()
+    assert again.compiles == 0 and capsys.readouterr().err == ""
+    for kernel in kernels.values():
+        compare(kernel, compiler=again)
 
 
 @needs_compiler

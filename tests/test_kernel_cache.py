@@ -60,7 +60,7 @@ def test_the_directory_and_its_entries_are_private(tmp_path) -> None:
     assert cache.stat().st_mode & 0o777 == 0o700
     assert {p.stat().st_mode & 0o777 for p in cache.iterdir()} == {0o600}
     record = library.with_name(library.name + ".sha256").read_text().strip()
-    assert record == hashlib.sha256(library.read_bytes()).hexdigest()
+    assert record == f"{hashlib.sha256(library.read_bytes()).hexdigest()} {library.stem}"
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
@@ -70,7 +70,10 @@ def test_a_truncated_object_is_built_again_with_a_note(tmp_path, capsys, keep) -
     data = library.read_bytes()
     library.write_bytes(data[: int(len(data) * keep)])
     assert twice_again(tmp_path).compiles == 1
-    assert "does not match its recorded SHA-256: building them again" in capsys.readouterr().err
+    assert (
+        "does not match its recorded SHA-256 and key: building them again"
+        in capsys.readouterr().err
+    )
     assert library.read_bytes() == data  # rebuilt in place, and trusted again
     assert twice_again(tmp_path).compiles == 0
 
@@ -90,9 +93,32 @@ def test_a_library_its_record_vouches_for_but_the_loader_refuses_is_built_again(
     _, library = built(tmp_path)
     library.write_bytes(b"not a shared object")
     record = library.with_name(library.name + ".sha256")
-    record.write_text(hashlib.sha256(b"not a shared object").hexdigest())
+    record.write_text(f"{hashlib.sha256(b'not a shared object').hexdigest()} {library.stem}\n")
     assert twice_again(tmp_path).compiles == 1
     assert f"cannot load {library}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spoil", ["foreign", "sha-only", "other-key"])
+def test_a_record_vouches_for_its_own_key_only(tmp_path, capsys, spoil) -> None:
+    """An entry copied from another key (its object and its true record), a record of the
+    older form (the SHA-256 alone) or one naming another key: built again, never loaded."""
+    marker = tmp_path / "constructor-ran"
+    _, library = built(tmp_path / "cache")
+    record = library.with_name(library.name + ".sha256")
+    evil = evil_library(tmp_path, marker)
+    digest = hashlib.sha256(evil).hexdigest()
+    library.write_bytes(evil)
+    if spoil == "foreign":  # a whole entry of key `other`, renamed to this one
+        other = "0" * 32
+        record.write_text(f"{digest} {other}\n")
+    elif spoil == "sha-only":
+        record.write_text(digest + "\n")
+    else:
+        record.write_text(f"{digest} {library.stem[:-1]}x\n")
+    assert twice_again(tmp_path / "cache").compiles == 1  # 6.0, not 666
+    assert not marker.exists()
+    assert "does not match its recorded SHA-256 and key" in capsys.readouterr().err
+    assert twice_again(tmp_path / "cache").compiles == 0  # rebuilt in place, trusted again
 
 
 def test_an_unreadable_object_is_built_again(tmp_path, capsys) -> None:
@@ -212,7 +238,7 @@ def test_a_full_disk_leaves_nothing_to_trust(tmp_path, monkeypatch, capsys) -> N
     assert not [p.name for p in tmp_path.iterdir() if not p.name.endswith(".cpp")]
 
     def full_at_the_record(fd: int, data: bytes) -> None:
-        if len(data) == 65:  # the record: a SHA-256 in hex and a newline
+        if len(data) == 98:  # the record: a SHA-256 in hex, a space, the key, a newline
             full_disk(fd, data)
         real(fd, data)
 

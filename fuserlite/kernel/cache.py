@@ -13,7 +13,9 @@ What is trusted, and why (README, `--cache-dir`; docs/design.md §7):
   entry used is opened the same way (O_NOFOLLOW) and refused on the same grounds.
   All of it goes through the directory's file descriptor, so renaming a parent
   after the check changes nothing.
-- `<key>.so` is recorded by `<key>.so.sha256`, written after it. Each is written
+- `<key>.so` is recorded by `<key>.so.sha256`, written after it: the object's SHA-256
+  and the key it was built for, so an entry copied or renamed from another key (a
+  foreign entry) is refused as a corrupted one is. Each is written
   under a temporary name, fsynced and renamed, so a reader sees a whole file or
   none; a process that dies or a disk that fills between the two leaves an object
   with no record, which is never loaded.
@@ -130,9 +132,8 @@ class OpenCache:
         except OSError as exc:
             note(f"cannot read {self.path / name} ({exc.strerror or exc}): building it again")
             return None
-        want = record.decode("ascii", "replace").strip()
-        if data is None or len(want) != 64 or hashlib.sha256(data).hexdigest() != want:
-            what = "is missing" if data is None else "does not match its recorded SHA-256"
+        if data is None or record != _record(key, data):
+            what = "is missing" if data is None else "does not match its recorded SHA-256 and key"
             note(f"the compiled kernels {self.path / name} {what}: building them again")
             return None
         return data
@@ -142,7 +143,7 @@ class OpenCache:
         note) if the disk refused: the caller goes on with the bytes it holds."""
         try:
             self.write(key + ".so", data)
-            self.write(key + ".so" + RECORD, (hashlib.sha256(data).hexdigest() + "\n").encode())
+            self.write(key + ".so" + RECORD, _record(key, data))
         except OSError as exc:
             note(
                 f"cannot save compiled kernels in {self.path} ({exc.strerror or exc}); "
@@ -200,6 +201,11 @@ class OpenCache:
             f"and trusts only files of your own that no one else can write. Remove it (rm "
             f"{entry}; it is built again), or {_FIX}"
         )
+
+
+def _record(key: str, data: bytes) -> bytes:
+    """The record of `<key>.so` holding `data`: its SHA-256 and the key, one line."""
+    return f"{hashlib.sha256(data).hexdigest()} {key}\n".encode()
 
 
 def _untrusted(info: os.stat_result, want_directory: bool) -> str | None:

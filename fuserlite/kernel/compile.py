@@ -10,10 +10,13 @@ kernels. The object is named by a hash of its translation unit and of the
 toolchain's identity (the compiler's path, its `--version` output and file, the
 CPU, every flag it may be built with), and kept in the cache directory (the
 `cache_dir` argument, else ~/.cache/fuserlite/kernels; fuserlite.kernel.cache
-says what it trusts there and why). A later process with the same kernels loads
-that file and launches no compiler. Builds happen in a private temporary
-directory; processes building one kernel at once (MPI ranks) each store a whole
-file, and each load a verified one.
+says what it trusts there and why). `named` does the same for functions whose
+names say everything their source depends on (the executor's kernels, named by
+their structure: fuserlite.kernel.signature): the key is the prelude and the
+names, and their source is generated only when the library must be built. A
+later process with the same kernels loads that file and launches no compiler.
+Builds happen in a private temporary directory; processes building one kernel at
+once (MPI ranks) each store a whole file, and each load a verified one.
 
 Nothing of the toolchain is read from the cache: its identity is found once per
 process (one `--version`), and which OPTIONAL_FLAGS the compiler takes (the loop
@@ -47,11 +50,20 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.kernel.cache import KernelCache, OpenCache, load_library, note
 
 CANDIDATES = ("c++", "g++", "clang++")
-# -O2 with the loop vectorizer's -O3 cost model (the "vectorize" flags below) runs these
-# kernels as fast as -O3. (-O1 with the vectorizer compiled faster, but GCC 12 built wrong
-# code with it and -march=native: tests/test_schedule_adversarial.py seed 1168.)
+# The optimization level, by the size of what is built (lines of C++ after the prelude,
+# `optimization`): with the loop vectorizer and its -O3 cost model (the "vectorize" flags
+# below) every level up from -O1 ran the kernels of benchmarks/chain.py alike, and a
+# small unit compiles in the same time at any (the launch is most of it), so a small one
+# gets -O2 and a large one -O1, which GCC 12 compiles a third faster (the 1000-op chain:
+# 165 against 245 ms of CPU; docs in README.md "Compiled kernels"). -fno-tree-vrp: at
+# -O2, value range propagation made branches of NaN-propagating selects (relu, maximum),
+# and a chain of them was not vectorized: 8x slower than at -O1. (-O1 once built wrong
+# code with the vectorizer and -march=native, tests/test_schedule_adversarial.py seed
+# 1168, before -fno-tree-loop-im below; 400 seeds of that test pass at -O1 now.)
+SMALL_UNIT = ("-O2", "-fno-tree-vrp")
+LARGE_UNIT = ("-O1",)
+LARGE_UNIT_LINES = 256  # lines of C++ after the prelude from which a unit is large
 FLAGS = (
-    "-O2",
     "-std=c++17",
     "-shared",
     "-fPIC",
@@ -76,8 +88,12 @@ OPTIONAL_FLAGS = (
     # and run as fast (benchmarks/chain.py); the RTL invariant motion still runs.
     ("no-tree-loop-im", ("-fno-tree-loop-im",), ()),
     ("native", ("-march=native",), ()),
-    ("openmp", ("-fopenmp",), ()),
+    ("openmp", ("-fopenmp",), ("-lgomp",)),
     ("vector-math", ("-DFL_VECTOR_MATH",), ("-lmvec",)),
+    # The C libraries alone, not libstdc++ (the kernels include no header and call nothing
+    # of it; -z defs fails the link if one ever did): scanning libstdc++.so was about a
+    # third of a small unit's link (README.md "Compiled kernels").
+    ("c-libraries", ("-nodefaultlibs",), ("-lm", "-lc", "-lgcc_s", "-lgcc")),
 )
 LAUNCHER = "fuserlite_launch"  # a library's device loop, where its prelude defines one
 COMPILE_TIMEOUT_S = 600
@@ -111,9 +127,18 @@ class Toolchain:
     libraries: tuple[str, ...]  # after it
     features: tuple[str, ...]  # the OPTIONAL_FLAGS names the compiler took
 
-    def command(self, source: Path, output: Path) -> list[str]:
-        """The compiler's command line that builds `source` into the shared object `output`."""
-        return [self.compiler, *self.flags, str(source), *self.libraries, "-o", str(output)]
+    def command(
+        self, source: Path, output: Path, optimize: Sequence[str] = SMALL_UNIT
+    ) -> list[str]:
+        """The compiler's command line that builds `source` into the shared object `output`
+        at the optimization flags `optimize` (the toolchain's own flags come after)."""
+        flags = (*optimize, *self.flags)
+        return [self.compiler, *flags, str(source), *self.libraries, "-o", str(output)]
+
+
+def optimization(lines: int) -> tuple[str, ...]:
+    """The optimization flags of a unit of `lines` lines of C++ after its prelude."""
+    return LARGE_UNIT if lines >= LARGE_UNIT_LINES else SMALL_UNIT
 
 
 # One source exercises every optional flag: OpenMP, and each math call the prelude
@@ -141,7 +166,10 @@ def cpu_identity() -> str:
     except OSError:
         text = ""
     lines = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
-    return _digest(platform.machine(), platform.processor(), *sorted(set(lines)))[:16]
+    # platform.processor() runs `uname -p` (a process, 6 ms of a warm load): asked only
+    # where Linux does not say what the CPU is.
+    processor = "" if lines else platform.processor()
+    return _digest(platform.machine(), processor, *sorted(set(lines)))[:16]
 
 
 @functools.cache
@@ -230,7 +258,8 @@ class KernelCompiler:
 
     def key(self, unit: str) -> str:
         """The cache key of a translation unit: it and everything that decides its build."""
-        toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags))
+        levels = repr((SMALL_UNIT, LARGE_UNIT, LARGE_UNIT_LINES))  # read now: tests change them
+        toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags), levels)
         return _digest(compiler_identity(self.compiler), cpu_identity(), *toolchain, unit)[:32]
 
     def launcher(self, symbol: str) -> Callable | None:
@@ -254,13 +283,46 @@ class KernelCompiler:
         cache. `labels` name the functions in errors (symbol -> "kernel 2 (T5)")."""
         missing = {s: src for s, src in sources.items() if s not in self._loaded}
         if missing:
-            self._load(prelude, missing, labels or {})
+            unit = _unit(prelude, missing)
+            self._load(self.key(unit), prelude, lambda: missing, labels or {}, missing)
+        absent = [s for s in sources if s not in self._loaded]
+        if absent:
+            raise ExecutionError(
+                f"the compiled library defines no function {absent[0]}: its source must define "
+                f'`extern "C" void {absent[0]}(...)`'
+            )
         return {s: self._loaded[s] for s in sources}
 
+    def named(
+        self,
+        prelude: str,
+        symbols: Sequence[str],
+        generate: Callable[[list[str]], Mapping[str, str]],
+        labels: Mapping[str, str] | None = None,
+    ) -> dict[str, Callable]:
+        """symbol -> loaded function for each of `symbols` whose name says all its source
+        depends on (fuserlite.kernel.signature): those not loaded yet are found in the
+        cache under a key of the prelude and their names, without their source, or else
+        `generate(missing)` gives their definitions (it may leave some out) and they are
+        compiled together. A symbol neither the cached library nor `generate` holds is
+        left out of the answer."""
+        missing = sorted({s for s in symbols if s not in self._loaded})
+        if missing:
+            key = self.key("\0".join(("named", prelude, *missing)))
+            self._load(key, prelude, lambda: dict(generate(missing)), labels or {}, missing)
+        return {s: self._loaded[s] for s in symbols if s in self._loaded}
+
     # -- building ---------------------------------------------------------------
-    def _load(self, prelude: str, sources: dict[str, str], labels: Mapping[str, str]) -> None:
-        unit = prelude + "".join("\n" + sources[s] for s in sorted(sources))
-        key = self.key(unit)
+    def _load(
+        self,
+        key: str,
+        prelude: str,
+        generate: Callable[[], Mapping[str, str]],
+        labels: Mapping[str, str],
+        symbols: Sequence[str],
+    ) -> None:
+        """Load the library `key` from the cache, or build it from the prelude and
+        generate()'s functions; then its functions `symbols` (those it holds)."""
         with self.cache.opened() as cache:
             library = None
             data = cache.load(key)
@@ -270,6 +332,10 @@ class KernelCompiler:
                 except OSError as exc:  # verified, yet refused: a library it needs is gone
                     note(f"cannot load {self.cache_dir / key}.so ({exc}): building it again")
             if library is None:
+                sources = dict(generate())
+                if not sources:
+                    return
+                unit = _unit(prelude, sources)
                 data = self._build(unit, key, cache, prelude, sources, labels)
                 cache.store(key, data)
                 try:
@@ -281,9 +347,11 @@ class KernelCompiler:
         if launcher is not None:
             launcher.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_longlong] * 2
             launcher.restype = None
-        for symbol in sources:
-            self._loaded[symbol] = library[0][symbol]
-            self._launchers[symbol] = launcher
+        for symbol in symbols:
+            function = getattr(library[0], symbol, None)  # absent: not generated
+            if function is not None:
+                self._loaded[symbol] = function
+                self._launchers[symbol] = launcher
 
     def _build(
         self,
@@ -308,7 +376,8 @@ class KernelCompiler:
             self.compiles += 1
             n = len(sources)
             what = f"{n} kernel{'s' * (n != 1)} ({size_text(len(unit))} of C++)"
-            proc = _run(self.toolchain.command(source, out), what)
+            optimize = optimization(unit.count("\n") - prelude.count("\n"))
+            proc = _run(self.toolchain.command(source, out, optimize), what)
             if proc.returncode != 0:
                 where = _culprit(proc.stdout + proc.stderr, source.name, prelude, sources, labels)
                 raise ExecutionError(
@@ -317,6 +386,11 @@ class KernelCompiler:
                     "compute='interpret' runs the kernels without compiling)"
                 )
             return out.read_bytes()
+
+
+def _unit(prelude: str, sources: Mapping[str, str]) -> str:
+    """The translation unit of the prelude and the functions, in the symbols' order."""
+    return prelude + "".join("\n" + sources[s] for s in sorted(sources))
 
 
 def _run(argv: list[str], building: str | None = None) -> subprocess.CompletedProcess:
@@ -387,4 +461,11 @@ def _abbreviate(output: str) -> str:
     return shown + (f"\n  ... ({rest} more lines)" if rest > 0 else "")
 
 
-__all__ = ["KernelCompiler", "Toolchain", "default_cache_dir", "find_compiler", "size_text"]
+__all__ = [
+    "KernelCompiler",
+    "Toolchain",
+    "default_cache_dir",
+    "find_compiler",
+    "optimization",
+    "size_text",
+]

@@ -3,8 +3,8 @@
 The body is fuserlite.kernel.cuda's `kernel_body`, character for character: the
 same loop nest, index expressions and predicates a GPU would run. The wrapper
 walks the launch grid, blocks outermost (in parallel with OpenMP when the
-compiler has it and the kernel is big enough to pay for the threads, as many
-threads as there are idle cores) and threads inside, and gives the body
+compiler has it and the kernel is big enough to pay for the threads: a thread per
+PARALLEL_WORK grid points x expressions, at most one per core) and threads inside, and gives the body
 `blockIdx` and `threadIdx` as local values:
 
     extern "C" void fl_1c0ffee(void* const* fl_args) {  // the buffers' addresses
@@ -116,16 +116,17 @@ static inline float fl_to_odd_float(double d) {
 static inline __half __double2half(double d) { return __float2half(fl_to_odd_float(d)); }
 static inline __nv_bfloat16 __double2bfloat16(double d) { return __float2bfloat16(fl_to_odd_float(d)); }
 
-// A parallel kernel lets OpenMP choose how many threads (omp_set_dynamic: the idle
-// cores, by the load average), and gives the caller's setting back: on a machine
-// already busy, two spinning threads on one free core ran 6x slower than one.
+// A parallel kernel runs on a fixed team: one thread per PARALLEL_WORK of its work, at
+// most OpenMP's thread count (the cores, or OMP_NUM_THREADS), whatever the load. (A
+// dynamic team, sized by the load average, ran the 1000-op chain on one thread as soon
+// as the machine was busy; idle threads sleep, OMP_WAIT_POLICY=PASSIVE, so a busy
+// core costs the share it takes, not a spinning barrier.)
 #ifdef _OPENMP
-extern "C" { int omp_get_dynamic(void); void omp_set_dynamic(int); }
-#define FL_PARALLEL_BEGIN const int fl_dynamic = omp_get_dynamic(); omp_set_dynamic(1);
-#define FL_PARALLEL_END omp_set_dynamic(fl_dynamic);
-#else
-#define FL_PARALLEL_BEGIN
-#define FL_PARALLEL_END
+extern "C" int omp_get_max_threads(void);
+static inline int fl_threads(long long most) {
+  const int n = omp_get_max_threads();
+  return most < n ? (int)most : n;
+}
 #endif
 
 #ifdef FL_VECTOR_MATH
@@ -179,26 +180,31 @@ WAIT_POLICY = "PASSIVE"
 
 def quiet_openmp() -> None:
     """Ask the OpenMP runtime the kernels load for sleeping, not spinning, idle threads
-    (OMP_WAIT_POLICY, unless the user set it): call before the first kernel is loaded."""
+    (OMP_WAIT_POLICY, unless the user set it): call before the first kernel is loaded.
+    (Teams are as the kernels ask, fl_threads: OMP_DYNAMIC is false unless the user says.)"""
     os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
 
 
 class CpuFunction(NamedTuple):
     """A scheduled kernel's CPU function."""
 
-    symbol: str  # a hash of the source, so that equal kernels are one compiled function
+    # A hash of the kernel's structure (the executor's: fuserlite.kernel.signature) or of
+    # its source: equal kernels are one compiled function.
+    symbol: str
     source: str
     parts: int  # the functions its body is split into (1: it is not)
 
 
-def cpu_function(kernel: Kernel) -> CpuFunction:
+def cpu_function(kernel: Kernel, symbol: str | None = None) -> CpuFunction:
     """The CPU function of a scheduled kernel: the CUDA body in a loop over the grid, in
     one function, or if it is too large for one in parts (fuserlite.kernel.cpu_parts);
     KernelTooLarge if it cannot be split. A scheduled reduction's is its own loop nest
-    (fuserlite.kernel.reduction)."""
+    (fuserlite.kernel.reduction). Named `symbol` (the executor names it by its structure,
+    fuserlite.kernel.signature), else by a hash of its text (the same in every
+    installation: what `fuserlite codegen` prints)."""
     reduction = reduction_of(kernel)
     if reduction is not None:
-        return CpuFunction(*cpu_reduction(kernel, reduction), 1)
+        return CpuFunction(*cpu_reduction(kernel, reduction, symbol), 1)
     grid = kernel_grid([e.output for e in kernel.exprs])
     (gx, gy, gz), (bx, by, bz) = launch_dims(grid)
     blocks, threads = gx * gy * gz, bx * by * bz
@@ -223,9 +229,11 @@ def cpu_function(kernel: Kernel) -> CpuFunction:
         lines += functions
         lines.append(f'extern "C" void {_NAME}(void* const* fl_args) {{')
         parts = len(body) - 1  # a call per part, after the slots' declaration
-    parallel = blocks > 1 and blocks * threads * len(kernel.exprs) >= PARALLEL_WORK
+    work = blocks * threads * len(kernel.exprs)
+    parallel = blocks > 1 and work >= PARALLEL_WORK
     if parallel:
-        lines += ["  FL_PARALLEL_BEGIN", "#pragma omp parallel for schedule(static)"]
+        team = min(blocks, work // PARALLEL_WORK)
+        lines.append(f"#pragma omp parallel for schedule(static) num_threads(fl_threads({team}))")
     lines.append(f"  for (long long fl_block = 0; fl_block < {blocks}; ++fl_block) {{")
     lines.append(f"    const fl_dim3 blockIdx = {_dim3('fl_block', gx, gy, gz)};")
     if parts == 1 and random_dtypes([kernel]):
@@ -233,9 +241,9 @@ def cpu_function(kernel: Kernel) -> CpuFunction:
     lines.append(f"    for (long long fl_thread = 0; fl_thread < {threads}; ++fl_thread) {{")
     lines.append(f"      const fl_dim3 threadIdx = {_dim3('fl_thread', bx, by, bz)};")
     lines += opening + body + closing
-    lines += ["    }", "  }"] + (["  FL_PARALLEL_END"] if parallel else []) + ["}"]
+    lines += ["    }", "  }", "}"]
     text = "\n".join(lines) + "\n"
-    symbol = "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    symbol = symbol or "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
     return CpuFunction(symbol, text.replace(_NAME, symbol), parts)
 
 

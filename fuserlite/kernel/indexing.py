@@ -212,9 +212,14 @@ def device_indices(tensors: list[TensorView]) -> list[str]:
     and one per device parallel type that shards a tensor whose values depend on their
     global index (`global_index`)."""
     used: set[str] = set()
+    domains: set[TensorDomain] = set()  # values: tensors of one domain are asked once
     for tv in tensors:
-        used.update(_sharding_devices(tv.domain))
-        used.update(_global_index_devices(tv))
+        dom = tv.domain
+        if dom not in domains:
+            domains.add(dom)
+            used.update(_sharding_devices(dom))
+        if tv.definition is not None and is_indexed(tv.definition):
+            used.update(_start_devices(dom))
     return sorted(used)
 
 

@@ -157,9 +157,10 @@ def _params(kernel: Kernel) -> list[str]:
 _NAME = "__FL_KERNEL_NAME__"
 
 
-def cpu_reduction(kernel: Kernel, r: Reduction) -> tuple[str, str]:
+def cpu_reduction(kernel: Kernel, r: Reduction, symbol: str | None = None) -> tuple[str, str]:
     """(symbol, source) of the C++ function of a scheduled reduction kernel, called with
-    the array of its buffers' addresses as every CPU kernel (fuserlite.kernel.cpu)."""
+    the array of its buffers' addresses as every CPU kernel (fuserlite.kernel.cpu);
+    named `symbol`, else by a hash of its text."""
     body, inp, out = _body(kernel, r, cuda=False)
     ctype = COMPUTE_TYPES[kernel.outputs[0].dtype]
     in_t, out_t = (C_TYPES[t.dtype] for t in (kernel.inputs[0], kernel.outputs[0]))
@@ -174,7 +175,7 @@ def cpu_reduction(kernel: Kernel, r: Reduction) -> tuple[str, str]:
         "}",
     ]
     text = "\n".join(lines) + "\n"
-    symbol = "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    symbol = symbol or "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
     return symbol, text.replace(_NAME, symbol)
 
 

@@ -42,6 +42,7 @@ from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.indexing import device_indices
 from fuserlite.kernel.memory import poison
 from fuserlite.kernel.runner import device_values, run_kernel
+from fuserlite.kernel.signature import structural_symbol
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.launch import KernelLaunch
 
@@ -138,32 +139,58 @@ class CompiledKernels:
         self._entries: dict[int, _Entry] | None = None  # the compiled ones
 
     def prepare(self) -> None:
-        """Compile (or load from the cache) every kernel; a no-op once done."""
+        """Compile (or load from the cache) every kernel; a no-op once done. A kernel's
+        function is named by its structure (fuserlite.kernel.signature), so a
+        library in the cache is found and loaded without generating any source."""
         if self._entries is not None:
             return
-        functions: list[tuple[Kernel, CpuFunction]] = []
-        labels = {}
+        made: dict[str, CpuFunction | None] = {}  # generated: symbol -> function (None: too large)
+        labels, by_symbol, symbols = {}, {}, {}
         for i, kernel in enumerate(self.kernels):
             label = _label(kernel, i)
-            try:
-                function = cpu_function(kernel)
-            except KernelTooLarge as exc:
-                note(f"{label} is not compiled: {exc}; the kernel runner computes it")
-                continue
-            if function.parts > 1 and not self.compiler.has(function.symbol):
-                note(
-                    f"{label} is {size_text(len(function.source))} of C++, too much for one "
-                    f"function: compiled as {function.parts} of at most {size_text(PART_BYTES)} each"
-                )
-            functions.append((kernel, function))
-            labels[function.symbol] = label
-        sources = {f.symbol: f.source for _, f in functions}
+            symbol = structural_symbol(kernel)
+            if symbol is None:  # no signature: named by its source
+                function = self._function(kernel, None, label)
+                if function is None:
+                    continue
+                symbol = function.symbol
+                made[symbol] = function
+            symbols[id(kernel)] = symbol
+            labels[symbol] = label
+            by_symbol[symbol] = kernel
+
+        def generate(missing: list[str]) -> dict[str, str]:
+            for s in missing:
+                if s not in made:
+                    made[s] = self._function(by_symbol[s], s, labels[s])
+            return {s: made[s].source for s in missing if made[s] is not None}
+
         quiet_openmp()
-        loaded = self.compiler.functions(prelude(self.kernels), sources, labels) if sources else {}
+        pre = prelude(self.kernels)
+        loaded = self.compiler.named(pre, list(by_symbol), generate, labels) if by_symbol else {}
+        # Those too large to compile are left, and any a cached library lacks (built apart).
+        left = generate([s for s in by_symbol if s not in loaded])
+        if left:
+            loaded.update(self.compiler.functions(pre, left, labels))
         self._entries = {
-            id(k): _Entry(k, loaded[f.symbol], self.compiler.launcher(f.symbol))
-            for k, f in functions
+            id(k): _Entry(k, loaded[s], self.compiler.launcher(s))
+            for k in self.kernels
+            if (s := symbols.get(id(k))) in loaded
         }
+
+    def _function(self, kernel: Kernel, symbol: str | None, label: str) -> CpuFunction | None:
+        """The kernel's CPU function to build, None (said in one line) if it is too large."""
+        try:
+            function = cpu_function(kernel, symbol)
+        except KernelTooLarge as exc:
+            note(f"{label} is not compiled: {exc}; the kernel runner computes it")
+            return None
+        if function.parts > 1:
+            note(
+                f"{label} is {size_text(len(function.source))} of C++, too much for one "
+                f"function: compiled as {function.parts} of at most {size_text(PART_BYTES)} each"
+            )
+        return function
 
     def launch(
         self,
