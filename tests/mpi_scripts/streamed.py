@@ -14,7 +14,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import stream_cases  # noqa: E402
-from overlap_order import by_chunk, pipelined_order, run_recorded, same_bits  # noqa: E402
+from overlap_order import (  # noqa: E402
+    by_chunk,
+    pipelined_order,
+    reduce_pipelined_order,
+    run_recorded,
+    same_bits,
+)
 
 import fuserlite as fl  # noqa: E402
 from fuserlite.pipeline import DEFAULT_PASSES  # noqa: E402
@@ -22,12 +28,14 @@ from fuserlite.runtime.backends.mpi import MpiCommunicator  # noqa: E402
 
 UNSTREAMED = [p for p in DEFAULT_PASSES if p != "lower-streams"]
 
-CASES = {  # name -> (fusion builder, whether it is an Allgather + kernel loop)
-    "ag_matmul_4": (lambda: ag_matmul_on_4(), True),
-    "ag_matmul_2": (lambda: stream_cases.ag_matmul(4, m=8, k=8, n=6), True),
-    "matmul_reduce_scatter": (lambda: stream_cases.matmul_reduce_scatter(4), False),
-    "allreduce": (lambda: stream_cases.allreduce(4), False),
+CASES = {  # name -> (fusion builder, the pipelined order it follows: None, "gather", "reduce")
+    "ag_matmul_4": (lambda: ag_matmul_on_4(), "gather"),
+    "ag_matmul_2": (lambda: stream_cases.ag_matmul(4, m=8, k=8, n=6), "gather"),
+    "matmul_reduce_scatter": (lambda: stream_cases.matmul_reduce_scatter(4), "reduce"),
+    "matmul_allreduce": (lambda: stream_cases.matmul_allreduce(4), "reduce"),
+    "allreduce": (lambda: stream_cases.allreduce(4), None),
 }
+ORDERS = {"gather": pipelined_order, "reduce": reduce_pipelined_order}
 
 
 def ag_matmul_on_4() -> fl.Fusion:
@@ -51,16 +59,17 @@ def ag_matmul_on_4() -> fl.Fusion:
 
 
 results = {}
-for name, (build, pipelined) in CASES.items():
+for name, (build, order) in CASES.items():
     inputs = fl.random_inputs(build(), seed=11)
-    got, events = run_recorded(fl.lower(build()), MpiCommunicator(), inputs)
+    stores = order == "reduce"
+    got, events = run_recorded(fl.lower(build()), MpiCommunicator(), inputs, stores=stores)
     if got is None:
         continue
     sim = fl.FusionExecutor(fl.lower(build()), compute="interpret").run(inputs)
     results[name] = {
         "same": same_bits(got, sim),
         "events": by_chunk(events),
-        "pipelined": pipelined_order(events) if pipelined else None,
+        "pipelined": ORDERS[order](events) if order else None,
     }
 bits = {}
 builds = {
