@@ -381,6 +381,19 @@ def _gathered(comm: Communication, t: TensorView, chunks: int) -> Chunking:
     return Chunking(_logical_index(t, axis), chunks, len(comm.team))
 
 
+def _args(e: Expr) -> str:
+    return f"{e.op_name}({', '.join(t.name for t in e.inputs)})"
+
+
+def _pair(comm: Communication, kernel: Kernel) -> str:
+    """An Allgather + matmul/linear or matmul/linear + ReduceScatter pair, as
+    `T5 = linear(T3, w (T1)) after Allgather x (T0) -> T3`."""
+    e = next(e for e in kernel.exprs if e.op_name in _CONTRACTIONS)
+    where = "after" if comm.kind is CommKind.Allgather else "before"
+    moved = f"{comm.kind.value} {comm.input.name} -> {comm.output.name}"
+    return f"{e.output.name} = {_args(e)} {where} {moved}"
+
+
 def _give(t: TensorView, c: Chunking, why: list[str]) -> bool:
     """Give `t` the Stream axis of `c` where it has none and can be cut so; else say
     why not in `why`."""
@@ -398,10 +411,15 @@ def _give(t: TensorView, c: Chunking, why: list[str]) -> bool:
     return True
 
 
-def give_streams(program: Program, chunks: int) -> list[str]:
+def give_streams(
+    program: Program, chunks: int
+) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
     """Give nvFuser's Allgather + matmul and matmul + ReduceScatter pairs Stream axes
-    of `chunks` chunks (module doc); why each pair left whole was left so."""
-    why: list[str] = []
+    of `chunks` chunks (module doc). Returns each pair left whole (`_pair`) with why:
+    those whose chunks are not of equal rows, then those the chunked axis does not reach
+    (an Allgather along what a matmul contracts)."""
+    left: list[tuple[str, list[str]]] = []
+    unmapped: list[tuple[str, list[str]]] = []
     steps = [s for s in program.steps if not host.is_host_node(s)]
     for k, step in enumerate(steps):
         if not isinstance(step, Communication) or step.mesh is None:
@@ -417,20 +435,28 @@ def give_streams(program: Program, chunks: int) -> list[str]:
                 continue
             c = _gathered(step, step.output, chunks)
             for reader in readers:
+                why: list[str] = []
                 outs = _forward(reader, step.output, c)
-                if outs is None:
-                    continue
-                problems = [(t, chunking_problem(t, outs[id(t)])) for t in reader.outputs]
-                if all(p is None for _, p in problems):
-                    for t in reader.outputs:
-                        _give(t, outs[id(t)], why)
-                elif _contracts(reader):
-                    why += [f"{t.name}: {p}" for t, p in problems if p is not None]
+                if outs is None:  # not a reason "cuts into S chunks" covers: kept apart
+                    if _contracts(reader):
+                        unmapped.append((_pair(step, reader), ["no output axis is gathered"]))
+                else:
+                    problems = [(t, chunking_problem(t, outs[id(t)])) for t in reader.outputs]
+                    if all(p is None for _, p in problems):
+                        for t in reader.outputs:
+                            _give(t, outs[id(t)], why)
+                    else:
+                        why = [f"{t.name}: {p}" for t, p in problems if p is not None]
+                if why and _contracts(reader):
+                    left.append((_pair(step, reader), why))
         if step.kind is CommKind.ReduceScatter and k > 0:
             before = steps[k - 1]
             if isinstance(before, Kernel) and _contracts(before) and step.input in before.outputs:
+                why = []
                 _give(step.output, _gathered(step, step.output, chunks), why)
-    return why
+                if why:
+                    left.append((_pair(step, before), why))
+    return left, unmapped
 
 
 @register
@@ -458,7 +484,8 @@ class LowerStreams(Pass):
                 f"or a number of chunks in 2..{host.MAX_EXTENT}"
             )
         if self.chunks:
-            why = give_streams(program, self.chunks)
+            left, unmapped = give_streams(program, self.chunks)
+            why = [w for _, reasons in left for w in reasons]
             if _stream_target([s for s in program.steps if not host.is_host_node(s)]) is None:
                 pairs = "no Allgather + matmul/linear or matmul/linear + ReduceScatter pair"
                 if not why:
@@ -470,4 +497,7 @@ class LowerStreams(Pass):
                     f"chunks of every device's block ({'; '.join(shown[:2])}{more}); give a "
                     "number of chunks that divides a device's rows"
                 )
+            program.left_whole = [
+                f"left whole: {p}: {'; '.join(dict.fromkeys(r))}" for p, r in left + unmapped
+            ]
         lower_streams(program)

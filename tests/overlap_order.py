@@ -34,10 +34,21 @@ def recording(backend: Communicator) -> list[tuple]:
     return events
 
 
-def run_recorded(program: fl.Program, backend: Communicator, inputs) -> tuple[list, list[tuple]]:
-    """Run `program` on `backend` (kernels interpreted: each is a `_run_kernel` or a launch plan's run): its
-    outputs (None off the host rank) and the events in the order they happened."""
+def run_recorded(
+    program: fl.Program, backend: Communicator, inputs, stores: bool = False
+) -> tuple[list, list[tuple]]:
+    """Run `program` on `backend` (kernels interpreted: each is a `_run_kernel` or a launch
+    plan's run): its outputs (None off the host rank) and the events in the order they
+    happened; with `stores`, ("store",) for each chunk a loop stores into its whole."""
     events = recording(backend)
+    from fuserlite.runtime import executor
+
+    def run_view(view, values):
+        if view.writes:
+            events.append(("store",))
+        return viewed(view, values)
+
+    viewed = executor.run_view
 
     class Counted:  # a launch plan (a library call, a view) that records its runs
         def __init__(self, launch):
@@ -61,8 +72,13 @@ def run_recorded(program: fl.Program, backend: Communicator, inputs) -> tuple[li
                         plans[i] = Counted(launch)
             return launches
 
-    with Recorded(program, backend, compute="interpret") as ex:
-        return ex.run(inputs), events
+    if stores:
+        executor.run_view = run_view
+    try:
+        with Recorded(program, backend, compute="interpret") as ex:
+            return ex.run(inputs), events
+    finally:
+        executor.run_view = viewed
 
 
 def pipelined_order(events: list[tuple]) -> list[tuple]:
@@ -76,6 +92,19 @@ def pipelined_order(events: list[tuple]) -> list[tuple]:
             out.append(("post", i + 1))
         out += [("wait", i), ("kernel",)]
     return out
+
+
+def reduce_pipelined_order(events: list[tuple]) -> list[tuple]:
+    """The events of a loop of chunks [kernel_i, collective_i, store_i] (matmul +
+    ReduceScatter or Allreduce: the collective reads its chunk's kernel), pipelined and
+    numbered by chunk: kernel 0, post 0, then for each next chunk i its kernel, wait
+    i-1, store i-1, post i; wait and store the last. Chunk i+1 computes while chunk i
+    moves. `events` recorded with stores (run_recorded(..., stores=True))."""
+    chunks = len({e[1] for e in events if e[0] == "post"})
+    out: list[tuple] = [("kernel",), ("post", 0)]
+    for i in range(1, chunks):
+        out += [("kernel",), ("wait", i - 1), ("store",), ("post", i)]
+    return out + [("wait", chunks - 1), ("store",)]
 
 
 def by_chunk(events: list[tuple]) -> list[tuple]:

@@ -285,6 +285,17 @@ CASES["column_parallel_linear_forward"] = column_parallel_linear_forward
 CASES["row_parallel_linear_forward"] = row_parallel_linear_forward
 CHUNKS = {"column_parallel_linear_forward": 3, "row_parallel_linear_forward": 3}  # else S
 
+# The matmul cases at sizes where numpy's BLAS rounds a row by how many rows its call
+# has (a chunk's call is a fraction of the whole's): each differed from the unstreamed
+# program in its last bits before numpy_ops.gemm_rows.
+ROUNDING = {
+    "AGMatmul CollectiveBasedPipeline": lambda: ag_matmul(4, m=1, k=4096, n=64),
+    "matmul + Allreduce": lambda: matmul_allreduce(4, m=2, k=2048, n=64),
+    "matmul + ReduceScatter": lambda: matmul_reduce_scatter(4, m=2, k=2048, n=64),
+    "column_parallel_linear_forward": lambda: column_parallel_linear_forward(3, 48, 32),
+    "row_parallel_linear_forward": lambda: row_parallel_linear_forward(3, 48, 32),
+}
+
 # The ring-based pipeline: a loop of D steps (one per device), each a CollectivePermute.
 RING_CASES = {
     "AGMatmul RingBasedPipeline": ag_matmul_ring,

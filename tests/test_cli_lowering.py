@@ -112,3 +112,48 @@ def test_nvcc_compiles_the_cuda_of_every_example(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "examples.ptx").read_text().count(".entry") >= len(EXAMPLES) - 2
+
+
+def _two_gathers_and_a_scatter(path: Path) -> Path:
+    """x1 [8, 16] and x2 [12, 16] sharded on their rows over 2 devices, each all-gathered
+    into a linear; h [12, 2*8] @ w3 contracting its sharded axis, reduce-scattered onto
+    12 rows. With 4 chunks: x1's product streams (4 rows a device), x2's and the
+    ReduceScatter's (6 rows a device) cannot."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x1, x2 = fl.tensor([8, 16]), fl.tensor([12, 16])  # T0, T1
+        w1, w2 = fl.tensor([6, 16]), fl.tensor([6, 16])
+        h, w3 = fl.tensor([12, 16]), fl.tensor([16, 6])
+        for t in (x1, x2, w1, w2, h, w3):
+            t.set_device_mesh(mesh)
+            f.add_input(t)
+        for t, axis in ((x1, 0), (x2, 0), (h, 1), (w3, 0)):
+            t.outer_split(axis, 2)
+            t.axis(axis).parallelize(fl.ParallelType.DIDx)
+        y1, y2, z = fl.linear(x1, w1), fl.linear(x2, w2), fl.matmul(h, w3)
+        z.outer_split(0, 2)
+        for t in (y1, y2, z):
+            t.set_device_mesh(mesh)
+            f.add_output(t)
+        z.axis(0).parallelize(fl.ParallelType.DIDx)
+    path.write_text(fl.to_fus(f))
+    return path
+
+
+@pytest.mark.parametrize("command", ["timeline", "print", "run", "explain"])
+def test_partial_streams_say_which_pairs_they_leave_whole(capsys, tmp_path, command) -> None:
+    """--streams 4 streams the pair it can and prints, on stderr, one line per pair it
+    leaves whole with the reason; stdout is the command's output alone."""
+    path = _two_gathers_and_a_scatter(tmp_path / "pairs.fus")
+    code, out, err = cli(capsys, command, path, "--streams", "4")
+    assert code == 0, err
+    prefix = f"fuserlite {command}: --streams 4: left whole: "
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(line.startswith(prefix) for line in lines), err
+    rows = "its axis 0 of 12 rows is not axis 0 in 4 chunks of 2 blocks of equal rows"
+    assert lines[0][len(prefix) :] == f"T7 = linear(T10, T3) after Allgather T1 -> T10: T7: {rows}"
+    scatter = f"T11 = matmul(T4, T5) before ReduceScatter T11 -> T8: T8: {rows}"
+    assert lines[1][len(prefix) :] == scatter
+    assert "T0" not in err  # x1's pair streamed
+    code, out, err = cli(capsys, command, path)  # without --streams: nothing said
+    assert code == 0 and err == ""

@@ -356,3 +356,23 @@ def test_chunk_i_plus_1_is_posted_before_chunk_i_computes_and_waited_after() -> 
     assert len(events) == 3 * 4  # 4 chunks: each posted, waited and run
     flat = fl.FusionExecutor(unstreamed(build)(), compute="interpret").run(inputs)
     assert same_bits(got, flat)
+
+
+@pytest.mark.parametrize(
+    "build", [stream_cases.matmul_reduce_scatter, stream_cases.matmul_allreduce], ids=["RS", "AR"]
+)
+def test_chunk_i_plus_1_computes_before_chunk_i_s_reduction_is_waited(build) -> None:
+    """matmul + ReduceScatter and matmul + Allreduce streamed: chunk i's collective is
+    posted after chunk i's matmul (it reads it), chunk i+1's matmul runs before chunk
+    i's wait, and the wait comes before chunk i's store (its reader) or the loop's end;
+    the values are the unstreamed program's, bit for bit."""
+    from overlap_order import by_chunk, reduce_pipelined_order, run_recorded, same_bits
+
+    from fuserlite.runtime.backends.sim import SimCommunicator
+
+    inputs = fl.random_inputs(build(4), seed=5)
+    got, events = run_recorded(fl.lower(build(4)), SimCommunicator(), inputs, stores=True)
+    assert by_chunk(events) == reduce_pipelined_order(events)
+    assert len(events) == 4 * 4  # 4 chunks: each computed, posted, waited and stored
+    flat = fl.FusionExecutor(unstreamed(lambda: build(4))(), compute="interpret").run(inputs)
+    assert same_bits(got, flat)

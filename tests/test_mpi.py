@@ -433,18 +433,23 @@ def test_ranks_waiting_on_each_other_end_the_wait():
 
 
 def test_streamed_programs_overlap_on_four_ranks_with_sim_s_bits():
-    """Stream loops on 4 ranks: every output equals sim's bit for bit, and each rank
+    """Stream loops on 4 ranks: every output equals sim's bit for bit (every case of
+    stream_cases, against the unstreamed program on sim), and each rank
     posts chunk i+1's Allgather before chunk i's matmul and waits for it after (rank 0's
-    order reported); a ReduceScatter or Allreduce that reads its chunk's kernel waits
-    after it."""
+    order reported); a ReduceScatter or Allreduce that reads its chunk's matmul is
+    posted after it and waited after chunk i+1's matmul, before chunk i's store."""
     proc = mpiexec(4, sys.executable, str(SCRIPTS / "streamed.py"))
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
-    assert set(results) == {"ag_matmul_4", "ag_matmul_2", "matmul_reduce_scatter", "allreduce"}
+    bits = results.pop("bits")  # every stream case, streamed on MPI: the unstreamed bits on sim
+    cases = [*stream_cases.CASES, *(f"{n}, rounding size" for n in stream_cases.ROUNDING)]
+    assert bits == {f"{n} ({c})": True for n in cases for c in ("interpret", "numpy")}
+    names = {"ag_matmul_4", "ag_matmul_2", "matmul_reduce_scatter", "matmul_allreduce"}
+    assert set(results) == names | {"allreduce"}
     for name, r in results.items():
         assert r["same"], name
         events = [tuple(e) for e in r["events"]]
-        if r["pipelined"] is not None:
+        if name in names:  # the Allgather's order, or the reduction's (overlap_order)
             assert events == [tuple(e) for e in r["pipelined"]], name
         assert events.count(("kernel",)) == 4, name
 

@@ -17,6 +17,7 @@ from fuserlite.cli.output import (
     check_latency_with_passes,
     load_fusion,
     lowering_pass_names,
+    note_left_whole,
     pass_list,
     pipeline,
 )
@@ -83,6 +84,7 @@ def cmd_print(args: argparse.Namespace, out: Output) -> int:
             print_after_all=args.print_after_all,
             dump=lambda name, ir: out.text(f"// ----- after {name} -----\n{ir}"),
         ).run(fusion)
+        note_left_whole(ir, args, "print")
         if args.print_after or args.print_after_all:
             return EXIT_OK
         if args.scheduled:

@@ -25,6 +25,7 @@ from fuserlite.cli.output import (
     add_streams_option,
     load_fusion,
     lowering_pass_names,
+    note_left_whole,
     pipeline,
     source_name,
     training_step,
@@ -126,6 +127,8 @@ def _run(
             pipeline=passes,
             progress=progress,
         )
+        if backend.is_host():
+            note_left_whole(executor.program, args, "run")
         outputs = executor.run(inputs)
         executor.close()  # every rank: frees the mpi backend's team communicators
     except FuserliteError:

@@ -389,6 +389,17 @@ def _check_lowered(program: Program, args: argparse.Namespace, command: str) -> 
         )
 
 
+def note_left_whole(program: object, args: argparse.Namespace, command: str) -> None:
+    """With --streams S, one line on stderr per Allgather + matmul/linear or
+    matmul/linear + ReduceScatter pair lower-streams left unstreamed, and why (stdout
+    keeps the command's output alone)."""
+    streams = getattr(args, "streams", None)
+    if streams is None or not isinstance(program, Program):
+        return
+    for line in program.left_whole:
+        print(f"fuserlite {command}: --streams {streams}: {line}", file=sys.stderr)
+
+
 def lowered_program(args: argparse.Namespace, command: str) -> Program:
     """PATH (`-`: stdin) as a lowered program: a fusion (a .fus file or a printed one)
     lowered by the default pipeline with the command's --devices, --mesh and
@@ -403,7 +414,9 @@ def lowered_program(args: argparse.Namespace, command: str) -> Program:
             )
         _check_lowered(ir, args, command)
         return ir
-    return pipeline(args, names).run(training_step(ir, args))
+    program = pipeline(args, names).run(training_step(ir, args))
+    note_left_whole(program, args, command)
+    return program
 
 
 def add_grad_option(parser: argparse.ArgumentParser) -> None:

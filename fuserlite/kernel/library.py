@@ -40,7 +40,7 @@ from fuserlite.numerics.philox import (
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import cyclic_problem, device_box, device_shape, layout
-from fuserlite.reference.numpy_ops import NUMPY, sdpa_block, store
+from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, sdpa_block, store
 
 LIBRARY_OPS = ("matmul", "linear", "sdpa")
 MAX_RANK = 8  # of the array a compiled dropout takes
@@ -227,10 +227,7 @@ class _Plan:
             b = w if w_one else w[r]
             if self.expr.op_name == "linear":
                 b = b.T
-            if a.ndim > 2:  # numpy_ops._matmul: a stack of rows is one 2-D GEMM
-                np.matmul(a.reshape(m, k), b, out=out[r].reshape(m, n))
-            else:
-                np.matmul(a, b, out=out[r])
+            gemm_rows(a.reshape(m, k), b, out=out[r].reshape(m, n))  # numpy_ops._matmul's
         if bias:
             (b, b_one), ones = bias[0], [1] * (len(local) - 1)
             out += b if b_one else b.reshape(rows, *ones, n)

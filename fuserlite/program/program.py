@@ -122,6 +122,9 @@ class Program:
         self.fusion = fusion
         self.steps = list(steps)
         self.reshardings: list[Resharding] = []  # filled by lower-communications
+        # lower-streams[chunks=S]: each pair it gave no Stream axes, and why (the CLI
+        # prints them); not part of the printed program
+        self.left_whole: list[str] = []
 
     def __setattr__(self, name: str, value: object) -> None:
         _set_graph_field(self, name, value)

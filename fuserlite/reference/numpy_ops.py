@@ -45,16 +45,58 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
 
 
-def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b; a stack of rows times one matrix is one 2-D GEMM.
+GEMM_ROWS = 256  # rows of every BLAS call a matmul makes (gemm_rows)
 
-    numpy runs [..., m, k] @ [k, n] as one small GEMM per leading index; one
-    [(...) * m, k] @ [k, n] GEMM is faster, most of all on a device's small shards.
-    """
-    if a.ndim <= 2 or b.ndim != 2:
-        return np.matmul(a, b)
-    rows = math.prod(a.shape[:-1])  # not -1: a device's empty chunk of k has no rows to infer
-    return np.matmul(a.reshape(rows, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+
+def gemm_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """a[m, k] @ b[k, n] as BLAS calls of exactly GEMM_ROWS rows each, the last one
+    padded with zero rows: a row's value does not depend on how many rows are computed
+    with it, so a chunk of rows (a Stream loop's, a device's) has the bits of the same
+    rows of the whole product.
+
+    numpy's BLAS picks its kernel by the call's shape (a matrix-vector one for one row,
+    a small-matrix one below a size, a threaded one above), and those round a row's sum
+    differently; a call of one shape always takes one path, whatever rows it holds
+    (tests/test_gemm_rows.py). `out`: an [m, n] array to write into."""
+    m, k = a.shape
+    n = b.shape[-1]
+    if out is None:
+        out = np.empty((m, n), np.result_type(a, b))
+    full = m - m % GEMM_ROWS
+    if full:
+        blocks = a[:full].reshape(full // GEMM_ROWS, GEMM_ROWS, k)
+        np.matmul(blocks, b, out=out[:full].reshape(full // GEMM_ROWS, GEMM_ROWS, n))
+    if full < m:
+        tail = np.zeros((GEMM_ROWS, k), a.dtype)
+        tail[: m - full] = a[full:]
+        out[full:] = np.matmul(tail, b)[: m - full]
+    return out
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b, each product's rows in BLAS calls of GEMM_ROWS rows (gemm_rows).
+
+    numpy runs [..., m, k] @ [k, n] as one GEMM per leading index; one
+    [(...) * m, k] @ [k, n] product is faster, most of all on a device's small shards.
+    A vector b is one column and a vector a one row, in the same calls (numpy's
+    matrix-vector ones round otherwise)."""
+    if b.ndim == 1:
+        return _matmul(a, b[:, None])[..., 0]
+    if a.ndim == 1:
+        return _matmul(a[None], b)[..., 0, :]
+    k = a.shape[-1]
+    if b.ndim == 2:
+        rows = math.prod(a.shape[:-1])  # not -1: a device's empty chunk of k has no rows to infer
+        return gemm_rows(a.reshape(rows, k), b).reshape(*a.shape[:-1], b.shape[-1])
+    m = a.shape[-2]  # a batch of products: each one's rows in blocks of GEMM_ROWS
+    blocks = -(-m // GEMM_ROWS)
+    if blocks * GEMM_ROWS != m:
+        padded = np.zeros((*a.shape[:-2], blocks * GEMM_ROWS, k), a.dtype)
+        padded[..., :m, :] = a
+        a = padded
+    a = a.reshape(*a.shape[:-2], blocks, GEMM_ROWS, k)
+    out = np.matmul(a, b[..., None, :, :])
+    return out.reshape(*out.shape[:-3], blocks * GEMM_ROWS, out.shape[-1])[..., :m, :]
 
 
 def _linear(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:

@@ -136,7 +136,8 @@ def pipelined(steps: list) -> list:
     Communication (the first after it, if not posted yet) is posted with the chunk views
     it reads, where none of them depends on or clobbers the steps they pass (the kernel
     and the views between). It is awaited at its first reader (or writer) of its output,
-    or at the end. In a Stream loop `[view x_i, Allgather_i, matmul_i, store y_i]` that
+    at the first chunk store into a buffer it reads (a store writes in place), or at
+    the end. In a Stream loop `[view x_i, Allgather_i, matmul_i, store y_i]` that
     posts chunk i+1's Allgather before chunk i's matmul and waits for it after: chunk i
     computes while chunk i+1 moves. A Communication that reads its chunk's kernel
     (`[view x_i, matmul_i, ReduceScatter_i, store y_i]`) is posted after it, and the
@@ -154,9 +155,12 @@ def pipelined(steps: list) -> list:
     outstanding: list[int] = []  # posted, not awaited, in post order
 
     def place(p: int, action, read: set, written: set) -> None:
-        # Await what this step reads or overwrites of communications before it.
+        # Await what this step reads or overwrites of communications before it, and
+        # those still reading a buffer it writes in place (a chunk store writes into its
+        # whole's array; a kernel writes a fresh one, the posted one keeps the old).
         touched = read | written
-        for j in [j for j in outstanding if j < p and writes[j] & touched]:
+        in_place = written if isinstance(steps[p], ChunkView) and steps[p].writes else set()
+        for j in [j for j in outstanding if j < p and (writes[j] & touched or reads[j] & in_place)]:
             out.append(Await(j, steps[j]))
             outstanding.remove(j)
         out.append(action)
