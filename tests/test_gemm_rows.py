@@ -7,7 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fuserlite.reference.numpy_ops import GEMM_ROWS, NUMPY, _matmul, gemm_rows
+from fuserlite.reference.numpy_ops import (
+    GEMM_ROWS,
+    NUMPY,
+    SHORT_GEMM_ROWS,
+    _matmul,
+    gemm_rows,
+    rows_per_call,
+)
 
 SHAPES = [(1, 1), (3, 5), (8, 6), (16, 1), (32, 16), (64, 48), (100, 33), (512, 64), (4096, 64)]
 CUTS = [(0, 1), (0, 2), (5, 9), (17, 80), (64, 128), (3, 300), (150, 300), (299, 300)]
@@ -26,6 +33,18 @@ def test_a_row_has_the_same_bits_in_any_number_of_rows(k: int, n: int, transpose
         assert np.array_equal(gemm_rows(a[lo:hi], b), whole[lo:hi]), (lo, hi)
     out = np.full((300, n), np.nan, np.float32)
     assert gemm_rows(a, b, out=out) is out and np.array_equal(out, whole)
+
+
+def test_shapes_cover_short_and_long_rows() -> None:
+    """The shapes above take both call sizes, and a product with long rows cut below 256
+    rows (a device's block, a chunk) still makes 256-row calls."""
+    assert {rows_per_call(k, n) for k, n in SHAPES} == {GEMM_ROWS, SHORT_GEMM_ROWS}
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((600, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 64)).astype(np.float32)
+    whole = gemm_rows(a, b)
+    for lo, hi in [(0, 3), (250, 262), (300, 600), (511, 513)]:
+        assert np.array_equal(gemm_rows(a[lo:hi], b), whole[lo:hi]), (lo, hi)
 
 
 def test_every_form_of_matmul_cuts_its_rows_alike() -> None:

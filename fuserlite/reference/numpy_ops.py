@@ -45,11 +45,22 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
 
 
-GEMM_ROWS = 256  # rows of every BLAS call a matmul makes (gemm_rows)
+GEMM_ROWS = 256  # rows of each BLAS call of a product with long rows (gemm_rows)
+SHORT_GEMM_ROWS = 32  # ... and of one with short rows
+SHORT_ROW = 1 << 14  # k * n below which a product's rows are short
+
+
+def rows_per_call(k: int, n: int) -> int:
+    """The rows of every BLAS call of an [m, k] @ [k, n] product, whatever m: a function of
+    the row's shape alone, so that a chunk of the rows makes calls of the shape the whole
+    makes. Long rows amortise BLAS's packing of b over 256 rows (32-row calls cost 1.8x
+    at 4096 x 4096 x 1024); short ones (a device's 32 x 64 x 8 in the example block)
+    pad a few rows to 32, not 256 (a 256-row call cost 3-7x the plain product there)."""
+    return GEMM_ROWS if k * n >= SHORT_ROW else SHORT_GEMM_ROWS
 
 
 def gemm_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """a[m, k] @ b[k, n] as BLAS calls of exactly GEMM_ROWS rows each, the last one
+    """a[m, k] @ b[k, n] as BLAS calls of exactly rows_per_call(k, n) rows each, the last one
     padded with zero rows: a row's value does not depend on how many rows are computed
     with it, so a chunk of rows (a Stream loop's, a device's) has the bits of the same
     rows of the whole product.
@@ -62,19 +73,20 @@ def gemm_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np
     n = b.shape[-1]
     if out is None:
         out = np.empty((m, n), np.result_type(a, b))
-    full = m - m % GEMM_ROWS
+    rows = rows_per_call(k, n)
+    full = m - m % rows
     if full:
-        blocks = a[:full].reshape(full // GEMM_ROWS, GEMM_ROWS, k)
-        np.matmul(blocks, b, out=out[:full].reshape(full // GEMM_ROWS, GEMM_ROWS, n))
+        blocks = a[:full].reshape(full // rows, rows, k)
+        np.matmul(blocks, b, out=out[:full].reshape(full // rows, rows, n))
     if full < m:
-        tail = np.zeros((GEMM_ROWS, k), a.dtype)
+        tail = np.zeros((rows, k), a.dtype)
         tail[: m - full] = a[full:]
         out[full:] = np.matmul(tail, b)[: m - full]
     return out
 
 
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b, each product's rows in BLAS calls of GEMM_ROWS rows (gemm_rows).
+    """a @ b, each product's rows in BLAS calls of rows_per_call rows (gemm_rows).
 
     numpy runs [..., m, k] @ [k, n] as one GEMM per leading index; one
     [(...) * m, k] @ [k, n] product is faster, most of all on a device's small shards.
@@ -88,15 +100,16 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if b.ndim == 2:
         rows = math.prod(a.shape[:-1])  # not -1: a device's empty chunk of k has no rows to infer
         return gemm_rows(a.reshape(rows, k), b).reshape(*a.shape[:-1], b.shape[-1])
-    m = a.shape[-2]  # a batch of products: each one's rows in blocks of GEMM_ROWS
-    blocks = -(-m // GEMM_ROWS)
-    if blocks * GEMM_ROWS != m:
-        padded = np.zeros((*a.shape[:-2], blocks * GEMM_ROWS, k), a.dtype)
+    m = a.shape[-2]  # a batch of products: each one's rows in blocks of rows_per_call
+    rows = rows_per_call(k, b.shape[-1])
+    blocks = -(-m // rows)
+    if blocks * rows != m:
+        padded = np.zeros((*a.shape[:-2], blocks * rows, k), a.dtype)
         padded[..., :m, :] = a
         a = padded
-    a = a.reshape(*a.shape[:-2], blocks, GEMM_ROWS, k)
+    a = a.reshape(*a.shape[:-2], blocks, rows, k)
     out = np.matmul(a, b[..., None, :, :])
-    return out.reshape(*out.shape[:-3], blocks * GEMM_ROWS, out.shape[-1])[..., :m, :]
+    return out.reshape(*out.shape[:-3], blocks * rows, out.shape[-1])[..., :m, :]
 
 
 def _linear(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
