@@ -98,7 +98,7 @@ def test_the_executor_never_falls_back_when_a_kernel_does_not_compile(monkeypatc
     f = build([[300]], lambda a: [a * 3.0 + 1.0])
 
     def broken(kernel):
-        symbol, source, parts = cpu_function(kernel)
+        symbol, source, parts, _ = cpu_function(kernel)
         wrong = source.replace(symbol, symbol + "_broken").replace(
             "const bool", "const nonsense", 1
         )

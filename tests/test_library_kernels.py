@@ -21,6 +21,9 @@ BLOCKS = [  # (global shape, start, local shape)
     ((2, 8, 16, 16), (0, 3, 4, 0), (2, 2, 9, 16)),
     ((3, 5, 7), (2, 4, 6), (1, 1, 1)),
     ((4, 0, 3), (0, 0, 0), (4, 0, 3)),
+    # rows longer than one batch of philox calls (64 groups), starting off a group of 4
+    ((3, 523), (0, 0), (3, 523)),
+    ((2, 5, 700), (1, 1, 3), (1, 3, 697)),
 ]
 
 

@@ -189,6 +189,7 @@ class CpuFunction(NamedTuple):
     symbol: str  # a hash of the source, so that equal kernels are one compiled function
     source: str
     parts: int  # the functions its body is split into (1: it is not)
+    parallel: bool = False  # its blocks run on OpenMP's threads (PARALLEL_WORK)
 
 
 def cpu_function(kernel: Kernel) -> CpuFunction:
@@ -236,7 +237,7 @@ def cpu_function(kernel: Kernel) -> CpuFunction:
     lines += ["    }", "  }"] + (["  FL_PARALLEL_END"] if parallel else []) + ["}"]
     text = "\n".join(lines) + "\n"
     symbol = "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
-    return CpuFunction(symbol, text.replace(_NAME, symbol), parts)
+    return CpuFunction(symbol, text.replace(_NAME, symbol), parts, parallel)
 
 
 # On the CPU a kernel's draws go through the philox memo (numerics.philox.C_SOURCE) of

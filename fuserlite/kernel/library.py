@@ -49,6 +49,51 @@ DROPOUT_SYMBOL = "fl_dropout_inplace"
 # values: a C-contiguous local array of `rank` axes (local_shape) lying at `start` of a
 # global tensor of `shape`; element i's global linear index is row-major in `shape`.
 DROPOUT_SOURCE = r"""
+/* One row's elements at global indices first, first + 1, ...: each philox call gives the
+   numbers of FL_PER neighbours (4 floats, 2 doubles). The calls of a run of whole groups
+   are made together into `words` (a loop of independent calls the compiler vectorizes),
+   then applied; a row's partial groups at its ends draw their numbers alone. */
+#define FL_DROP_GROUPS 64
+template <typename T>
+static inline T fl_drop_uniform(const uint32_t* r, int c) {
+  if (sizeof(T) == 8) return (T)fl_uniform_bits(r[2 * c], r[2 * c + 1]);
+  return (T)fl_uniformf_bits(r[c]);
+}
+
+template <typename T>
+static void fl_dropout_row(T* v, uint64_t first, int64_t n, uint64_t seed, uint64_t offset,
+                           T keep_below, T scale) {
+  const int per = sizeof(T) == 8 ? 2 : 4;
+  int64_t j = 0;
+  for (; j < n && (first + (uint64_t)j) % per != 0; ++j) { /* the head: a partial group */
+    uint32_t r[4];
+    const uint64_t index = first + (uint64_t)j;
+    fl_philox(seed, index / per, offset, r);
+    const T u = fl_drop_uniform<T>(r, (int)(index % per));
+    v[j] = u < keep_below ? v[j] * scale : (T)0;
+  }
+  uint32_t words[4 * FL_DROP_GROUPS];
+  while (n - j >= per) {
+    int64_t groups = (n - j) / per;
+    if (groups > FL_DROP_GROUPS) groups = FL_DROP_GROUPS;
+    const uint64_t sub = (first + (uint64_t)j) / per;
+    for (int64_t g = 0; g < groups; ++g) fl_philox(seed, sub + (uint64_t)g, offset, words + 4 * g);
+    T* w = v + j;
+    for (int64_t e = 0; e < groups * per; ++e) {
+      const T u = fl_drop_uniform<T>(words + 4 * (e / per), (int)(e % per));
+      w[e] = u < keep_below ? w[e] * scale : (T)0;
+    }
+    j += groups * per;
+  }
+  for (; j < n; ++j) { /* the tail: a partial group */
+    uint32_t r[4];
+    const uint64_t index = first + (uint64_t)j;
+    fl_philox(seed, index / per, offset, r);
+    const T u = fl_drop_uniform<T>(r, (int)(index % per));
+    v[j] = u < keep_below ? v[j] * scale : (T)0;
+  }
+}
+
 template <typename T>
 static void fl_dropout_block(T* values, int rank, const int64_t* shape, const int64_t* start,
                              const int64_t* local_shape, uint64_t seed, uint64_t offset,
@@ -57,18 +102,10 @@ static void fl_dropout_block(T* values, int rank, const int64_t* shape, const in
   for (int a = 0; a + 1 < rank; ++a) rows *= local_shape[a];
   const int64_t width = local_shape[rank - 1];
   int64_t coord[8] = {0};
-  fl_philox_memo memo = {0, 0, 0, {0, 0, 0, 0}, 0}; /* a philox call per 4 (2) elements */
   for (int64_t row = 0; row < rows; ++row) {
     uint64_t base = 0; /* the global linear index of this row's first element */
     for (int a = 0; a < rank; ++a) base = base * (uint64_t)shape[a] + (uint64_t)(start[a] + coord[a]);
-    T* v = values + row * width;
-    for (int64_t j = 0; j < width; ++j) {
-      const uint64_t index = base + (uint64_t)j;
-      T u;
-      if (sizeof(T) == 8) u = (T)fl_uniform_memo(&memo, seed, offset, index);
-      else u = (T)fl_uniformf_memo(&memo, seed, offset, index);
-      v[j] = u < keep_below ? v[j] * scale : (T)0;
-    }
+    fl_dropout_row<T>(values + row * width, base, width, seed, offset, keep_below, scale);
     for (int a = rank - 2; a >= 0; --a) { /* the next row: carry along the outer axes */
       if (++coord[a] < local_shape[a]) break;
       coord[a] = 0;
@@ -185,26 +222,57 @@ class _Plan:
             found = self._devices[device] = (shapes, start)
         return found
 
+    def work(self, devices: list[int]) -> int:
+        """Multiply-adds of every device's call (as DeviceThreads.spreads weighs a launch)."""
+        shapes = [device_shape(t, devices[0]) for t in self.expr.inputs]
+        out = self.where(devices[0])[0][0]
+        if self.expr.op_name == "sdpa":  # scores and probabilities @ values
+            (*_, e), (*_, s, _), (*_, ev) = shapes[:3]
+            return len(devices) * math.prod(out[:-1]) * s * (e + ev)
+        return len(devices) * math.prod(out) * shapes[0][-1]
+
     def run_stacked(
-        self, operands: list[tuple[np.ndarray, bool]], devices: list[int], dropout=None
+        self,
+        operands: list[tuple[np.ndarray, bool]],
+        devices: list[int],
+        dropout=None,
+        threads=None,
     ) -> list[np.ndarray]:
-        """Every device's call at once: `operands` in the compute dtype, each (a stack of a
-        row per device, False) or (one array every device reads, True); returns each
-        output as a stack [devices, *local], stored in its dtype. The same numpy calls on
-        the same rows as `LibraryKernels.run` per device (one GEMM per device, attention
-        over a leading device axis, dropout per device at its block), so the same bits,
-        with one cast of each operand and output instead of one per device. `dropout`:
-        a CompiledDropout, or None (numpy's philox.apply_dropout)."""
+        """Every device's call at once: `operands` each (a stack of a row per device,
+        False) or (one array every device reads, True), in any dtype; returns each output
+        as a stack [devices, *local], stored in its dtype. The same numpy calls on the
+        same rows as `LibraryKernels.run` per device (one GEMM per device, attention over
+        a leading device axis, dropout per device at its block), so the same bits, with
+        one cast of each shared operand instead of one per device. `dropout`: a
+        CompiledDropout, or None (numpy's philox.apply_dropout); `threads`: a
+        runtime.threads.DeviceThreads that computes ranges of the rows at once (each
+        range casts its operands' rows, computes and stores into its rows of the
+        outputs), or None (the calling thread computes every row)."""
         expr = self.expr
-        with np.errstate(all="ignore"):
-            if expr.op_name == "sdpa":
-                values = self._sdpa(operands, devices, dropout)
-            else:
-                values = (self._gemm(operands, len(devices)),)
-        return [
-            store(tv, value.astype(compute, copy=False))
-            for tv, value, compute in zip(expr.outputs, values, self.compute)
-        ]
+        rows = len(devices)
+        shapes = self.where(devices[0])[0]
+        outs = [np.empty((rows, *s), tv.dtype.numpy) for tv, s in zip(expr.outputs, shapes)]
+        shared = [(a.astype(self.dtype, copy=False) if one else a, one) for a, one in operands]
+
+        def work(start: int, stop: int) -> None:
+            part = [
+                (a, True) if one else (a[start:stop].astype(self.dtype, copy=False), False)
+                for a, one in shared
+            ]
+            with np.errstate(all="ignore"):  # numpy's error state is the thread's own
+                if expr.op_name == "sdpa":
+                    values = self._sdpa(part, devices[start:stop], dropout)
+                else:
+                    values = (self._gemm(part, stop - start),)
+                for out, value, compute in zip(outs, values, self.compute):
+                    # store(): the compute dtype's value rounded to the output's dtype
+                    np.copyto(out[start:stop], value.astype(compute, copy=False), "unsafe")
+
+        if threads is None:
+            work(0, rows)
+        else:
+            threads.run(work, rows)
+        return outs
 
     def _gemm(self, operands: list[tuple[np.ndarray, bool]], rows: int) -> np.ndarray:
         """numpy_ops' _linear / _matmul of each device's row: one 2-D GEMM per device

@@ -44,6 +44,7 @@ from fuserlite.kernel.memory import poison
 from fuserlite.kernel.runner import device_values, run_kernel
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.launch import KernelLaunch
+from fuserlite.runtime.threads import DeviceThreads
 
 COMPUTE = ("compiled", "interpret", "numpy")
 
@@ -114,8 +115,11 @@ class InterpretedKernels:
 class _Entry:
     """A compiled kernel and what calling it takes."""
 
-    def __init__(self, kernel: Kernel, function: Callable, launcher: Callable | None) -> None:
+    def __init__(
+        self, kernel: Kernel, function: Callable, launcher: Callable | None, parallel: bool
+    ) -> None:
         self.launcher = launcher  # its library's device loop (fuserlite.runtime.launch)
+        self.parallel = parallel  # its blocks run on OpenMP's threads
         self.devices = device_indices(kernel.tensors)  # carried after the buffers' addresses
         function.argtypes = [ctypes.c_void_p]  # the array of its buffers' addresses
         function.restype = None
@@ -161,7 +165,7 @@ class CompiledKernels:
         quiet_openmp()
         loaded = self.compiler.functions(prelude(self.kernels), sources, labels) if sources else {}
         self._entries = {
-            id(k): _Entry(k, loaded[f.symbol], self.compiler.launcher(f.symbol))
+            id(k): _Entry(k, loaded[f.symbol], self.compiler.launcher(f.symbol), f.parallel)
             for k, f in functions
         }
 
@@ -171,14 +175,20 @@ class CompiledKernels:
         mesh: DeviceMesh,
         hosted: list[int],
         output_shapes: Callable[[Kernel, int], list[tuple[int, ...]]],
+        threads: DeviceThreads | None = None,
     ) -> KernelLaunch | None:
         """A launch plan of the kernel on the `hosted` devices of `mesh` (one native call
-        per run); None where the kernel runner computes it (too large to compile)."""
+        per run, or one per range of devices on `threads`: runtime/threads.py); None where
+        the kernel runner computes it (too large to compile). A kernel whose blocks run on
+        OpenMP's threads keeps that parallelism and is not spread over `threads`."""
         self.prepare()
         entry = self._entries.get(id(kernel))
         if entry is None or entry.launcher is None:
             return None
-        return KernelLaunch(kernel, entry.function, entry.launcher, mesh, hosted, output_shapes)
+        launch = KernelLaunch(kernel, entry.function, entry.launcher, mesh, hosted, output_shapes)
+        if threads is not None and not entry.parallel:
+            launch.spread(threads)
+        return launch
 
     def run(
         self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device=None
