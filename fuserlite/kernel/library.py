@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
-from fuserlite.kernel.cpu import quiet_openmp
+from fuserlite.kernel.cpu import PRELUDE, quiet_openmp
 from fuserlite.numerics.attention import sdpa_fwd
 from fuserlite.numerics.philox import (
     C_SOURCE,
@@ -126,6 +126,96 @@ extern "C" void fl_dropout_inplace(void* values, int is_double, int rank, const 
 """
 
 
+CAST_SYMBOLS = {  # (from, to) -> the compiled conversion of n elements
+    ("bfloat16", "float32"): "fl_cast_bfloat16_float32",
+    ("float32", "bfloat16"): "fl_cast_float32_bfloat16",
+}
+# After kernel.cpu's PRELUDE: its __nv_bfloat16 conversions, which store the bits
+# ml_dtypes stores (tests/test_library_kernels.py checks every bfloat16 and NaN payloads).
+CAST_SOURCES = {
+    "fl_cast_bfloat16_float32": r"""
+extern "C" void fl_cast_bfloat16_float32(const void* from, void* to, long long n) {
+  const unsigned short* a = (const unsigned short*)from;
+  float* b = (float*)to;
+  for (long long i = 0; i < n; ++i) b[i] = __bfloat162float(__nv_bfloat16{a[i]});
+}
+""",
+    "fl_cast_float32_bfloat16": r"""
+extern "C" void fl_cast_float32_bfloat16(const void* from, void* to, long long n) {
+  const float* a = (const float*)from;
+  unsigned short* b = (unsigned short*)to;
+  for (long long i = 0; i < n; ++i) b[i] = __float2bfloat16(a[i]).bits;
+}
+""",
+}
+
+
+def library_functions(compiler) -> dict[str, Callable]:
+    """sdpa's dropout and the casts, compiled together (one build, kept on disk and
+    loaded once by `compiler`, a KernelCompiler)."""
+    quiet_openmp()
+    sources = {DROPOUT_SYMBOL: DROPOUT_SOURCE, **CAST_SOURCES}
+    labels = {s: "a library kernel's dropout and casts" for s in sources}
+    return compiler.functions(PRELUDE + C_SOURCE, sources, labels)
+
+
+class CompiledCasts:
+    """`astype` and the store into an output stack (np.copyto), bfloat16 <-> float32 of
+    C-contiguous arrays in C (one vectorized loop, the bits ml_dtypes gives); any other
+    conversion through numpy."""
+
+    def __init__(self, compiler) -> None:
+        """`compiler`: a fuserlite.kernel.compile.KernelCompiler; built at the first call."""
+        self.compiler = compiler
+        self._functions: dict[tuple[str, str], Callable] | None = None
+
+    def _function(self, source: np.dtype, target: np.dtype) -> Callable | None:
+        symbol = CAST_SYMBOLS.get((source.name, target.name))
+        if symbol is None:
+            return None
+        if self._functions is None:
+            loaded = library_functions(self.compiler)
+            for s in CAST_SYMBOLS.values():
+                loaded[s].argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+                loaded[s].restype = None
+            self._functions = {key: loaded[s] for key, s in CAST_SYMBOLS.items()}
+        return self._functions[(source.name, target.name)]
+
+    def cast(self, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """array.astype(dtype, copy=False)."""
+        dtype = np.dtype(dtype)
+        function = self._function(array.dtype, dtype) if array.flags.c_contiguous else None
+        if function is None:
+            return array.astype(dtype, copy=False)
+        out = np.empty(array.shape, dtype)
+        function(array.ctypes.data, out.ctypes.data, array.size)
+        return out
+
+    def store(self, out: np.ndarray, value: np.ndarray) -> None:
+        """np.copyto(out, value, "unsafe"): value (of out's shape) converted into out."""
+        function = None
+        if out.flags.c_contiguous and value.flags.c_contiguous and out.shape == value.shape:
+            function = self._function(value.dtype, out.dtype)
+        if function is None:
+            np.copyto(out, value, "unsafe")
+        else:
+            function(value.ctypes.data, out.ctypes.data, value.size)
+
+
+class NumpyCasts:
+    """CompiledCasts' interface through numpy alone (no compiler)."""
+
+    @staticmethod
+    def cast(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """array.astype(dtype, copy=False)."""
+        return array.astype(dtype, copy=False)
+
+    @staticmethod
+    def store(out: np.ndarray, value: np.ndarray) -> None:
+        """np.copyto(out, value, "unsafe")."""
+        np.copyto(out, value, "unsafe")
+
+
 class CompiledDropout:
     """numerics.philox.apply_dropout, its numbers drawn in C into the values in place
     (float32 or float64, C-contiguous; anything else is copied to that first)."""
@@ -136,10 +226,7 @@ class CompiledDropout:
         self._function = None
 
     def _load(self):
-        quiet_openmp()
-        function = self.compiler.functions(
-            C_SOURCE, {DROPOUT_SYMBOL: DROPOUT_SOURCE}, {DROPOUT_SYMBOL: "sdpa's dropout"}
-        )[DROPOUT_SYMBOL]
+        function = library_functions(self.compiler)[DROPOUT_SYMBOL]
         int64s = ctypes.POINTER(ctypes.c_int64)
         function.argtypes = [
             ctypes.c_void_p,
@@ -237,6 +324,7 @@ class _Plan:
         devices: list[int],
         dropout=None,
         threads=None,
+        casts=NumpyCasts,
     ) -> list[np.ndarray]:
         """Every device's call at once: `operands` each (a stack of a row per device,
         False) or (one array every device reads, True), in any dtype; returns each output
@@ -247,26 +335,31 @@ class _Plan:
         CompiledDropout, or None (numpy's philox.apply_dropout); `threads`: a
         runtime.threads.DeviceThreads that computes ranges of the rows at once (each
         range casts its operands' rows, computes and stores into its rows of the
-        outputs), or None (the calling thread computes every row)."""
+        outputs), or None (the calling thread computes every row); `casts`: a
+        CompiledCasts (or NumpyCasts) for the operands' casts and the outputs' stores."""
         expr = self.expr
         rows = len(devices)
         shapes = self.where(devices[0])[0]
         outs = [np.empty((rows, *s), tv.dtype.numpy) for tv, s in zip(expr.outputs, shapes)]
-        shared = [(a.astype(self.dtype, copy=False) if one else a, one) for a, one in operands]
+        shared = [(casts.cast(a, self.dtype) if one else a, one) for a, one in operands]
+        direct = expr.op_name != "sdpa" and outs[0].dtype == self.dtype == self.compute[0]
 
         def work(start: int, stop: int) -> None:
             part = [
-                (a, True) if one else (a[start:stop].astype(self.dtype, copy=False), False)
+                (a, True) if one else (casts.cast(a[start:stop], self.dtype), False)
                 for a, one in shared
             ]
+            into = None
             with np.errstate(all="ignore"):  # numpy's error state is the thread's own
                 if expr.op_name == "sdpa":
                     values = self._sdpa(part, devices[start:stop], dropout)
-                else:
-                    values = (self._gemm(part, stop - start),)
+                else:  # stored in the compute dtype: the GEMMs write the output's rows
+                    into = outs[0][start:stop] if direct else None
+                    values = (self._gemm(part, stop - start, into),)
                 for out, value, compute in zip(outs, values, self.compute):
-                    # store(): the compute dtype's value rounded to the output's dtype
-                    np.copyto(out[start:stop], value.astype(compute, copy=False), "unsafe")
+                    if value is not into:
+                        # store(): the compute dtype's value rounded to the output's dtype
+                        casts.store(out[start:stop], value.astype(compute, copy=False))
 
         if threads is None:
             work(0, rows)
@@ -274,15 +367,20 @@ class _Plan:
             threads.run(work, rows)
         return outs
 
-    def _gemm(self, operands: list[tuple[np.ndarray, bool]], rows: int) -> np.ndarray:
+    def _gemm(
+        self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """numpy_ops' _linear / _matmul of each device's row: one 2-D GEMM per device
-        into its row of the output, the bias added to all rows at once."""
+        into its row of the output (`out`, C-contiguous in the compute dtype, where the
+        output is stored in it: no copy after; else a new array), the bias added to all
+        rows at once."""
         (x, x_one), (w, w_one), *bias = operands
         local = x.shape if x_one else x.shape[1:]
         k = local[-1]
         n = w.shape[-2] if self.expr.op_name == "linear" else w.shape[-1]
         m = math.prod(local[:-1])
-        out = np.empty((rows, *local[:-1], n), self.dtype)
+        if out is None:
+            out = np.empty((rows, *local[:-1], n), self.dtype)
         for r in range(rows):
             a = x if x_one else x[r]
             b = w if w_one else w[r]
@@ -342,6 +440,7 @@ class LibraryKernels:
             id(k): _Plan(k, expr) for k in kernels if (expr := library_expr(k)) is not None
         }
         self.dropout = CompiledDropout(compiler) if compiler is not None else None
+        self.casts = CompiledCasts(compiler) if compiler is not None else NumpyCasts
 
     def __contains__(self, kernel: Kernel) -> bool:
         return id(kernel) in self._plans
@@ -374,4 +473,12 @@ class LibraryKernels:
         return outputs
 
 
-__all__ = ["DROPOUT_SOURCE", "CompiledDropout", "LibraryKernels", "library_expr"]
+__all__ = [
+    "DROPOUT_SOURCE",
+    "CompiledCasts",
+    "CompiledDropout",
+    "LibraryKernels",
+    "NumpyCasts",
+    "library_expr",
+    "library_functions",
+]

@@ -38,6 +38,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.indexing import device_indices
+from fuserlite.kernel.library import NumpyCasts
 from fuserlite.kernel.memory import poison
 from fuserlite.kernel.runner import device_coordinates, device_values
 from fuserlite.program.host import ChunkView
@@ -380,6 +381,7 @@ class LibraryLaunch:
         self.plan = plan
         self.devices = devices
         self.dropout = dropout
+        self.casts = library.casts if library is not None else NumpyCasts
         spread = threads is not None and threads.spreads(plan.work(devices), len(devices))
         self.threads = threads if spread else None  # None: every row on the calling thread
 
@@ -404,7 +406,9 @@ class LibraryLaunch:
                     values[d].update(self.library.run(self.kernel, values[d], d))
                 return
             operands.append(stacked(arrays))
-        outputs = self.plan.run_stacked(operands, self.devices, self.dropout, self.threads)
+        outputs = self.plan.run_stacked(
+            operands, self.devices, self.dropout, self.threads, self.casts
+        )
         for tv, stack in zip(expr.outputs, outputs):
             for r, d in enumerate(self.devices):
                 values[d][tv] = stack[r, ...]
