@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -150,13 +151,19 @@ extern "C" void fl_cast_float32_bfloat16(const void* from, void* to, long long n
 }
 
 
+# A launch's device threads (runtime/threads.py) may ask for the functions at once,
+# the first time: one builds and loads them, the others then find them loaded.
+_LOADING = threading.Lock()
+
+
 def library_functions(compiler) -> dict[str, Callable]:
     """sdpa's dropout and the casts, compiled together (one build, kept on disk and
-    loaded once by `compiler`, a KernelCompiler)."""
+    loaded once by `compiler`, a KernelCompiler); safe to call from several threads."""
     quiet_openmp()
     sources = {DROPOUT_SYMBOL: DROPOUT_SOURCE, **CAST_SOURCES}
     labels = {s: "a library kernel's dropout and casts" for s in sources}
-    return compiler.functions(PRELUDE + C_SOURCE, sources, labels)
+    with _LOADING:
+        return compiler.functions(PRELUDE + C_SOURCE, sources, labels)
 
 
 class CompiledCasts:
