@@ -55,15 +55,10 @@ def test_an_error_waits_for_the_other_ranges_and_is_the_first_ranges() -> None:
     pool.close()
 
 
-def test_the_number_of_threads_is_checked(monkeypatch) -> None:
-    monkeypatch.setenv(device_threads.ENV, "3")
-    assert default_workers() == 3 and check_workers(None, "x") == 3
-    assert check_workers(1, "x") == 1
-    for bad in ("0", "two"):
-        monkeypatch.setenv(device_threads.ENV, bad)
-        with pytest.raises(ExecutionError, match="FUSERLITE_THREADS must be a positive"):
-            default_workers()
-    for bad in (0, True, 1.5):
+def test_the_number_of_threads_is_checked() -> None:
+    assert check_workers(None, "x") == default_workers() >= 1
+    assert check_workers(3, "x") == 3
+    for bad in (0, True, 1.5, "2"):
         with pytest.raises(ExecutionError, match="FusionExecutor: threads must be"):
             fl.FusionExecutor(models.transformer_block(2, "float32"), threads=bad)
 

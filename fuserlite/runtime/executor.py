@@ -162,8 +162,8 @@ class FusionExecutor:
         `progress` also observes each run's kernels and communications; `timeout`: seconds
         an mpi operation may wait before the watchdog looks for a stalled rank (default
         300, math.inf for ever; sim never waits); `threads`: how many threads compute a
-        launch's devices at once (runtime/threads.py; default $FUSERLITE_THREADS, else
-        the machine's cores; 1: the calling thread alone). No value depends on it."""
+        launch's devices at once (runtime/threads.py; default the machine's cores; 1:
+        the calling thread alone). No value depends on it."""
         who = "FusionExecutor"
         self.threads = DeviceThreads(check_workers(threads, who))
         args.instance(ir, (Fusion, Program), who, "fusion", "a Fusion or a Program", ExecutionError)

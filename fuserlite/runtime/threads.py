@@ -41,21 +41,11 @@ from fuserlite.ir.errors import ExecutionError
 # which a launch is spread over the pool: a hand-over to another thread costs tens of
 # microseconds, about what a core does in 2**20 multiply-adds.
 POOL_WORK = 1 << 20
-ENV = "FUSERLITE_THREADS"  # the default number of workers, where set
 
 
 def default_workers() -> int:
-    """$FUSERLITE_THREADS if set, else the machine's cores (os.cpu_count())."""
-    text = os.environ.get(ENV)
-    if text is None:
-        return os.cpu_count() or 1
-    try:
-        workers = int(text)
-    except ValueError:
-        raise ExecutionError(f"${ENV} must be a positive integer, got {text!r}") from None
-    if workers < 1:
-        raise ExecutionError(f"${ENV} must be a positive integer, got {text!r}")
-    return workers
+    """The machine's cores (os.cpu_count()): the threads an executor uses by default."""
+    return os.cpu_count() or 1
 
 
 def check_workers(threads: int | None, who: str) -> int:
@@ -142,7 +132,6 @@ class DeviceThreads:
 
 
 __all__ = [
-    "ENV",
     "POOL_WORK",
     "DeviceThreads",
     "blas_limit_available",
