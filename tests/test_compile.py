@@ -100,8 +100,9 @@ def test_the_executor_never_falls_back_when_a_kernel_does_not_compile(
     f = build([[300]], lambda a: [a * 3.0 + 1.0])
 
     def broken(kernel, symbol=None):
-        symbol, source, parts = cpu_function(kernel, symbol)
-        return CpuFunction(symbol, source.replace("const bool", "const nonsense", 1), parts)
+        symbol, source, parts, parallel = cpu_function(kernel, symbol)
+        wrong = source.replace("const bool", "const nonsense", 1)
+        return CpuFunction(symbol, wrong, parts, parallel)
 
     monkeypatch.setattr(compute, "cpu_function", broken)
     ex = fl.FusionExecutor(f, compute=KernelCompiler(cache_dir=tmp_path))  # nothing cached

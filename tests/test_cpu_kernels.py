@@ -43,7 +43,7 @@ def lines_after(source: str, opening: str) -> list[str]:
 @pytest.mark.parametrize("name", sorted(all_test_fusions()))
 def test_the_cpu_function_is_the_cuda_body_in_a_grid_loop(name: str) -> None:
     kernel = all_test_fusions()[name]
-    symbol, cpu, parts = cpu_function(kernel)
+    symbol, cpu, parts, _ = cpu_function(kernel)
     assert parts == 1
     cuda = lines_after(kernel_source(kernel, "k"), 'extern "C"')[:-1]  # less its closing }
     ours = lines_after(cpu, "const fl_dim3 threadIdx")
@@ -60,8 +60,10 @@ def test_equal_kernels_are_one_function_and_big_ones_run_in_parallel() -> None:
     small, again, big = chain([1000]), chain([1000]), chain([512, 300])
     assert cpu_function(small) == cpu_function(again)
     assert "#pragma omp parallel for" not in cpu_function(small).source
+    assert not cpu_function(small).parallel  # the executor may spread it over devices
     assert 512 * 300 * len(big.exprs) >= PARALLEL_WORK
     assert "#pragma omp parallel for" in cpu_function(big).source
+    assert cpu_function(big).parallel  # OpenMP's threads: not also spread over devices
     assert cpu_source([small, big]).count('extern "C" void fl_') == 2
 
 

@@ -21,6 +21,9 @@ BLOCKS = [  # (global shape, start, local shape)
     ((2, 8, 16, 16), (0, 3, 4, 0), (2, 2, 9, 16)),
     ((3, 5, 7), (2, 4, 6), (1, 1, 1)),
     ((4, 0, 3), (0, 0, 0), (4, 0, 3)),
+    # rows longer than one batch of philox calls (64 groups), starting off a group of 4
+    ((3, 523), (0, 0), (3, 523)),
+    ((2, 5, 700), (1, 1, 3), (1, 3, 697)),
 ]
 
 
@@ -136,3 +139,33 @@ def test_stacked_finds_rows_of_one_buffer_and_shared_arrays() -> None:
     got, one = stacked(apart, np.dtype(np.float32))
     assert not one and not np.shares_memory(got, whole)
     np.testing.assert_array_equal(got, whole[[0, 2]])
+
+
+def test_compiled_casts_are_ml_dtypes_bit_for_bit() -> None:
+    """Every bfloat16 to float32, and float32 bit patterns (NaN payloads, infinities,
+    subnormals, halfway cases) to bfloat16, as ml_dtypes converts them; arrays that are
+    not C-contiguous and other dtypes go through numpy."""
+    import ml_dtypes
+
+    from fuserlite.kernel.library import CompiledCasts
+
+    casts = CompiledCasts(default_compiler())
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(bf16)
+    got = casts.cast(every, np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), every.astype(np.float32).view(np.uint32))
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint64).astype(np.uint32)
+    special = [0x7F800001, 0xFFC00001, 0x7FFFFFFF, 0x7F800000, 0x00000001, 0x3F808000, 0x3F818000]
+    values = np.concatenate([bits, np.array(special, np.uint32)]).view(np.float32)
+    out = np.empty(values.shape, bf16)
+    casts.store(out, values)
+    with np.errstate(invalid="ignore"):  # numpy warns of the NaNs
+        want = values.astype(bf16)
+    np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(casts.cast(values, bf16).view(np.uint16), want.view(np.uint16))
+    strided = values[: 7 * 1024].reshape(-1, 7)[:, ::2]  # not C-contiguous: numpy's cast
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(casts.cast(strided, bf16), strided.astype(bf16))
+    halves = np.arange(64, dtype=np.float16)
+    assert casts.cast(halves, np.float32).dtype == np.float32

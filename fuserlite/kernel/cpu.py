@@ -193,6 +193,22 @@ class CpuFunction(NamedTuple):
     symbol: str
     source: str
     parts: int  # the functions its body is split into (1: it is not)
+    parallel: bool = False  # its blocks run on OpenMP's threads (PARALLEL_WORK)
+
+
+def _parallel(blocks: int, work: int) -> bool:
+    return blocks > 1 and work >= PARALLEL_WORK
+
+
+def runs_on_openmp(kernel: Kernel) -> bool:
+    """Whether the kernel's CPU function runs its blocks on OpenMP's threads (its
+    CpuFunction's `parallel`), known without generating it (a warm load generates none)."""
+    if reduction_of(kernel) is not None:
+        return False
+    grid = kernel_grid([e.output for e in kernel.exprs])
+    (gx, gy, gz), (bx, by, bz) = launch_dims(grid)
+    blocks = gx * gy * gz
+    return _parallel(blocks, blocks * bx * by * bz * len(kernel.exprs))
 
 
 def cpu_function(kernel: Kernel, symbol: str | None = None) -> CpuFunction:
@@ -230,7 +246,7 @@ def cpu_function(kernel: Kernel, symbol: str | None = None) -> CpuFunction:
         lines.append(f'extern "C" void {_NAME}(void* const* fl_args) {{')
         parts = len(body) - 1  # a call per part, after the slots' declaration
     work = blocks * threads * len(kernel.exprs)
-    parallel = blocks > 1 and work >= PARALLEL_WORK
+    parallel = _parallel(blocks, work)
     if parallel:
         team = min(blocks, work // PARALLEL_WORK)
         lines.append(f"#pragma omp parallel for schedule(static) num_threads(fl_threads({team}))")
@@ -244,7 +260,7 @@ def cpu_function(kernel: Kernel, symbol: str | None = None) -> CpuFunction:
     lines += ["    }", "  }", "}"]
     text = "\n".join(lines) + "\n"
     symbol = symbol or "fl_" + hashlib.sha256(text.encode()).hexdigest()[:24]
-    return CpuFunction(symbol, text.replace(_NAME, symbol), parts)
+    return CpuFunction(symbol, text.replace(_NAME, symbol), parts, parallel)
 
 
 # On the CPU a kernel's draws go through the philox memo (numerics.philox.C_SOURCE) of

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
-from fuserlite.kernel.cpu import quiet_openmp
+from fuserlite.kernel.cpu import PRELUDE, quiet_openmp
 from fuserlite.numerics.attention import sdpa_fwd
 from fuserlite.numerics.philox import (
     C_SOURCE,
@@ -49,6 +50,51 @@ DROPOUT_SYMBOL = "fl_dropout_inplace"
 # values: a C-contiguous local array of `rank` axes (local_shape) lying at `start` of a
 # global tensor of `shape`; element i's global linear index is row-major in `shape`.
 DROPOUT_SOURCE = r"""
+/* One row's elements at global indices first, first + 1, ...: each philox call gives the
+   numbers of FL_PER neighbours (4 floats, 2 doubles). The calls of a run of whole groups
+   are made together into `words` (a loop of independent calls the compiler vectorizes),
+   then applied; a row's partial groups at its ends draw their numbers alone. */
+#define FL_DROP_GROUPS 64
+template <typename T>
+static inline T fl_drop_uniform(const uint32_t* r, int c) {
+  if (sizeof(T) == 8) return (T)fl_uniform_bits(r[2 * c], r[2 * c + 1]);
+  return (T)fl_uniformf_bits(r[c]);
+}
+
+template <typename T>
+static void fl_dropout_row(T* v, uint64_t first, int64_t n, uint64_t seed, uint64_t offset,
+                           T keep_below, T scale) {
+  const int per = sizeof(T) == 8 ? 2 : 4;
+  int64_t j = 0;
+  for (; j < n && (first + (uint64_t)j) % per != 0; ++j) { /* the head: a partial group */
+    uint32_t r[4];
+    const uint64_t index = first + (uint64_t)j;
+    fl_philox(seed, index / per, offset, r);
+    const T u = fl_drop_uniform<T>(r, (int)(index % per));
+    v[j] = u < keep_below ? v[j] * scale : (T)0;
+  }
+  uint32_t words[4 * FL_DROP_GROUPS];
+  while (n - j >= per) {
+    int64_t groups = (n - j) / per;
+    if (groups > FL_DROP_GROUPS) groups = FL_DROP_GROUPS;
+    const uint64_t sub = (first + (uint64_t)j) / per;
+    for (int64_t g = 0; g < groups; ++g) fl_philox(seed, sub + (uint64_t)g, offset, words + 4 * g);
+    T* w = v + j;
+    for (int64_t e = 0; e < groups * per; ++e) {
+      const T u = fl_drop_uniform<T>(words + 4 * (e / per), (int)(e % per));
+      w[e] = u < keep_below ? w[e] * scale : (T)0;
+    }
+    j += groups * per;
+  }
+  for (; j < n; ++j) { /* the tail: a partial group */
+    uint32_t r[4];
+    const uint64_t index = first + (uint64_t)j;
+    fl_philox(seed, index / per, offset, r);
+    const T u = fl_drop_uniform<T>(r, (int)(index % per));
+    v[j] = u < keep_below ? v[j] * scale : (T)0;
+  }
+}
+
 template <typename T>
 static void fl_dropout_block(T* values, int rank, const int64_t* shape, const int64_t* start,
                              const int64_t* local_shape, uint64_t seed, uint64_t offset,
@@ -57,18 +103,10 @@ static void fl_dropout_block(T* values, int rank, const int64_t* shape, const in
   for (int a = 0; a + 1 < rank; ++a) rows *= local_shape[a];
   const int64_t width = local_shape[rank - 1];
   int64_t coord[8] = {0};
-  fl_philox_memo memo = {0, 0, 0, {0, 0, 0, 0}, 0}; /* a philox call per 4 (2) elements */
   for (int64_t row = 0; row < rows; ++row) {
     uint64_t base = 0; /* the global linear index of this row's first element */
     for (int a = 0; a < rank; ++a) base = base * (uint64_t)shape[a] + (uint64_t)(start[a] + coord[a]);
-    T* v = values + row * width;
-    for (int64_t j = 0; j < width; ++j) {
-      const uint64_t index = base + (uint64_t)j;
-      T u;
-      if (sizeof(T) == 8) u = (T)fl_uniform_memo(&memo, seed, offset, index);
-      else u = (T)fl_uniformf_memo(&memo, seed, offset, index);
-      v[j] = u < keep_below ? v[j] * scale : (T)0;
-    }
+    fl_dropout_row<T>(values + row * width, base, width, seed, offset, keep_below, scale);
     for (int a = rank - 2; a >= 0; --a) { /* the next row: carry along the outer axes */
       if (++coord[a] < local_shape[a]) break;
       coord[a] = 0;
@@ -89,6 +127,102 @@ extern "C" void fl_dropout_inplace(void* values, int is_double, int rank, const 
 """
 
 
+CAST_SYMBOLS = {  # (from, to) -> the compiled conversion of n elements
+    ("bfloat16", "float32"): "fl_cast_bfloat16_float32",
+    ("float32", "bfloat16"): "fl_cast_float32_bfloat16",
+}
+# After kernel.cpu's PRELUDE: its __nv_bfloat16 conversions, which store the bits
+# ml_dtypes stores (tests/test_library_kernels.py checks every bfloat16 and NaN payloads).
+CAST_SOURCES = {
+    "fl_cast_bfloat16_float32": r"""
+extern "C" void fl_cast_bfloat16_float32(const void* from, void* to, long long n) {
+  const unsigned short* a = (const unsigned short*)from;
+  float* b = (float*)to;
+  for (long long i = 0; i < n; ++i) b[i] = __bfloat162float(__nv_bfloat16{a[i]});
+}
+""",
+    "fl_cast_float32_bfloat16": r"""
+extern "C" void fl_cast_float32_bfloat16(const void* from, void* to, long long n) {
+  const float* a = (const float*)from;
+  unsigned short* b = (unsigned short*)to;
+  for (long long i = 0; i < n; ++i) b[i] = __float2bfloat16(a[i]).bits;
+}
+""",
+}
+
+
+# A launch's device threads (runtime/threads.py) may ask for the functions at once,
+# the first time: one builds and loads them, the others then find them loaded.
+_LOADING = threading.Lock()
+
+
+def library_functions(compiler) -> dict[str, Callable]:
+    """sdpa's dropout and the casts, compiled together (one build, kept on disk and
+    loaded once by `compiler`, a KernelCompiler); safe to call from several threads."""
+    quiet_openmp()
+    sources = {DROPOUT_SYMBOL: DROPOUT_SOURCE, **CAST_SOURCES}
+    labels = {s: "a library kernel's dropout and casts" for s in sources}
+    with _LOADING:
+        return compiler.functions(PRELUDE + C_SOURCE, sources, labels)
+
+
+class CompiledCasts:
+    """`astype` and the store into an output stack (np.copyto), bfloat16 <-> float32 of
+    C-contiguous arrays in C (one vectorized loop, the bits ml_dtypes gives); any other
+    conversion through numpy."""
+
+    def __init__(self, compiler) -> None:
+        """`compiler`: a fuserlite.kernel.compile.KernelCompiler; built at the first call."""
+        self.compiler = compiler
+        self._functions: dict[tuple[str, str], Callable] | None = None
+
+    def _function(self, source: np.dtype, target: np.dtype) -> Callable | None:
+        symbol = CAST_SYMBOLS.get((source.name, target.name))
+        if symbol is None:
+            return None
+        if self._functions is None:
+            loaded = library_functions(self.compiler)
+            for s in CAST_SYMBOLS.values():
+                loaded[s].argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+                loaded[s].restype = None
+            self._functions = {key: loaded[s] for key, s in CAST_SYMBOLS.items()}
+        return self._functions[(source.name, target.name)]
+
+    def cast(self, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """array.astype(dtype, copy=False)."""
+        dtype = np.dtype(dtype)
+        function = self._function(array.dtype, dtype) if array.flags.c_contiguous else None
+        if function is None:
+            return array.astype(dtype, copy=False)
+        out = np.empty(array.shape, dtype)
+        function(array.ctypes.data, out.ctypes.data, array.size)
+        return out
+
+    def store(self, out: np.ndarray, value: np.ndarray) -> None:
+        """np.copyto(out, value, "unsafe"): value (of out's shape) converted into out."""
+        function = None
+        if out.flags.c_contiguous and value.flags.c_contiguous and out.shape == value.shape:
+            function = self._function(value.dtype, out.dtype)
+        if function is None:
+            np.copyto(out, value, "unsafe")
+        else:
+            function(value.ctypes.data, out.ctypes.data, value.size)
+
+
+class NumpyCasts:
+    """CompiledCasts' interface through numpy alone (no compiler)."""
+
+    @staticmethod
+    def cast(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """array.astype(dtype, copy=False)."""
+        return array.astype(dtype, copy=False)
+
+    @staticmethod
+    def store(out: np.ndarray, value: np.ndarray) -> None:
+        """np.copyto(out, value, "unsafe")."""
+        np.copyto(out, value, "unsafe")
+
+
 class CompiledDropout:
     """numerics.philox.apply_dropout, its numbers drawn in C into the values in place
     (float32 or float64, C-contiguous; anything else is copied to that first)."""
@@ -99,10 +233,7 @@ class CompiledDropout:
         self._function = None
 
     def _load(self):
-        quiet_openmp()
-        function = self.compiler.functions(
-            C_SOURCE, {DROPOUT_SYMBOL: DROPOUT_SOURCE}, {DROPOUT_SYMBOL: "sdpa's dropout"}
-        )[DROPOUT_SYMBOL]
+        function = library_functions(self.compiler)[DROPOUT_SYMBOL]
         int64s = ctypes.POINTER(ctypes.c_int64)
         function.argtypes = [
             ctypes.c_void_p,
@@ -192,36 +323,78 @@ class _Plan:
             found = self._devices[device] = (shapes, start)
         return found
 
-    def run_stacked(
-        self, operands: list[tuple[np.ndarray, bool]], devices: list[int], dropout=None
-    ) -> list[np.ndarray]:
-        """Every device's call at once: `operands` in the compute dtype, each (a stack of a
-        row per device, False) or (one array every device reads, True); returns each
-        output as a stack [devices, *local], stored in its dtype. The same numpy calls on
-        the same rows as `LibraryKernels.run` per device (one GEMM per device, attention
-        over a leading device axis, dropout per device at its block), so the same bits,
-        with one cast of each operand and output instead of one per device. `dropout`:
-        a CompiledDropout, or None (numpy's philox.apply_dropout)."""
-        expr = self.expr
-        with np.errstate(all="ignore"):
-            if expr.op_name == "sdpa":
-                values = self._sdpa(operands, devices, dropout)
-            else:
-                values = (self._gemm(operands, len(devices)),)
-        return [
-            store(tv, value.astype(compute, copy=False))
-            for tv, value, compute in zip(expr.outputs, values, self.compute)
-        ]
+    def work(self, devices: list[int]) -> int:
+        """Multiply-adds of every device's call (as DeviceThreads.spreads weighs a launch)."""
+        shapes = [device_shape(t, devices[0]) for t in self.expr.inputs]
+        out = self.where(devices[0])[0][0]
+        if self.expr.op_name == "sdpa":  # scores and probabilities @ values
+            (*_, e), (*_, s, _), (*_, ev) = shapes[:3]
+            return len(devices) * math.prod(out[:-1]) * s * (e + ev)
+        return len(devices) * math.prod(out) * shapes[0][-1]
 
-    def _gemm(self, operands: list[tuple[np.ndarray, bool]], rows: int) -> np.ndarray:
+    def run_stacked(
+        self,
+        operands: list[tuple[np.ndarray, bool]],
+        devices: list[int],
+        dropout=None,
+        threads=None,
+        casts=NumpyCasts,
+    ) -> list[np.ndarray]:
+        """Every device's call at once: `operands` each (a stack of a row per device,
+        False) or (one array every device reads, True), in any dtype; returns each output
+        as a stack [devices, *local], stored in its dtype. The same numpy calls on the
+        same rows as `LibraryKernels.run` per device (one GEMM per device, attention over
+        a leading device axis, dropout per device at its block), so the same bits, with
+        one cast of each shared operand instead of one per device. `dropout`: a
+        CompiledDropout, or None (numpy's philox.apply_dropout); `threads`: a
+        runtime.threads.DeviceThreads that computes ranges of the rows at once (each
+        range casts its operands' rows, computes and stores into its rows of the
+        outputs), or None (the calling thread computes every row); `casts`: a
+        CompiledCasts (or NumpyCasts) for the operands' casts and the outputs' stores."""
+        expr = self.expr
+        rows = len(devices)
+        shapes = self.where(devices[0])[0]
+        outs = [np.empty((rows, *s), tv.dtype.numpy) for tv, s in zip(expr.outputs, shapes)]
+        shared = [(casts.cast(a, self.dtype) if one else a, one) for a, one in operands]
+        direct = expr.op_name != "sdpa" and outs[0].dtype == self.dtype == self.compute[0]
+
+        def work(start: int, stop: int) -> None:
+            part = [
+                (a, True) if one else (casts.cast(a[start:stop], self.dtype), False)
+                for a, one in shared
+            ]
+            into = None
+            with np.errstate(all="ignore"):  # numpy's error state is the thread's own
+                if expr.op_name == "sdpa":
+                    values = self._sdpa(part, devices[start:stop], dropout)
+                else:  # stored in the compute dtype: the GEMMs write the output's rows
+                    into = outs[0][start:stop] if direct else None
+                    values = (self._gemm(part, stop - start, into),)
+                for out, value, compute in zip(outs, values, self.compute):
+                    if value is not into:
+                        # store(): the compute dtype's value rounded to the output's dtype
+                        casts.store(out[start:stop], value.astype(compute, copy=False))
+
+        if threads is None:
+            work(0, rows)
+        else:
+            threads.run(work, rows)
+        return outs
+
+    def _gemm(
+        self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """numpy_ops' _linear / _matmul of each device's row: one 2-D GEMM per device
-        into its row of the output, the bias added to all rows at once."""
+        into its row of the output (`out`, C-contiguous in the compute dtype, where the
+        output is stored in it: no copy after; else a new array), the bias added to all
+        rows at once."""
         (x, x_one), (w, w_one), *bias = operands
         local = x.shape if x_one else x.shape[1:]
         k = local[-1]
         n = w.shape[-2] if self.expr.op_name == "linear" else w.shape[-1]
         m = math.prod(local[:-1])
-        out = np.empty((rows, *local[:-1], n), self.dtype)
+        if out is None:
+            out = np.empty((rows, *local[:-1], n), self.dtype)
         for r in range(rows):
             a = x if x_one else x[r]
             b = w if w_one else w[r]
@@ -278,6 +451,7 @@ class LibraryKernels:
             id(k): _Plan(k, expr) for k in kernels if (expr := library_expr(k)) is not None
         }
         self.dropout = CompiledDropout(compiler) if compiler is not None else None
+        self.casts = CompiledCasts(compiler) if compiler is not None else NumpyCasts
 
     def __contains__(self, kernel: Kernel) -> bool:
         return id(kernel) in self._plans
@@ -310,4 +484,12 @@ class LibraryKernels:
         return outputs
 
 
-__all__ = ["DROPOUT_SOURCE", "CompiledDropout", "LibraryKernels", "library_expr"]
+__all__ = [
+    "DROPOUT_SOURCE",
+    "CompiledCasts",
+    "CompiledDropout",
+    "LibraryKernels",
+    "NumpyCasts",
+    "library_expr",
+    "library_functions",
+]

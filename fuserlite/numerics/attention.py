@@ -88,13 +88,14 @@ class _Probabilities:
         self.shape = shape
         self.block = _block(op, block, shape)
         self.c = compute_dtype(q.dtype)
-        self.q, self.k = q.astype(self.c), k.astype(self.c)
+        self.q, self.k = q.astype(self.c, copy=False), k.astype(self.c, copy=False)
         self.scale = self.c.type(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-        scores = (self.q @ np.swapaxes(self.k, -1, -2)) * self.scale
+        scores = self.q @ np.swapaxes(self.k, -1, -2)
+        np.multiply(scores, self.scale, out=scores)  # in place: the same products
         if is_causal:
             rows = self.block.start[-2] + np.arange(self.shape[-2])
             allowed = np.arange(self.shape[-1])[None, :] <= rows[:, None]
-            scores = np.where(allowed, scores, -np.inf)
+            np.copyto(scores, -np.inf, where=~allowed)
         self.scores = scores
         self.keep, self.dropout, self.drop = None, dropout, None
         if dropout_p > 0:
@@ -156,10 +157,11 @@ def sdpa_fwd(
         q, k, shape, dropout_p, is_causal, scale, seed, offset, block, "sdpa_fwd", dropout
     )
     m = np.max(probs.scores, axis=-1, keepdims=True)  # finite: key 0 is never masked
-    e = np.exp(probs.scores - m)
+    e = np.subtract(probs.scores, m, out=probs.scores)  # in place: not read again
+    np.exp(e, out=e)
     total = np.sum(e, axis=-1, keepdims=True)
     logsumexp = m + np.log(total)
-    out = probs.dropped(e / total) @ v.astype(probs.c)
+    out = probs.dropped(np.divide(e, total, out=e)) @ v.astype(probs.c, copy=False)
     rng = np.array([seed, offset], np.uint64)
     return out.astype(q.dtype), logsumexp[..., 0], rng, np.zeros((), np.uint64)
 

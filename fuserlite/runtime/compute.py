@@ -36,7 +36,13 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.batches import KernelPlan, plan_kernel
 from fuserlite.kernel.cache import note
 from fuserlite.kernel.compile import CANDIDATES, KernelCompiler, find_compiler, size_text
-from fuserlite.kernel.cpu import CpuFunction, cpu_function, prelude, quiet_openmp
+from fuserlite.kernel.cpu import (
+    CpuFunction,
+    cpu_function,
+    prelude,
+    quiet_openmp,
+    runs_on_openmp,
+)
 from fuserlite.kernel.cpu_parts import PART_BYTES, KernelTooLarge
 from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.indexing import device_indices
@@ -45,6 +51,7 @@ from fuserlite.kernel.runner import device_values, run_kernel
 from fuserlite.kernel.signature import structural_symbol
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.launch import KernelLaunch
+from fuserlite.runtime.threads import DeviceThreads
 
 COMPUTE = ("compiled", "interpret", "numpy")
 
@@ -115,8 +122,11 @@ class InterpretedKernels:
 class _Entry:
     """A compiled kernel and what calling it takes."""
 
-    def __init__(self, kernel: Kernel, function: Callable, launcher: Callable | None) -> None:
+    def __init__(
+        self, kernel: Kernel, function: Callable, launcher: Callable | None, parallel: bool
+    ) -> None:
         self.launcher = launcher  # its library's device loop (fuserlite.runtime.launch)
+        self.parallel = parallel  # its blocks run on OpenMP's threads
         self.devices = device_indices(kernel.tensors)  # carried after the buffers' addresses
         function.argtypes = [ctypes.c_void_p]  # the array of its buffers' addresses
         function.restype = None
@@ -173,7 +183,7 @@ class CompiledKernels:
         if left:
             loaded.update(self.compiler.functions(pre, left, labels))
         self._entries = {
-            id(k): _Entry(k, loaded[s], self.compiler.launcher(s))
+            id(k): _Entry(k, loaded[s], self.compiler.launcher(s), runs_on_openmp(k))
             for k in self.kernels
             if (s := symbols.get(id(k))) in loaded
         }
@@ -198,14 +208,20 @@ class CompiledKernels:
         mesh: DeviceMesh,
         hosted: list[int],
         output_shapes: Callable[[Kernel, int], list[tuple[int, ...]]],
+        threads: DeviceThreads | None = None,
     ) -> KernelLaunch | None:
         """A launch plan of the kernel on the `hosted` devices of `mesh` (one native call
-        per run); None where the kernel runner computes it (too large to compile)."""
+        per run, or one per range of devices on `threads`: runtime/threads.py); None where
+        the kernel runner computes it (too large to compile). A kernel whose blocks run on
+        OpenMP's threads keeps that parallelism and is not spread over `threads`."""
         self.prepare()
         entry = self._entries.get(id(kernel))
         if entry is None or entry.launcher is None:
             return None
-        return KernelLaunch(kernel, entry.function, entry.launcher, mesh, hosted, output_shapes)
+        launch = KernelLaunch(kernel, entry.function, entry.launcher, mesh, hosted, output_shapes)
+        if threads is not None and not entry.parallel:
+            launch.spread(threads)
+        return launch
 
     def run(
         self, kernel: Kernel, local_inputs: dict[TensorView, np.ndarray], device=None

@@ -74,6 +74,7 @@ from fuserlite.runtime.launch import (
     library_launch,
     plan_launches,
 )
+from fuserlite.runtime.threads import DeviceThreads, blas_limit_available, check_workers
 from fuserlite.runtime.validation import Validation, validate_run
 
 SINGLE_DEVICE = DeviceMesh([0])
@@ -154,14 +155,18 @@ class FusionExecutor:
         progress: Progress | None = None,
         compute: str | KernelCompiler | None = None,
         timeout: float | None = None,
+        threads: int | None = None,
     ) -> None:
         """`pipeline` lowers a Fusion (default: Pipeline.default(progress=progress));
         `compute`: "compiled" (the default where a C++ compiler is found), "interpret" or
         "numpy" (`schedule=False` is the same), or a KernelCompiler for "compiled";
         `progress` also observes each run's kernels and communications; `timeout`: seconds
         an mpi operation may wait before the watchdog looks for a stalled rank (default
-        300, math.inf for ever; sim never waits)."""
+        300, math.inf for ever; sim never waits); `threads`: how many threads compute a
+        launch's devices at once (runtime/threads.py; default the machine's cores; 1:
+        the calling thread alone). No value depends on it."""
         who = "FusionExecutor"
+        self.threads = DeviceThreads(check_workers(threads, who))
         args.instance(ir, (Fusion, Program), who, "fusion", "a Fusion or a Program", ExecutionError)
         accepted = f"one of {', '.join(BACKENDS)} or a Communicator"
         args.instance(backend, (str, Communicator), who, "backend", accepted, ExecutionError)
@@ -229,6 +234,7 @@ class FusionExecutor:
             self._library = LibraryKernels(program.kernels, compiler)
         self._launches: dict[int, KernelLaunch] | None = None  # made at the first run
         self._library_launches: dict[int, LibraryLaunch | ViewLaunch] = {}  # with them
+        self._blas_spread = False  # some library launch runs on the threads (with them)
         self._pooled: dict[TensorView, list[np.ndarray]] = {}
         self._collectives: dict[int, CollectivePlan] = {}
         self._wholes: dict[TensorView, tuple[np.ndarray, list[np.ndarray]]] = {}
@@ -246,8 +252,10 @@ class FusionExecutor:
 
     def close(self) -> None:
         """Free what the backend made in prepare() (mpi: the team communicators); on a
-        multi-process backend every process calls it. Also `with FusionExecutor(...)`."""
+        multi-process backend every process calls it. Also `with FusionExecutor(...)`.
+        Stops the threads of runtime/threads.py too."""
         self.backend.release()
+        self.threads.close()
 
     def __enter__(self) -> FusionExecutor:
         return self
@@ -341,7 +349,11 @@ class FusionExecutor:
     # -- execution ----------------------------------------------------------
     def _execute(self, inputs: Sequence[np.ndarray]) -> dict[int, dict[TensorView, np.ndarray]]:
         with self.backend.guard():
-            return self._execute_unguarded(inputs)
+            self._launch_plans()
+            if not self._blas_spread:
+                return self._execute_unguarded(inputs)
+            with self.threads.one_blas_thread():  # library launches on the threads
+                return self._execute_unguarded(inputs)
 
     def _execute_unguarded(
         self, inputs: Sequence[np.ndarray]
@@ -399,7 +411,9 @@ class FusionExecutor:
                     if isinstance(step, Kernel) and step.scheduled:
                         mesh = step.mesh or SINGLE_DEVICE
                         hosted = self.backend.hosted(mesh.devices)
-                        launch = self._kernels.launch(step, mesh, hosted, self._output_shapes)
+                        launch = self._kernels.launch(
+                            step, mesh, hosted, self._output_shapes, self.threads
+                        )
                         if launch is not None:
                             launches[i] = launch
             keep = set(self.program.outputs)
@@ -410,6 +424,9 @@ class FusionExecutor:
                 if isinstance(step, Post)
                 and (plan := collective_plan(step.comm, self.backend)) is not None
             }
+            # Library launches use the threads where BLAS can be held to one thread (one
+            # level of parallelism: runtime/threads.py), else BLAS's own threads.
+            threads = self.threads if blas_limit_available() else None
             self._library_launches = {  # unscheduled kernels: library calls, reshapes
                 i: launch
                 for i, step in enumerate(self._steps)
@@ -418,11 +435,15 @@ class FusionExecutor:
                 and not step.scheduled
                 and (
                     launch := library_launch(
-                        step, self._library, self._hosted(step), self._output_shapes
+                        step, self._library, self._hosted(step), self._output_shapes, threads
                     )
                 )
                 is not None
             }
+            self._blas_spread = any(
+                isinstance(launch, LibraryLaunch) and launch.threads is not None
+                for launch in self._library_launches.values()
+            )
             self._launches = launches
         return self._launches
 

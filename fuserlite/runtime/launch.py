@@ -38,6 +38,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import local_shape
 from fuserlite.ir.tensor import TensorView
 from fuserlite.kernel.indexing import device_indices
+from fuserlite.kernel.library import NumpyCasts
 from fuserlite.kernel.memory import poison
 from fuserlite.kernel.runner import device_coordinates, device_values
 from fuserlite.program.host import ChunkView
@@ -138,6 +139,14 @@ class KernelLaunch:
         self._known: list[list[np.ndarray] | None] = [None] * len(self.inputs)
         self._whole: dict[int, bool] = {}  # per output: _is_whole, found at its first run
         self.keep: set[TensorView] = set()  # the program's outputs (plan_launches)
+        self.threads = None  # a DeviceThreads that runs ranges of the rows at once (spread)
+
+    def spread(self, threads) -> None:
+        """Run ranges of the devices on `threads` (runtime/threads.py) where the launch's
+        work (grid points x expressions over its devices) is large enough."""
+        points = max((math.prod(o.local) for o in self.outputs), default=0)
+        work = len(self.devices) * points * len(self.kernel.exprs)
+        self.threads = threads if threads.spreads(work, len(self.devices)) else None
 
     def offsets_of(self, tv: TensorView) -> np.ndarray | None:
         """Byte offsets of each running device's shard of `tv` in its global C-contiguous
@@ -249,7 +258,9 @@ class KernelLaunch:
             fresh.append(views)
             if stack is not None and self._is_whole(out):
                 wholes[out.tv] = (stack.reshape(out.tv.shape), views)
-        if self.devices:
+        if self.threads is not None:
+            self.threads.run(self._launch_rows, len(self.devices))
+        elif self.devices:
             self._launcher(self._function, self._address, len(self.devices), self.stride)
         del keep
         made = iter(fresh)
@@ -260,6 +271,11 @@ class KernelLaunch:
                 values[d][tv] = v
         for d, arrays in self.empty.items():
             values[d].update(zip(self.kernel.outputs, arrays))
+
+    def _launch_rows(self, start: int, stop: int) -> None:
+        """The kernel on rows [start, stop) of the address table: one native call."""
+        at = self._address + start * self.stride * self.table.itemsize
+        self._launcher(self._function, at, stop - start, self.stride)
 
 
 def plan_launches(
@@ -313,15 +329,16 @@ def plan_launches(
     return pooled
 
 
-def stacked(arrays: list[np.ndarray], dtype: np.dtype) -> tuple[np.ndarray, bool]:
-    """Each device's array of one tensor as what run_stacked takes, in `dtype`: (the one
+def stacked(arrays: list[np.ndarray], dtype: np.dtype | None = None) -> tuple[np.ndarray, bool]:
+    """Each device's array of one tensor as what run_stacked takes, in `dtype` (None: as
+    they are): (the one
     array, True) where every device holds the same one (a replicated collective's
     output), else (a stack of a row per device, False): the buffer they are consecutive
     rows of where they are (a launch's output stack, the shards of a program input split
     on its outer axis), no copy before the cast, else a new stack."""
     first = arrays[0]
     if all(a is first for a in arrays):
-        return first.astype(dtype, copy=False), True
+        return _cast(first, dtype), True
     root = first
     while isinstance(root.base, np.ndarray):
         root = root.base
@@ -342,24 +359,33 @@ def stacked(arrays: list[np.ndarray], dtype: np.dtype) -> tuple[np.ndarray, bool
         ):
             at = start // first.itemsize
             rows = root.reshape(-1)[at : at + size * len(arrays)]
-            return rows.reshape(len(arrays), *first.shape).astype(dtype, copy=False), False
-    return np.stack(arrays).astype(dtype, copy=False), False
+            return _cast(rows.reshape(len(arrays), *first.shape), dtype), False
+    return _cast(np.stack(arrays), dtype), False
+
+
+def _cast(array: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
+    return array if dtype is None else array.astype(dtype, copy=False)
 
 
 class LibraryLaunch:
     """A library kernel (kernel/library.py: one matmul, linear or sdpa) on every hosted
-    device at once (`_Plan.run_stacked`): each operand stacked and cast once, each
-    output stored once as a stack whose rows are the devices' arrays. Made where every
-    hosted device runs a call of one shape (library_launch); else the executor calls
-    the library per device."""
+    device at once (`_Plan.run_stacked`): each operand stacked, each output stored as a
+    stack whose rows are the devices' arrays; ranges of the rows on `threads` where the
+    launch's work is large enough (runtime/threads.py). Made where every hosted device
+    runs a call of one shape (library_launch); else the executor calls the library per
+    device."""
 
-    def __init__(self, kernel: Kernel, plan, devices: list[int], dropout, library=None) -> None:
+    def __init__(
+        self, kernel: Kernel, plan, devices: list[int], dropout, library=None, threads=None
+    ) -> None:
         self.kernel = kernel
         self.library = library  # the per-device path, for operands of differing shapes
         self.plan = plan
         self.devices = devices
         self.dropout = dropout
-        self.dtype = np.dtype(plan.dtype)
+        self.casts = library.casts if library is not None else NumpyCasts
+        spread = threads is not None and threads.spreads(plan.work(devices), len(devices))
+        self.threads = threads if spread else None  # None: every row on the calling thread
 
     def run(self, values: dict[int, dict[TensorView, np.ndarray]], *_unused) -> None:
         """The kernel on every device: its outputs join `values` (the other arguments,
@@ -381,8 +407,10 @@ class LibraryLaunch:
                 for d in self.devices:
                     values[d].update(self.library.run(self.kernel, values[d], d))
                 return
-            operands.append(stacked(arrays, self.dtype))
-        outputs = self.plan.run_stacked(operands, self.devices, self.dropout)
+            operands.append(stacked(arrays))
+        outputs = self.plan.run_stacked(
+            operands, self.devices, self.dropout, self.threads, self.casts
+        )
         for tv, stack in zip(expr.outputs, outputs):
             for r, d in enumerate(self.devices):
                 values[d][tv] = stack[r, ...]
@@ -415,11 +443,12 @@ def library_launch(
     library,
     hosted: list[int],
     output_shapes: Callable[[Kernel, int], list[tuple[int, ...]]],
+    threads=None,
 ) -> LibraryLaunch | ViewLaunch | None:
     """The launch of an unscheduled kernel on the `hosted` devices: a library kernel of
     one call shape on every device (LibraryLaunch), a kernel of one reshape (ViewLaunch);
     None for any other (the executor runs it per device). `library`: the program's
-    kernel.library.LibraryKernels."""
+    kernel.library.LibraryKernels; `threads`: the executor's DeviceThreads (None: none)."""
     if len(kernel.exprs) == 1 and kernel.exprs[0].op_name == "reshape":
         (tv,) = kernel.outputs
         if tv.dtype is not kernel.exprs[0].inputs[0].dtype:
@@ -430,4 +459,4 @@ def library_launch(
     plan = library.plan(kernel)
     if not plan.same_rows(hosted):
         return None
-    return LibraryLaunch(kernel, plan, hosted, library.dropout, library)
+    return LibraryLaunch(kernel, plan, hosted, library.dropout, library, threads)
