@@ -4,6 +4,7 @@ once, the bits unchanged, BLAS held to one thread meanwhile, OpenMP kernels left
 from __future__ import annotations
 
 import threading
+from itertools import product
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import fuserlite as fl
 from fuserlite import models
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.kernel.compile import KernelCompiler
+from fuserlite.runtime import compute
 from fuserlite.runtime import threads as device_threads
 from fuserlite.runtime.launch import KernelLaunch, LibraryLaunch
 from fuserlite.runtime.threads import DeviceThreads, check_workers, default_workers
@@ -115,21 +117,28 @@ def test_blas_runs_one_thread_while_library_launches_are_spread(monkeypatch) -> 
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")
-def test_a_kernel_on_openmp_threads_is_not_also_spread_over_devices(monkeypatch) -> None:
+def test_a_kernel_on_openmp_threads_is_not_also_spread_over_devices(monkeypatch, tmp_path) -> None:
     """One level of parallelism: a kernel big enough for OpenMP (PARALLEL_WORK) keeps it
-    and runs its devices in one native call; a smaller one is spread."""
+    and runs its devices in one native call; a smaller one is spread. Alike when the
+    library is built and when a warm load finds it (no source generated to tell)."""
     monkeypatch.setattr(device_threads, "POOL_WORK", 0)
-    for rows, spread in ((8 * 4, True), (8 * 1024, False)):
+    for rows, build in product((8 * 4, 8 * 1024), ("cold", "warm")):
+        spread = rows == 8 * 4
         with fl.Fusion() as f:
             x = fl.tensor([rows, 256], name="x")
             f.add_input(x)
             shard_axis(x, 0, fl.DeviceMesh.for_num_devices(8))
             f.add_output(fl.neg(x * 2.0 + 1.0))
-        ex = fl.FusionExecutor(f, compute="compiled", threads=2)
+        compiler = KernelCompiler(cache_dir=tmp_path / str(rows))
+        if build == "warm":  # the cold pass cached it: nothing is generated now
+            monkeypatch.setattr(compute, "cpu_function", None)
+        ex = fl.FusionExecutor(f, compute=compiler, threads=2)
         inputs = fl.random_inputs(f, seed=1)
         (got,) = ex.run(inputs)
         np.testing.assert_array_equal(got, -(inputs[0] * 2 + 1))
         (launch,) = ex._launch_plans().values()
         assert isinstance(launch, KernelLaunch)
-        assert (launch.threads is not None) == spread, rows
+        assert (launch.threads is not None) == spread, (rows, build)
         ex.close()
+        monkeypatch.undo()
+        monkeypatch.setattr(device_threads, "POOL_WORK", 0)
