@@ -29,7 +29,7 @@ from fuserlite.ir.sharding import describe_sharding, is_uneven, placement, shard
 from fuserlite.ir.types import ParallelType
 from fuserlite.kernel.cuda import cuda_source
 from fuserlite.program.parser import parse_printed
-from fuserlite.program.shards import device_slices
+from fuserlite.program.shards import device_box, device_slices
 from fuserlite.schedule.shard import shard_axis
 
 DIDx, DIDy = ParallelType.DIDx, ParallelType.DIDy
@@ -285,17 +285,135 @@ def test_an_inner_part_of_another_extent_is_refused(schedule, says):
     assert "x (T0) axis 1" in text and says in text
 
 
-def test_nonoutermost_split():
-    d = 2
-    says = _refusal(
-        [2 * d * 3],
+@pytest.mark.parametrize("d", [2, 4])
+def test_nonoutermost_split(d, capsys, monkeypatch, tmp_path):
+    """nvFuser's test_nonoutermost_split: x[2 * d * 3] outer_split(0, 2), outer_split(1, d),
+    DIDx on axis 1: device r holds t.reshape(2, d, 3)[:, r, :], blocks of 3 rows spaced
+    3d apart (block-cyclic, C0/3), computes them in place, and the assembled output is
+    the reference's on every path; the .fus and printed text read back."""
+    n = 2 * d * 3
+    f = _square_fusion(
+        [n],
         fl.DeviceMesh.for_num_devices(d),
         lambda x: (x.outer_split(0, 2), x.outer_split(1, d), x.axis(1).parallelize(DIDx)),
     )
-    assert "x (T0) axis 1 (ideviceIdx.x4{2}): it splits a part of an axis that a split made" in (
-        says
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    (x,) = f.inputs
+    values = fl.random_inputs(f, seed=7)[0]
+    for r, outs in per_device.items():
+        rows = np.arange(n).reshape(2, d, 3)[:, r, :].flatten()
+        assert list(np.arange(n)[device_slices(x, r)]) == list(rows)
+        np.testing.assert_array_equal(outs[0], values[rows] * values[rows] + np.float32(1))
+    assert fl.FusionExecutor(f).communications == []
+    assert str(placement(x)) == "(C0/3)" and not is_uneven(x)
+    assert "sharded block-cyclically on axis 0 (deviceIdx.x: device i holds blocks of 3 rows" in (
+        describe_sharding(x)
     )
-    assert "outer_split the axis by 2 and parallelize the outer part first" in says
+
+
+def test_block_cyclic_rows_of_a_2d_tensor_and_its_kernels(capsys, monkeypatch, tmp_path):
+    """Blocks of 2 rows of x[12, 3] over 2 devices (rows 0 1 4 5 8 9 and 2 3 6 7 10 11):
+    the kernel indexes its local rows k * 2 + j, device 1's as device 0's."""
+    f = cyclic_square(2, 12, block=2)
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    (x,) = fl.random_inputs(f, seed=7)
+    for r, rows in enumerate([[0, 1, 4, 5, 8, 9], [2, 3, 6, 7, 10, 11]]):
+        np.testing.assert_array_equal(per_device[r][0], x[rows] * x[rows] + np.float32(1))
+    assert "didx" not in cuda_source(fl.FusionExecutor(f).program)  # local rows only
+
+
+@pytest.mark.parametrize("d, n, block", [(2, 12, 3), (4, 24, 3), (2, 8, 2)])
+def test_a_block_cyclic_shard_gathered_whole_is_one_allgather(d, n, block):
+    """exp on each device's blocks, then one Allgather of its n/d rows, interleaved block
+    by block back into row order: the reference's values on every path and every
+    device; the printed program reads back and runs the same."""
+    f = cyclic_gathered(d, n, block=block)
+    inputs = fl.random_inputs(f, seed=2)
+    runs = run_three_ways(f, inputs)
+    ex = fl.FusionExecutor(f, compute="interpret")
+    assert [(c.kind.value, c.bytes_per_device, c.sizing.value) for c in ex.communications] == [
+        ("Allgather", (d - 1) * (n // d) * 3 * 4, "even")
+    ]
+    text = str(ex.program)
+    back = parse_printed(text)
+    assert str(back) == text
+    np.testing.assert_array_equal(
+        fl.FusionExecutor(back, compute="interpret").run(inputs)[0], runs["interpret"][0]
+    )
+    for outs in ex.run_per_device(inputs).values():
+        np.testing.assert_array_equal(outs[0], runs["interpret"][0])
+
+
+@pytest.mark.parametrize(
+    "n, schedule, says",
+    [
+        (
+            14,
+            lambda x: (x.split(0, 6), x.outer_split(1, 2), x.axis(1).parallelize(DIDx)),
+            "its 14 rows are no whole number of blocks per device (14 is not a multiple of "
+            "2 x 3): give the axis a multiple of 6 rows, or outer_split it by 2",
+        ),
+        (
+            14,
+            lambda x: (x.outer_split(0, 2), x.outer_split(1, 2), x.axis(1).parallelize(DIDx)),
+            "it splits a part of extent 7 that 2 devices do not divide into blocks of one "
+            "size: make that part (the inner part of the split of axis 0) a multiple of 2",
+        ),
+    ],
+    ids=["not whole blocks", "odd part"],
+)
+def test_an_uneven_block_cyclic_shard_is_refused(n, schedule, says):
+    """Blocks that do not tile the axis evenly (a short last block or period) are
+    refused before any pass runs, naming the tensor, the axis and the fix."""
+    text = _refusal([n], fl.DeviceMesh.for_num_devices(2), schedule)
+    assert "x (T0) axis 1 (ideviceIdx.x4{2})" in text and says in text
+
+
+def _block_cyclic_then(then):
+    """exp(x), x[12, 4] cyclic in blocks of 3 over 2 devices, then `then`."""
+    mesh = fl.DeviceMesh.for_num_devices(2)
+    with fl.Fusion() as f:
+        x = fl.tensor([12, 4], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.outer_split(0, 2)
+        x.outer_split(1, 2)
+        x.axis(1).parallelize(DIDx)
+        f.add_output(then(f, mesh, fl.exp(x)))
+    return f
+
+
+@pytest.mark.parametrize(
+    "then, error, says",
+    [
+        (_blocks, fl.LoweringError, "from (C0/3) to (S0): the source shards tensor axis 0"),
+        (
+            lambda f, mesh, y: fl.add(fl.rand_like(y), y),
+            fl.LoweringError,
+            "rand_like(...) computes values from their global index, but its axis iS",
+        ),
+    ],
+    ids=["to blocks", "rand_like"],
+)
+def test_what_a_block_cyclic_shard_cannot_feed_is_a_clear_error(then, error, says):
+    """As a cyclic shard: a resharding to blocks and an op of global indices refuse it."""
+    f = _block_cyclic_then(then)
+    with pytest.raises(error) as info:
+        fl.FusionExecutor(f, compute="interpret").run(fl.random_inputs(f, seed=1))
+    assert says in str(info.value)
+    assert "outer_split the axis" in str(info.value) or "outer_split it" in str(info.value)
+
+
+def test_a_block_cyclic_shard_refuses_box_readers():
+    """device_box and DTensor's placements name the tensor and its blocks."""
+    (x,) = cyclic_square(2, 12, block=3).inputs
+    with pytest.raises(fl.ExecutionError) as info:
+        device_box(x, 0)
+    assert "cannot read x (T0): its data axis 0 is sharded cyclically (in blocks of 3: " in (
+        str(info.value)
+    )
+    with pytest.raises(fl.FusionError, match=r"x \(T0\): axis 0 is sharded cyclically"):
+        _ = x.placements
 
 
 def test_2d_sharded_vector():
@@ -415,6 +533,13 @@ def test_a_cyclic_placement_reads_and_prints_as_c():
     p = Placement.parse("(R,C1)", 2)
     assert (p.shards, p.cyclic, str(p)) == (((), (1,)), (1,), "(R,C1)")
     assert p != Placement.parse("(R,S1)", 2) and p.cyclic_axis() == 1
+    b = Placement.parse("(C1/3,R)", 2)  # block-cyclic: blocks of 3
+    assert (b.cyclic, b.block, b.block_of(0), str(b)) == ((0,), (3,), 3, "(C1/3,R)")
+    assert b != Placement.parse("(C1,R)", 2) and Placement.parse("(C1/1,R)", 2) == (
+        Placement.parse("(C1,R)", 2)
+    )
+    with pytest.raises(RedistributionError, match="C<t>/<b> \\(block-cyclic"):
+        Placement.parse("(C0/0)", 1)
     with pytest.raises(RedistributionError, match="a cyclic mesh axis is the only mesh axis"):
         Placement(2, ((0, 1),), (), (1,))
     with pytest.raises(RedistributionError, match="C<t> \\(cyclic\\)"):

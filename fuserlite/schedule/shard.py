@@ -142,8 +142,12 @@ def shard_as(tv: TensorView, mesh: DeviceMesh | None, wanted: Placement) -> None
         for li, axes in enumerate(wanted.shards):
             for a in axes:
                 if a in wanted.cyclic:
-                    tv.split(tv.domain.loop_positions.index(li), mesh.shape[a])
+                    d, b = mesh.shape[a], wanted.block_of(a)
+                    tv.split(tv.domain.loop_positions.index(li), d * b)
                     at = tv.domain.loop_positions.index(len(tv.domain.axes) - 1)
+                    if b > 1:
+                        tv.outer_split(at, d)
+                        at = tv.domain.loop_positions.index(len(tv.domain.axes) - 2)
                     tv.axis(at).parallelize(mesh.parallel_types[a])
                     continue
                 shard_axis(tv, li, mesh, mesh.parallel_types[a], whole=len(axes) == 1)
@@ -160,7 +164,12 @@ def sharded_as(dom: TensorDomain, mesh: DeviceMesh, wanted: Placement) -> Tensor
             if a in wanted.cyclic:  # the inner part of a split by d: rows r, r + d, ...
                 if li not in dom.loop_positions or dom.axes[li].is_device_parallel:
                     raise _Refused
-                dom = dom.split(dom.loop_positions.index(li), mesh.axis_size(pt), True)
+                d, b = mesh.axis_size(pt), wanted.block_of(a)
+                dom = dom.split(dom.loop_positions.index(li), d * b, True)
+                if b > 1:  # block-cyclic: d blocks of b rows, the outer part of a split
+                    dom = dom.split(dom.loop_positions.index(len(dom.axes) - 1), d, False)
+                    dom = _parallelized(dom, len(dom.axes) - 2, pt)
+                    continue
                 dom = _parallelized(dom, len(dom.axes) - 1, pt)
                 continue
             dom = sharded_axis(dom, li, mesh.axis_size(pt), pt, len(axes) == 1)

@@ -293,6 +293,9 @@ def all_cases(size: int) -> dict[str, object]:
     # DIDx on the inner part of split(0, size): rows r, r + size, ..., uneven
     cases["cyclic"] = lambda: cyclic_square(size, 2 * size + 1)
     cases["cyclic-gathered"] = lambda: cyclic_gathered(size, 2 * size + 1)  # strided Allgather
+    # blocks of 3 rows: device r holds rows (k * size + r) * 3 + j (nvFuser's nonoutermost)
+    cases["block-cyclic"] = lambda: cyclic_square(size, 2 * size * 3, block=3)
+    cases["block-cyclic-gathered"] = lambda: cyclic_gathered(size, 2 * size * 3, block=3)
     return cases
 
 
