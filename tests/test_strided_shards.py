@@ -359,8 +359,14 @@ def test_a_block_cyclic_shard_gathered_whole_is_one_allgather(d, n, block):
             "it splits a part of extent 7 that 2 devices do not divide into blocks of one "
             "size: make that part (the inner part of the split of axis 0) a multiple of 2",
         ),
+        (
+            8,
+            lambda x: (x.split(0, 2), x.outer_split(1, 2), x.axis(1).parallelize(DIDx)),
+            "it splits the inner part of a split by 2 into blocks of one row: write the cyclic "
+            "shard as split(axis, 2) with deviceIdx.x on the inner part",
+        ),
     ],
-    ids=["not whole blocks", "odd part"],
+    ids=["not whole blocks", "odd part", "blocks of one row"],
 )
 def test_an_uneven_block_cyclic_shard_is_refused(n, schedule, says):
     """Blocks that do not tile the axis evenly (a short last block or period) are
@@ -416,21 +422,105 @@ def test_a_block_cyclic_shard_refuses_box_readers():
         _ = x.placements
 
 
-def test_2d_sharded_vector():
-    says = _refusal(
-        [2 * 2 * 2 * 3],
-        fl.DeviceMesh([[0, 1], [2, 3]]),
-        lambda x: (
-            x.split(0, 2 * 3),
-            x.outer_split(0, 2),
-            x.axis(0).parallelize(DIDy),
-            x.outer_split(2, 2),
-            x.axis(2).parallelize(DIDx),
+def _vector_2d(x, cols: int = 3, tp: int = 2, dp: int = 2) -> None:
+    """nvFuser's test_2d_sharded_vector schedule: split(0, tp * cols), DIDy on the outer
+    part of outer_split(0, dp), DIDx on the outer part of outer_split(2, tp); cols 1:
+    DIDx on the inner part of split(0, tp) (blocks of 1 row written so are refused)."""
+    x.split(0, tp * cols)
+    x.outer_split(0, dp)
+    x.axis(0).parallelize(DIDy)
+    if cols == 1:
+        x.axis(2).parallelize(DIDx)
+        return
+    x.outer_split(2, tp)
+    x.axis(2).parallelize(DIDx)
+
+
+@pytest.mark.parametrize("cols", [3, 1], ids=["blocks of 3", "cyclic"])
+def test_2d_sharded_vector(cols, capsys, monkeypatch, tmp_path):
+    """nvFuser's test_2d_sharded_vector: x[dp * 2 * tp * cols] on a 2x2 mesh, device (y, x)
+    holds t.reshape(dp, 2, tp, cols)[y, :, x, :]: DIDx cyclic in blocks of cols within
+    DIDy's chunk of the periods ((S0,C0/3); cols 1: rows (k * 2 + x) for DIDy's k,
+    (S0,C0)); computed in place on every path, the .fus and printed text read back."""
+    mesh = fl.DeviceMesh([[0, 1], [2, 3]])
+    n = 2 * 2 * 2 * cols
+    f = _square_fusion([n], mesh, lambda x: _vector_2d(x, cols))
+    per_device = assert_runs_and_reads_back(f, capsys, monkeypatch, tmp_path)
+    (x,) = f.inputs
+    values = fl.random_inputs(f, seed=7)[0]
+    for dev, outs in per_device.items():
+        rows = np.arange(n).reshape(2, 2, 2, cols)[dev // 2, :, dev % 2, :].flatten()
+        assert list(np.arange(n)[device_slices(x, dev)]) == list(rows)
+        np.testing.assert_array_equal(outs[0], values[rows] * values[rows] + np.float32(1))
+    assert fl.FusionExecutor(f).communications == []
+    assert str(placement(x)) == ("(S0,C0/3)" if cols == 3 else "(S0,C0)")
+    assert "(deviceIdx.y, then deviceIdx.x: device i holds " in describe_sharding(x)
+
+
+def test_2d_sharded_vector_gathered_over_didx_is_one_allgather_per_row_of_the_mesh():
+    """(S0,C0/3) gathered over DIDx to (S0,R): each DIDy team's Allgather of its chunk's
+    blocks, interleaved, leaves DIDy's torch.chunk block of the axis on every path."""
+    mesh = fl.DeviceMesh([[0, 1], [2, 3]])
+    with fl.Fusion() as f:
+        x = fl.tensor([24, 2], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        _vector_2d(x)
+        y = fl.exp(x)
+        y.set_device_mesh(mesh)
+        shard_axis(y, 0, mesh, DIDy)
+        f.add_output(y)
+    inputs = fl.random_inputs(f, seed=4)
+    runs = run_three_ways(f, inputs)
+    ex = fl.FusionExecutor(f, compute="interpret")
+    assert [(c.kind.value, c.group, c.bytes_per_device) for c in ex.communications] == [
+        ("Allgather", (1,), 6 * 2 * 4)
+    ]
+    for dev, outs in ex.run_per_device(inputs).items():
+        top = 12 * (dev // 2)
+        np.testing.assert_array_equal(outs[0], runs["interpret"][0][top : top + 12])
+    text = str(ex.program)
+    assert str(parse_printed(text)) == text
+
+
+@pytest.mark.parametrize(
+    "n, output, error, says",
+    [
+        (
+            24,
+            lambda mesh, y: y,
+            fl.LoweringError,
+            "from (S0,C0/3) to (R,R): the source shards tensor axis 0 cyclically (C0/3: device "
+            "i holds blocks of 3 rows spaced d*3 apart)",
         ),
-    )
-    assert "x (T0) axis 0 (ideviceIdx.y4{2}): it splits a part of an axis that a split made" in (
-        says
-    )
+        (
+            18,
+            None,
+            fl.VerifyError,
+            "x (T0) axis 0 (ideviceIdx.y4{2}): it shards the 3 periods of a cyclic shard of "
+            "axis 0 (the outer part of its split), which 2 devices do not divide",
+        ),
+    ],
+    ids=["gathered over both mesh axes", "periods DIDy does not divide"],
+)
+def test_what_a_2d_sharded_vector_still_refuses(n, output, error, says):
+    """Gathering DIDy's chunks of periods back together is no Allgather of blocks (the
+    planner's error), and DIDy over a number of periods it does not divide is no layout
+    fuserlite holds: both refused, naming the tensor, axis and fix."""
+    mesh = fl.DeviceMesh([[0, 1], [2, 3]])
+    with fl.Fusion() as f:
+        x = fl.tensor([n], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        _vector_2d(x)
+        y = fl.exp(x)
+        if output is not None:
+            y.set_device_mesh(mesh)
+        f.add_output(y)
+    with pytest.raises(error) as info:
+        fl.FusionExecutor(f, compute="interpret")
+    assert says in str(info.value)
+    assert "outer_split" in str(info.value)
 
 
 def _square_fusion(shape, mesh, schedule) -> fl.Fusion:
@@ -540,7 +630,7 @@ def test_a_cyclic_placement_reads_and_prints_as_c():
     )
     with pytest.raises(RedistributionError, match="C<t>/<b> \\(block-cyclic"):
         Placement.parse("(C0/0)", 1)
-    with pytest.raises(RedistributionError, match="a cyclic mesh axis is the only mesh axis"):
-        Placement(2, ((0, 1),), (), (1,))
+    with pytest.raises(RedistributionError, match="a cyclic mesh axis is the innermost mesh"):
+        Placement(2, ((1, 0),), (), (1,))
     with pytest.raises(RedistributionError, match="C<t> \\(cyclic\\)"):
         Placement.parse("(C0.1,S0.0)", 1)

@@ -7,10 +7,13 @@ other nesting, which DTensor cannot name but a sequence of steps can reach.
 Mesh axes in `partial` hold addends (sums or maxima) of the value; every other
 mesh axis is replicated. A mesh axis in `cyclic` shards its tensor axis cyclically
 (strided), not in chunks: device r of d holds elements r, r + d, r + 2d, ... (nvFuser's
-DIDx on the inner part of a split by d); it is the only mesh axis of that tensor axis.
+DIDx on the inner part of a split by d); it is the innermost mesh axis of that tensor
+axis, and the mesh axes outside it chunk the axis's periods of d rows (torch.chunk's
+chunks of ceil(n/d) periods; nvFuser's DIDy on the outer part of that split).
 Its `block` b (1 unless said) makes it block-cyclic: device r holds blocks of b
-consecutive elements spaced d * b apart, elements (k * d + r) * b + j (nvFuser's DIDx on
-the outer part of a split of the inner part of a split); cyclic is block size 1.
+consecutive elements spaced d * b apart, elements (k * d + r) * b + j, periods of d * b
+(nvFuser's DIDx on the outer part of a split of the inner part of a split); cyclic is
+block size 1.
 
 Text form, one entry per mesh axis: `S<t>` (shards tensor axis t), `R`, `P`:
 "(S1,S2,R)", "(P,S0)"; a cyclic shard is `C<t>`, "(C0)", a block-cyclic one of blocks
@@ -100,11 +103,17 @@ class Placement:
                 f"rank-{self.mesh_rank} mesh: each mesh axis 0..{self.mesh_rank - 1} shards "
                 "at most one tensor axis once, or is partial, or neither (replicated)"
             )
-        alone = {axes[0] for axes in self.shards if len(axes) == 1}
-        if list(self.cyclic) != sorted(set(self.cyclic)) or not set(self.cyclic) <= alone:
+        innermost = {axes[-1] for axes in self.shards if axes}
+        outer = {a for axes in self.shards for a in axes[:-1]}
+        if (
+            list(self.cyclic) != sorted(set(self.cyclic))
+            or not set(self.cyclic) <= innermost
+            or set(self.cyclic) & outer
+        ):
             raise RedistributionError(
                 f"invalid placement shards={self.shards} cyclic={self.cyclic}: a cyclic mesh "
-                "axis is the only mesh axis sharding its tensor axis"
+                "axis is the innermost mesh axis sharding its tensor axis (the outer ones "
+                "chunk its periods)"
             )
         if not self.block:
             object.__setattr__(self, "block", (1,) * len(self.cyclic))
@@ -132,6 +141,14 @@ class Placement:
         of another tensor made from this one's mesh axes)."""
         kept = {a for axes in shards for a in axes}
         return tuple(a for a in self.cyclic if a in kept)
+
+    def gathered(self) -> Placement:
+        """This placement with its (first) cyclic tensor axis gathered over its cyclic mesh
+        axis: that axis keeps the outer mesh axes, whose chunks of its periods are then
+        blocks of it (where they divide it evenly)."""
+        t = self.cyclic_axis()
+        shards = tuple(axes[:-1] if k == t else axes for k, axes in enumerate(self.shards))
+        return self.keeping(shards, self.partial)
 
     def cyclic_axis(self) -> int | None:
         """The first tensor axis sharded cyclically, or None."""

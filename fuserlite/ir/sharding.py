@@ -63,7 +63,8 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
 
     The axis split is what `p` is the outer part of (the origin itself, or the inner
     part of an enclosing sharding split, or either merged with an extent-1 broadcast
-    axis, which the chain looks through); `p` itself when it is a logical axis.
+    axis, which the chain looks through, or the outer part of a (block-)cyclic split:
+    its periods); `p` itself when it is a logical axis.
     """
     if p < dom.n_logical:
         return p, 0, p
@@ -75,6 +76,9 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
         s = dom.transform_of(src)
         if type(s) is Merge and (other := unit_merge_source(dom, s)) is not None:
             src = other  # the merged axis is the other axis, laid out alike
+            continue
+        if type(s) is Split and src == s.outer and dom.is_cyclic_split(s):
+            src = s.input  # chunks of the periods of a (block-)cyclic shard
             continue
         if not (type(s) is Split and src == s.inner and dom.axes[s.outer].is_device_parallel):
             return None
@@ -180,6 +184,14 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
     origin, _, split = chain
     inner = None if p == split else dom.axes[dom.transform_of(p).inner]
     split_extent = dom.axes[split].extent
+    periods = dom.transform_of(split) if split >= dom.n_logical else None
+    if dom.is_cyclic_split(periods) and split == periods.outer and split_extent % d:
+        return (
+            f"it shards the {split_extent} periods of a cyclic shard of axis {origin} "
+            f"(the outer part of its split), which {d} devices do not divide: give that part "
+            f"a multiple of {d} periods, or outer_split the axis itself by {d} and "
+            "parallelize the outer part"
+        )
     if _fits(ax.extent, split_extent, None if inner is None else inner.extent, d):
         return None
     where = _WHERE
@@ -211,6 +223,12 @@ def _cyclic_problem(dom: TensorDomain, p: int, d: int, origin: int, t: Split) ->
     if p != t.inner:  # block-cyclic: p is the outer part of split s of t's inner part
         s = dom.transform_of(p)
         i, n = dom.axes[t.inner].extent, dom.axes[t.input].extent
+        if b == 1:
+            return (
+                f"it splits the inner part of a split by {d} into blocks of one row: write "
+                f"the cyclic shard as split(axis, {d}) with {dom.axes[p].parallel_type.value} "
+                f"on the inner part (device i holds rows i, i + {d}, ...)"
+            )
         if not dom.divisible(s):
             return (
                 f"it splits a part of extent {i} that {d} devices do not divide into blocks "
@@ -243,12 +261,13 @@ def _cyclic_problem(dom: TensorDomain, p: int, d: int, origin: int, t: Split) ->
         and dom.axes[q].is_device_parallel
         and not dom.axes[q].is_broadcast
         and _origin_of(dom, q) == origin
+        and (sharding_chain(dom, q) or (None, None, None))[2] != t.outer  # chunks periods
     ]
     if others:
         return (
             f"axis {origin} is sharded cyclically here and by {dom.axes[others[0]].parallel_type.value}"
-            " too: a cyclic shard is the only sharding of its axis; shard it over one mesh "
-            "axis, or outer_split it for the others"
+            " too: a cyclic shard's other mesh axes chunk its periods (the outer part of its "
+            "split); shard it over one mesh axis, or outer_split that outer part for the others"
         )
     return None
 
@@ -363,7 +382,7 @@ def layout_facts(dom: TensorDomain, mesh_shape: tuple[int, ...] | None) -> _Fact
         nest.setdefault(a.logical_index, []).append(a)
     shards: list[tuple[int, ...]] = [()] * len(logical)
     for li, ss in nest.items():
-        shards[li] = tuple(a.mesh_axis for a in sorted(ss, key=lambda a: a.depth))
+        shards[li] = tuple(a.mesh_axis for a in sorted(ss, key=lambda a: (a.cyclic, a.depth)))
     rank = len(mesh_shape) if mesh_shape is not None else 1
     cyclic = sorted((a.mesh_axis, a.block) for a in out.values() if a.cyclic)
     logical_placed = Placement(
@@ -446,7 +465,7 @@ def _nestings(tv: TensorView) -> dict[int, tuple[AxisSharding, ...]]:
     by_axis: dict[int, list[AxisSharding]] = {}
     for s in shardings(tv).values():
         by_axis.setdefault(s.logical_index, []).append(s)
-    return {li: tuple(sorted(ss, key=lambda s: s.depth)) for li, ss in by_axis.items()}
+    return {li: tuple(sorted(ss, key=lambda s: (s.cyclic, s.depth))) for li, ss in by_axis.items()}
 
 
 def describe_sharding(tv: TensorView) -> str:
@@ -457,19 +476,16 @@ def describe_sharding(tv: TensorView) -> str:
         types = ", then ".join(s.parallel_type.value for s in nest)
         if nest[0].is_partial:
             parts.append(f"partial sums over reduction axis {li} ({types})")
-        elif nest[0].cyclic and nest[0].block > 1:
-            d, b = nest[0].num_devices, nest[0].block
-            parts.append(
-                f"sharded block-cyclically on axis {nest[0].data_index} ({types}: device i "
-                f"holds blocks of {b} rows, rows i*{b} to i*{b} + {b - 1}, then those + "
-                f"{d * b}, ...)"
+        elif nest[-1].cyclic:  # the innermost: the outer ones chunk its periods
+            c = nest[-1]
+            d, b = c.num_devices, c.block
+            rows = (
+                f"rows i, i + {d}, ..."
+                if b == 1
+                else f"blocks of {b} rows, rows i*{b} to i*{b} + {b - 1}, then those + {d * b}, ..."
             )
-        elif nest[0].cyclic:
-            d = nest[0].num_devices
-            parts.append(
-                f"sharded cyclically on axis {nest[0].data_index} ({types}: device i holds rows "
-                f"i, i + {d}, ...)"
-            )
+            how = "block-cyclically" if b > 1 else "cyclically"
+            parts.append(f"sharded {how} on axis {c.data_index} ({types}: device i holds {rows})")
         else:
             parts.append(f"sharded on axis {nest[0].data_index} ({types})")
     text = f"{where}, " + (", ".join(parts) if parts else "replicated")

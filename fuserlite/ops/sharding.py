@@ -153,6 +153,7 @@ def _needed_cyclic(
         and shards[p] == axes
         and producer.logical[p].extent == out.logical[c].extent
         for a in axes
+        if a in wanted.cyclic
     ]
     keep.sort()
     return tuple(keep), tuple(wanted.block_of(a) for a in keep)

@@ -26,8 +26,8 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import layout_facts
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.values import fact
-from fuserlite.plan.blocks import Box, blocks
-from fuserlite.plan.mesh_axes import MeshShape, coords
+from fuserlite.plan.blocks import Box, blocks, cyclic_indices
+from fuserlite.plan.mesh_axes import MeshShape
 
 
 def mesh_shape(tv: TensorView) -> MeshShape:
@@ -67,29 +67,14 @@ def domain_layout(dom: TensorDomain, mesh: MeshShape | None) -> Layout:
 
 
 def _cyclic_layout(shape: tuple[int, ...], mesh: MeshShape, p) -> Layout:
-    """Every device's rows of its (block-)cyclic axis (the only mesh axis of that axis),
+    """Every device's rows of its (block-)cyclic axis (plan.blocks.cyclic_indices),
     torch.chunk's chunks of the axes the other mesh axes shard."""
-    t = p.cyclic_axis()
-    (a,) = p.shards[t]
-    rest = type(p)(p.mesh_rank, tuple(() if k == t else s for k, s in enumerate(p.shards)))
-    slices, shapes = [], []
-    for coord, box in zip(coords(mesh), blocks(shape, mesh, rest)):
-        where: list = [slice(lo, hi) for lo, hi in box]
-        where[t] = cyclic_rows(shape[t], mesh[a], p.block_of(a), coord[a])
-        slices.append(tuple(where))
-        shapes.append(
-            tuple(len(s) if type(s) is tuple else len(range(n)[s]) for n, s in zip(shape, where))
-        )
-    return Layout(shape, True, None, tuple(shapes), tuple(slices), t)
-
-
-def cyclic_rows(n: int, d: int, b: int, r: int) -> slice | tuple[int, ...]:
-    """The rows of an axis of n that device r of d holds, cyclic in blocks of b: rows
-    (k d + r) b + j in order; the slice r::d (a view) where b is 1, else the rows'
-    indices (an index array: reading it copies, writing it scatters)."""
-    if b == 1:
-        return slice(r, n, d)
-    return tuple(i for i in range(n) if (i // b) % d == r)
+    slices = tuple(cyclic_indices(shape, mesh, p))
+    shapes = tuple(
+        tuple(len(s) if type(s) is tuple else len(range(n)[s]) for n, s in zip(shape, where))
+        for where in slices
+    )
+    return Layout(shape, True, None, shapes, slices, p.cyclic_axis())
 
 
 def cyclic_problem(tv: TensorView, who: str) -> ExecutionError:

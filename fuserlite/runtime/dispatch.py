@@ -218,12 +218,11 @@ def _strided_allgather(comm: Communication, backend: Communicator, bufs: Buffers
     (k d + r) b + j) and the padding dropped."""
     before, after = placement(comm.input), placement(comm.output)
     t = before.cyclic_axis()
-    group = before.shards[t]
-    shards = tuple(() if k == t else axes for k, axes in enumerate(before.shards))
-    if after != Placement(before.mesh_rank, shards, before.partial):
+    group = before.shards[t][-1:]
+    if after != before.gathered():
         raise ExecutionError(
             f"Allgather {comm.input.name} -> {comm.output.name}: a cyclic shard {before} "
-            f"gathers only to {Placement(before.mesh_rank, shards, before.partial)}, not {after}"
+            f"gathers only to {before.gathered()}, not {after}"
         )
     mesh = comm.input.mesh
     d, b = mesh.shape[group[0]], before.block_of(group[0])

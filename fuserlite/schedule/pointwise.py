@@ -148,6 +148,7 @@ def local_domain(dom: TensorDomain) -> TensorDomain:
             pos = local.loop_positions.index(new_of[t.input])
             n = len(local.axes)
             local = local.split(pos, t.factor, t.inner_split)
+            new_of[t.outer] = n  # its periods, which outer mesh axes may chunk
             if dom.cyclic_device(t)[1] == 1:
                 local = local.parallelize(n + 1, dom.axes[t.inner].parallel_type)
             else:  # block-cyclic: the sharding split of the inner part comes next
