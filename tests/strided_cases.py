@@ -50,3 +50,25 @@ def cyclic_gathered(num_devices: int, n: int, cols: int = 3, block: int = 1) -> 
         y.set_device_mesh(mesh)
         f.add_output(y)
     return f
+
+
+def vector_2d_gathered(cols: int = 3) -> fl.Fusion:
+    """exp(x), x[24, 2] on a 2x2 mesh as nvFuser's test_2d_sharded_vector ((S0,C0/3): DIDx
+    cyclic in blocks of `cols` within DIDy's chunk of the periods), then gathered over
+    DIDx to DIDy's blocks (S0,R): one Allgather per DIDy team, interleaved."""
+    mesh = fl.DeviceMesh([[0, 1], [2, 3]])
+    with fl.Fusion() as f:
+        x = fl.tensor([24, 2], name="x")
+        f.add_input(x)
+        x.set_device_mesh(mesh)
+        x.split(0, 2 * cols)
+        x.outer_split(0, 2)
+        x.axis(0).parallelize(fl.ParallelType.DIDy)
+        x.outer_split(2, 2)
+        x.axis(2).parallelize(DIDx)
+        y = fl.exp(x)
+        y.set_device_mesh(mesh)
+        y.outer_split(0, 2)
+        y.axis(0).parallelize(fl.ParallelType.DIDy)
+        f.add_output(y)
+    return f

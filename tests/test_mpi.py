@@ -141,6 +141,7 @@ def test_four_ranks_are_bit_identical_to_sim():
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     assert results["cyclic-gathered"]["kinds"] == ["Allgather"]  # padded, interleaved
     assert results["block-cyclic-gathered"]["kinds"] == ["Allgather"]  # interleaved blocks
+    assert results["2d-sharded-vector-gathered"]["kinds"] == ["Allgather"]  # per DIDy team
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from strided_cases import cyclic_gathered, cyclic_square
+from strided_cases import cyclic_gathered, cyclic_square, vector_2d_gathered
 from test_cli_opt import cli
 from three_way import run_three_ways
 
@@ -460,16 +460,7 @@ def test_2d_sharded_vector(cols, capsys, monkeypatch, tmp_path):
 def test_2d_sharded_vector_gathered_over_didx_is_one_allgather_per_row_of_the_mesh():
     """(S0,C0/3) gathered over DIDx to (S0,R): each DIDy team's Allgather of its chunk's
     blocks, interleaved, leaves DIDy's torch.chunk block of the axis on every path."""
-    mesh = fl.DeviceMesh([[0, 1], [2, 3]])
-    with fl.Fusion() as f:
-        x = fl.tensor([24, 2], name="x")
-        f.add_input(x)
-        x.set_device_mesh(mesh)
-        _vector_2d(x)
-        y = fl.exp(x)
-        y.set_device_mesh(mesh)
-        shard_axis(y, 0, mesh, DIDy)
-        f.add_output(y)
+    f = vector_2d_gathered()
     inputs = fl.random_inputs(f, seed=4)
     runs = run_three_ways(f, inputs)
     ex = fl.FusionExecutor(f, compute="interpret")
