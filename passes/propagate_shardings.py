@@ -185,11 +185,8 @@ def _inherited(
             cyclic.update((a, logical_placement(source).block_of(a)) for a in strided)
     if not used:
         return None
-    return (
-        Placement(mesh.rank, tuple(shards), (), *zip(*sorted(cyclic.items())))
-        if cyclic
-        else (Placement(mesh.rank, tuple(shards)))
-    )
+    axes = tuple(sorted(cyclic))
+    return Placement(mesh.rank, tuple(shards), (), axes, tuple(cyclic[a] for a in axes))
 
 
 def _check_inherited(tv: TensorView) -> None:

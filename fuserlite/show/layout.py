@@ -140,10 +140,10 @@ def _held(shape: tuple[int, ...], mesh: DeviceMesh, p: Placement) -> list[tuple[
         return list(zip(mesh.devices, blocks(shape, mesh.shape, p)))
     held = []
     for device, where in zip(mesh.devices, cyclic_indices(shape, mesh.shape, p)):
-        box = [(s.start, s.stop) for s in where]  # the other axes' slices
         rows = where[t] if type(where[t]) is tuple else range(shape[t])[where[t]]
-        for row in rows:
-            held.append((device, tuple((row, row + 1) if k == t else b for k, b in enumerate(box))))
+        for row in rows:  # the other axes' slices are their boxes
+            box = ((row, row + 1) if k == t else (s.start, s.stop) for k, s in enumerate(where))
+            held.append((device, tuple(box)))
     return held
 
 
