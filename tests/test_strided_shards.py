@@ -16,6 +16,8 @@ would hold against nvFuser's layout.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from strided_cases import cyclic_gathered, cyclic_square, vector_2d_gathered
@@ -455,6 +457,25 @@ def test_2d_sharded_vector(cols, capsys, monkeypatch, tmp_path):
     assert fl.FusionExecutor(f).communications == []
     assert str(placement(x)) == ("(S0,C0/3)" if cols == 3 else "(S0,C0)")
     assert "(deviceIdx.y, then deviceIdx.x: device i holds " in describe_sharding(x)
+
+
+@pytest.mark.parametrize("n", [7, 3], ids=["7", "3: device 3 holds none"])
+def test_an_uneven_cyclic_shard_under_didy(n):
+    """Rows k * 2 + x of DIDy's periods k (torch.chunk's of the ceil(n/2)), n not a
+    multiple of 2: the last period short (7: device 3 holds row 5 only; 3: none), the
+    kernel's predicate reads the global period (DIDy's chunk's), on every path."""
+    mesh = fl.DeviceMesh([[0, 1], [2, 3]])
+    f = _square_fusion([n, 2], mesh, lambda x: _vector_2d(x, cols=1))
+    inputs = fl.random_inputs(f, seed=5)
+    for outs in run_three_ways(f, inputs).values():
+        np.testing.assert_array_equal(outs[0], inputs[0] * inputs[0] + np.float32(1))
+    per_device = fl.FusionExecutor(f, compute="interpret").run_per_device(inputs)
+    c = math.ceil(math.ceil(n / 2) / 2)  # periods per DIDy chunk
+    for dev, outs in per_device.items():
+        periods = range(c * (dev // 2), c * (dev // 2 + 1))
+        rows = [r for k in periods if (r := 2 * k + dev % 2) < n]
+        np.testing.assert_array_equal(outs[0], inputs[0][rows] ** 2 + np.float32(1))
+    assert is_uneven(f.inputs[0])
 
 
 def test_2d_sharded_vector_gathered_over_didx_is_one_allgather_per_row_of_the_mesh():

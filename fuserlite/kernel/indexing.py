@@ -227,6 +227,11 @@ def _sharding_devices(dom: TensorDomain) -> frozenset[str]:
             used.update(device_index(dom.axes[s.outer].parallel_type) for s in _nested(dom, t))
         elif dom.is_cyclic_split(t) and not dom.divisible(t):
             used.add(device_index(dom.axes[dom.cyclic_device(t)[0]].parallel_type))
+            k = dom.use[t.outer]  # the mesh axes chunking its periods: the global period
+            if k is not None and dom.is_sharding_split(periods := dom.transforms[k]):
+                used.update(
+                    device_index(dom.axes[s.outer].parallel_type) for s in _nested(dom, periods)
+                )
     return frozenset(used)
 
 
@@ -388,7 +393,8 @@ def lower_domain(
                     here = glob.get(
                         tr.inner, var(device_index(dom.axes[device].parallel_type), inner_extent)
                     )
-                    preds.append((add(mul(env[tr.outer], inner_extent), here), source.extent))
+                    outer = glob.get(tr.outer, env[tr.outer])  # the period, DIDy's chunk's
+                    preds.append((add(mul(outer, inner_extent), here), source.extent))
                 continue
             idx = add(mul(env[tr.outer], inner_extent), env[tr.inner])
             env[tr.input] = idx
