@@ -59,6 +59,7 @@ from fuserlite.ir.sharding import (
     describe_sharding,
     is_partial,
     is_resharding,
+    is_uneven,
     local_nbytes,
     local_shape,
     logical_placement,
@@ -219,7 +220,8 @@ class _Lowering:
             before=before,
             after=after,
             axes=(t,),
-            sizing=Sizing.padded if n % d else Sizing.even,
+            # padded where any axis is uneven (another mesh axis's too): the verifier's rule
+            sizing=Sizing.padded if n % d or is_uneven(inp) else Sizing.even,
         )
         return Resharding(inp, out, "", [comm])
 

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 import pytest
-from strided_cases import cyclic_gathered, cyclic_square, vector_2d_gathered
+from strided_cases import cyclic_gathered, cyclic_square, shard_cyclically, vector_2d_gathered
 from test_cli_opt import cli
 from three_way import run_three_ways
 
@@ -126,49 +126,49 @@ def test_a_cyclic_shard_gathered_whole_is_a_strided_allgather(d, n, capsys, monk
             assert cli(capsys, monkeypatch, "opt", "-", stdin=printed) == (0, printed, "")
 
 
-def _cyclic_input(f, name, shape, mesh) -> fl.TensorView:
-    """An input of `shape` on `mesh` whose axis 0 is split by the DIDx size, DIDx inner."""
-    x = fl.tensor(shape, name=name)
+def _cyclic_input(f, name, shape, mesh, block: int = 1) -> fl.TensorView:
+    """An input of `shape` on `mesh` whose axis 0 is split by the DIDx size, DIDx inner
+    (in blocks of `block` > 1: 12 rows, strided_cases.shard_cyclically)."""
+    x = fl.tensor(shape if block == 1 else [12, *shape[1:]], name=name)
     f.add_input(x)
     x.set_device_mesh(mesh)
-    x.split(0, mesh.axis_size(DIDx))
-    x.axis(1).parallelize(DIDx)
+    shard_cyclically(x, mesh.axis_size(DIDx), block)
     return x
 
 
-def _row_sums(f, mesh):
-    f.add_output(fl.sum(fl.exp(_cyclic_input(f, "x", [7, 5], mesh)), [1]))
+def _row_sums(f, mesh, block=1):
+    f.add_output(fl.sum(fl.exp(_cyclic_input(f, "x", [7, 5], mesh, block)), [1]))
 
 
-def _minus_row_max(f, mesh):
-    x = _cyclic_input(f, "x", [7, 5], mesh)
+def _minus_row_max(f, mesh, block=1):
+    x = _cyclic_input(f, "x", [7, 5], mesh, block)
     f.add_output(fl.sub(x, fl.broadcast(fl.max(x, [1]), [False, True])))
 
 
-def _two_inputs_and_a_bias(f, mesh):
-    x, y = (_cyclic_input(f, n, [7, 5], mesh) for n in "xy")
+def _two_inputs_and_a_bias(f, mesh, block=1):
+    x, y = (_cyclic_input(f, n, [7, 5], mesh, block) for n in "xy")
     b = fl.tensor([1, 5], name="b")
     f.add_input(b)
     b.set_device_mesh(mesh)
     f.add_output(fl.add(fl.mul(x, y), b))
 
 
-def _matmul(f, mesh):
+def _matmul(f, mesh, block=1):
     """A GEMM of the cyclic rows of x by a replicated w: the output's rows alike."""
     w = fl.tensor([4, 5], name="w")
     f.add_input(w)
     w.set_device_mesh(mesh)
-    f.add_output(fl.matmul(fl.exp(_cyclic_input(f, "x", [7, 4], mesh)), w))
+    f.add_output(fl.matmul(fl.exp(_cyclic_input(f, "x", [7, 4], mesh, block)), w))
 
 
-def _transposed(f, mesh):
-    f.add_output(fl.permute(fl.exp(_cyclic_input(f, "x", [6, 5], mesh)), [1, 0]))
+def _transposed(f, mesh, block=1):
+    f.add_output(fl.permute(fl.exp(_cyclic_input(f, "x", [6, 5], mesh, block)), [1, 0]))
 
 
-def _on_2x2(f, mesh):
+def _on_2x2(f, mesh, block=1):
     """Rows cyclic over DIDx, columns in blocks over DIDy; gathered over DIDx only."""
     m = fl.DeviceMesh([[0, 1], [2, 3]])
-    x = _cyclic_input(f, "x", [7, 5], m)
+    x = _cyclic_input(f, "x", [7, 5], m, block)
     shard_axis(x, 1, m, DIDy)
     y = fl.mul(x, 3.0)
     y.set_device_mesh(m)
@@ -188,12 +188,13 @@ def _on_2x2(f, mesh):
     ],
     ids=["row sums", "minus row max", "two inputs and a bias", "transposed", "matmul", "2x2 mesh"],
 )
-def test_a_cyclic_shard_through_other_ops(build, moved):
+@pytest.mark.parametrize("block", [1, 3], ids=["cyclic", "blocks of 3"])
+def test_a_cyclic_shard_through_other_ops(build, moved, block):
     """Row-wise reductions, a broadcast operand, a transpose and a second mesh axis over a
-    cyclic shard: each device computes its own rows; the reference's values on every
-    path."""
+    cyclic shard, in blocks too: each device computes its own rows; the reference's
+    values on every path."""
     with fl.Fusion() as f:
-        build(f, fl.DeviceMesh.for_num_devices(2))
+        build(f, fl.DeviceMesh.for_num_devices(2), block)
     run_three_ways(f, fl.random_inputs(f, seed=3))
     assert [c.kind.value for c in fl.FusionExecutor(f).communications] == moved
 
