@@ -48,6 +48,7 @@ the one that sends fewer bytes: passes/chunking.py); the choice is printed
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -58,7 +59,9 @@ from fuserlite.ir.sharding import (
     describe_sharding,
     is_partial,
     is_resharding,
+    is_uneven,
     local_nbytes,
+    local_shape,
     logical_placement,
     placement,
     sharded_data_axis,
@@ -188,18 +191,20 @@ class _Lowering:
         return Resharding(inp, out, "", comms, plan=plan)
 
     def _strided_allgather(self, expr: LoadStoreOp) -> Resharding:
-        """A cyclic shard gathered whole along its mesh axis: one Allgather of every
-        device's rows padded to ceil(n/d), interleaved (runtime.dispatch); any other
-        move of it is refused (the planner's RedistributionError)."""
+        """A cyclic shard gathered along its mesh axis: one Allgather of every device's
+        rows padded to ceil(n/d), interleaved (runtime.dispatch), whole, or in each
+        chunk of the outer mesh axes (which then hold blocks: Placement.gathered; even
+        only); any other move of it is refused (the planner's RedistributionError)."""
         inp, out = expr.input, expr.output
         before, after = placement(inp), placement(out)
         t = before.cyclic_axis()
-        (a,) = before.shards[t]
-        shards = tuple(() if k == t else axes for k, axes in enumerate(before.shards))
-        if after != Placement(before.mesh_rank, shards, before.partial):
+        *outer, a = before.shards[t]
+        d, n = inp.mesh.shape[a], local_shape(out)[t]  # the rows of the outer axes' chunk
+        whole = inp.domain.logical[inp.data_positions()[t]].extent
+        even = whole % (math.prod(inp.mesh.shape[o] for o in outer) * d) == 0
+        if after != before.gathered() or (outer and not even):
             self.planners.plan(inp, out)  # raises: no plan moves a cyclic shard otherwise
             raise AssertionError("a cyclic shard planned")  # pragma: no cover
-        d, n = inp.mesh.shape[a], inp.domain.logical[inp.data_positions()[t]].extent
         rows = -(-n // d)
         per_row = local_nbytes(inp) // rows if rows else 0
         expr.detach()
@@ -215,7 +220,8 @@ class _Lowering:
             before=before,
             after=after,
             axes=(t,),
-            sizing=Sizing.padded if n % d else Sizing.even,
+            # padded where any axis is uneven (another mesh axis's too): the verifier's rule
+            sizing=Sizing.padded if n % d or is_uneven(inp) else Sizing.even,
         )
         return Resharding(inp, out, "", [comm])
 

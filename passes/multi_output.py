@@ -71,10 +71,11 @@ def induced(expr: Expr, k: int, needs: tuple[MeshPlacement, ...]) -> MeshPlaceme
             if axes and shards[ci] not in ((), axes):
                 return None
             shards[ci] = shards[ci] or axes
-    cyclic = {a for _, need in needs for a in need.cyclic}
-    placed = Placement(
-        rank, tuple(shards), (), tuple(sorted(cyclic & {a for s in shards for a in s}))
-    )
+    blocks = {a: need.block_of(a) for _, need in needs for a in need.cyclic}
+    if any(need.block_of(a) != blocks[a] for _, need in needs for a in need.cyclic):
+        return None  # one mesh axis cyclic in blocks of two sizes
+    used = sorted(set(blocks) & {a for s in shards for a in s})
+    placed = Placement(rank, tuple(shards), (), tuple(used), tuple(blocks[a] for a in used))
     reduced = [ax for ax, axes in zip(out.domain.logical, shards) if axes and ax.is_reduction]
     if reduced and definition_of(expr).sharding.partial is None:
         return None
@@ -118,9 +119,13 @@ def merged(each: list[tuple[MeshPlacement, ...]]) -> tuple[MeshPlacement, ...] |
             for i in range(per_output[0][1].ndim)
         ]
         used = {a for s in shards for a in s}
-        cyclic = tuple(sorted({a for _, p in per_output for a in p.cyclic} & used))
+        blocks = {a: p.block_of(a) for _, p in per_output for a in p.cyclic}
+        if any(p.block_of(a) != blocks[a] for _, p in per_output for a in p.cyclic):
+            return None  # one mesh axis cyclic in blocks of two sizes
+        cyclic = tuple(sorted(set(blocks) & used))
+        block = tuple(blocks[a] for a in cyclic)
         try:
-            out.append((mesh, Placement(rank, tuple(shards), (), cyclic)))
+            out.append((mesh, Placement(rank, tuple(shards), (), cyclic, block)))
         except RedistributionError:
             return None  # a mesh axis used twice
     return tuple(out)

@@ -160,7 +160,7 @@ def _inherited(
     mesh = tv.mesh
     shards = [()] * len(tv.domain.logical)
     used: set[int] = set()
-    cyclic: set[int] = set()
+    cyclic: dict[int, int] = {}  # cyclic mesh axis -> its block
     for source, axis_map in sources:
         if source.mesh != mesh:
             continue
@@ -182,8 +182,11 @@ def _inherited(
                 continue  # a reshape's axes of other extents: their chunks differ
             shards[target] = axes
             used |= set(axes)
-            cyclic |= strided
-    return Placement(mesh.rank, tuple(shards), (), tuple(sorted(cyclic))) if used else None
+            cyclic.update((a, logical_placement(source).block_of(a)) for a in strided)
+    if not used:
+        return None
+    axes = tuple(sorted(cyclic))
+    return Placement(mesh.rank, tuple(shards), (), axes, tuple(cyclic[a] for a in axes))
 
 
 def _check_inherited(tv: TensorView) -> None:

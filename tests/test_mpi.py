@@ -91,9 +91,11 @@ def test_two_ranks_are_bit_identical_to_sim():
         "axis_index",
         "merge-with-broadcast",
         "cyclic",
+        "block-cyclic",
     ):
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     assert results["cyclic-gathered"]["kinds"] == ["Allgather"]  # padded, interleaved
+    assert results["block-cyclic-gathered"]["kinds"] == ["Allgather"]  # interleaved blocks
     for dtype in ("float16", "bfloat16"):  # 40000 + 40000 - 40000 - 40000: float32 partials
         assert results[f"half-partials-{dtype}"]["first"] == [0.0, 0.0], dtype
     seed = results["seed000-ones"]  # torch_xla's program in shard_map form
@@ -134,9 +136,12 @@ def test_four_ranks_are_bit_identical_to_sim():
         "axis_index",
         "merge-with-broadcast",
         "cyclic",
+        "block-cyclic",
     ):
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     assert results["cyclic-gathered"]["kinds"] == ["Allgather"]  # padded, interleaved
+    assert results["block-cyclic-gathered"]["kinds"] == ["Allgather"]  # interleaved blocks
+    assert results["2d-sharded-vector-gathered"]["kinds"] == ["Allgather"]  # per DIDy team
     # a team smaller than the world: ranks 0 and 1 skip the Allgather of {2 3}
     assert results["SendRecv-then-Allgather-on-a-subteam"]["kinds"] == ["SendRecv", "Allgather"]
 

@@ -136,3 +136,31 @@ def test_a_cyclic_shard_draws_its_rows_device_by_device():
     assert s.placement == "axis 0 cyclic over DIDx: device i holds rows i, i + 2, ..."
     assert [(c.rows, c.devices) for c in s.cells] == [((r, r + 1), (r % 2,)) for r in range(5)]
     assert "holds nothing" not in plain(s)
+
+
+def test_a_block_cyclic_shard_draws_its_blocks_device_by_device():
+    """Blocks of 3 rows over 2 devices (rows 0-2, 6-8 on d0; 3-5, 9-11 on d1), and under
+    DIDy each DIDy chunk of the periods (nvFuser's 2-D sharded vector)."""
+    from strided_cases import cyclic_square, vector_2d_gathered
+
+    x = cyclic_square(2, 12, block=3).inputs[0]
+    s = sheet(x)
+    assert s.placement == (
+        "axis 0 cyclic over DIDx: device i holds blocks of 3 rows, rows i*3 to i*3 + 2, "
+        "then those + 6, ..."
+    )
+    assert [(c.rows, c.devices) for c in s.cells] == [
+        ((r, r + 1), ((r // 3) % 2,)) for r in range(12)
+    ]
+    v = vector_2d_gathered().inputs[0]
+    held = {c.rows[0]: c.devices for c in sheet(v).cells}
+    assert [held[r] for r in (0, 3, 6, 9, 12, 15, 18, 21)] == [
+        (0,),
+        (1,),
+        (0,),
+        (1,),
+        (2,),
+        (3,),
+        (2,),
+        (3,),
+    ]

@@ -371,13 +371,32 @@ class TensorDomain:
         return type(t) is Split and self.axes[t.outer].is_device_parallel
 
     def is_cyclic_split(self, t: Transform) -> bool:
-        """A split whose inner part is device-parallel (not broadcast): a cyclic shard,
-        device r holding rows r, r + d, ... of its input (ir.sharding.cyclic_chain)."""
-        return (
-            type(t) is Split
-            and self.axes[t.inner].is_device_parallel
-            and not self.axes[t.inner].is_broadcast
-        )
+        """A split whose inner part is sharded, itself or by a sharding split of it, and
+        whose outer part is not device-parallel: a (block-)cyclic shard of its input
+        (`cyclic_device`; ir.sharding.cyclic_chain)."""
+        return self.cyclic_device(t) is not None
+
+    def cyclic_device(self, t: Transform) -> tuple[int, int] | None:
+        """(device axis, block size) of a (block-)cyclic split `t`, else None: its inner
+        part device-parallel (not broadcast), block 1, device r holding rows r, r + d, ...;
+        or its outer part serial and its inner part split by a sharding split whose outer
+        part is that device axis, block b its inner extent, device r holding rows
+        (k * d + r) * b + j of its input."""
+        if type(t) is not Split:
+            return None
+        inner = self.axes[t.inner]
+        if inner.is_device_parallel:
+            return None if inner.is_broadcast else (t.inner, 1)
+        k = self.use[t.inner]
+        s = None if k is None else self.transforms[k]
+        if (
+            self.axes[t.outer].is_device_parallel
+            or self.axes[t.outer].parallel_type.is_stream
+            or not self.is_sharding_split(s)
+            or self.axes[s.outer].is_broadcast
+        ):
+            return None
+        return s.outer, self.axes[s.inner].extent
 
     def data_positions(self) -> tuple[int, ...]:
         """Positions of the logical axes that hold data (every axis but reductions)."""

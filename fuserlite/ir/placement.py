@@ -7,10 +7,17 @@ other nesting, which DTensor cannot name but a sequence of steps can reach.
 Mesh axes in `partial` hold addends (sums or maxima) of the value; every other
 mesh axis is replicated. A mesh axis in `cyclic` shards its tensor axis cyclically
 (strided), not in chunks: device r of d holds elements r, r + d, r + 2d, ... (nvFuser's
-DIDx on the inner part of a split by d); it is the only mesh axis of that tensor axis.
+DIDx on the inner part of a split by d); it is the innermost mesh axis of that tensor
+axis, and the mesh axes outside it chunk the axis's periods of d rows (torch.chunk's
+chunks of ceil(n/d) periods; nvFuser's DIDy on the outer part of that split).
+Its `block` b (1 unless said) makes it block-cyclic: device r holds blocks of b
+consecutive elements spaced d * b apart, elements (k * d + r) * b + j, periods of d * b
+(nvFuser's DIDx on the outer part of a split of the inner part of a split); cyclic is
+block size 1.
 
 Text form, one entry per mesh axis: `S<t>` (shards tensor axis t), `R`, `P`:
-"(S1,S2,R)", "(P,S0)"; a cyclic shard is `C<t>`, "(C0)". A tensor axis nested against the mesh-axis order prints
+"(S1,S2,R)", "(P,S0)"; a cyclic shard is `C<t>`, "(C0)", a block-cyclic one of blocks
+of b elements `C<t>/<b>`, "(C0/3)". A tensor axis nested against the mesh-axis order prints
 each of its entries with its depth, 0 outermost: (1, 0) on tensor axis 0 of a
 2-D mesh is "(S0.1,S0.0)".
 
@@ -85,6 +92,7 @@ class Placement:
     shards: tuple[tuple[int, ...], ...]  # per tensor axis: mesh axes, outer -> inner
     partial: tuple[int, ...] = ()  # sorted mesh axes holding addends
     cyclic: tuple[int, ...] = ()  # sorted mesh axes whose shard is cyclic (strided)
+    block: tuple[int, ...] = ()  # per cyclic mesh axis, its block size (() all 1)
 
     def __post_init__(self) -> None:
         used = [a for axes in self.shards for a in axes] + list(self.partial)
@@ -95,18 +103,52 @@ class Placement:
                 f"rank-{self.mesh_rank} mesh: each mesh axis 0..{self.mesh_rank - 1} shards "
                 "at most one tensor axis once, or is partial, or neither (replicated)"
             )
-        alone = {axes[0] for axes in self.shards if len(axes) == 1}
-        if list(self.cyclic) != sorted(set(self.cyclic)) or not set(self.cyclic) <= alone:
+        innermost = {axes[-1] for axes in self.shards if axes}
+        outer = {a for axes in self.shards for a in axes[:-1]}
+        if (
+            list(self.cyclic) != sorted(set(self.cyclic))
+            or not set(self.cyclic) <= innermost
+            or set(self.cyclic) & outer
+        ):
             raise RedistributionError(
                 f"invalid placement shards={self.shards} cyclic={self.cyclic}: a cyclic mesh "
-                "axis is the only mesh axis sharding its tensor axis"
+                "axis is the innermost mesh axis sharding its tensor axis (the outer ones "
+                "chunk its periods)"
             )
+        if not self.block:
+            object.__setattr__(self, "block", (1,) * len(self.cyclic))
+        if len(self.block) != len(self.cyclic) or any(b < 1 for b in self.block):
+            raise RedistributionError(
+                f"invalid placement cyclic={self.cyclic} block={self.block}: one block size "
+                "(at least 1) per cyclic mesh axis"
+            )
+
+    def block_of(self, axis: int) -> int:
+        """The block size of cyclic mesh axis `axis` (1: cyclic, rows r, r + d, ...)."""
+        return self.block[self.cyclic.index(axis)]
+
+    def keeping(
+        self, shards: Sequence[tuple[int, ...]], partial: tuple[int, ...] = ()
+    ) -> Placement:
+        """A placement of `shards` (another tensor's, made from this one's mesh axes) whose
+        mesh axes keep this one's cyclic shards and their blocks."""
+        cyclic = self.cyclic_among(shards)
+        block = tuple(self.block_of(a) for a in cyclic)
+        return Placement(self.mesh_rank, tuple(shards), partial, cyclic, block)
 
     def cyclic_among(self, shards: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
         """The cyclic mesh axes of this placement that shard one of `shards` (a placement
         of another tensor made from this one's mesh axes)."""
         kept = {a for axes in shards for a in axes}
         return tuple(a for a in self.cyclic if a in kept)
+
+    def gathered(self) -> Placement:
+        """This placement with its (first) cyclic tensor axis gathered over its cyclic mesh
+        axis: that axis keeps the outer mesh axes, whose chunks of its periods are then
+        blocks of it (where they divide it evenly)."""
+        t = self.cyclic_axis()
+        shards = tuple(axes[:-1] if k == t else axes for k, axes in enumerate(self.shards))
+        return self.keeping(shards, self.partial)
 
     def cyclic_axis(self) -> int | None:
         """The first tensor axis sharded cyclically, or None."""
@@ -152,27 +194,29 @@ class Placement:
         """From the text form, e.g. "(S1,S2,R)", "(P,S0)" or "(S0.1,S0.0)"."""
         items = [s.strip() for s in text.strip().strip("()").split(",")]
         shards: list[list[tuple[int, int]]] = [[] for _ in range(ndim)]
-        partial, cyclic = [], []
+        partial, cyclic, block = [], [], []
         for axis, item in enumerate(items):
-            m = re.fullmatch(r"([SC])(\d+)(?:\.(\d+))?", item)
+            m = re.fullmatch(r"S(\d+)(?:\.(\d+))?|C(\d+)(?:/([1-9]\d*))?", item)
             if item == "P":
                 partial.append(axis)
-            elif m and int(m[2]) < ndim and not (m[1] == "C" and m[3] is not None):
-                depth = int(m[3]) if m[3] is not None else axis
-                shards[int(m[2])].append((depth, axis))
-                if m[1] == "C":
+            elif m and int(m[1] or m[3]) < ndim:
+                depth = int(m[2]) if m[2] is not None else axis
+                shards[int(m[1] or m[3])].append((depth, axis))
+                if m[3] is not None:
                     cyclic.append(axis)
+                    block.append(int(m[4] or 1))
             elif item != "R":
                 raise RedistributionError(
                     f"cannot read placement {text!r} of a rank-{ndim} tensor at {item!r}: each "
                     f"mesh axis is S<t> (t in 0..{ndim - 1}, optionally S<t>.<depth>), C<t> "
-                    "(cyclic), R or P"
+                    "(cyclic), C<t>/<b> (block-cyclic, blocks of b), R or P"
                 )
         return cls(
             len(items),
             tuple(tuple(a for _, a in sorted(s)) for s in shards),
             tuple(partial),
             tuple(cyclic),
+            tuple(block),
         )
 
     def of_mesh_axis(self, axis: int) -> MeshAxisPlacement:
@@ -197,6 +241,8 @@ class Placement:
             if isinstance(p, Shard):
                 nesting = self.shards[p.dim]
                 item = f"{'C' if axis in self.cyclic else 'S'}{p.dim}"
+                if axis in self.cyclic and self.block_of(axis) != 1:
+                    item += f"/{self.block_of(axis)}"
                 if list(nesting) != sorted(nesting):
                     item += f".{nesting.index(axis)}"
                 items.append(item)

@@ -49,6 +49,7 @@ class AxisSharding:
     mesh_axis: int = 0
     depth: int = 0  # 0: the outermost split of its logical axis, 1 the next, ...
     cyclic: bool = False  # the inner part of a split by num_devices: rows r, r + d, ...
+    block: int = 1  # of a cyclic sharding: rows (k * d + r) * block + j
 
     @property
     def is_partial(self) -> bool:
@@ -62,7 +63,8 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
 
     The axis split is what `p` is the outer part of (the origin itself, or the inner
     part of an enclosing sharding split, or either merged with an extent-1 broadcast
-    axis, which the chain looks through); `p` itself when it is a logical axis.
+    axis, which the chain looks through, or the outer part of a (block-)cyclic split:
+    its periods); `p` itself when it is a logical axis.
     """
     if p < dom.n_logical:
         return p, 0, p
@@ -75,6 +77,9 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
         if type(s) is Merge and (other := unit_merge_source(dom, s)) is not None:
             src = other  # the merged axis is the other axis, laid out alike
             continue
+        if type(s) is Split and src == s.outer and dom.is_cyclic_split(s):
+            src = s.input  # chunks of the periods of a (block-)cyclic shard
+            continue
         if not (type(s) is Split and src == s.inner and dom.axes[s.outer].is_device_parallel):
             return None
         src, depth = s.input, depth + 1
@@ -82,12 +87,15 @@ def sharding_chain(dom: TensorDomain, p: int) -> tuple[int, int, int] | None:
 
 
 def cyclic_chain(dom: TensorDomain, p: int) -> tuple[int, Split] | None:
-    """(logical origin, the split) where device-parallel axis `p` is the inner part of a
-    split of a logical axis (or of one merged with an extent-1 broadcast axis): a
-    cyclic shard, device r holding rows r, r + d, r + 2d, ... (nvFuser's inner split);
-    else None."""
+    """(logical origin, the split) where device-parallel axis `p` shards a split of a
+    logical axis (or of one merged with an extent-1 broadcast axis) cyclically: `p` its
+    inner part, device r holding rows r, r + d, r + 2d, ... (nvFuser's inner split), or
+    the outer part of a split of its inner part, device r holding blocks of b rows
+    (k * d + r) * b + j (TensorDomain.cyclic_device); else None."""
     t = dom.transform_of(p)
-    if not (type(t) is Split and p == t.inner):
+    if type(t) is Split and p == t.outer and t.input >= dom.n_logical:
+        t = dom.transform_of(t.input)  # block-cyclic: p splits the inner part of t
+    if dom.cyclic_device(t) is None or dom.cyclic_device(t)[0] != p:
         return None
     src = t.input
     while src >= dom.n_logical:
@@ -176,6 +184,14 @@ def _sharding_problem(dom: TensorDomain, mesh: DeviceMesh | None, p: int) -> str
     origin, _, split = chain
     inner = None if p == split else dom.axes[dom.transform_of(p).inner]
     split_extent = dom.axes[split].extent
+    periods = dom.transform_of(split) if split >= dom.n_logical else None
+    if dom.is_cyclic_split(periods) and split == periods.outer and split_extent % d:
+        return (
+            f"it shards the {split_extent} periods of a cyclic shard of axis {origin} "
+            f"(the outer part of its split), which {d} devices do not divide: give that part "
+            f"a multiple of {d} periods, or outer_split the axis itself by {d} and "
+            "parallelize the outer part"
+        )
     if _fits(ax.extent, split_extent, None if inner is None else inner.extent, d):
         return None
     where = _WHERE
@@ -203,7 +219,30 @@ def _cyclic_problem(dom: TensorDomain, p: int, d: int, origin: int, t: Split) ->
     a cyclic shard over d devices (None where it is)."""
     if dom.axes[p].extent != d:
         return "it is the inner part of a split, what one device holds; parallelize the outer part"
-    if not t.inner_split:
+    _, b = dom.cyclic_device(t)
+    if p != t.inner:  # block-cyclic: p is the outer part of split s of t's inner part
+        s = dom.transform_of(p)
+        i, n = dom.axes[t.inner].extent, dom.axes[t.input].extent
+        if b == 1:
+            return (
+                f"it splits the inner part of a split by {d} into blocks of one row: write "
+                f"the cyclic shard as split(axis, {d}) with {dom.axes[p].parallel_type.value} "
+                f"on the inner part (device i holds rows i, i + {d}, ...)"
+            )
+        if not dom.divisible(s):
+            return (
+                f"it splits a part of extent {i} that {d} devices do not divide into blocks "
+                f"of one size: make that part (the inner part of the split of axis {origin}) a "
+                f"multiple of {d}, or outer_split the axis by {d} and parallelize the outer part"
+            )
+        if not dom.divisible(t):
+            return (
+                f"it shards axis {origin} block-cyclically (device i holds blocks of {b} rows "
+                f"spaced {d * b} apart), but its {n} rows are no whole number of blocks per "
+                f"device ({n} is not a multiple of {d} x {b}): give the axis a multiple of "
+                f"{d * b} rows, or outer_split it by {d} and parallelize the outer part"
+            )
+    elif not t.inner_split:
         return (
             f"it is the inner part of an outer split by {t.factor}, not of a split by {d}: "
             f"write the cyclic shard as split(axis, {d}) (device i then holds rows i, "
@@ -222,12 +261,13 @@ def _cyclic_problem(dom: TensorDomain, p: int, d: int, origin: int, t: Split) ->
         and dom.axes[q].is_device_parallel
         and not dom.axes[q].is_broadcast
         and _origin_of(dom, q) == origin
+        and (sharding_chain(dom, q) or (None, None, None))[2] != t.outer  # chunks periods
     ]
     if others:
         return (
             f"axis {origin} is sharded cyclically here and by {dom.axes[others[0]].parallel_type.value}"
-            " too: a cyclic shard is the only sharding of its axis; shard it over one mesh "
-            "axis, or outer_split it for the others"
+            " too: a cyclic shard's other mesh axes chunk its periods (the outer part of its "
+            "split); shard it over one mesh axis, or outer_split that outer part for the others"
         )
     return None
 
@@ -321,7 +361,9 @@ def layout_facts(dom: TensorDomain, mesh_shape: tuple[int, ...] | None) -> _Fact
             d = mesh_shape[types.index(pt)]
             if cyclic is not None and _cyclic_problem(dom, p, d, *cyclic) is None:
                 li, t = cyclic
-                out[pt] = AxisSharding(pt, li, data_pos.get(li), d, types.index(pt), 0, True)
+                b = dom.cyclic_device(t)[1]
+                mesh_axis = types.index(pt)
+                out[pt] = AxisSharding(pt, li, data_pos.get(li), d, mesh_axis, 0, True, b)
                 uneven = uneven or dom.axes[t.input].extent % d != 0
             continue  # no logical axis: not a sharding
         li, depth, split = chain
@@ -340,10 +382,12 @@ def layout_facts(dom: TensorDomain, mesh_shape: tuple[int, ...] | None) -> _Fact
         nest.setdefault(a.logical_index, []).append(a)
     shards: list[tuple[int, ...]] = [()] * len(logical)
     for li, ss in nest.items():
-        shards[li] = tuple(a.mesh_axis for a in sorted(ss, key=lambda a: a.depth))
+        shards[li] = tuple(a.mesh_axis for a in sorted(ss, key=lambda a: (a.cyclic, a.depth)))
     rank = len(mesh_shape) if mesh_shape is not None else 1
-    cyclic = tuple(sorted(a.mesh_axis for a in out.values() if a.cyclic))
-    logical_placed = Placement(rank, tuple(shards), (), cyclic)
+    cyclic = sorted((a.mesh_axis, a.block) for a in out.values() if a.cyclic)
+    logical_placed = Placement(
+        rank, tuple(shards), (), tuple(a for a, _ in cyclic), tuple(b for _, b in cyclic)
+    )
     return _Facts(
         MappingProxyType(out),
         logical_placed,
@@ -361,8 +405,7 @@ def planner_view(logical: Placement, data: Sequence[int]) -> Placement:
     partial = sorted(
         a for li, axes in enumerate(logical.shards) if li not in data_set for a in axes
     )
-    shards = tuple(logical.shards[li] for li in data)
-    return Placement(logical.mesh_rank, shards, tuple(partial), logical.cyclic_among(shards))
+    return logical.keeping(tuple(logical.shards[li] for li in data), tuple(partial))
 
 
 def _facts(tv: TensorView) -> _Facts:
@@ -422,7 +465,7 @@ def _nestings(tv: TensorView) -> dict[int, tuple[AxisSharding, ...]]:
     by_axis: dict[int, list[AxisSharding]] = {}
     for s in shardings(tv).values():
         by_axis.setdefault(s.logical_index, []).append(s)
-    return {li: tuple(sorted(ss, key=lambda s: s.depth)) for li, ss in by_axis.items()}
+    return {li: tuple(sorted(ss, key=lambda s: (s.cyclic, s.depth))) for li, ss in by_axis.items()}
 
 
 def describe_sharding(tv: TensorView) -> str:
@@ -433,12 +476,16 @@ def describe_sharding(tv: TensorView) -> str:
         types = ", then ".join(s.parallel_type.value for s in nest)
         if nest[0].is_partial:
             parts.append(f"partial sums over reduction axis {li} ({types})")
-        elif nest[0].cyclic:
-            d = nest[0].num_devices
-            parts.append(
-                f"sharded cyclically on axis {nest[0].data_index} ({types}: device i holds rows "
-                f"i, i + {d}, ...)"
+        elif nest[-1].cyclic:  # the innermost: the outer ones chunk its periods
+            c = nest[-1]
+            d, b = c.num_devices, c.block
+            rows = (
+                f"rows i, i + {d}, ..."
+                if b == 1
+                else f"blocks of {b} rows, rows i*{b} to i*{b} + {b - 1}, then those + {d * b}, ..."
             )
+            how = "block-cyclically" if b > 1 else "cyclically"
+            parts.append(f"sharded {how} on axis {c.data_index} ({types}: device i holds {rows})")
         else:
             parts.append(f"sharded on axis {nest[0].data_index} ({types})")
     text = f"{where}, " + (", ".join(parts) if parts else "replicated")
@@ -470,15 +517,14 @@ def completed_placement(tv: TensorView) -> MeshPlacement:
     logical = logical_placement(tv)
     data = set(tv.data_positions())
     shards = tuple(axes if li in data else () for li, axes in enumerate(logical.shards))
-    return tv.mesh, Placement(logical.mesh_rank, shards, (), logical.cyclic_among(shards))
+    return tv.mesh, logical.keeping(shards)
 
 
 def on_data_axes(tv: TensorView, wanted: MeshPlacement) -> MeshPlacement:
     """A placement on tv's logical axes as one on its data axes (the logical axes of a
     copy of tv, which has no reduction axes); shards of reduction axes are dropped."""
     mesh, p = wanted
-    shards = tuple(p.shards[li] for li in tv.data_positions())
-    return mesh, Placement(p.mesh_rank, shards, (), p.cyclic_among(shards))
+    return mesh, p.keeping(tuple(p.shards[li] for li in tv.data_positions()))
 
 
 def is_resharding(expr: Expr) -> bool:

@@ -231,7 +231,12 @@ def _sharding_devices(dom: TensorDomain) -> frozenset[str]:
         if dom.is_sharding_split(t) and not dom.divisible(t) and not dom.axes[t.input].is_broadcast:
             used.update(device_index(dom.axes[s.outer].parallel_type) for s in _nested(dom, t))
         elif dom.is_cyclic_split(t) and not dom.divisible(t):
-            used.add(device_index(dom.axes[t.inner].parallel_type))
+            used.add(device_index(dom.axes[dom.cyclic_device(t)[0]].parallel_type))
+            k = dom.use[t.outer]  # the mesh axes chunking its periods: the global period
+            if k is not None and dom.is_sharding_split(periods := dom.transforms[k]):
+                used.update(
+                    device_index(dom.axes[s.outer].parallel_type) for s in _nested(dom, periods)
+                )
     return frozenset(used)
 
 
@@ -252,7 +257,7 @@ def _refuse_cyclic(tv: TensorView) -> None:
             raise LoweringError(
                 f"{tv.name} = {tv.definition.op_name}(...) computes values from their global "
                 f"index, but its axis {axis_text(Axis(tv, t.input))} is sharded cyclically "
-                f"(the inner part of a split parallelized {dom.axes[t.inner].parallel_type.value}"
+                f"(by {dom.axes[dom.cyclic_device(t)[0]].parallel_type.value}"
                 "), whose rows are no block: outer_split the axis and parallelize the outer "
                 "part instead"
             )
@@ -381,12 +386,20 @@ def lower_domain(
                 continue
             inner_extent = dom.axes[tr.inner].extent
             if dom.is_cyclic_split(tr):
-                # A cyclic shard: this device's rows didx, didx + d, ... are its local rows
-                # 0, 1, ... (the outer part); its row didx + d * o exists where < n.
-                env[tr.input] = env[tr.outer]
+                # A (block-)cyclic shard: this device's blocks of b rows (k d + didx) b + j
+                # are its local rows k b + j (the outer part's k, the inner part's j of its
+                # block; b = 1: rows didx, didx + d, ... are 0, 1, ...); its row exists
+                # where o (d b) + didx b + j < n.
+                device, b = dom.cyclic_device(tr)
+                env[tr.input] = (
+                    env[tr.outer] if b == 1 else add(mul(env[tr.outer], b), env[tr.inner])
+                )
                 if not dom.divisible(tr):
-                    here = var(device_index(dom.axes[tr.inner].parallel_type), inner_extent)
-                    preds.append((add(mul(env[tr.outer], inner_extent), here), source.extent))
+                    here = glob.get(
+                        tr.inner, var(device_index(dom.axes[device].parallel_type), inner_extent)
+                    )
+                    outer = glob.get(tr.outer, env[tr.outer])  # the period, DIDy's chunk's
+                    preds.append((add(mul(outer, inner_extent), here), source.extent))
                 continue
             idx = add(mul(env[tr.outer], inner_extent), env[tr.inner])
             env[tr.input] = idx

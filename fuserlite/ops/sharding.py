@@ -117,7 +117,7 @@ def needed_placement(
         return _needed(v, j, position) if type(v) is ExprView else _needed_fact(v, j, position)
     shards = _needed_shards(v, j, position, placed)
     return target.mesh, Placement(
-        placed.mesh_rank, shards, (), _needed_cyclic(v, j, position, shards, placed)
+        placed.mesh_rank, shards, (), *_needed_cyclic(v, j, position, shards, placed)
     )
 
 
@@ -130,18 +130,19 @@ def _needed(v: View, j: int, position: int) -> MeshPlacement:
     shards = _needed_shards(v, j, position)
     wanted = _logical(v.outputs[j])
     return v.outputs[j][1], Placement(
-        wanted.mesh_rank, shards, (), _needed_cyclic(v, j, position, shards)
+        wanted.mesh_rank, shards, (), *_needed_cyclic(v, j, position, shards)
     )
 
 
 def _needed_cyclic(
     v: View, j: int, position: int, shards: tuple, placed: Placement | None = None
-) -> tuple[int, ...]:
-    """The cyclic mesh axes of the operand's needed placement: the output's, on an axis
-    of the same extent (rows r, r + d, ... of another extent are other rows)."""
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The cyclic mesh axes of the operand's needed placement and their blocks: the
+    output's, on an axis of the same extent (rows r, r + d, ... of another extent are
+    other rows)."""
     wanted = _logical(v.outputs[j]) if placed is None else placed
     if not wanted.cyclic:
-        return ()
+        return (), ()
     producer, out = v.inputs[position][0], v.outputs[j][0]
     back = {c: p for p, c in v.amap(position, j).items()}
     keep = [
@@ -152,8 +153,10 @@ def _needed_cyclic(
         and shards[p] == axes
         and producer.logical[p].extent == out.logical[c].extent
         for a in axes
+        if a in wanted.cyclic
     ]
-    return tuple(sorted(keep))
+    keep.sort()
+    return tuple(keep), tuple(wanted.block_of(a) for a in keep)
 
 
 _needed_fact = fact(_needed)
@@ -183,7 +186,7 @@ def _placed_as_needed(v: View, j: int, position: int) -> bool:
         and have.mesh_rank == wanted.mesh_rank
         and not have.partial
         and have.shards == (shards := _needed_shards(v, j, position))
-        and have.cyclic == _needed_cyclic(v, j, position, shards)
+        and (have.cyclic, have.block) == _needed_cyclic(v, j, position, shards)
     )
 
 
@@ -214,7 +217,7 @@ def forward_placement(expr: Expr, position: int, target: TensorView) -> Placemen
         if set(axes) & set(placed.cyclic) and extent != ax.extent:
             return None  # a cyclic shard's rows r, r + d, ... of another extent
         shards[c] = axes
-    return Placement(mesh.rank, tuple(shards), (), placed.cyclic_among(shards))
+    return placed.keeping(tuple(shards))
 
 
 def has_unmapped_sharding(expr: Expr, target: TensorView) -> bool:

@@ -9,6 +9,11 @@ inner chunks of every outer chunk have ceil(c/d) rows of its c = ceil(n/d)
 allocated rows, cut off at the outer chunk's end (9 over 2 then 4: 2 2 1 0 and
 2 2 0 0; DTensor would chunk the short outer chunk's own 4 rows, 1 1 1 1). A
 partial placement holds addends of the same boxes.
+
+A cyclic placement (C<t>, C<t>/<b>) holds no box: `cyclic_indices` gives each device's
+rows of its cyclic axis, blocks of b rows (k d + r) b + j for the periods k its
+chunk of the axis's ceil(n / (d b)) periods holds (the mesh axes nested outside the
+cyclic one chunk the periods as torch.chunk does; none: every period).
 """
 
 from __future__ import annotations
@@ -58,6 +63,33 @@ def device_box(shape: Sequence[int], mesh: MeshShape, p: Placement, coord: Seque
 def blocks(shape: Sequence[int], mesh: MeshShape, p: Placement) -> list[Box]:
     """Every device's box, in device-index (row-major mesh coordinate) order."""
     return [device_box(shape, mesh, p, c) for c in coords(mesh)]
+
+
+Index = slice | tuple[int, ...]  # a numpy index of one axis: a slice or the rows held
+
+
+def cyclic_indices(shape: Sequence[int], mesh: MeshShape, p: Placement) -> list[tuple[Index, ...]]:
+    """Every device's numpy index (mesh order) of a tensor of `shape` placed `p`, whose
+    tensor axis t is cyclic: on t, device r of the cyclic mesh axis's d holds rows
+    (k d + r) b + j of the periods k its outer mesh axes' chunk holds (a slice where b
+    is 1; else the rows, an index array that copies when read); the other axes'
+    torch.chunk slices."""
+    t = p.cyclic_axis()
+    *outer, a = p.shards[t]
+    d, b, n = mesh[a], p.block_of(a), shape[t]
+    rest = Placement(p.mesh_rank, tuple(() if k == t else s for k, s in enumerate(p.shards)))
+    periods = blocks((-(-n // (d * b)),), mesh, Placement(p.mesh_rank, (tuple(outer),)))
+    out = []
+    for coord, box, ((k0, k1),) in zip(coords(mesh), blocks(shape, mesh, rest), periods):
+        where: list[Index] = [slice(lo, hi) for lo, hi in box]
+        r = coord[a]
+        if b == 1:
+            where[t] = slice(k0 * d + r, min(k1 * d, n), d)
+        else:
+            rows = range(k0 * d * b, min(k1 * d * b, n))
+            where[t] = tuple(i for i in rows if (i // b) % d == r)
+        out.append(tuple(where))
+    return out
 
 
 def volume(box: Box) -> int:

@@ -211,9 +211,12 @@ class Planner(OnOneMesh):
         strided = next((p for p in (source, target) if p.cyclic), None)
         if strided is not None and source != target:
             t = strided.cyclic_axis()
+            b = strided.block_of(strided.shards[t][-1])
+            rows = "rows i, i + d, ..." if b == 1 else f"blocks of {b} rows spaced d*{b} apart"
             raise RedistributionError(
                 f"cannot redistribute {g.what()} {pair}: {'the source' if strided is source else 'the target'} "
-                f"shards tensor axis {t} cyclically (C{t}: device i holds rows i, i + d, ...), "
+                f"shards tensor axis {t} cyclically (C{t}{f'/{b}' if b > 1 else ''}: device i "
+                f"holds {rows}), "
                 "which the collectives, moving blocks, do not move; give both tensors the same "
                 "cyclic shard (a pointwise kernel between them is local), or shard the axis in "
                 "blocks (outer_split it and parallelize the outer part)"

@@ -26,8 +26,8 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import layout_facts
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.values import fact
-from fuserlite.plan.blocks import Box, blocks
-from fuserlite.plan.mesh_axes import MeshShape, coords
+from fuserlite.plan.blocks import Box, blocks, cyclic_indices
+from fuserlite.plan.mesh_axes import MeshShape
 
 
 def mesh_shape(tv: TensorView) -> MeshShape:
@@ -43,7 +43,7 @@ class Layout:
     sharded: bool  # some data axis is cut between devices (not replicated or partial)
     boxes: tuple[Box, ...] | None  # None: a cyclic shard, which no box holds
     shapes: tuple[tuple[int, ...], ...]
-    slices: tuple[tuple[slice, ...], ...]
+    slices: tuple[tuple[slice | tuple[int, ...], ...], ...]  # a numpy index per axis
     cyclic: int | None = None  # the data axis sharded cyclically, if any
 
 
@@ -67,27 +67,30 @@ def domain_layout(dom: TensorDomain, mesh: MeshShape | None) -> Layout:
 
 
 def _cyclic_layout(shape: tuple[int, ...], mesh: MeshShape, p) -> Layout:
-    """Every device's rows r, r + d, ... of its cyclic axis (the only mesh axis of that
-    axis), torch.chunk's chunks of the axes the other mesh axes shard."""
-    t = p.cyclic_axis()
-    (a,) = p.shards[t]
-    rest = type(p)(p.mesh_rank, tuple(() if k == t else s for k, s in enumerate(p.shards)))
-    slices, shapes = [], []
-    for coord, box in zip(coords(mesh), blocks(shape, mesh, rest)):
-        where = [slice(lo, hi) for lo, hi in box]
-        where[t] = slice(coord[a], shape[t], mesh[a])
-        slices.append(tuple(where))
-        shapes.append(tuple(len(range(n)[s]) for n, s in zip(shape, where)))
-    return Layout(shape, True, None, tuple(shapes), tuple(slices), t)
+    """Every device's rows of its (block-)cyclic axis (plan.blocks.cyclic_indices),
+    torch.chunk's chunks of the axes the other mesh axes shard."""
+    slices = tuple(cyclic_indices(shape, mesh, p))
+    shapes = tuple(
+        tuple(len(s) if type(s) is tuple else len(range(n)[s]) for n, s in zip(shape, where))
+        for where in slices
+    )
+    return Layout(shape, True, None, shapes, slices, p.cyclic_axis())
 
 
 def cyclic_problem(tv: TensorView, who: str) -> ExecutionError:
     """The error a reader of boxes (`who`) raises on a cyclic shard of tv."""
     lay = layout(tv)
-    d = tv.mesh.shape[next(a for a in layout_facts(tv.domain, tv.mesh.shape).placement.cyclic)]
+    p = layout_facts(tv.domain, tv.mesh.shape).placement
+    d, b = tv.mesh.shape[p.cyclic[0]], p.block[0]
+    how = (
+        f"the inner part of a split by {d}: device i holds rows i, i + {d}, ..."
+        if b == 1
+        else f"in blocks of {b}: device i holds rows i*{b} to i*{b} + {b - 1}, then those "
+        f"+ {d * b}, ..."
+    )
     return ExecutionError(
         f"{who} cannot read {tv.name}: its data axis {lay.cyclic} is sharded cyclically "
-        f"(the inner part of a split by {d}: device i holds rows i, i + {d}, ...), which no "
+        f"({how}), which no "
         f"box holds; only pointwise kernels between tensors sharded alike read it: "
         f"outer_split the axis by {d} and parallelize the outer part instead"
     )
@@ -145,8 +148,9 @@ def device_shape(tv: TensorView, device: int) -> tuple[int, ...]:
     return layout(tv).shapes[_index(tv, device)]
 
 
-def device_slices(tv: TensorView, device: int) -> tuple[slice, ...]:
-    """numpy slices of tv's global data that `device` holds."""
+def device_slices(tv: TensorView, device: int) -> tuple[slice | tuple[int, ...], ...]:
+    """numpy indices (slices, or a block-cyclic axis's rows) of tv's global data that
+    `device` holds."""
     return layout(tv).slices[_index(tv, device)]
 
 

@@ -212,20 +212,20 @@ def chunks_of(comm: Communication) -> Chunks:
 
 
 def _strided_allgather(comm: Communication, backend: Communicator, bufs: Buffers) -> Operation:
-    """A cyclic shard (device r: rows r, r + d, ... of axis t) gathered whole: the padded
-    Allgather of every member's ceil(n/d) rows, in member order, then interleaved (row
-    j of member r is row r + d * j) and the padding dropped."""
+    """A cyclic shard (device r: rows r, r + d, ... of axis t; in blocks of b, rows
+    (k d + r) b + j) gathered whole: the padded Allgather of every member's ceil(n/d)
+    rows, in member order, then interleaved (row k b + j of member r is row
+    (k d + r) b + j) and the padding dropped."""
     before, after = placement(comm.input), placement(comm.output)
     t = before.cyclic_axis()
-    group = before.shards[t]
-    shards = tuple(() if k == t else axes for k, axes in enumerate(before.shards))
-    if after != Placement(before.mesh_rank, shards, before.partial):
+    group = before.shards[t][-1:]
+    if after != before.gathered():
         raise ExecutionError(
             f"Allgather {comm.input.name} -> {comm.output.name}: a cyclic shard {before} "
-            f"gathers only to {Placement(before.mesh_rank, shards, before.partial)}, not {after}"
+            f"gathers only to {before.gathered()}, not {after}"
         )
     mesh = comm.input.mesh
-    d = mesh.shape[group[0]]
+    d, b = mesh.shape[group[0]], before.block_of(group[0])
     n = local_shape(comm.output)[t]
     rows = -(-n // d)
     hosted = backend.hosted(mesh.devices)
@@ -234,7 +234,7 @@ def _strided_allgather(comm: Communication, backend: Communicator, bufs: Buffers
     out = {}
     for dev, v in got.items():
         rest = v.shape[1:]
-        whole = v.reshape(d, rows, *rest).swapaxes(0, 1).reshape(d * rows, *rest)[:n]
+        whole = v.reshape(d, rows // b, b, *rest).swapaxes(0, 1).reshape(d * rows, *rest)[:n]
         out[dev] = back(np.ascontiguousarray(whole), t)
     return out
 

@@ -148,7 +148,11 @@ def local_domain(dom: TensorDomain) -> TensorDomain:
             pos = local.loop_positions.index(new_of[t.input])
             n = len(local.axes)
             local = local.split(pos, t.factor, t.inner_split)
-            local = local.parallelize(n + 1, dom.axes[t.inner].parallel_type)
+            new_of[t.outer] = n  # its periods, which outer mesh axes may chunk
+            if dom.cyclic_device(t)[1] == 1:
+                local = local.parallelize(n + 1, dom.axes[t.inner].parallel_type)
+            else:  # block-cyclic: the sharding split of the inner part comes next
+                new_of[t.inner] = n + 1
     return local
 
 
@@ -235,7 +239,7 @@ def _iterated(dom: TensorDomain) -> frozenset[int]:
             per_device[origin[t.input]] = dom.axes[t.inner].extent
             origin[t.inner] = origin[t.input]
         elif dom.is_cyclic_split(t) and t.input in origin:  # a cyclic shard: its outer part
-            per_device[origin[t.input]] = dom.axes[t.outer].extent
+            per_device[origin[t.input]] = dom.axes[t.outer].extent * dom.cyclic_device(t)[1]
     return frozenset(
         k
         for k, ax in enumerate(dom.logical)

@@ -58,6 +58,20 @@ def is_device_parallel_logical(dom: TensorDomain, li: int) -> bool:
     )
 
 
+def _same_split(ref: TensorDomain, tr: Split, dom: TensorDomain, existing: Split) -> bool:
+    """True if `existing` (of `dom`) splits as `tr` (of `ref`) does: by the same factor
+    from the same side, or both exactly into parts of the same extents (split(n, n/k)
+    is outer_split(n, k) where k divides n)."""
+    if existing.factor == tr.factor and existing.inner_split == tr.inner_split:
+        return True
+    return (
+        ref.divisible(tr)
+        and dom.divisible(existing)
+        and ref.axes[tr.outer].extent == dom.axes[existing.outer].extent
+        and ref.axes[tr.inner].extent == dom.axes[existing.inner].extent
+    )
+
+
 def _consumer_of(dom: TensorDomain, p: int) -> Split | Merge | None:
     """The transform of the domain that takes axis `p` as an input, if any."""
     k = dom.use[p]
@@ -159,11 +173,7 @@ def _replay(
                 x = existing.output
                 existing = _consumer_of(dom, x)
             if existing is not None:
-                if not (
-                    type(existing) is Split
-                    and existing.factor == tr.factor
-                    and existing.inner_split == tr.inner_split
-                ):
+                if not (type(existing) is Split and _same_split(ref, tr, dom, existing)):
                     raise _problem(
                         names,
                         dom,

@@ -140,12 +140,23 @@ def shard_as(tv: TensorView, mesh: DeviceMesh | None, wanted: Placement) -> None
         tv.domain = sharded_as(tv.domain, mesh, wanted)
     except _Refused:
         for li, axes in enumerate(wanted.shards):
+            if set(axes) & set(wanted.cyclic):
+                *outer, a = axes
+                d, b = mesh.shape[a], wanted.block_of(a)
+                tv.split(tv.domain.loop_positions.index(li), d * b)
+                periods = len(tv.domain.axes) - 2
+                at = tv.domain.loop_positions.index(len(tv.domain.axes) - 1)
+                if b > 1:
+                    tv.outer_split(at, d)
+                    at = tv.domain.loop_positions.index(len(tv.domain.axes) - 2)
+                tv.axis(at).parallelize(mesh.parallel_types[a])
+                for o in outer:
+                    tv.outer_split(tv.domain.loop_positions.index(periods), mesh.shape[o])
+                    at = tv.domain.loop_positions.index(len(tv.domain.axes) - 2)
+                    tv.axis(at).parallelize(mesh.parallel_types[o])
+                    periods = len(tv.domain.axes) - 1
+                continue
             for a in axes:
-                if a in wanted.cyclic:
-                    tv.split(tv.domain.loop_positions.index(li), mesh.shape[a])
-                    at = tv.domain.loop_positions.index(len(tv.domain.axes) - 1)
-                    tv.axis(at).parallelize(mesh.parallel_types[a])
-                    continue
                 shard_axis(tv, li, mesh, mesh.parallel_types[a], whole=len(axes) == 1)
         raise AssertionError("a sharding refused once and not again") from None
 
@@ -155,15 +166,38 @@ def sharded_as(dom: TensorDomain, mesh: DeviceMesh, wanted: Placement) -> Tensor
     """The domain shard_as gives a tensor of domain `dom` (_Refused where a primitive
     would refuse a step)."""
     for li, axes in enumerate(wanted.shards):
+        if set(axes) & set(wanted.cyclic):
+            dom = _cyclic(dom, li, mesh, axes, wanted.block_of(axes[-1]))
+            continue
         for a in axes:
             pt = mesh.parallel_types[a]
-            if a in wanted.cyclic:  # the inner part of a split by d: rows r, r + d, ...
-                if li not in dom.loop_positions or dom.axes[li].is_device_parallel:
-                    raise _Refused
-                dom = dom.split(dom.loop_positions.index(li), mesh.axis_size(pt), True)
-                dom = _parallelized(dom, len(dom.axes) - 1, pt)
-                continue
             dom = sharded_axis(dom, li, mesh.axis_size(pt), pt, len(axes) == 1)
+    return dom
+
+
+def _cyclic(
+    dom: TensorDomain, li: int, mesh: DeviceMesh, axes: tuple[int, ...], b: int
+) -> TensorDomain:
+    """Logical axis `li` of `dom` sharded cyclically over the innermost mesh axis of
+    `axes` (d of them), in blocks of b: split by d b (the inner part of a split by d for
+    b = 1; else its inner part outer_split by d), the mesh axis on the d part; the outer
+    mesh axes chunk the periods (the outer part), outer to inner."""
+    if li not in dom.loop_positions or dom.axes[li].is_device_parallel:
+        raise _Refused
+    *outer, a = axes
+    pt = mesh.parallel_types[a]
+    d = mesh.axis_size(pt)
+    dom = dom.split(dom.loop_positions.index(li), d * b, True)
+    periods = len(dom.axes) - 2
+    if b > 1:  # block-cyclic: d blocks of b rows, the outer part of a split
+        dom = dom.split(dom.loop_positions.index(len(dom.axes) - 1), d, False)
+        dom = _parallelized(dom, len(dom.axes) - 2, pt)
+    else:
+        dom = _parallelized(dom, len(dom.axes) - 1, pt)
+    for o in outer:
+        dom = dom.split(dom.loop_positions.index(periods), mesh.shape[o], False)
+        dom = _parallelized(dom, len(dom.axes) - 2, mesh.parallel_types[o])
+        periods = len(dom.axes) - 1
     return dom
 
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import shardings
 from fuserlite.ir.tensor import TensorView
-from fuserlite.plan.blocks import blocks
-from fuserlite.plan.mesh_axes import coords
+from fuserlite.plan.blocks import blocks, cyclic_indices
 from fuserlite.plan.placement import Placement
 
 
@@ -69,8 +68,14 @@ def placement_of(tv: TensorView) -> Placement:
             loop = next(k for k, ax in enumerate(tv.domain.loop) if ax.parallel_type is pt)
             shards[s.data_index].append((loop, axis))
     nested = tuple(tuple(a for _, a in sorted(axes)) for axes in shards)
-    cyclic = sorted(mesh.axis_of(pt) for pt, s in shardings(tv).items() if s.cyclic)
-    return Placement(mesh.rank, nested, tuple(sorted(partial)), tuple(cyclic))
+    cyclic = sorted((mesh.axis_of(pt), s.block) for pt, s in shardings(tv).items() if s.cyclic)
+    return Placement(
+        mesh.rank,
+        nested,
+        tuple(sorted(partial)),
+        tuple(a for a, _ in cyclic),
+        tuple(b for _, b in cyclic),
+    )
 
 
 def _drawn_axes(shape: tuple[int, ...], p: Placement) -> tuple[int | None, int | None]:
@@ -82,13 +87,30 @@ def _drawn_axes(shape: tuple[int, ...], p: Placement) -> tuple[int | None, int |
     return chosen[0], chosen[1]
 
 
+def _cyclic_text(mesh: DeviceMesh, p: Placement, axes: tuple[int, ...]) -> str:
+    """How a cyclic tensor axis lies: its mesh axis, its rows, the outer mesh axes'."""
+    *outer, a = axes
+    d, b, label = mesh.shape[a], p.block_of(a), mesh.axis_label
+    rows = (
+        f"device i holds rows i, i + {d}, ..."
+        if b == 1
+        else f"device i holds blocks of {b} rows, rows i*{b} to i*{b} + {b - 1}, then those "
+        f"+ {d * b}, ..."
+    )
+    within = (
+        f" of the periods of {d * b} rows each chunk of {', then '.join(label(o) for o in outer)} holds"
+        if outer
+        else ""
+    )
+    return f"{label(a)}: {rows}{within}"
+
+
 def _description(mesh: DeviceMesh, p: Placement) -> str:
     label = mesh.axis_label  # DIDx, or DIDx (tp) where the user named the axis
     parts = [
         f"axis {d} sharded over {', then '.join(label(a) for a in axes)}"
         if not set(axes) & set(p.cyclic)
-        else f"axis {d} cyclic over {label(axes[0])}: device i holds rows i, i + "
-        f"{mesh.shape[axes[0]]}, ..."
+        else f"axis {d} cyclic over {_cyclic_text(mesh, p, axes)}"
         for d, axes in enumerate(p.shards)
         if axes
     ]
@@ -109,20 +131,19 @@ def sheet(tv: TensorView) -> Sheet:
 
 def _held(shape: tuple[int, ...], mesh: DeviceMesh, p: Placement) -> list[tuple[int, tuple]]:
     """(device, box) for each box a device holds: its one box, or on a cyclic axis one
-    box per row r, r + d, ... it holds (the rows of the other axes' box)."""
+    box per row it holds (r, r + d, ...; in blocks, (k d + r) b + j), the rows of the
+    other axes' box."""
     if not shape:
         return [(device, ()) for device in mesh.devices]
     t = p.cyclic_axis()
     if t is None:
         return list(zip(mesh.devices, blocks(shape, mesh.shape, p)))
-    (a,) = p.shards[t]
-    rest = Placement(p.mesh_rank, tuple(() if k == t else s for k, s in enumerate(p.shards)))
     held = []
-    for device, coord, box in zip(
-        mesh.devices, coords(mesh.shape), blocks(shape, mesh.shape, rest)
-    ):
-        for row in range(coord[a], shape[t], mesh.shape[a]):
-            held.append((device, tuple((row, row + 1) if k == t else b for k, b in enumerate(box))))
+    for device, where in zip(mesh.devices, cyclic_indices(shape, mesh.shape, p)):
+        rows = where[t] if type(where[t]) is tuple else range(shape[t])[where[t]]
+        for row in rows:  # the other axes' slices are their boxes
+            box = ((row, row + 1) if k == t else (s.start, s.stop) for k, s in enumerate(where))
+            held.append((device, tuple(box)))
     return held
 
 

@@ -201,7 +201,10 @@ def _schedule(tv: TensorView, name: str | None = None) -> list[str]:
     if order:
         pairs = ", ".join(f"{old}: {new}" for old, new in order.items())
         lines.append(f"reorder {name} {{{pairs}}}")
-    for k, p in enumerate(dom.loop_positions):
+    # A cyclic shard's device axis first: the mesh axes that chunk its periods are
+    # shardings only once it is (the parser checks each directive as it reads it).
+    cyclic = {dom.cyclic_device(t)[0] for t in dom.transforms if dom.is_cyclic_split(t)}
+    for k, p in sorted(enumerate(dom.loop_positions), key=lambda kp: kp[1] not in cyclic):
         lines += _parallelize(tv, name, k, p)
     return lines
 

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from axis_index_cases import positions, scaled_by_index  # noqa: E402
 from multi_output_cases import cases as multi_output_cases  # noqa: E402
-from strided_cases import cyclic_gathered, cyclic_square  # noqa: E402
+from strided_cases import cyclic_gathered, cyclic_square, vector_2d_gathered  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 from fuserlite import models  # noqa: E402
@@ -293,6 +293,11 @@ def all_cases(size: int) -> dict[str, object]:
     # DIDx on the inner part of split(0, size): rows r, r + size, ..., uneven
     cases["cyclic"] = lambda: cyclic_square(size, 2 * size + 1)
     cases["cyclic-gathered"] = lambda: cyclic_gathered(size, 2 * size + 1)  # strided Allgather
+    # blocks of 3 rows: device r holds rows (k * size + r) * 3 + j (nvFuser's nonoutermost)
+    cases["block-cyclic"] = lambda: cyclic_square(size, 2 * size * 3, block=3)
+    cases["block-cyclic-gathered"] = lambda: cyclic_gathered(size, 2 * size * 3, block=3)
+    if size == 4:  # nvFuser's 2-D sharded vector, gathered over DIDx in each DIDy team
+        cases["2d-sharded-vector-gathered"] = vector_2d_gathered
     return cases
 
 
