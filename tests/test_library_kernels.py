@@ -169,3 +169,50 @@ def test_compiled_casts_are_ml_dtypes_bit_for_bit() -> None:
         np.testing.assert_array_equal(casts.cast(strided, bf16), strided.astype(bf16))
     halves = np.arange(64, dtype=np.float16)
     assert casts.cast(halves, np.float32).dtype == np.float32
+
+
+def test_library_operands_come_from_stacks_and_input_blocks_without_a_search(monkeypatch) -> None:
+    """A library launch's operand that an earlier launch made is that launch's output stack,
+    and a program input sharded in consecutive blocks is its global array's rows: only the
+    block's two row-parallel weights (S1: no block of rows) are stacked from the devices'
+    arrays. Inputs laid out otherwise (Fortran order: no rows of the global array) are
+    stacked instead, with the same bits."""
+    from fuserlite.runtime import launch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    inputs = fl.random_inputs(fusion, seed=5)
+    executor = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op._library = None
+    (want,) = op_by_op.run(inputs)
+    calls = []
+
+    def counted(arrays, dtype=None):
+        if any(a is not arrays[0] for a in arrays):  # not a replicated Allgather's output
+            calls.append(arrays[0].shape)
+        return stacked(arrays, dtype)
+
+    stacked = launch.stacked
+    monkeypatch.setattr(launch, "stacked", counted)
+    (got,) = executor.run(inputs)
+    assert sorted(calls) == [(64, 8), (64, 32)]  # wo, w2: a column block per device
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    calls.clear()
+    fortran = [np.asfortranarray(a) if a.ndim > 1 else a for a in inputs]
+    (got,) = executor.run(fortran)
+    assert sorted(calls) == [(8, 64)] * 3 + [(32, 64), (64, 8), (64, 32)]  # the 2-d weights
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_rows_of_is_a_stack_only_for_its_own_rows() -> None:
+    """rows_of: the stack where the devices' arrays are its rows (identity, in order);
+    None for a copy of one, another order or another count."""
+    from fuserlite.runtime.launch import rows_of
+
+    stack = np.zeros((3, 4), np.float32)
+    views = [stack[r, ...] for r in range(3)]
+    assert rows_of(list(views), (stack, views)) is stack
+    assert rows_of([views[0], views[1].copy(), views[2]], (stack, views)) is None
+    assert rows_of(views[::-1], (stack, views)) is None
+    assert rows_of(views[:2], (stack, views)) is None
+    assert rows_of(views, None) is None

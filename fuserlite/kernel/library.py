@@ -29,6 +29,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType
 from fuserlite.kernel.cpu import PRELUDE, quiet_openmp
 from fuserlite.numerics.attention import sdpa_fwd
 from fuserlite.numerics.philox import (
@@ -131,6 +132,10 @@ CAST_SYMBOLS = {  # (from, to) -> the compiled conversion of n elements
     ("bfloat16", "float32"): "fl_cast_bfloat16_float32",
     ("float32", "bfloat16"): "fl_cast_float32_bfloat16",
 }
+# The same, keyed by the numpy dtypes (looked up every cast: no dtype name parsed).
+CAST_DTYPES = {
+    (DType.parse(a).numpy, DType.parse(b).numpy): symbol for (a, b), symbol in CAST_SYMBOLS.items()
+}
 # After kernel.cpu's PRELUDE: its __nv_bfloat16 conversions, which store the bits
 # ml_dtypes stores (tests/test_library_kernels.py checks every bfloat16 and NaN payloads).
 CAST_SOURCES = {
@@ -177,20 +182,20 @@ class CompiledCasts:
         self._functions: dict[tuple[str, str], Callable] | None = None
 
     def _function(self, source: np.dtype, target: np.dtype) -> Callable | None:
-        symbol = CAST_SYMBOLS.get((source.name, target.name))
-        if symbol is None:
+        if (source, target) not in CAST_DTYPES:  # np.dtype equality: no name parsed a call
             return None
         if self._functions is None:
             loaded = library_functions(self.compiler)
             for s in CAST_SYMBOLS.values():
                 loaded[s].argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
                 loaded[s].restype = None
-            self._functions = {key: loaded[s] for key, s in CAST_SYMBOLS.items()}
-        return self._functions[(source.name, target.name)]
+            self._functions = {key: loaded[s] for key, s in CAST_DTYPES.items()}
+        return self._functions[(source, target)]
 
     def cast(self, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """array.astype(dtype, copy=False)."""
-        dtype = np.dtype(dtype)
+        if not isinstance(dtype, np.dtype):
+            dtype = np.dtype(dtype)
         function = self._function(array.dtype, dtype) if array.flags.c_contiguous else None
         if function is None:
             return array.astype(dtype, copy=False)
