@@ -216,3 +216,30 @@ def test_rows_of_is_a_stack_only_for_its_own_rows() -> None:
     assert rows_of(views[::-1], (stack, views)) is None
     assert rows_of(views[:2], (stack, views)) is None
     assert rows_of(views, None) is None
+
+
+@pytest.mark.parametrize("m", [64, 48, 512])  # whole calls of 32 rows, a padded tail, 256 rows
+def test_every_devices_gemm_in_one_matmul_has_gemm_rows_bits(m: int) -> None:
+    """_Plan._gemm's one np.matmul over (device, block of rows) gives each device's row the
+    bits of gemm_rows on that device alone: shared or stacked x and w."""
+    from fuserlite.reference.numpy_ops import gemm_rows
+    from fuserlite.runtime.launch import LibraryLaunch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    executor = fl.FusionExecutor(fusion, compute="compiled")
+    executor.run(fl.random_inputs(fusion, seed=1))
+    plan = next(
+        x.plan
+        for x in executor._library_launches.values()
+        if isinstance(x, LibraryLaunch) and x.plan.expr.op_name == "linear"
+    )
+    rng = np.random.default_rng(3)
+    rows, k, n = 3, 96 if m != 512 else 256, 40 if m != 512 else 128
+    for x_one in (False, True):
+        for w_one in (False, True):
+            x = rng.standard_normal((m, k) if x_one else (rows, m, k)).astype(np.float32)
+            w = rng.standard_normal((n, k) if w_one else (rows, n, k)).astype(np.float32)
+            got = plan._gemm([(x, x_one), (w, w_one)], rows)
+            for r in range(rows):
+                want = gemm_rows(x if x_one else x[r], (w if w_one else w[r]).T)
+                np.testing.assert_array_equal(got[r], want)

@@ -42,7 +42,7 @@ from fuserlite.numerics.philox import (
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import cyclic_problem, device_box, device_shape, layout
-from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, sdpa_block, store
+from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, rows_per_call, sdpa_block, store
 
 LIBRARY_OPS = ("matmul", "linear", "sdpa")
 MAX_RANK = 8  # of the array a compiled dropout takes
@@ -400,7 +400,20 @@ class _Plan:
         m = math.prod(local[:-1])
         if out is None:
             out = np.empty((rows, *local[:-1], n), self.dtype)
-        for r in range(rows):
+        per_call, looped = rows_per_call(k, n), rows
+        if m and m % per_call == 0 and out.flags.c_contiguous:  # out's reshape: a view
+            # Every device's calls in one np.matmul: a call per (device, block of
+            # per_call rows), each the 2-D GEMM gemm_rows makes on that device's row (its
+            # operands' strides the same), so the same bits, without a Python loop.
+            blocks = (rows if not x_one else 1, m // per_call, per_call, k)
+            b = w if w_one else w[:, None]  # [n, k] (linear) or [k, n], per device
+            np.matmul(
+                x.reshape(blocks),
+                np.swapaxes(b, -1, -2) if self.expr.op_name == "linear" else b,
+                out=out.reshape(rows, m // per_call, per_call, n),
+            )
+            looped = 0  # no device left for the loop below
+        for r in range(looped):
             a = x if x_one else x[r]
             b = w if w_one else w[r]
             if self.expr.op_name == "linear":

@@ -390,9 +390,10 @@ class FusionExecutor:
                 self.backend.begin_step(step.index, step.comm)
                 for d, array in self.backend.wait(posted.pop(step.index)).items():
                     values[d][step.comm.output] = array
-            for local in values.values():
-                _forget(local, dead)
-            _forget(rows, dead)
+            if dead:  # most steps free nothing
+                for local in values.values():
+                    _forget(local, dead)
+                _forget(rows, dead)
         if self.progress is not None:
             self.progress(STEPS, total, total, "")
         return values

@@ -227,13 +227,11 @@ class KernelLaunch:
         whose rows, in order, are its global array (no copy to assemble it); `rows`: this
         run's launch output stacks (stack, the devices' rows of it), read where an input
         is such rows (their addresses from the stack's) and given this launch's own."""
-        table = self.table
+        table, devices = self.table, self.devices
         keep = []  # padded copies, alive until the call returns
         for c, (tv, shape, dtype) in enumerate(self.inputs):
             known = self._known[c]
-            if known is not None and all(
-                values[d].get(tv) is k for d, k in zip(self.devices, known)
-            ):
+            if known is not None and all(map(is_, [values[d].get(tv) for d in devices], known)):
                 continue  # views of a pooled buffer, whose addresses are in the table
             whole = inputs.get(tv)
             offsets = None if whole is None else self.offsets_of(tv)
