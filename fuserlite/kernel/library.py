@@ -239,14 +239,13 @@ class CompiledDropout:
 
     def _load(self):
         function = library_functions(self.compiler)[DROPOUT_SYMBOL]
-        int64s = ctypes.POINTER(ctypes.c_int64)
-        function.argtypes = [
+        function.argtypes = [  # the three int64 rows by address (no ctypes pointer made)
             ctypes.c_void_p,
             ctypes.c_int,
             ctypes.c_int,
-            int64s,
-            int64s,
-            int64s,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
             ctypes.c_uint64,
             ctypes.c_uint64,
             ctypes.c_double,
@@ -277,7 +276,8 @@ class CompiledDropout:
         keep_below = float(np.dtype(dtype).type(1.0 - p))
         scale = float(dropout_scale(p, dtype))
         shapes = np.array([block.shape, block.start, local], np.int64)
-        rows = [shapes[j].ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for j in range(3)]
+        at, row = shapes.ctypes.data, shapes.strides[0]  # C-contiguous [3, rank]
+        rows = [at, at + row, at + 2 * row]
         function = self._function or self._load()
         function(values.ctypes.data, dtype == np.float64, len(local), *rows, seed, offset,
                  keep_below, scale)  # fmt: skip
