@@ -389,8 +389,9 @@ class _Plan:
     def _gemm(
         self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
     ) -> np.ndarray:
-        """numpy_ops' _linear / _matmul of each device's row: one 2-D GEMM per device
-        into its row of the output (`out`, C-contiguous in the compute dtype, where the
+        """numpy_ops' _linear / _matmul of each device's row: gemm_rows' BLAS calls per
+        device (every device's in one np.matmul where its rows are whole calls) into its
+        row of the output (`out`, C-contiguous in the compute dtype, where the
         output is stored in it: no copy after; else a new array), the bias added to all
         rows at once."""
         (x, x_one), (w, w_one), *bias = operands
