@@ -169,3 +169,77 @@ def test_compiled_casts_are_ml_dtypes_bit_for_bit() -> None:
         np.testing.assert_array_equal(casts.cast(strided, bf16), strided.astype(bf16))
     halves = np.arange(64, dtype=np.float16)
     assert casts.cast(halves, np.float32).dtype == np.float32
+
+
+def test_library_operands_come_from_stacks_and_input_blocks_without_a_search(monkeypatch) -> None:
+    """A library launch's operand that an earlier launch made is that launch's output stack,
+    and a program input sharded in consecutive blocks is its global array's rows: only the
+    block's two row-parallel weights (S1: no block of rows) are stacked from the devices'
+    arrays. Inputs laid out otherwise (Fortran order: no rows of the global array) are
+    stacked instead, with the same bits."""
+    from fuserlite.runtime import launch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    inputs = fl.random_inputs(fusion, seed=5)
+    executor = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op._library = None
+    (want,) = op_by_op.run(inputs)
+    calls = []
+
+    def counted(arrays, dtype=None):
+        if any(a is not arrays[0] for a in arrays):  # not a replicated Allgather's output
+            calls.append(arrays[0].shape)
+        return stacked(arrays, dtype)
+
+    stacked = launch.stacked
+    monkeypatch.setattr(launch, "stacked", counted)
+    (got,) = executor.run(inputs)
+    assert sorted(calls) == [(64, 8), (64, 32)]  # wo, w2: a column block per device
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    calls.clear()
+    fortran = [np.asfortranarray(a) if a.ndim > 1 else a for a in inputs]
+    (got,) = executor.run(fortran)
+    assert sorted(calls) == [(8, 64)] * 3 + [(32, 64), (64, 8), (64, 32)]  # the 2-d weights
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_rows_of_is_a_stack_only_for_its_own_rows() -> None:
+    """rows_of: the stack where the devices' arrays are its rows (identity, in order);
+    None for a copy of one, another order or another count."""
+    from fuserlite.runtime.launch import rows_of
+
+    stack = np.zeros((3, 4), np.float32)
+    views = [stack[r, ...] for r in range(3)]
+    assert rows_of(list(views), (stack, views)) is stack
+    assert rows_of([views[0], views[1].copy(), views[2]], (stack, views)) is None
+    assert rows_of(views[::-1], (stack, views)) is None
+    assert rows_of(views[:2], (stack, views)) is None
+    assert rows_of(views, None) is None
+
+
+@pytest.mark.parametrize("m", [64, 48, 512])  # whole calls of 32 rows, a padded tail, 256 rows
+def test_every_devices_gemm_in_one_matmul_has_gemm_rows_bits(m: int) -> None:
+    """_Plan._gemm's one np.matmul over (device, block of rows) gives each device's row the
+    bits of gemm_rows on that device alone: shared or stacked x and w."""
+    from fuserlite.reference.numpy_ops import gemm_rows
+    from fuserlite.runtime.launch import LibraryLaunch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    executor = fl.FusionExecutor(fusion, compute="compiled")
+    executor.run(fl.random_inputs(fusion, seed=1))
+    plan = next(
+        x.plan
+        for x in executor._library_launches.values()
+        if isinstance(x, LibraryLaunch) and x.plan.expr.op_name == "linear"
+    )
+    rng = np.random.default_rng(3)
+    rows, k, n = 3, 96 if m != 512 else 256, 40 if m != 512 else 128
+    for x_one in (False, True):
+        for w_one in (False, True):
+            x = rng.standard_normal((m, k) if x_one else (rows, m, k)).astype(np.float32)
+            w = rng.standard_normal((n, k) if w_one else (rows, n, k)).astype(np.float32)
+            got = plan._gemm([(x, x_one), (w, w_one)], rows)
+            for r in range(rows):
+                want = gemm_rows(x if x_one else x[r], (w if w_one else w[r]).T)
+                np.testing.assert_array_equal(got[r], want)

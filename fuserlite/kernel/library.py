@@ -29,6 +29,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
+from fuserlite.ir.types import DType
 from fuserlite.kernel.cpu import PRELUDE, quiet_openmp
 from fuserlite.numerics.attention import sdpa_fwd
 from fuserlite.numerics.philox import (
@@ -41,7 +42,7 @@ from fuserlite.numerics.philox import (
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import cyclic_problem, device_box, device_shape, layout
-from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, sdpa_block, store
+from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, rows_per_call, sdpa_block, store
 
 LIBRARY_OPS = ("matmul", "linear", "sdpa")
 MAX_RANK = 8  # of the array a compiled dropout takes
@@ -131,6 +132,10 @@ CAST_SYMBOLS = {  # (from, to) -> the compiled conversion of n elements
     ("bfloat16", "float32"): "fl_cast_bfloat16_float32",
     ("float32", "bfloat16"): "fl_cast_float32_bfloat16",
 }
+# The same, keyed by the numpy dtypes (looked up every cast: no dtype name parsed).
+CAST_DTYPES = {
+    (DType.parse(a).numpy, DType.parse(b).numpy): symbol for (a, b), symbol in CAST_SYMBOLS.items()
+}
 # After kernel.cpu's PRELUDE: its __nv_bfloat16 conversions, which store the bits
 # ml_dtypes stores (tests/test_library_kernels.py checks every bfloat16 and NaN payloads).
 CAST_SOURCES = {
@@ -177,20 +182,20 @@ class CompiledCasts:
         self._functions: dict[tuple[str, str], Callable] | None = None
 
     def _function(self, source: np.dtype, target: np.dtype) -> Callable | None:
-        symbol = CAST_SYMBOLS.get((source.name, target.name))
-        if symbol is None:
+        if (source, target) not in CAST_DTYPES:  # np.dtype equality: no name parsed a call
             return None
         if self._functions is None:
             loaded = library_functions(self.compiler)
             for s in CAST_SYMBOLS.values():
                 loaded[s].argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
                 loaded[s].restype = None
-            self._functions = {key: loaded[s] for key, s in CAST_SYMBOLS.items()}
-        return self._functions[(source.name, target.name)]
+            self._functions = {key: loaded[s] for key, s in CAST_DTYPES.items()}
+        return self._functions[(source, target)]
 
     def cast(self, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """array.astype(dtype, copy=False)."""
-        dtype = np.dtype(dtype)
+        if not isinstance(dtype, np.dtype):
+            dtype = np.dtype(dtype)
         function = self._function(array.dtype, dtype) if array.flags.c_contiguous else None
         if function is None:
             return array.astype(dtype, copy=False)
@@ -234,14 +239,13 @@ class CompiledDropout:
 
     def _load(self):
         function = library_functions(self.compiler)[DROPOUT_SYMBOL]
-        int64s = ctypes.POINTER(ctypes.c_int64)
-        function.argtypes = [
+        function.argtypes = [  # the three int64 rows by address (no ctypes pointer made)
             ctypes.c_void_p,
             ctypes.c_int,
             ctypes.c_int,
-            int64s,
-            int64s,
-            int64s,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
             ctypes.c_uint64,
             ctypes.c_uint64,
             ctypes.c_double,
@@ -272,7 +276,8 @@ class CompiledDropout:
         keep_below = float(np.dtype(dtype).type(1.0 - p))
         scale = float(dropout_scale(p, dtype))
         shapes = np.array([block.shape, block.start, local], np.int64)
-        rows = [shapes[j].ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) for j in range(3)]
+        at, row = shapes.ctypes.data, shapes.strides[0]  # C-contiguous [3, rank]
+        rows = [at, at + row, at + 2 * row]
         function = self._function or self._load()
         function(values.ctypes.data, dtype == np.float64, len(local), *rows, seed, offset,
                  keep_below, scale)  # fmt: skip
@@ -384,8 +389,9 @@ class _Plan:
     def _gemm(
         self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
     ) -> np.ndarray:
-        """numpy_ops' _linear / _matmul of each device's row: one 2-D GEMM per device
-        into its row of the output (`out`, C-contiguous in the compute dtype, where the
+        """numpy_ops' _linear / _matmul of each device's row: gemm_rows' BLAS calls per
+        device (every device's in one np.matmul where its rows are whole calls) into its
+        row of the output (`out`, C-contiguous in the compute dtype, where the
         output is stored in it: no copy after; else a new array), the bias added to all
         rows at once."""
         (x, x_one), (w, w_one), *bias = operands
@@ -395,7 +401,20 @@ class _Plan:
         m = math.prod(local[:-1])
         if out is None:
             out = np.empty((rows, *local[:-1], n), self.dtype)
-        for r in range(rows):
+        per_call, looped = rows_per_call(k, n), rows
+        if m and m % per_call == 0 and out.flags.c_contiguous:  # out's reshape: a view
+            # Every device's calls in one np.matmul: a call per (device, block of
+            # per_call rows), each the 2-D GEMM gemm_rows makes on that device's row (its
+            # operands' strides the same), so the same bits, without a Python loop.
+            blocks = (rows if not x_one else 1, m // per_call, per_call, k)
+            b = w if w_one else w[:, None]  # [n, k] (linear) or [k, n], per device
+            np.matmul(
+                x.reshape(blocks),
+                np.swapaxes(b, -1, -2) if self.expr.op_name == "linear" else b,
+                out=out.reshape(rows, m // per_call, per_call, n),
+            )
+            looped = 0  # no device left for the loop below
+        for r in range(looped):
             a = x if x_one else x[r]
             b = w if w_one else w[r]
             if self.expr.op_name == "linear":

@@ -285,7 +285,7 @@ def fold(arrays: Sequence[np.ndarray], op: ReductionOpType) -> np.ndarray:
     Sums of float16 or bfloat16 are accumulated in float32 and rounded once at the end,
     as a kernel's sums are (partials insert-reshardings makes are float32 already)."""
     dtype = np.asarray(arrays[0]).dtype
-    wide = op is ReductionOpType.sum and DType.from_numpy(dtype) in HALVES
+    wide = op is ReductionOpType.sum and dtype in HALF_DTYPES
     within = np.float32 if wide else dtype
     out = canonical(np.array(arrays[0], within))  # a new array (0-d stays an array)
     for a in arrays[1:]:
@@ -297,6 +297,7 @@ def fold(arrays: Sequence[np.ndarray], op: ReductionOpType) -> np.ndarray:
 
 
 HALVES = frozenset({DType.float16, DType.bfloat16})
+HALF_DTYPES = frozenset(dt.numpy for dt in HALVES)
 
 
 def combine(op: ReductionOpType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -332,7 +333,11 @@ def canonical(a: np.ndarray) -> np.ndarray:
 
 def is_float(dtype: np.dtype) -> bool:
     """True for float dtypes, bfloat16 included (an ml_dtypes type: numpy kind 'V')."""
-    return DType.from_numpy(dtype).is_float
+    return dtype in FLOAT_DTYPES
+
+
+# numpy's dtypes of the float DTypes (np.dtype equality, asked per combine: no name parsed)
+FLOAT_DTYPES = frozenset(dt.numpy for dt in DType if dt.is_float)
 
 
 def split_rows(a: np.ndarray, rows: Sequence[int]) -> list[np.ndarray]:

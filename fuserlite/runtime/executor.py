@@ -370,6 +370,7 @@ class FusionExecutor:
         steps = self._steps
         launches = self._launch_plans()
         posted: dict[int, Posted] = {}  # by step index: communications in flight
+        rows: dict = {}  # launches' output stacks of this run (launch.rows_of), while live
         total, done = self._counted, 0
         for i, (step, dead) in enumerate(zip(steps, self._dead)):
             if self.progress is not None and not isinstance(step, Await):
@@ -377,7 +378,7 @@ class FusionExecutor:
                 done += 1
             launch = launches.get(i) or self._library_launches.get(i)
             if launch is not None:
-                launch.run(values, given, self._pooled, self._wholes)
+                launch.run(values, given, self._pooled, self._wholes, rows)
             elif isinstance(step, Kernel):
                 self._run_kernel(step, values)
             elif isinstance(step, ChunkView):  # a host loop's chunk of a tensor
@@ -389,8 +390,10 @@ class FusionExecutor:
                 self.backend.begin_step(step.index, step.comm)
                 for d, array in self.backend.wait(posted.pop(step.index)).items():
                     values[d][step.comm.output] = array
-            for local in values.values():
-                _forget(local, dead)
+            if dead:  # most steps free nothing
+                for local in values.values():
+                    _forget(local, dead)
+                _forget(rows, dead)
         if self.progress is not None:
             self.progress(STEPS, total, total, "")
         return values
@@ -427,6 +430,7 @@ class FusionExecutor:
             # Library launches use the threads where BLAS can be held to one thread (one
             # level of parallelism: runtime/threads.py), else BLAS's own threads.
             threads = self.threads if blas_limit_available() else None
+            given = frozenset(self.program.inputs)
             self._library_launches = {  # unscheduled kernels: library calls, reshapes
                 i: launch
                 for i, step in enumerate(self._steps)
@@ -435,7 +439,7 @@ class FusionExecutor:
                 and not step.scheduled
                 and (
                     launch := library_launch(
-                        step, self._library, self._hosted(step), self._output_shapes, threads
+                        step, self._library, self._hosted(step), self._output_shapes, threads, given
                     )
                 )
                 is not None

@@ -20,9 +20,15 @@ poisoned again before each write, so an element no grid point writes reads as it
 would in a fresh one). Nothing but compiled kernels, which copy nothing into their
 outputs, reads a pooled buffer, so no view of one outlives its run. A kernel input
 read from a pooled buffer is recognised by identity and costs nothing; a program
-input's address comes from the global array and its static offsets; any other
+input's address comes from the global array and its static offsets; a launch's
+output stack of this run (`rows`: a fresh stack of a compiled kernel's, a library
+launch's, a reshaped one of a view launch's) is recognised by the identity of each
+device's row (rows_of) and its rows' addresses follow from the stack's; any other
 array (a collective's output) is checked (shape, dtype, contiguity) once per
-device and padded where a short chunk must be.
+device and padded where a short chunk must be. A library launch's operands are
+found the same way, a program input's where its shards are consecutive blocks of
+the global array (decided at planning; a run's global array must be C-contiguous,
+else the devices' arrays are stacked as any others).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Callable, Sequence
+from operator import is_
 
 import numpy as np
 
@@ -56,6 +63,37 @@ Launcher = Callable[[int, int, int, int], None]  # fuserlite_launch(kernel, tabl
 ONE_BLOCK_BYTES = 32 << 20
 
 
+def shard_offsets(tv: TensorView, devices: list[int]) -> np.ndarray | None:
+    """Byte offsets of each of `devices`' shard of `tv` in its global C-contiguous array;
+    None where some shard is not such a block (a short chunk, an inner axis cut)."""
+    shape, want = tuple(tv.shape), local_shape(tv)
+    if not is_sharded(tv):
+        return np.zeros(len(devices), np.uintp) if shape == want else None
+    if layout(tv).boxes is None or not all(d in tv.mesh.devices for d in devices):
+        return None  # a cyclic shard: rows r, r + d, ..., no block of the global array
+    boxes = layout(tv).boxes
+    starts = []
+    for d in devices:
+        box = boxes[tv.mesh.index(d)]
+        sizes = tuple(stop - start for start, stop in box)
+        # Contiguous in C order: one row of every axis before the first one of
+        # several rows, every axis after it whole.
+        k = next((i for i, n in enumerate(sizes) if n != 1), len(sizes))
+        if sizes != want or 0 in sizes or sizes[k + 1 :] != shape[k + 1 :]:
+            return None
+        starts.append(np.ravel_multi_index([s for s, _ in box], shape))
+    return np.array(starts, np.uintp) * np.uintp(np.dtype(tv.dtype.numpy).itemsize)
+
+
+def rows_of(arrays: list, made: tuple[np.ndarray, list[np.ndarray]] | None) -> np.ndarray | None:
+    """The stack `arrays` (each device's array of a tensor) are the rows of, where `made`
+    (a launch's (stack, its rows) of this run, from `rows`) says so: the same objects, in
+    order (identity: no address asked); else None."""
+    if made is None or len(made[1]) != len(arrays) or not all(map(is_, arrays, made[1])):
+        return None
+    return made[0]
+
+
 class _Output:
     """One kernel output: its buffer (pooled) or how to make one (fresh per run), and
     each device's view of it."""
@@ -69,6 +107,7 @@ class _Output:
         self.row_bytes = math.prod(self.local) * self.dtype.itemsize
         # A device's view: the whole row, or its own rows of a short chunk.
         self.cuts = [None if s == self.local else tuple(slice(0, n) for n in s) for s in shapes]
+        self.uncut = all(cut is None for cut in self.cuts)  # each view its whole row
         self.buffer: np.ndarray | None = None  # pooled: set by plan_launches
         self.shared = False  # pooled and shared with another output: poisoned each run
         self.views: list[np.ndarray] = []  # pooled: each running device's view, kept
@@ -149,34 +188,10 @@ class KernelLaunch:
         self.threads = threads if threads.spreads(work, len(self.devices)) else None
 
     def offsets_of(self, tv: TensorView) -> np.ndarray | None:
-        """Byte offsets of each running device's shard of `tv` in its global C-contiguous
-        array; None where some shard is not such a block (a short chunk, an
-        inner axis cut)."""
-        if id(tv) in self._offsets:
-            return self._offsets[id(tv)]
-        found = None
-        shape, want = tuple(tv.shape), local_shape(tv)
-        if not is_sharded(tv):
-            found = np.zeros(len(self.devices), np.uintp) if shape == want else None
-        elif layout(tv).boxes is None:
-            found = None  # a cyclic shard: rows r, r + d, ..., no block of the global array
-        elif all(d in tv.mesh.devices for d in self.devices):
-            boxes = layout(tv).boxes
-            starts = []
-            for d in self.devices:
-                box = boxes[tv.mesh.index(d)]
-                sizes = tuple(stop - start for start, stop in box)
-                # Contiguous in C order: one row of every axis before the first one of
-                # several rows, every axis after it whole.
-                k = next((i for i, n in enumerate(sizes) if n != 1), len(sizes))
-                if sizes != want or 0 in sizes or sizes[k + 1 :] != shape[k + 1 :]:
-                    break
-                starts.append(np.ravel_multi_index([s for s, _ in box], shape))
-            else:
-                itemsize = np.dtype(tv.dtype.numpy).itemsize
-                found = np.array(starts, np.uintp) * np.uintp(itemsize)
-        self._offsets[id(tv)] = found
-        return found
+        """shard_offsets of `tv` on the running devices (asked once per tensor)."""
+        if id(tv) not in self._offsets:
+            self._offsets[id(tv)] = shard_offsets(tv, self.devices)
+        return self._offsets[id(tv)]
 
     def row_addresses(self, stack: np.ndarray, row_bytes: int) -> np.ndarray:
         """The address of each row of a buffer of a row per running device."""
@@ -204,23 +219,35 @@ class KernelLaunch:
         inputs: dict[TensorView, np.ndarray],
         pooled: dict[TensorView, list[np.ndarray]],
         wholes: dict[TensorView, tuple[np.ndarray, list[np.ndarray]]],
+        rows: dict[TensorView, tuple[np.ndarray, list[np.ndarray]]],
     ) -> None:
         """Run the kernel on every hosted device: its outputs join `values`. `inputs`: the
         run's global arrays of the program inputs; `pooled`: the views of pooled buffers;
         `wholes` is given (global array, the devices' views of it) for each fresh output
-        whose rows, in order, are its global array (no copy to assemble it)."""
-        table = self.table
+        whose rows, in order, are its global array (no copy to assemble it); `rows`: this
+        run's launch output stacks (stack, the devices' rows of it), read where an input
+        is such rows (their addresses from the stack's) and given this launch's own."""
+        table, devices = self.table, self.devices
         keep = []  # padded copies, alive until the call returns
         for c, (tv, shape, dtype) in enumerate(self.inputs):
             known = self._known[c]
-            if known is not None and all(
-                values[d].get(tv) is k for d, k in zip(self.devices, known)
-            ):
+            if known is not None and all(map(is_, [values[d].get(tv) for d in devices], known)):
                 continue  # views of a pooled buffer, whose addresses are in the table
             whole = inputs.get(tv)
             offsets = None if whole is None else self.offsets_of(tv)
             if offsets is not None and whole.flags.c_contiguous:
                 table[:, c] = np.uintp(whole.ctypes.data) + offsets
+                continue
+            stack = None if whole is not None else rows.get(tv)
+            if stack is not None:
+                stack = rows_of([values[d].get(tv) for d in self.devices], stack)
+            if (
+                stack is not None
+                and stack.dtype == dtype
+                and stack.shape[1:] == shape
+                and stack.flags.c_contiguous
+            ):
+                table[:, c] = self.row_addresses(stack, stack.strides[0])
                 continue
             last, address, padded = None, 0, len(keep)
             for r, d in enumerate(self.devices):
@@ -256,6 +283,8 @@ class KernelLaunch:
             else:
                 table[:, c] = self.row_addresses(stack, out.row_bytes)
             fresh.append(views)
+            if stack is not None and out.uncut:
+                rows[out.tv] = (stack, views)
             if stack is not None and self._is_whole(out):
                 wholes[out.tv] = (stack.reshape(out.tv.shape), views)
         if self.threads is not None:
@@ -376,7 +405,14 @@ class LibraryLaunch:
     device."""
 
     def __init__(
-        self, kernel: Kernel, plan, devices: list[int], dropout, library=None, threads=None
+        self,
+        kernel: Kernel,
+        plan,
+        devices: list[int],
+        dropout,
+        library=None,
+        threads=None,
+        given: frozenset[TensorView] = frozenset(),
     ) -> None:
         self.kernel = kernel
         self.library = library  # the per-device path, for operands of differing shapes
@@ -386,13 +422,35 @@ class LibraryLaunch:
         self.casts = library.casts if library is not None else NumpyCasts
         spread = threads is not None and threads.spreads(plan.work(devices), len(devices))
         self.threads = threads if spread else None  # None: every row on the calling thread
+        # Per operand, where a program input's devices' shards are one block each of its
+        # global array, in the devices' order: one array (replicated), or the elements
+        # [first, first + size * rows) (its stack); None: found at run time (stacked).
+        # `given`: the program's inputs.
+        self.blocks = [self._block(tv) if tv in given else None for tv in plan.expr.inputs]
 
-    def run(self, values: dict[int, dict[TensorView, np.ndarray]], *_unused) -> None:
-        """The kernel on every device: its outputs join `values` (the other arguments,
-        KernelLaunch.run's, are not needed)."""
+    def _block(self, tv: TensorView) -> tuple[bool, int, tuple[int, ...]] | None:
+        offsets = shard_offsets(tv, self.devices)
+        if offsets is None:
+            return None
+        if not is_sharded(tv):
+            return True, 0, ()
+        itemsize = np.dtype(tv.dtype.numpy).itemsize
+        local = local_shape(tv)
+        step = math.prod(local) * itemsize
+        if not np.array_equal(offsets, offsets[0] + np.arange(len(offsets), dtype=np.uintp) * step):
+            return None  # blocks, but not consecutive in the devices' order
+        return False, int(offsets[0]) // itemsize, local
+
+    def run(
+        self, values: dict[int, dict[TensorView, np.ndarray]], inputs, _pooled, _wholes, rows
+    ) -> None:
+        """The kernel on every device: its outputs join `values` and their stacks `rows`
+        (KernelLaunch.run's arguments). An operand is a stack `rows` gives (the devices'
+        arrays its rows), a program input's global array (its shards consecutive blocks
+        of it), or else the devices' arrays as stacked() finds them."""
         expr = self.plan.expr
         operands = []
-        for tv in expr.inputs:
+        for tv, block in zip(expr.inputs, self.blocks):
             arrays = []
             for d in self.devices:
                 a = values[d].get(tv)
@@ -400,7 +458,22 @@ class LibraryLaunch:
                     raise ExecutionError(
                         f"device {d}: a kernel reads {tv.name}, which this device does not hold"
                     )
-                arrays.append(np.asarray(a))
+                arrays.append(a)
+            stack = rows_of(arrays, rows.get(tv))
+            if stack is not None:
+                operands.append((stack, False))
+                continue
+            whole = inputs.get(tv) if block is not None else None
+            if whole is not None and whole.flags.c_contiguous:  # the shards' global array
+                one, first, local = block
+                if one:
+                    operands.append((whole, True))
+                else:
+                    size = math.prod(local) * len(arrays)
+                    flat = whole.reshape(-1)[first : first + size]
+                    operands.append((flat.reshape(len(arrays), *local), False))
+                continue
+            arrays = [np.asarray(a) for a in arrays]
             if any(a.shape != arrays[0].shape for a in arrays):
                 # An uneven operand (a device holds fewer rows of the contraction): the
                 # devices' calls differ in shape, so each runs its own.
@@ -412,8 +485,10 @@ class LibraryLaunch:
             operands, self.devices, self.dropout, self.threads, self.casts
         )
         for tv, stack in zip(expr.outputs, outputs):
-            for r, d in enumerate(self.devices):
-                values[d][tv] = stack[r, ...]
+            views = [stack[r, ...] for r in range(len(self.devices))]
+            for d, v in zip(self.devices, views):
+                values[d][tv] = v
+            rows[tv] = (stack, views)
 
 
 class ViewLaunch:
@@ -425,10 +500,27 @@ class ViewLaunch:
         self.kernel = kernel
         (self.expr,) = kernel.exprs
         self.shapes = shapes
+        # The one output shape of every device (None: they differ), for a stack's reshape.
+        self.same = next(iter(shapes.values())) if len(set(shapes.values())) == 1 else None
 
-    def run(self, values: dict[int, dict[TensorView, np.ndarray]], *_unused) -> None:
-        """The reshape on every device: its output joins `values`."""
+    def run(
+        self, values: dict[int, dict[TensorView, np.ndarray]], _inputs, _pooled, _wholes, rows
+    ) -> None:
+        """The reshape on every device: its output joins `values`; where the devices'
+        arrays are the rows of a stack in `rows` (KernelLaunch.run's), the stack is
+        reshaped (a view: the same rows) and given there too."""
         (tv,), out = self.expr.inputs, self.expr.output
+        made = rows.get(tv)
+        if made is not None and self.same is not None:
+            devices = list(self.shapes)
+            stack = rows_of([values[d].get(tv) for d in devices], made)
+            if stack is not None:
+                stack = stack.reshape(len(devices), *self.same)
+                views = [stack[r, ...] for r in range(len(devices))]
+                for d, v in zip(devices, views):
+                    values[d][out] = v
+                rows[out] = (stack, views)
+                return
         for d, shape in self.shapes.items():
             a = values[d].get(tv)
             if a is None:
@@ -444,11 +536,13 @@ def library_launch(
     hosted: list[int],
     output_shapes: Callable[[Kernel, int], list[tuple[int, ...]]],
     threads=None,
+    given: frozenset[TensorView] = frozenset(),
 ) -> LibraryLaunch | ViewLaunch | None:
     """The launch of an unscheduled kernel on the `hosted` devices: a library kernel of
     one call shape on every device (LibraryLaunch), a kernel of one reshape (ViewLaunch);
     None for any other (the executor runs it per device). `library`: the program's
-    kernel.library.LibraryKernels; `threads`: the executor's DeviceThreads (None: none)."""
+    kernel.library.LibraryKernels; `threads`: the executor's DeviceThreads (None: none);
+    `given`: the program's inputs (a library launch reads their global arrays)."""
     if len(kernel.exprs) == 1 and kernel.exprs[0].op_name == "reshape":
         (tv,) = kernel.outputs
         if tv.dtype is not kernel.exprs[0].inputs[0].dtype:
@@ -459,4 +553,4 @@ def library_launch(
     plan = library.plan(kernel)
     if not plan.same_rows(hosted):
         return None
-    return LibraryLaunch(kernel, plan, hosted, library.dropout, library, threads)
+    return LibraryLaunch(kernel, plan, hosted, library.dropout, library, threads, given)
