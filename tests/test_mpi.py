@@ -61,6 +61,17 @@ def reductions(results: dict[str, dict], kinds: list[str]) -> dict[str, dict]:
     return {name: results[name] for name in names}
 
 
+# Cases each rank computes in place, no communication (both world sizes run them).
+IN_PLACE = (
+    "iota-positions",
+    "iota-positions-uneven",
+    "axis_index",
+    "merge-with-broadcast",
+    "cyclic",
+    "block-cyclic",
+)
+
+
 def equivalence(n: int) -> dict[str, dict]:
     proc = mpiexec(n, sys.executable, str(SCRIPTS / "equivalence.py"))
     assert proc.returncode == 0, proc.stderr
@@ -84,15 +95,7 @@ def test_two_ranks_are_bit_identical_to_sim():
             assert r["kinds"] == [name]
     for name, r in reductions(results, ["Allreduce", "ReduceScatter", "Reduce"]).items():
         assert r["kinds"] == [name.split("-")[0]], (name, r)
-    # computed in place
-    for name in (
-        "iota-positions",
-        "iota-positions-uneven",
-        "axis_index",
-        "merge-with-broadcast",
-        "cyclic",
-        "block-cyclic",
-    ):
+    for name in IN_PLACE:
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     assert results["cyclic-gathered"]["kinds"] == ["Allgather"]  # padded, interleaved
     assert results["block-cyclic-gathered"]["kinds"] == ["Allgather"]  # interleaved blocks
@@ -129,15 +132,7 @@ def test_four_ranks_are_bit_identical_to_sim():
     # each rank draws its own shard's random numbers: the unsharded mask, no communication
     for name in [n for n in results if n.startswith("dropout-")]:
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
-    # computed in place
-    for name in (
-        "iota-positions",
-        "iota-positions-uneven",
-        "axis_index",
-        "merge-with-broadcast",
-        "cyclic",
-        "block-cyclic",
-    ):
+    for name in IN_PLACE:
         assert (results[name]["verdict"], results[name]["kinds"]) == ("identical", []), name
     assert results["cyclic-gathered"]["kinds"] == ["Allgather"]  # padded, interleaved
     assert results["block-cyclic-gathered"]["kinds"] == ["Allgather"]  # interleaved blocks
