@@ -8,6 +8,7 @@ from itertools import product
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 from three_way import HAVE_COMPILER
 
 import fuserlite as fl
@@ -88,16 +89,13 @@ def test_the_blocks_bits_do_not_depend_on_the_threads(
         (got,) = ex.run(inputs)
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
         library = [x for x in ex._library_launches.values() if isinstance(x, LibraryLaunch)]
-        if device_threads.blas_limit_available():
-            assert library and all(x.threads is ex.threads for x in library)
+        assert library and all(x.threads is ex.threads for x in library)
         if compute == "compiled":
             assert any(x.threads is ex.threads for x in ex._launch_plans().values())
         ex.close()
 
 
-@pytest.mark.skipif(not device_threads.blas_limit_available(), reason="needs threadpoolctl")
 def test_blas_runs_one_thread_while_library_launches_are_spread(monkeypatch) -> None:
-    from threadpoolctl import threadpool_info
 
     monkeypatch.setattr(device_threads, "POOL_WORK", 0)
     before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]

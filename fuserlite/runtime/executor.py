@@ -74,7 +74,7 @@ from fuserlite.runtime.launch import (
     library_launch,
     plan_launches,
 )
-from fuserlite.runtime.threads import DeviceThreads, blas_limit_available, check_workers
+from fuserlite.runtime.threads import DeviceThreads, check_workers
 from fuserlite.runtime.validation import Validation, validate_run
 
 SINGLE_DEVICE = DeviceMesh([0])
@@ -427,9 +427,8 @@ class FusionExecutor:
                 if isinstance(step, Post)
                 and (plan := collective_plan(step.comm, self.backend)) is not None
             }
-            # Library launches use the threads where BLAS can be held to one thread (one
-            # level of parallelism: runtime/threads.py), else BLAS's own threads.
-            threads = self.threads if blas_limit_available() else None
+            # Library launches use the threads, BLAS held to one thread meanwhile (one
+            # level of parallelism: runtime/threads.py).
             given = frozenset(self.program.inputs)
             self._library_launches = {  # unscheduled kernels: library calls, reshapes
                 i: launch
@@ -439,7 +438,12 @@ class FusionExecutor:
                 and not step.scheduled
                 and (
                     launch := library_launch(
-                        step, self._library, self._hosted(step), self._output_shapes, threads, given
+                        step,
+                        self._library,
+                        self._hosted(step),
+                        self._output_shapes,
+                        self.threads,
+                        given,
                     )
                 )
                 is not None

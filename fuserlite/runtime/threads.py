@@ -18,9 +18,7 @@ threads wait spinning: on the shared 2-core machine, with another job on one cor
 the transformer block's step took 4x longer with BLAS's two threads than with one,
 benchmarks/README.md). A compiled kernel that runs its blocks on OpenMP threads
 (kernel/cpu.py: PARALLEL_WORK, as many threads as the load leaves idle cores) keeps
-that level and is not spread over devices; the smaller kernels are. Without
-threadpoolctl the library launches keep BLAS's own threads and run on the calling
-thread.
+that level and is not spread over devices; the smaller kernels are.
 
 A launch goes to the pool only when its work (multiply-adds, or grid points x
 expressions, summed over its devices) reaches POOL_WORK: below that, handing a range
@@ -34,6 +32,8 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+
+from threadpoolctl import ThreadpoolController
 
 from fuserlite.ir.errors import ExecutionError
 
@@ -58,18 +58,10 @@ def check_workers(threads: int | None, who: str) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _blas_controller():
-    """threadpoolctl's view of the loaded BLAS libraries, found once; None without it."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
+def _blas_controller() -> ThreadpoolController:
+    """threadpoolctl's view of the loaded BLAS libraries, found once per process (it
+    scans the loaded shared libraries)."""
     return ThreadpoolController()
-
-
-def blas_limit_available() -> bool:
-    """True if numpy's BLAS can be held to one thread (threadpoolctl is installed)."""
-    return _blas_controller() is not None
 
 
 class DeviceThreads:
@@ -115,13 +107,8 @@ class DeviceThreads:
 
     @contextlib.contextmanager
     def one_blas_thread(self) -> Iterator[None]:
-        """Hold numpy's BLAS to one thread inside (given back after); a no-op without
-        threadpoolctl."""
-        controller = _blas_controller()
-        if controller is None:
-            yield
-            return
-        with controller.limit(limits=1, user_api="blas"):
+        """Hold numpy's BLAS to one thread inside (given back after)."""
+        with _blas_controller().limit(limits=1, user_api="blas"):
             yield
 
     def close(self) -> None:
@@ -134,7 +121,6 @@ class DeviceThreads:
 __all__ = [
     "POOL_WORK",
     "DeviceThreads",
-    "blas_limit_available",
     "check_workers",
     "default_workers",
 ]
