@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +21,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite the expected text under tests/golden/ (review the diff in git)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set, the suite's child processes (MPI ranks, CLI
+    runs, about a thousand) would each compile the project's ~260 modules from source
+    (0.5 s); they keep their bytecode under a temporary PYTHONPYCACHEPREFIX instead,
+    so the checkout gets no __pycache__ folders and each module compiles once."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os.environ:
+        prefix = Path(tempfile.gettempdir()) / f"fuserlite-tests-pycache-{os.getuid()}"
+        os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
 
 
 def check_golden(name: str, text: str, update: bool, golden_dir: Path = GOLDEN_DIR) -> None:
