@@ -43,7 +43,7 @@ def test_a_non_editable_install_runs_from_the_checkout(tmp_path: Path) -> None:
     assert build.returncode == 0, build.stderr
     assert (target / "fuserlite" / "passes" / "segment.py").is_file()
     probe = "import fuserlite.passes as p, fuserlite.passes.segment; print(p.__file__)"
-    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
     installed = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env
     )
