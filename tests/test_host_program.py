@@ -83,7 +83,20 @@ def test_the_printed_form() -> None:
 
 def test_a_loop_runs_its_body_once_per_iteration() -> None:
     program = in_a_loop(iterations=3)
-    assert [type(s).__name__ for s in program.executed()] == ["Kernel", "Communication"] * 3
+    steps = program.executed()
+    assert [type(s).__name__ for s in steps if not isinstance(s, host.StreamEvent)] == [
+        "Kernel",
+        "Communication",
+    ] * 3
+    # the stream bookkeeping where it runs: stream i % 2 + 1, the Wait, and after the loop
+    # the main stream synchronizing both
+    events = [(s.what, s.stream) for s in steps if isinstance(s, host.StreamEvent)]
+    per_iteration = [[("switch", i % 2 + 1), ("wait", 0)] for i in range(3)]
+    assert events == [e for it in per_iteration for e in it] + [
+        ("switch", 0),
+        ("sync", 1),
+        ("sync", 2),
+    ]
     assert len(program.kernels) == 1 and len(program.communications) == 1
     tl = fl.timeline(program)
     assert len([e for e in tl.events if e.kind == COMPUTE]) == 3 * 2  # 2 devices

@@ -4,11 +4,15 @@ store into a buffer a posted communication still reads waits for it first."""
 
 from __future__ import annotations
 
+import numpy as np
 from host_programs import add_then_allgather, in_a_loop
 
+import fuserlite as fl
 from fuserlite.ir.streams import Chunking
+from fuserlite.program import host
 from fuserlite.program.communication import Communication
-from fuserlite.program.host import ChunkView, ShardByStream
+from fuserlite.program.host import ChunkView, ShardByStream, StreamEvent
+from fuserlite.program.parser import parse_printed
 from fuserlite.program.program import Kernel
 from fuserlite.runtime.host_loops import Await, Post, pipelined
 
@@ -47,3 +51,100 @@ def test_a_store_into_a_buffer_a_posted_communication_reads_waits_for_it() -> No
     read = ChunkView(ShardByStream(y, x, Chunking(1, 2), "i"), 0, writes=False)
     order = pipelined([kernel, comm, read])
     assert [type(a).__name__ for a in order] == ["Kernel", "Post", "ChunkView", "Await"]
+
+
+# -- a host program's Waits and Synchronizes are points in time on their streams -------
+
+
+def _kinds(order: list) -> list[str]:
+    return [type(a).__name__ for a in order]
+
+
+def _switch(stream: int) -> StreamEvent:
+    return StreamEvent("switch", stream)
+
+
+def test_a_wait_completes_its_communication_before_the_next_step_on_its_stream() -> None:
+    """`Wait` then a kernel that does not read the communication's output, on one stream:
+    the wait is honoured there (before, the executor waited only at the end, at the
+    first reader); on another stream the kernel runs while it is in flight."""
+    kernel, comm = add_then_allgather().steps
+    wait = StreamEvent("wait", comm=comm)
+    same = pipelined([_switch(1), kernel, comm, wait, kernel])
+    assert _kinds(same) == ["Kernel", "Post", "Await", "Kernel"]
+    other = pipelined([_switch(1), kernel, comm, wait, _switch(2), kernel])
+    assert _kinds(other) == ["Kernel", "Post", "Kernel", "Await"]
+    # without the Wait, the first reader (none here) or the end completes it
+    assert _kinds(pipelined([_switch(1), kernel, comm, kernel])) == [
+        "Kernel",
+        "Post",
+        "Kernel",
+        "Await",
+    ]
+
+
+def test_a_synchronize_passes_the_other_stream_s_wait_on() -> None:
+    """Stream 1 waits for the Allgather; stream 0 synchronizing with stream 1 afterwards
+    must not run ahead of that wait. Without the Synchronize it may."""
+    kernel, comm = add_then_allgather().steps
+    wait = StreamEvent("wait", comm=comm)
+    sync = StreamEvent("sync", 1)
+    synced = pipelined([_switch(1), kernel, comm, wait, _switch(0), sync, kernel])
+    assert _kinds(synced) == ["Kernel", "Post", "Await", "Kernel"]
+    apart = pipelined([_switch(1), kernel, comm, wait, _switch(0), kernel])
+    assert _kinds(apart) == ["Kernel", "Post", "Kernel", "Await"]
+
+
+def _gather_beside_a_kernel():
+    """x [2, 8, 32] sharded on its rows: y = x + x (a kernel), z = Allgather(x), which
+    does not read the kernel: lowered, flat, and its kernel and communication."""
+    with fl.Fusion() as f:
+        mesh = fl.DeviceMesh.for_num_devices(2)
+        x = fl.tensor([2, 8, 32], name="x")
+        x.set_device_mesh(mesh)
+        f.add_input(x)
+        x.axis(0).parallelize(fl.ParallelType.DIDx)
+        f.add_output(fl.add(x, x))
+        z = fl.set(x)
+        z.set_device_mesh(mesh)
+        f.add_output(z)
+    program = fl.lower(f)
+    kernel = next(s for s in program.steps if isinstance(s, Kernel))
+    comm = next(s for s in program.steps if isinstance(s, Communication))
+    assert comm.input not in kernel.outputs  # independent: hoisting is allowed by data
+    return program, kernel, comm
+
+
+def test_no_post_moves_ahead_of_a_wait_on_its_stream() -> None:
+    """The executor posts the next communication before a kernel it does not feed; where
+    a Wait on the communication's stream lies between, the post stays after it."""
+    _, kernel, comm = _gather_beside_a_kernel()
+    free = pipelined([comm, kernel, comm])
+    assert _kinds(free) == ["Post", "Post", "Kernel", "Await", "Await"]
+    held = pipelined([comm, kernel, StreamEvent("wait", comm=comm), comm])
+    assert _kinds(held) == ["Post", "Kernel", "Await", "Post", "Await"]
+
+
+def test_a_hand_written_early_wait_is_where_the_executor_waits() -> None:
+    """A host program posting the Allgather, waiting for it, then posting the kernel on
+    stream 1 (verified, printed and parsed back): the executor completes the Allgather
+    before the kernel, as written (it used to wait at the end), with the flat
+    program's values."""
+    program, kernel, comm = _gather_beside_a_kernel()
+    flat = fl.FusionExecutor(program, compute="interpret")
+    post = host.PostOnStream(comm)
+    program.steps = [
+        host.SetCurrentStream(host.StreamIndex(1)),
+        post,
+        host.Wait(post),
+        host.PostOnStream(kernel),
+        host.SetCurrentStream(host.StreamIndex(0)),
+        host.Synchronize(host.StreamIndex(1)),
+    ]
+    fl.verify_program(program)
+    back = parse_printed(str(program))
+    for p in (program, back):
+        ex = fl.FusionExecutor(p, compute="interpret")
+        assert _kinds(ex._steps) == ["Post", "Await", "Kernel"]
+        inputs = fl.random_inputs(p.fusion, seed=1)
+        assert all(np.array_equal(a, b) for a, b in zip(ex.run(inputs), flat.run(inputs)))

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fuserlite.ir.errors import VerifyError
+from fuserlite.ir.expr import Expr
 from fuserlite.ir.streams import Chunking
 from fuserlite.ir.tensor import TensorView
 from fuserlite.schedule.ring import ring_chunk_problem
@@ -300,16 +301,38 @@ def unrolled(steps: list, env: Mapping[str, int] | None = None) -> Iterator[tupl
             yield s, env
 
 
+@dataclass(frozen=True)
+class StreamEvent:
+    """A host program's stream bookkeeping where the executor meets it (`executed`):
+    `switch` to `stream` (a SetCurrentStream, its loop index bound), `wait` for the
+    latest post of Communication `comm` (a Wait), `sync` with `stream` (a Synchronize).
+    It runs nothing; it says when the executor must complete a posted communication
+    (runtime.host_loops.pipelined)."""
+
+    what: str  # "switch", "wait" or "sync"
+    stream: int = MAIN_STREAM
+    comm: Communication | None = None
+
+
 def executed(
     steps: list, env: Mapping[str, int] | None = None, written: set[int] = frozenset()
 ) -> list:
     """The kernels and communications in the order they run, loops unrolled, with a
     ChunkView where a loop's ShardByStream makes a view (read ones at their place,
-    written ones after the body's steps): what the executor runs, one after the other."""
+    written ones after the body's steps), and a StreamEvent where the program switches
+    streams, waits for a posted communication or synchronizes with a stream (none in a
+    flat program): what the executor runs, one after the other."""
     env = dict(env or {})
     out: list = []
     for s in steps:
-        if isinstance(s, ForLoop):
+        if isinstance(s, SetCurrentStream):
+            out.append(StreamEvent("switch", s.stream.value(env)))
+        elif isinstance(s, Synchronize):
+            out.append(StreamEvent("sync", s.stream.value(env)))
+        elif isinstance(s, Wait):
+            if isinstance(s.post.step, Expr):  # a Communication (a posted kernel has run)
+                out.append(StreamEvent("wait", comm=s.post.step))
+        elif isinstance(s, ForLoop):
             views = [v for v in s.body if isinstance(v, ShardByStream)]
             mine = written_chunks(s.body)
             for i in range(s.extent):

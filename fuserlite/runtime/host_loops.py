@@ -22,7 +22,7 @@ import numpy as np
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.tensor import TensorView
 from fuserlite.program.communication import Communication
-from fuserlite.program.host import ChunkView
+from fuserlite.program.host import MAIN_STREAM, ChunkView, StreamEvent
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import device_shape
 from fuserlite.schedule.streams import data_index, device_count
@@ -145,22 +145,37 @@ def pipelined(steps: list) -> list:
     computes while chunk i moves. Every step still reads the values it reads in the
     unrolled order (a tensor a loop reuses for each chunk included; a posted one holds
     its input buffers, and kernels write fresh arrays): the order changes, the values
-    do not."""
+    do not.
+
+    A host program's Waits are points in time on their stream (its StreamEvents): a
+    `Wait` on stream s completes the communication before the next step on s, and
+    before the next step of a stream that synchronizes with s after it; no step is
+    moved ahead of a Wait (or such a Synchronize) on its own stream. Steps of other
+    streams still run while it is in flight."""
     n = len(steps)
-    reads = [set(action_reads(s)) for s in steps]
-    writes = [set(action_writes(s)) for s in steps]
+    event = [isinstance(s, StreamEvent) for s in steps]
+    reads = [set() if event[p] else set(action_reads(s)) for p, s in enumerate(steps)]
+    writes = [set() if event[p] else set(action_writes(s)) for p, s in enumerate(steps)]
     comm = [isinstance(s, Communication) for s in steps]
+    stream, waited = _streams(steps)
     done = [False] * n
     out: list = []
     outstanding: list[int] = []  # posted, not awaited, in post order
+    pending: dict[int, set[int]] = {}  # per stream: posts its Waits say to complete next
 
     def place(p: int, action, read: set, written: set) -> None:
-        # Await what this step reads or overwrites of communications before it, and
-        # those still reading a buffer it writes in place (a chunk store writes into its
-        # whole's array; a kernel writes a fresh one, the posted one keeps the old).
+        # Await what this step reads or overwrites of communications before it, those
+        # still reading a buffer it writes in place (a chunk store writes into its
+        # whole's array; a kernel writes a fresh one, the posted one keeps the old), and
+        # those its stream waits for.
         touched = read | written
         in_place = written if isinstance(steps[p], ChunkView) and steps[p].writes else set()
-        for j in [j for j in outstanding if j < p and (writes[j] & touched or reads[j] & in_place)]:
+        due = pending.pop(stream[p], set())
+        for j in [
+            j
+            for j in outstanding
+            if j in due or (j < p and (writes[j] & touched or reads[j] & in_place))
+        ]:
             out.append(Await(j, steps[j]))
             outstanding.remove(j)
         out.append(action)
@@ -170,10 +185,37 @@ def pipelined(steps: list) -> list:
         place(p, Post(p, steps[p]), reads[p], set())
         outstanding.append(p)
 
+    def note(p: int) -> None:
+        """A Wait makes its post due on its stream; a Synchronize, what the other
+        stream's Waits made due there."""
+        e, s = steps[p], stream[p]
+        if e.what == "wait" and waited[p] in outstanding:
+            pending.setdefault(s, set()).add(waited[p])
+        elif e.what == "sync" and e.stream in pending:
+            pending.setdefault(s, set()).update(pending[e.stream])
+        done[p] = True
+
+    def held(k: int, p: int) -> bool:
+        """Whether step k must stay after a Wait or Synchronize between p and it on its
+        stream (a Synchronize only where the other stream has a Wait to pass on)."""
+        for m in range(p + 1, k):
+            if not event[m] or done[m] or stream[m] != stream[k]:
+                continue
+            e = steps[m]
+            if e.what == "wait":
+                return True
+            if e.what == "sync" and (
+                pending.get(e.stream)
+                or any(event[w] and steps[w].what == "wait" for w in range(p, m))
+            ):
+                return True
+        return False
+
     def prefix(p: int, q: int) -> list[int] | None:
         """Step q with the chunk views between p and q it reads, if they can all move
         before step p: none reads what a step they pass writes, or writes what it reads
-        or writes (a Post's output is written at its Await). None where they cannot."""
+        or writes (a Post's output is written at its Await), or waits on its stream
+        for a step it passes. None where they cannot."""
         need, needed = [q], set(reads[q])
         for k in range(q - 1, p, -1):  # the steps between that q depends on
             if not done[k] and writes[k] & needed:
@@ -184,6 +226,8 @@ def pipelined(steps: list) -> list:
         need.reverse()
         passed = [b for b in range(p, q) if not done[b] and b not in need]
         for k in need:
+            if held(k, p):
+                return None
             w = set() if comm[k] else writes[k]
             for b in passed:
                 if b < k and (reads[k] & writes[b] or w & (reads[b] | writes[b])):
@@ -214,6 +258,9 @@ def pipelined(steps: list) -> list:
     for p, step in enumerate(steps):
         if done[p]:
             continue
+        if event[p]:
+            note(p)
+            continue
         if comm[p]:
             post(p)
             continue
@@ -224,3 +271,20 @@ def pipelined(steps: list) -> list:
         place(p, step, reads[p], writes[p])
     out += [Await(j, steps[j]) for j in outstanding]
     return out
+
+
+def _streams(steps: list) -> tuple[list[int], dict[int, int | None]]:
+    """Each step's stream (the last `switch` before it; the main one at first), and for
+    each `wait` the index of the latest step of its Communication before it."""
+    stream, waited, latest = [], {}, {}
+    current = MAIN_STREAM
+    for p, s in enumerate(steps):
+        if isinstance(s, StreamEvent):
+            if s.what == "switch":
+                current = s.stream
+            elif s.what == "wait":
+                waited[p] = latest.get(id(s.comm))
+        elif isinstance(s, Communication):
+            latest[id(s)] = p
+        stream.append(current)
+    return stream, waited
