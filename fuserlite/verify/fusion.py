@@ -252,7 +252,7 @@ def fusion_problems(
     # Which tensors are inputs reads the inputs list too: all of them after a list edit.
     for expr in exprs if log is not None and log.structure else touched:
         for tv in expr.inputs:
-            if tv.definition is None and id(tv) not in inputs:
+            if tv.definition is None and id(tv) not in inputs and id(tv) not in filled:
                 problems.append(
                     located(
                         tv,
