@@ -23,8 +23,11 @@ each chunk's communication can start while the chunk before it computes)
 
 so chunk i + 1's communication runs while chunk i's kernels compute. A tensor read
 whole (a weight; an axis the chunked one does not map to) is read whole in every
-chunk. A chunk's kernel runs op by op (its tensors are new: the pointwise schedule
-was the whole tensor's). Refused, with the reason, where the chunks are not
+chunk. A chunk's kernel is scheduled as its whole one is (its tensors are new: the
+whole's caches are dropped and the pointwise scheduler, at the whole's block size, or
+the reduction scheduler, with the whole's threads, schedules the copy), so it runs as
+the whole runs, compiled where that is, with the whole's bits; where the copy cannot be
+scheduled it runs op by op and its note says why. Refused, with the reason, where the chunks are not
 independent: an op whose rows depend on other rows (chunk_problem), a communication
 that moves the chunked axis, a kernel that computes something whole beside its chunks.
 
@@ -50,18 +53,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fuserlite.ir.errors import LoweringError
+from fuserlite.ir.errors import LoweringError, ScheduleError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.streams import Chunking, chunking, stream_position
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ops.registry import operand_to_output
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.passes.ring_streams import ring_loop
+from fuserlite.passes.schedule_pointwise import KernelSnapshot
 from fuserlite.plan.cost import DEFAULT_LATENCY_BYTES
 from fuserlite.program import host
 from fuserlite.program.communication import CommKind, Communication
 from fuserlite.program.program import Kernel, Program, unlowered_steps
 from fuserlite.program.reshardings import derive_reshardings, plan_intermediates, plans_latency
+from fuserlite.schedule.pointwise import (
+    frozen_inputs,
+    pointwise_options,
+    schedule_supported,
+    uncached,
+)
+from fuserlite.schedule.reduction import reduction_expr, reduction_threads, schedule_reduction
 from fuserlite.schedule.streams import (
     ChunkMapping,
     chunk_of,
@@ -270,15 +281,38 @@ def _loop(program: Program, group: _Group, renamed: dict[int, TensorView]) -> tu
             inputs=[mapping[t] for t in s.inputs],
             outputs=[mapping[t] for t in s.outputs],
             mesh=s.mesh,
-            notes=[*s.notes, f"lower-streams: chunk {INDEX} of {c.chunks}, run op by op"]
-            if s.scheduled
-            else list(s.notes),
+            notes=list(s.notes),
         )
+        if s.scheduled:
+            _schedule_like(kernel, s, c.chunks)
         body.append(host.PostOnStream(kernel))
     renamed.update(chunks)
     tail = [host.SetCurrentStream(host.StreamIndex(host.MAIN_STREAM))]
     tail += [host.Synchronize(host.StreamIndex(s + 1)) for s in range(c.chunks)]
     return [host.ForLoop(INDEX, c.chunks, body), *tail], members[-1]
+
+
+def _schedule_like(chunk: Kernel, whole: Kernel, chunks: int) -> None:
+    """Schedule a chunk's kernel as its whole one is (the reduction scheduler with the
+    whole's threads, else the pointwise one with its block size), so that it runs as
+    the whole does (compiled, where the whole is) with the whole's bits; where that
+    cannot be done, it runs op by op and says so."""
+    threads = reduction_threads(whole.reference) if whole.reference is not None else None
+    snapshot = KernelSnapshot(chunk)
+    try:
+        if reduction_expr(whole) is not None and threads is not None:
+            schedule_reduction(chunk, threads)
+        else:
+            block, vectorize = pointwise_options(whole.reference)
+            # A chunk read through a view keeps its schedule where its whole does.
+            kept = frozen_inputs(whole)
+            frozen = {id(c) for c, t in zip(chunk.inputs, whole.inputs) if id(t) in kept}
+            uncached(chunk)  # the whole's caches, copied: the scheduler makes the chunk's
+            schedule_supported(chunk, block, vectorize, frozen)
+    except ScheduleError as exc:
+        snapshot.restore()
+        chunk.scheduled, chunk.reference = False, None
+        chunk.notes.append(f"lower-streams: chunk {INDEX} of {chunks}, run op by op: {exc}")
 
 
 def _around(steps: list, members: set[int]) -> tuple[list, list]:

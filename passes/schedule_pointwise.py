@@ -32,7 +32,7 @@ from fuserlite.schedule.pointwise import (
 )
 from fuserlite.schedule.shard import has_schedule
 
-__all__ = ["SchedulePointwise", "schedule_pointwise"]
+__all__ = ["KernelSnapshot", "SchedulePointwise", "schedule_pointwise"]
 
 
 @register
@@ -68,7 +68,7 @@ class SchedulePointwise(Pass):
             if why is not None:
                 kernel.notes.append(f"schedule-pointwise: not scheduled: {why}")
                 continue
-            snapshot = _Snapshot(kernel)
+            snapshot = KernelSnapshot(kernel)
             try:
                 schedule_supported(kernel, self.block_size, self.vectorize)
             except ScheduleError as exc:
@@ -81,11 +81,11 @@ class SchedulePointwise(Pass):
                 kernel.notes.append(f"schedule-pointwise: not scheduled: {exc}")
 
 
-class _Snapshot:
+class KernelSnapshot:
     """Everything schedule_pointwise may change in a kernel, to undo a failed attempt:
     every tensor's domain (a value) and inline positions, the expressions' lists (read
-    only, kept as they are), and the links of the kernel's inputs and outputs, which
-    the caches it inserts read or write (the tensors it makes are dropped with it)."""
+    only, kept as they are), and every tensor's links, which the caches it inserts (or
+    pointwise.uncached removes) read or write (the tensors it makes are dropped with it)."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
@@ -93,8 +93,7 @@ class _Snapshot:
         self.edges = [(e, e.inputs, e.outputs) for e in kernel.exprs]
         tensors = kernel.tensors
         self.tensors = [(tv, tv.domain, tv.compute_at_pos, tv.produce_pos) for tv in tensors]
-        ends = {id(t): t for t in (*kernel.inputs, *kernel.outputs)}
-        self.links = [(tv, tv.definition, list(tv.uses)) for tv in ends.values()]
+        self.links = [(tv, tv.definition, list(tv.uses)) for tv in tensors]
 
     def restore(self) -> None:
         self.kernel.exprs = self.exprs

@@ -49,6 +49,15 @@ def allreduce(s: int = S):
     return _fusion([("x", [s, D, 8], {1: "DIDx"})], lambda x: _stream0(fl.sum(x, [1])))
 
 
+def allgather_then_sum(s: int = S):
+    """x [S, DIDx(D), 8, 6] all-gathered, then y = sum(x * x) over its last axis, Stream on
+    y's axis 0: a reduction kernel computed in chunks (the reduction scheduler's)."""
+    return _fusion(
+        [("x", [s, D, 8, 6], {1: "DIDx"})],
+        lambda x: _stream0(fl.sum(fl.mul(fl.set(x), fl.set(x)), [2])),
+    )
+
+
 def reduce_scatter(s: int = S):
     """...ReduceScatter: x [S, DIDx(D), 2D] summed over axis 1 onto y [S, DIDx(D) 2]."""
 

@@ -205,6 +205,43 @@ def cache_outputs(kernel: Segment) -> list[Expr]:
     return new
 
 
+def pointwise_options(reference: TensorView | None) -> tuple[int, bool]:
+    """(block_size, vectorize) of a kernel the pointwise scheduler scheduled with this
+    reference: its threadIdx.x axis's extent and whether an axis is vectorized (the
+    defaults, 128 and False, where it has none)."""
+    loop = reference.domain.loop if reference is not None else ()
+    block = next((ax.extent for ax in loop if ax.parallel_type is ParallelType.TIDx), 128)
+    return block, any(ax.parallel_type is ParallelType.Vectorize for ax in loop)
+
+
+def uncached(kernel: Segment) -> None:
+    """Undo cache_inputs and cache_outputs in a copy of a scheduled kernel (a Stream
+    chunk's, fuserlite.passes.lower_streams): the readers of an input's cache read the
+    input, each output is written by the expression that wrote its local, and those
+    Sets are gone, so that the scheduler can schedule the copy afresh."""
+    inputs = {id(t) for t in kernel.inputs}
+    outputs = {id(t) for t in kernel.outputs}
+    inside = {id(e) for e in kernel.exprs}
+    kept = []
+    for e in kernel.exprs:
+        if isinstance(e, LoadStoreOp) and e.cache_op is not None:
+            src, dst = e.input, e.output
+            if id(src) in inputs and id(dst) not in outputs:  # a load: dst = Set(input)
+                e.detach()
+                Expr.replace_uses(dst, src, list(dst.uses))
+                continue
+            d = src.definition
+            local = id(src) not in inputs and id(src) not in outputs
+            if id(dst) in outputs and local and d is not None and id(d) in inside:
+                e.detach()  # a store: output = Set(local); the local's writer writes it
+                d.outputs = [dst if t is src else t for t in d.outputs]
+                dst.definition, src.definition = d, None
+                Expr.replace_uses(src, dst, list(src.uses))
+                continue
+        kept.append(e)
+    kernel.exprs = kept
+
+
 def schedule_reference(ref: TensorView, block_size: int = 128, vectorize: bool = False) -> None:
     """Device axes first and untouched; the rest merged, then split into
     [blockIdx.x, US, threadIdx.x] (and Vectorize when asked and divisible)."""
@@ -346,20 +383,28 @@ def schedule_pointwise(
     return schedule_supported(kernel, block_size, vectorize)
 
 
-def schedule_supported(kernel: Segment, block_size: int, vectorize: bool) -> TensorView:
-    """schedule_pointwise of a kernel unsupported_reason accepts, with a block size
-    check_block_size accepts (the pass asked both already)."""
-    loads = cache_inputs(kernel)
-    stores = cache_outputs(kernel)
-    kernel.exprs = loads + list(kernel.exprs) + stores
-    # Tensors produced by another segment, or read by another segment too, keep their
-    # schedule: only fusion inputs this kernel alone reads are replayed.
+def frozen_inputs(kernel: Segment) -> set[int]:
+    """The ids of a kernel's inputs that keep their schedule: those another segment
+    produces or reads too (only fusion inputs this kernel alone reads are replayed)."""
     inside = {id(e) for e in kernel.exprs}
-    frozen = {
+    return {
         id(t)
         for t in kernel.inputs
         if t.definition is not None or any(id(u) not in inside for u in t.uses)
     }
+
+
+def schedule_supported(
+    kernel: Segment, block_size: int, vectorize: bool, frozen: set[int] | None = None
+) -> TensorView:
+    """schedule_pointwise of a kernel unsupported_reason accepts, with a block size
+    check_block_size accepts (the pass asked both already). `frozen`: the ids of the
+    inputs whose schedule is kept (by default those below)."""
+    if frozen is None:
+        frozen = frozen_inputs(kernel)
+    loads = cache_inputs(kernel)
+    stores = cache_outputs(kernel)
+    kernel.exprs = loads + list(kernel.exprs) + stores
     exprs = [e for e in kernel.exprs if frozen.isdisjoint(map(id, e.inputs))]
     # One reference per connected part: the best kernel output not yet reached, then
     # (for parts that reach no output) the best tensor not yet reached.
