@@ -27,8 +27,8 @@ chunk. A chunk's kernel is scheduled as its whole one is (its tensors are new: t
 whole's caches are dropped and the pointwise scheduler, at the whole's block size, or
 the reduction scheduler, with the whole's threads, schedules the copy), so it runs as
 the whole runs, compiled where that is, with the whole's bits; where the copy cannot be
-scheduled it runs op by op and its note says why. Refused, with the reason, where the chunks are not
-independent: an op whose rows depend on other rows (chunk_problem), a communication
+scheduled it runs op by op and its note says why. Refused, with the reason, where the
+chunks are not independent: an op whose rows depend on other rows (chunk_problem), a communication
 that moves the chunked axis, a kernel that computes something whole beside its chunks.
 
 With `chunks=S` (`fuserlite timeline --streams S`) the pass first gives Stream axes

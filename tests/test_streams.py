@@ -442,3 +442,30 @@ def test_a_chunked_reduction_kernel_keeps_the_whole_s_threads_and_bits(compute: 
     want = fl.FusionExecutor(fl.Pipeline(UNSTREAMED).run(fusion), compute=compute).run(inputs)
     got = fl.FusionExecutor(program, compute=compute).run(inputs)
     assert all(np.array_equal(a, b) for a, b in zip(want, got))
+
+
+def test_a_chunk_kernel_the_scheduler_refuses_runs_op_by_op_and_says_why(monkeypatch) -> None:
+    """Where a chunk's copy cannot be scheduled, the attempt is undone (the copy's
+    expressions and links as they were: the program still verifies) and the kernel runs
+    op by op, its note saying why; the values are still the unstreamed program's on the
+    path that runs both op by op."""
+    from fuserlite import models
+    from fuserlite.ir.errors import ScheduleError
+    from fuserlite.pipeline import default_pass_names
+
+    def refuse(*args, **kwargs):
+        raise ScheduleError("no schedule for this chunk")
+
+    monkeypatch.setattr("fuserlite.passes.lower_streams.schedule_supported", refuse)
+    fusion = models.tensor_parallel_mlp(2, sequence_parallel=True)
+    program = fl.Pipeline(default_pass_names(**{"lower-streams": "chunks=2"})).run(fusion)
+    posted = [s.step for loop in loops(program) for s in loop.body if hasattr(s, "step")]
+    kernels = [k for k in posted if isinstance(k, Kernel)]
+    (gelu,) = [k for k in kernels if any(e.op_name == "gelu" for e in k.exprs)]
+    assert not gelu.scheduled and gelu.reference is None
+    assert any("run op by op: no schedule for this chunk" in n for n in gelu.notes)
+    assert [e.op_name for e in gelu.exprs] == ["set", "gelu", "set"]  # the copy, restored
+    inputs = fl.random_inputs(fusion, seed=4)
+    want = fl.FusionExecutor(fl.Pipeline(UNSTREAMED).run(fusion), compute="numpy").run(inputs)
+    got = fl.FusionExecutor(program, compute="numpy").run(inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(want, got))

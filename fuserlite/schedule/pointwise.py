@@ -399,7 +399,7 @@ def schedule_supported(
 ) -> TensorView:
     """schedule_pointwise of a kernel unsupported_reason accepts, with a block size
     check_block_size accepts (the pass asked both already). `frozen`: the ids of the
-    inputs whose schedule is kept (by default those below)."""
+    inputs whose schedule is kept (by default frozen_inputs')."""
     if frozen is None:
         frozen = frozen_inputs(kernel)
     loads = cache_inputs(kernel)
