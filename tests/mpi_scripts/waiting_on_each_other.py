@@ -18,6 +18,9 @@ from fuserlite.runtime.backends.mpi import MpiCommunicator
 from fuserlite.runtime.communicator import BufferSpec, Message, Team
 
 mpi = MpiCommunicator(timeout=1, abort_on_error=False)
+# Both ranks start waiting together: a rank still starting up when the other's second
+# question comes would be one that did not answer (another verdict), not this one.
+mpi.world.Barrier()
 try:
     if mpi.rank == 0:
         mpi.allgather([Team((0, 1))], {0: np.zeros(4, np.float32)})
