@@ -36,7 +36,7 @@ from test_pipeline_scaling import chain, many_outputs  # noqa: E402
 
 import fuserlite as fl  # noqa: E402
 import fuserlite.kernel.cpu_parts as cpu_parts  # noqa: E402
-from fuserlite.kernel.compile import KernelCompiler  # noqa: E402
+from fuserlite.kernel.compile import KernelCompiler, uses_openmp  # noqa: E402
 from fuserlite.kernel.cpu import cpu_function, prelude  # noqa: E402
 from fuserlite.kernel.cuda import kernel_statements  # noqa: E402
 from fuserlite.schedule.grid import kernel_grid  # noqa: E402
@@ -108,8 +108,10 @@ def main() -> None:
                 kb = len(function.source) / 1024
                 with tempfile.TemporaryDirectory() as tmp:
                     source = Path(tmp) / "kernel.cpp"
-                    source.write_text(prelude([kernel]) + function.source)
-                    command = toolchain.command(source, Path(tmp) / "kernel.so")
+                    unit = prelude([kernel]) + function.source
+                    source.write_text(unit)
+                    openmp = uses_openmp(unit)  # as KernelCompiler builds it
+                    command = toolchain.command(source, Path(tmp) / "kernel.so", openmp=openmp)
                     result = compile_once(command, args.timeout)
                 row = {"kernel": f"{family} {n}", "how": how, "statements": statements}
                 row |= {"kb": kb, "parts": function.parts, **result}

@@ -136,6 +136,63 @@ def test_without_openmp_the_same_source_runs_on_one_thread(tmp_path) -> None:
     assert bits_differ(got, want) is None
 
 
+def built_commands(monkeypatch) -> list[list[str]]:
+    """The compiler command lines run from now on (the probe's too)."""
+    commands: list[list[str]] = []
+    real = compile_module._run
+
+    def recording(argv, building=None):
+        commands.append(list(argv))
+        return real(argv, building)
+
+    monkeypatch.setattr(compile_module, "_run", recording)
+    return commands
+
+
+PARALLEL = (
+    'extern "C" void fl_par(float* y) {\n'
+    "#pragma omp parallel for\n"
+    "  for (int i = 0; i < 64; ++i) y[i] = 2 * y[i];\n}\n"
+)
+
+
+@needs_compiler
+def test_only_a_unit_with_a_parallel_loop_is_built_with_openmp(tmp_path, monkeypatch) -> None:
+    assert compile_module.uses_openmp(PARALLEL) and compile_module.uses_openmp(
+        "  #  pragma omp for"
+    )
+    assert not compile_module.uses_openmp(PRELUDE + TWICE)  # the prelude's _OPENMP is no pragma
+    commands = built_commands(monkeypatch)
+    compiler = KernelCompiler(cache_dir=tmp_path)
+    assert call_twice(compiler.functions(PRELUDE, {"fl_twice": TWICE})["fl_twice"], 2.5) == 5.0
+    fn = compiler.functions(PRELUDE, {"fl_par": PARALLEL})["fl_par"]
+    fn.argtypes = [ctypes.c_void_p]
+    y = np.arange(64, dtype=np.float32)
+    fn(y.ctypes.data)
+    np.testing.assert_array_equal(y, 2 * np.arange(64, dtype=np.float32))
+    plain, parallel = commands[-2:]
+    assert "-fopenmp" not in plain and "-lgomp" not in plain
+    if "openmp" in compiler.toolchain.features:
+        assert "-fopenmp" in parallel and "-lgomp" in parallel
+    for kernel in (plain, parallel):  # the probe's check, never a kernel's: see the next test
+        assert "-Wl,-z,defs" not in kernel and "-lc" not in kernel
+    if "no-undefined" in compiler.toolchain.features:
+        assert "-Wl,-z,defs" in compiler.toolchain.command(Path("a.cpp"), Path("a.so"), probe=True)
+
+
+@needs_compiler
+def test_a_library_with_a_symbol_nothing_defines_fails_to_load_and_is_not_cached(
+    tmp_path,
+) -> None:
+    missing = 'extern "C" void fl_nowhere(float*);\nextern "C" void fl_calls(float* y) { fl_nowhere(y); }\n'
+    compiler = KernelCompiler(cache_dir=tmp_path)
+    with pytest.raises(
+        fl.ExecutionError, match=r"cannot load the kernels just compiled.*fl_nowhere"
+    ):
+        compiler.functions(PRELUDE, {"fl_calls": missing})
+    assert compiler.compiles == 1 and not list(tmp_path.glob("*.so*"))
+
+
 @needs_compiler
 def test_a_long_build_says_so_on_stderr(tmp_path, monkeypatch, capsys) -> None:
     slow = tmp_path / "slow-c++"

@@ -28,6 +28,24 @@ exact: no fast-math, no contraction into fused multiply-adds, wrapping integer
 overflow as numpy's. The compiler and the directory are arguments (`fuserlite
 run --cache-dir`). A build that takes over BUILD_NOTE_S seconds says so on
 stderr, and again every BUILD_NOTE_EVERY_S.
+
+What one launch costs (GCC 12.2, the 10-op chain of benchmarks/chain.py, 138 lines
+with the prelude, CPU ms, least of 20 on a loaded 2-core machine): cc1plus about 50
+(starting on an empty file 11 to 15, the prelude 3, initializing its back end for the
+first function it emits 12 to 18, the kernel itself 10 to 15), the assembler 5 (beside
+cc1plus: -pipe), the link 23. So the unit stays one file with no #include, and the
+link is what is cut: a unit with no parallel loop (uses_openmp) is built without
+-fopenmp, which builds the same instructions, and linked without libgomp (4 ms); the
+library links libm and libmvec alone, no libc, no startup files, no C++ runtime
+(-nostdlib; reading libc.so.6's symbols was 7 to 11 ms), and without -z defs, which
+needs libc: the probe keeps -z defs (a vector math variant or OpenMP symbol the
+libraries lack fails its link), and a kernel library with a symbol nothing defines
+fails to load (ctypes loads with RTLD_NOW) and is not stored. The g++ launch went
+from 81 to 70 ms CPU in the median for that unit (README.md "Compiled kernels").
+Measured and not taken: C instead of C++ (cc1 starts as slowly as cc1plus: 13.2
+against 13.8 ms on an empty file), -fuse-ld=gold, no linker plugin, calling ld
+without the driver (1.5 ms), -fno-asynchronous-unwind-tables: each within
+noise, and -O1 for small units (3 ms less, other code).
 """
 
 from __future__ import annotations
@@ -72,12 +90,17 @@ FLAGS = (
     "-fno-math-errno",  # lets sqrt be one instruction and math calls vectorize; values unchanged
     "-ffp-contract=off",  # a * b + c rounds twice, as numpy computes it
     "-fwrapv",  # integer overflow wraps, as numpy's does
+    "-fno-exceptions",  # no unwinder is linked (the same instructions: the kernels throw nothing)
 )
 # Probed, each kept if the compiler takes it: (name, flags before the source, after it).
 # The libraries are built for this CPU (-march=native: AVX2 or AVX-512 where there is one),
 # so the CPU is part of every cache key.
 OPTIONAL_FLAGS = (
-    ("no-undefined", ("-Wl,-z,defs",), ()),  # a missing symbol fails the link, not a call
+    # A missing symbol fails the link: the probe's only (PROBE_ONLY). A kernel library is
+    # linked without it and without libc (below); ctypes loads it with RTLD_NOW, so a
+    # symbol nothing defines fails the load (ExecutionError), never a call, and nothing
+    # that fails to load is stored in the cache.
+    ("no-undefined", ("-Wl,-z,defs",), ("-lc",)),
     ("vectorize", ("-ftree-vectorize", "-fvect-cost-model=dynamic"), ()),
     # GCC 12.2's tree loop-invariant motion with -march=native (AVX-512) built a kernel whose
     # 128 threads all stored one element (a one-element output) wrongly: minimum(relu(x), x)
@@ -88,13 +111,19 @@ OPTIONAL_FLAGS = (
     # and run as fast (benchmarks/chain.py); the RTL invariant motion still runs.
     ("no-tree-loop-im", ("-fno-tree-loop-im",), ()),
     ("native", ("-march=native",), ()),
+    # Only for a unit with a parallel loop (OPENMP_ONLY, uses_openmp): without one,
+    # -fopenmp builds the same instructions, and libgomp is not needed.
     ("openmp", ("-fopenmp",), ("-lgomp",)),
     ("vector-math", ("-DFL_VECTOR_MATH",), ("-lmvec",)),
-    # The C libraries alone, not libstdc++ (the kernels include no header and call nothing
-    # of it; -z defs fails the link if one ever did): scanning libstdc++.so was about a
-    # third of a small unit's link (README.md "Compiled kernels").
-    ("c-libraries", ("-nodefaultlibs",), ("-lm", "-lc", "-lgcc_s", "-lgcc")),
+    # No C++ runtime nor startup files, and of the C libraries libm alone (and libgcc's
+    # static helpers): the kernels include no header and call nothing of libstdc++, and
+    # the loading process (Python) has libc. Reading libc.so.6's symbols was about 10 ms
+    # of the link (README.md "Compiled kernels").
+    ("c-libraries", ("-nostdlib",), ("-lm", "-lgcc")),
 )
+PROBE_ONLY = ("no-undefined",)  # the groups only the probe is built with
+OPENMP_ONLY = ("openmp",)  # the groups only a unit with a parallel loop is built with
+_OPENMP_PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+omp\b", re.MULTILINE)
 LAUNCHER = "fuserlite_launch"  # a library's device loop, where its prelude defines one
 COMPILE_TIMEOUT_S = 600
 BUILD_NOTE_S = 2.0  # a build still running after this long says so on stderr,
@@ -118,22 +147,60 @@ def default_cache_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class Toolchain:
-    """A compiler, what it is, and the flags every kernel library is built with."""
+    """A compiler, what it is, and the flags kernel libraries are built with."""
 
     compiler: str
     version: str  # the first line of `compiler --version`
     cpu: str  # cpu_identity(): the libraries are built for it
-    flags: tuple[str, ...]  # before the source
-    libraries: tuple[str, ...]  # after it
-    features: tuple[str, ...]  # the OPTIONAL_FLAGS names the compiler took
+    groups: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]  # OPTIONAL_FLAGS taken
+    extra_flags: tuple[str, ...] = ()  # the caller's, after the others
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The names of the OPTIONAL_FLAGS the compiler took."""
+        return tuple(name for name, _, _ in self.groups)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Every flag before the source that a build may have (command() leaves out the
+        probe's and, for a unit without a parallel loop, OpenMP's)."""
+        return self._flags(self.groups)
+
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        """Every library after the source that a build may link."""
+        return tuple(f for _, _, after in self.groups for f in after)
+
+    def _flags(self, groups) -> tuple[str, ...]:
+        return (*FLAGS, *(f for _, before, _ in groups for f in before), *self.extra_flags)
 
     def command(
-        self, source: Path, output: Path, optimize: Sequence[str] = SMALL_UNIT
+        self,
+        source: Path,
+        output: Path,
+        optimize: Sequence[str] = SMALL_UNIT,
+        *,
+        openmp: bool = True,
+        probe: bool = False,
     ) -> list[str]:
         """The compiler's command line that builds `source` into the shared object `output`
-        at the optimization flags `optimize` (the toolchain's own flags come after)."""
-        flags = (*optimize, *self.flags)
-        return [self.compiler, *flags, str(source), *self.libraries, "-o", str(output)]
+        at the optimization flags `optimize` (the toolchain's own flags come after); with
+        OpenMP's flags where `openmp` (a unit with a parallel loop: uses_openmp), and the
+        probe's (`-z defs` and libc) where `probe`."""
+        groups = [
+            g
+            for g in self.groups
+            if (openmp or g[0] not in OPENMP_ONLY) and (probe or g[0] not in PROBE_ONLY)
+        ]
+        libraries = [f for _, _, after in groups for f in after]
+        flags = (*optimize, *self._flags(groups))
+        return [self.compiler, *flags, str(source), *libraries, "-o", str(output)]
+
+
+def uses_openmp(unit: str) -> bool:
+    """Whether a translation unit has an OpenMP directive (a parallel loop): only then is
+    it built with -fopenmp and linked with libgomp."""
+    return _OPENMP_PRAGMA.search(unit) is not None
 
 
 def optimization(lines: int) -> tuple[str, ...]:
@@ -198,19 +265,16 @@ def probe(compiler: str, extra_flags: tuple[str, ...]) -> Toolchain:
     every one (one launch), else each in turn; once per process and compiler."""
     version = (compiler_version(compiler).splitlines() or ["unknown"])[0].strip()
 
-    def toolchain(groups: Sequence) -> Toolchain:
-        before = tuple(f for _, b, _ in groups for f in b)
-        after = tuple(f for _, _, a in groups for f in a)
-        names = tuple(n for n, _, _ in groups)
-        flags = (*FLAGS, *before, *extra_flags)  # the caller's flags have the last word
-        return Toolchain(compiler, version, cpu_identity(), flags, after, names)
+    def toolchain(groups: Sequence) -> Toolchain:  # the caller's flags have the last word
+        return Toolchain(compiler, version, cpu_identity(), tuple(groups), extra_flags)
 
     with tempfile.TemporaryDirectory(prefix="fuserlite-probe-") as tmp:
         source, output = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
         source.write_text(_PROBE)
 
         def takes(groups: Sequence) -> bool:
-            return _run(toolchain(groups).command(source, output)).returncode == 0
+            command = toolchain(groups).command(source, output, probe=True)
+            return _run(command).returncode == 0
 
         if takes(OPTIONAL_FLAGS):
             return toolchain(OPTIONAL_FLAGS)
@@ -259,7 +323,8 @@ class KernelCompiler:
     def key(self, unit: str) -> str:
         """The cache key of a translation unit: it and everything that decides its build."""
         levels = repr((SMALL_UNIT, LARGE_UNIT, LARGE_UNIT_LINES))  # read now: tests change them
-        toolchain = (*FLAGS, repr(OPTIONAL_FLAGS), _PROBE, repr(self.extra_flags), levels)
+        groups = repr((OPTIONAL_FLAGS, PROBE_ONLY, OPENMP_ONLY, _OPENMP_PRAGMA.pattern))
+        toolchain = (*FLAGS, groups, _PROBE, repr(self.extra_flags), levels)
         return _digest(compiler_identity(self.compiler), cpu_identity(), *toolchain, unit)[:32]
 
     def launcher(self, symbol: str) -> Callable | None:
@@ -337,11 +402,14 @@ class KernelCompiler:
                     return
                 unit = _unit(prelude, sources)
                 data = self._build(unit, key, cache, prelude, sources, labels)
-                cache.store(key, data)
-                try:
+                try:  # loaded before it is stored: the cache holds no library that fails to
                     library = load_library(data, key)
-                except OSError as exc:
-                    raise ExecutionError(f"cannot load the kernels just compiled: {exc}") from None
+                except OSError as exc:  # (a symbol nothing defines: not linked with -z defs)
+                    raise ExecutionError(
+                        f"cannot load the kernels just compiled: {exc} (compute='interpret' "
+                        "runs the kernels without compiling)"
+                    ) from None
+                cache.store(key, data)
         self._libraries.append(library)
         launcher = getattr(library[0], LAUNCHER, None)  # a prelude may not define one
         if launcher is not None:
@@ -377,7 +445,8 @@ class KernelCompiler:
             n = len(sources)
             what = f"{n} kernel{'s' * (n != 1)} ({size_text(len(unit))} of C++)"
             optimize = optimization(unit.count("\n") - prelude.count("\n"))
-            proc = _run(self.toolchain.command(source, out, optimize), what)
+            command = self.toolchain.command(source, out, optimize, openmp=uses_openmp(unit))
+            proc = _run(command, what)
             if proc.returncode != 0:
                 where = _culprit(proc.stdout + proc.stderr, source.name, prelude, sources, labels)
                 raise ExecutionError(
@@ -468,4 +537,5 @@ __all__ = [
     "find_compiler",
     "optimization",
     "size_text",
+    "uses_openmp",
 ]
