@@ -42,7 +42,7 @@ from fuserlite.numerics.philox import (
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import cyclic_problem, device_box, device_shape, layout
-from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, rows_per_call, sdpa_block, store
+from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, sdpa_block, store
 
 LIBRARY_OPS = ("matmul", "linear", "sdpa")
 MAX_RANK = 8  # of the array a compiled dropout takes
@@ -432,36 +432,25 @@ class _Plan:
         self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
     ) -> np.ndarray:
         """numpy_ops' _linear / _matmul of each device's row: gemm_rows' BLAS calls per
-        device (every device's in one np.matmul where its rows are whole calls) into its
-        row of the output (`out`, C-contiguous in the compute dtype, where the
-        output is stored in it: no copy after; else a new array), the bias added to all
-        rows at once."""
+        device (every device's in one gemm_rows: the calls it makes on each device alone,
+        so the same bits) into its row of the output (`out`, in the compute dtype: the
+        plan's buffer or the output stack; else a new array), the bias added to all rows
+        at once."""
         (x, x_one), (w, w_one), *bias = operands
         local = x.shape if x_one else x.shape[1:]
         k = local[-1]
-        n = w.shape[-2] if self.expr.op_name == "linear" else w.shape[-1]
         m = math.prod(local[:-1])
+        b = np.swapaxes(w, -1, -2) if self.expr.op_name == "linear" else w  # [k, n] a device
+        n = b.shape[-1]
         if out is None:
             out = np.empty((rows, *local[:-1], n), self.dtype)
-        per_call, looped = rows_per_call(k, n), rows
-        if m and m % per_call == 0 and out.flags.c_contiguous:  # out's reshape: a view
-            # Every device's calls in one np.matmul: a call per (device, block of
-            # per_call rows), each the 2-D GEMM gemm_rows makes on that device's row (its
-            # operands' strides the same), so the same bits, without a Python loop.
-            blocks = (rows if not x_one else 1, m // per_call, per_call, k)
-            b = w if w_one else w[:, None]  # [n, k] (linear) or [k, n], per device
-            np.matmul(
-                x.reshape(blocks),
-                np.swapaxes(b, -1, -2) if self.expr.op_name == "linear" else b,
-                out=out.reshape(rows, m // per_call, per_call, n),
-            )
-            looped = 0  # no device left for the loop below
-        for r in range(looped):
-            a = x if x_one else x[r]
-            b = w if w_one else w[r]
-            if self.expr.op_name == "linear":
-                b = b.T
-            gemm_rows(a.reshape(m, k), b, out=out[r].reshape(m, n))  # numpy_ops._matmul's
+        # Every device's calls in one gemm_rows: a device's rows [m, k] against its (or the
+        # shared) b, out's rows [m, n] a device (a view: out is C-contiguous).
+        a = x.reshape(m, k) if x_one else x.reshape(rows, m, k)
+        if out.flags.c_contiguous:  # its reshape a view
+            gemm_rows(a, b, out.reshape(rows, m, n))
+        else:
+            out[...] = gemm_rows(a, b, np.empty((rows, m, n), self.dtype)).reshape(out.shape)
         if bias:
             (b, b_one), ones = bias[0], [1] * (len(local) - 1)
             out += b if b_one else b.reshape(rows, *ones, n)
