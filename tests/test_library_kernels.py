@@ -273,3 +273,29 @@ def test_library_scratch_is_made_once_and_no_output_is_overwritten(threads: int)
         (want,) = op_by_op.run(inputs)
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     assert not np.array_equal(first.view(np.uint16), second.view(np.uint16))
+
+
+def test_a_launch_output_only_library_launches_read_is_pooled() -> None:
+    """The block's gelu output and its permuted q, k, v are read by library launches
+    alone (a linear, the sdpa), which hold no operand after they run: their buffers are
+    pooled (made once, no poisoned stack per step), and two runs on other inputs still
+    give the op-by-op path's bits."""
+    from fuserlite.runtime.launch import LibraryLaunch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    executor = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op._library = None
+    for seed in (8, 9):
+        inputs = fl.random_inputs(fusion, seed=seed)
+        (got,), (want,) = executor.run(inputs), op_by_op.run(inputs)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    library = [x for x in executor._library_launches.values() if isinstance(x, LibraryLaunch)]
+    read = {t for x in library for t in x.kernel.inputs}
+    pooled = read & set(executor._pooled)
+    ops = sorted(
+        next(e.op_name for e in k.exprs if e.op_name in ("gelu", "permute"))
+        for k in executor.program.kernels
+        if set(k.outputs) & pooled
+    )
+    assert ops == ["gelu", "permute", "permute", "permute"], ops
