@@ -75,3 +75,37 @@ def test_empty_products() -> None:
     assert gemm_rows(a, np.ones((8, 3), np.float32)).shape == (0, 3)
     out = gemm_rows(np.ones((5, 0), np.float32), np.ones((0, 3), np.float32))
     assert np.array_equal(out, np.zeros((5, 3), np.float32))
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["matmul", "linear"])
+@pytest.mark.parametrize("m,k,n", [(300, 64, 48), (512, 64, 512), (40, 8, 8), (0, 5, 3)])
+def test_leading_axes_make_each_products_own_calls(m: int, k: int, n: int, transposed) -> None:
+    """gemm_rows over leading axes (a stack of products, b shared or one per product,
+    out with an axis more than the operands'): each product has the bits of the 2-D
+    gemm_rows on it alone (the very calls, whole blocks and a padded tail)."""
+    rng = np.random.default_rng(m + k + n)
+
+    def weights(*lead):
+        if transposed:  # a linear's w[n, k] as its view [k, n]
+            return np.swapaxes(rng.standard_normal((*lead, n, k)).astype(np.float32), -1, -2)
+        return rng.standard_normal((*lead, k, n)).astype(np.float32)
+
+    a = rng.standard_normal((3, m, k)).astype(np.float32)
+    for b in (weights(), weights(3)):
+        got = gemm_rows(a, b)
+        assert got.shape == (3, m, n)
+        for r in range(3):
+            assert np.array_equal(got[r], gemm_rows(a[r], b if b.ndim == 2 else b[r])), r
+    one, b = a[0], weights(3)  # one a every product reads
+    got = gemm_rows(one, b)
+    for r in range(3):
+        assert np.array_equal(got[r], gemm_rows(one, b[r]))
+    shared = weights()
+    out = np.full((4, m, n), np.nan, np.float32)  # an axis more: each gets the product
+    assert gemm_rows(one, shared, out) is out
+    for r in range(4):
+        assert np.array_equal(out[r], gemm_rows(one, shared))
+    b = weights(3)  # _matmul's batch of products: gemm_rows'
+    got = _matmul(a, b)
+    for r in range(3):
+        assert np.array_equal(got[r], gemm_rows(a[r], b[r]))

@@ -148,3 +148,39 @@ def test_a_half_tensor_the_user_made_partial_is_written_as_float32(compute: str)
     assert (comm.input.dtype, comm.output.dtype) == (fl.DType.float32, fl.DType.float16)
     x = np.array([BIG, BIG[::-1]], np.float16)
     np.testing.assert_array_equal(ex.run([x])[0], np.zeros(2, np.float16))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.int32])
+def test_folds_sum_in_place_is_combines_chain_bit_for_bit(dtype) -> None:
+    """fold's sum accumulates into one array in place and makes its NaNs the quiet NaN once
+    at the end: the bits of combine (a new array, canonical) step by step, NaN payloads,
+    infinities of both signs, their NaN, signed zeros and 0-d arrays included."""
+    from fuserlite.runtime.communicator import canonical, combine
+
+    rng = np.random.default_rng(11)
+    specials = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 65504.0]
+    for shape in [(), (7,), (3, 40)]:
+        parts = []
+        for _ in range(5):
+            a = rng.standard_normal(shape) * 100
+            if np.issubdtype(dtype, np.integer):
+                parts.append(np.asarray(a, dtype))
+                continue
+            a = np.asarray(a, np.float32)
+            if a.ndim:
+                at = rng.integers(0, a.size, 6)
+                a.reshape(-1)[at] = rng.choice(np.array(specials, np.float32), 6)
+            with np.errstate(over="ignore"):  # beyond float16's range: inf
+                b = np.asarray(a.astype(dtype))
+            if a.ndim and dtype == np.float32:  # a NaN with another payload
+                b.view(np.uint32).reshape(-1)[at[0]] = 0x7FA00001
+            parts.append(b)
+        wide = np.float32 if dtype in (np.float16, ml_dtypes.bfloat16) else dtype
+        want = canonical(np.array(parts[0], wide))
+        for a in parts[1:]:
+            want = combine(ReductionOpType.sum, want, np.asarray(a, wide))
+        with np.errstate(over="ignore"):
+            want = want.astype(dtype)
+        got = fold(parts, ReductionOpType.sum)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes(), (dtype, shape)

@@ -244,3 +244,58 @@ def test_every_devices_gemm_in_one_matmul_has_gemm_rows_bits(m: int) -> None:
             for r in range(rows):
                 want = gemm_rows(x if x_one else x[r], (w if w_one else w[r]).T)
                 np.testing.assert_array_equal(got[r], want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_library_scratch_is_made_once_and_no_output_is_overwritten(threads: int) -> None:
+    """A library launch's casts and its GEMMs' float32 result are written into buffers of
+    its plan, made at the first run and written again by the next (no fresh pages each
+    step); the outputs are fresh arrays, so what a run returned keeps its values after a
+    later run on other inputs, and each run's values are the op-by-op path's."""
+    from fuserlite.runtime.launch import LibraryLaunch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    executor = fl.FusionExecutor(fusion, compute="compiled", threads=threads)
+    op_by_op = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op._library = None
+    first_inputs, second_inputs = fl.random_inputs(fusion, seed=6), fl.random_inputs(fusion, seed=7)
+    (first,) = executor.run(first_inputs)
+    kept = first.copy()
+    plans = [x.plan for x in executor._library_launches.values() if isinstance(x, LibraryLaunch)]
+    buffers = {id(p): dict(p._buffers) for p in plans}
+    assert any(buffers.values())  # bfloat16 operands: cast into the plans' buffers
+    (second,) = executor.run(second_inputs)
+    for p in plans:  # the same arrays, not new ones
+        assert p._buffers.keys() == buffers[id(p)].keys()
+        assert all(p._buffers[k] is b for k, b in buffers[id(p)].items())
+    np.testing.assert_array_equal(first.view(np.uint16), kept.view(np.uint16))
+    for got, inputs in ((first, first_inputs), (second, second_inputs)):
+        (want,) = op_by_op.run(inputs)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    assert not np.array_equal(first.view(np.uint16), second.view(np.uint16))
+
+
+def test_a_launch_output_only_library_launches_read_is_pooled() -> None:
+    """The block's gelu output and its permuted q, k, v are read by library launches
+    alone (a linear, the sdpa), which hold no operand after they run: their buffers are
+    pooled (made once, no poisoned stack per step), and two runs on other inputs still
+    give the op-by-op path's bits."""
+    from fuserlite.runtime.launch import LibraryLaunch
+
+    fusion = models.transformer_block(8, "bfloat16")
+    executor = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op = fl.FusionExecutor(fusion, compute="compiled")
+    op_by_op._library = None
+    for seed in (8, 9):
+        inputs = fl.random_inputs(fusion, seed=seed)
+        (got,), (want,) = executor.run(inputs), op_by_op.run(inputs)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    library = [x for x in executor._library_launches.values() if isinstance(x, LibraryLaunch)]
+    read = {t for x in library for t in x.kernel.inputs}
+    pooled = read & set(executor._pooled)
+    ops = sorted(
+        next(e.op_name for e in k.exprs if e.op_name in ("gelu", "permute"))
+        for k in executor.program.kernels
+        if set(k.outputs) & pooled
+    )
+    assert ops == ["gelu", "permute", "permute", "permute"], ops

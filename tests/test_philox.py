@@ -174,12 +174,12 @@ void uniform_n(uint64_t seed, uint64_t offset, const uint64_t* index, long n, do
 /* through one memo; each call's (seed, offset) from the arrays (a stream change mid-run) */
 void uniformf_memo_n(const uint64_t* seed, const uint64_t* offset, const uint64_t* index, long n,
                      float* out) {
-  fl_philox_memo memo = {0, 0, 0, {0, 0, 0, 0}, 0};
+  fl_philox_memo memo = {0};
   for (long i = 0; i < n; ++i) out[i] = fl_uniformf_memo(&memo, seed[i], offset[i], index[i]);
 }
 void uniform_memo_n(const uint64_t* seed, const uint64_t* offset, const uint64_t* index, long n,
                     double* out) {
-  fl_philox_memo memo = {0, 0, 0, {0, 0, 0, 0}, 0};
+  fl_philox_memo memo = {0};
   for (long i = 0; i < n; ++i) out[i] = fl_uniform_memo(&memo, seed[i], offset[i], index[i]);
 }
 void bits_n(const uint32_t* x, const uint32_t* y, long n, float* out, double* out64) {
@@ -269,12 +269,18 @@ def test_c_maps_words_to_uniforms_as_numpy_ends_included(clib):
     assert (f32 == 0).any() and (f64 == 0).any()  # the top words reach the 1 -> 0 mapping
 
 
-@pytest.mark.parametrize("order", ["ascending", "shuffled", "descending"])
+@pytest.mark.parametrize("order", ["ascending", "shuffled", "descending", "window"])
 def test_c_memo_draws_the_same_numbers_in_any_order(clib, order):
-    """One philox call for four neighbours (two in float64), kept across elements and
-    remade when the subsequence, seed or offset changes: the numbers of fl_uniformf."""
+    """The memo's window of FL_MEMO_GROUPS philox calls (four neighbours each, two in
+    float64), made at once from the subsequence asked for, kept across elements and
+    remade when a subsequence falls outside it or the seed or offset changes: the
+    numbers of fl_uniformf."""
     index = np.concatenate([INDICES, INDICES[::7]])  # repeats, far apart
-    if order == "shuffled":
+    if order == "window":  # around the window's edges: 16 groups of 4 from the first asked
+        base = np.random.default_rng(6).integers(0, 2**40, 300, dtype=np.int64)
+        steps = np.array([0, 1, 3, 4, 60, 63, 64, 65, -1, -4, 127, 128, 2, 70, -70])
+        index = np.maximum(base[:, None] + steps[None, :], 0).reshape(-1)
+    elif order == "shuffled":
         index = np.random.default_rng(5).permutation(index)
     elif order == "descending":
         index = index[::-1]

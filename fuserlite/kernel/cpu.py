@@ -286,7 +286,7 @@ static inline float fl_uniform_bfloat16_memo(fl_philox_memo* m, uint64_t seed, u
 """
 # The block's memo, declared in the grid loop of a kernel that draws numbers
 MEMO_DECLARATION = [
-    "    fl_philox_memo fl_rng_memo = {0, 0, 0, {0, 0, 0, 0}, 0};",
+    "    fl_philox_memo fl_rng_memo = {0};",
     "    fl_philox_memo* const fl_rng = &fl_rng_memo;",
 ]
 

@@ -42,7 +42,7 @@ from fuserlite.numerics.philox import (
 from fuserlite.ops.registry import compute_dtype
 from fuserlite.program.program import Kernel
 from fuserlite.program.shards import cyclic_problem, device_box, device_shape, layout
-from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, rows_per_call, sdpa_block, store
+from fuserlite.reference.numpy_ops import NUMPY, gemm_rows, sdpa_block, store
 
 LIBRARY_OPS = ("matmul", "linear", "sdpa")
 MAX_RANK = 8  # of the array a compiled dropout takes
@@ -192,10 +192,16 @@ class CompiledCasts:
             self._functions = {key: loaded[s] for key, s in CAST_DTYPES.items()}
         return self._functions[(source, target)]
 
-    def cast(self, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        """array.astype(dtype, copy=False)."""
+    def cast(self, array: np.ndarray, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+        """array.astype(dtype, copy=False); a conversion is written into `out` where it is
+        given (of array's shape, in dtype)."""
         if not isinstance(dtype, np.dtype):
             dtype = np.dtype(dtype)
+        if array.dtype == dtype:
+            return array
+        if out is not None:
+            self.store(out, array)
+            return out
         function = self._function(array.dtype, dtype) if array.flags.c_contiguous else None
         if function is None:
             return array.astype(dtype, copy=False)
@@ -218,9 +224,12 @@ class NumpyCasts:
     """CompiledCasts' interface through numpy alone (no compiler)."""
 
     @staticmethod
-    def cast(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        """array.astype(dtype, copy=False)."""
-        return array.astype(dtype, copy=False)
+    def cast(array: np.ndarray, dtype: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+        """array.astype(dtype, copy=False); a conversion into `out` where it is given."""
+        if out is None or array.dtype == dtype:
+            return array.astype(dtype, copy=False)
+        np.copyto(out, array, "unsafe")
+        return out
 
     @staticmethod
     def store(out: np.ndarray, value: np.ndarray) -> None:
@@ -304,6 +313,7 @@ class _Plan:
         self.dtype = compute_dtype(expr).numpy  # the operands', as eval_outputs casts them
         self.row = NUMPY[expr.op_name]
         self._devices: dict[int, tuple[list[tuple[int, ...]], tuple[int, ...]]] = {}
+        self._buffers: dict[object, np.ndarray] = {}  # _scratch's, by slot
         ranks = [len(t.shape) for t in expr.inputs]
         if expr.op_name == "sdpa":
             self.stacks = len(ranks) == 3
@@ -360,23 +370,41 @@ class _Plan:
         rows = len(devices)
         shapes = self.where(devices[0])[0]
         outs = [np.empty((rows, *s), tv.dtype.numpy) for tv, s in zip(expr.outputs, shapes)]
-        shared = [(casts.cast(a, self.dtype) if one else a, one) for a, one in operands]
+        shared = [
+            (casts.cast(a, self.dtype, self._scratch(j, a.shape, a.dtype)), one)
+            if one
+            else (a, one)
+            for j, (a, one) in enumerate(operands)
+        ]
+        # Where a stacked operand is cast, each range casts its rows into its rows of one
+        # buffer of the plan's (made here, before the ranges run on their threads).
+        into_cast = [
+            None if one else self._scratch(j, a.shape, a.dtype) for j, (a, one) in enumerate(shared)
+        ]
         direct = expr.op_name != "sdpa" and outs[0].dtype == self.dtype == self.compute[0]
+        # The GEMMs' result in the compute dtype: the output stack itself where it is stored
+        # in that dtype, else the plan's buffer, stored from into the outputs' dtype.
+        result = None
+        if expr.op_name != "sdpa":
+            result = outs[0] if direct else self._scratch("gemm", outs[0].shape, outs[0].dtype)
 
         def work(start: int, stop: int) -> None:
             part = [
-                (a, True) if one else (casts.cast(a[start:stop], self.dtype), False)
-                for a, one in shared
+                (a, True)
+                if one
+                else (
+                    casts.cast(a[start:stop], self.dtype, None if buf is None else buf[start:stop]),
+                    False,
+                )
+                for (a, one), buf in zip(shared, into_cast)
             ]
-            into = None
             with np.errstate(all="ignore"):  # numpy's error state is the thread's own
                 if expr.op_name == "sdpa":
                     values = self._sdpa(part, devices[start:stop], dropout)
-                else:  # stored in the compute dtype: the GEMMs write the output's rows
-                    into = outs[0][start:stop] if direct else None
-                    values = (self._gemm(part, stop - start, into),)
+                else:  # the GEMMs write their rows of `result`
+                    values = (self._gemm(part, stop - start, result[start:stop]),)
                 for out, value, compute in zip(outs, values, self.compute):
-                    if value is not into:
+                    if not direct:
                         # store(): the compute dtype's value rounded to the output's dtype
                         casts.store(out[start:stop], value.astype(compute, copy=False))
 
@@ -386,40 +414,43 @@ class _Plan:
             threads.run(work, rows)
         return outs
 
+    def _scratch(self, slot: object, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """The plan's buffer `slot` for a value of `shape` in the compute dtype, made at the
+        first run and written again by every run (no fresh pages each step); None where
+        `dtype` is the compute dtype already (no conversion to write). What it holds lives
+        only inside run_stacked (cast operands, the GEMMs' result before its store): never
+        an output, so a later run overwrites nothing a caller holds."""
+        shape = tuple(shape)
+        if slot != "gemm" and np.dtype(dtype) == self.dtype:
+            return None
+        found = self._buffers.get(slot)
+        if found is None or found.shape != shape or found.dtype != self.dtype:
+            found = self._buffers[slot] = np.empty(shape, self.dtype)
+        return found
+
     def _gemm(
         self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
     ) -> np.ndarray:
         """numpy_ops' _linear / _matmul of each device's row: gemm_rows' BLAS calls per
-        device (every device's in one np.matmul where its rows are whole calls) into its
-        row of the output (`out`, C-contiguous in the compute dtype, where the
-        output is stored in it: no copy after; else a new array), the bias added to all
-        rows at once."""
+        device (every device's in one gemm_rows: the calls it makes on each device alone,
+        so the same bits) into its row of the output (`out`, in the compute dtype: the
+        plan's buffer or the output stack; else a new array), the bias added to all rows
+        at once."""
         (x, x_one), (w, w_one), *bias = operands
         local = x.shape if x_one else x.shape[1:]
         k = local[-1]
-        n = w.shape[-2] if self.expr.op_name == "linear" else w.shape[-1]
         m = math.prod(local[:-1])
+        b = np.swapaxes(w, -1, -2) if self.expr.op_name == "linear" else w  # [k, n] a device
+        n = b.shape[-1]
         if out is None:
             out = np.empty((rows, *local[:-1], n), self.dtype)
-        per_call, looped = rows_per_call(k, n), rows
-        if m and m % per_call == 0 and out.flags.c_contiguous:  # out's reshape: a view
-            # Every device's calls in one np.matmul: a call per (device, block of
-            # per_call rows), each the 2-D GEMM gemm_rows makes on that device's row (its
-            # operands' strides the same), so the same bits, without a Python loop.
-            blocks = (rows if not x_one else 1, m // per_call, per_call, k)
-            b = w if w_one else w[:, None]  # [n, k] (linear) or [k, n], per device
-            np.matmul(
-                x.reshape(blocks),
-                np.swapaxes(b, -1, -2) if self.expr.op_name == "linear" else b,
-                out=out.reshape(rows, m // per_call, per_call, n),
-            )
-            looped = 0  # no device left for the loop below
-        for r in range(looped):
-            a = x if x_one else x[r]
-            b = w if w_one else w[r]
-            if self.expr.op_name == "linear":
-                b = b.T
-            gemm_rows(a.reshape(m, k), b, out=out[r].reshape(m, n))  # numpy_ops._matmul's
+        # Every device's calls in one gemm_rows: a device's rows [m, k] against its (or the
+        # shared) b, out's rows [m, n] a device (a view: out is C-contiguous).
+        a = x.reshape(m, k) if x_one else x.reshape(rows, m, k)
+        if out.flags.c_contiguous:  # its reshape a view
+            gemm_rows(a, b, out.reshape(rows, m, n))
+        else:
+            out[...] = gemm_rows(a, b, np.empty((rows, m, n), self.dtype)).reshape(out.shape)
         if bias:
             (b, b_one), ones = bias[0], [1] * (len(local) - 1)
             out += b if b_one else b.reshape(rows, *ones, n)

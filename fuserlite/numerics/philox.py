@@ -292,46 +292,64 @@ FL_RNG_FN double fl_uniform(uint64_t seed, uint64_t offset, uint64_t index) {
 
 #if !defined(__CUDACC__)
 /* A CPU thread draws neighbouring elements one after another, and one philox call gives
-   the numbers of four neighbours (float; two for double): the memo keeps the last call's
-   words (valid 0: none yet), so each call is made once, not once per element. The same
-   numbers bit for bit, in any order of the elements; a memo belongs to one thread. */
+   the numbers of four neighbours (float; two for double). The memo keeps the words of a
+   window of FL_MEMO_GROUPS consecutive subsequences: a miss makes the calls of the whole
+   window at once, from the subsequence asked for, in a loop of independent calls the
+   compiler vectorizes (as sdpa's dropout does, kernel/library.py), instead of one call at a
+   time. The same numbers bit for bit, in any order of the elements (a call's words do not
+   depend on the calls made with it); a memo belongs to one thread; {0}: empty. */
+#define FL_MEMO_GROUPS 16
 typedef struct {
-  uint64_t seed, offset, subsequence;
-  uint32_t r[4];
   int valid;
+  uint64_t seed, offset, first; /* the window: subsequences first, first + 1, ... */
+  uint32_t r[4 * FL_MEMO_GROUPS]; /* word c of subsequence first + g at r[c * FL_MEMO_GROUPS + g] */
 } fl_philox_memo;
 
-static inline const uint32_t* fl_philox_words(fl_philox_memo* m, uint64_t seed,
-                                              uint64_t subsequence, uint64_t offset) {
-  if (!m->valid || m->subsequence != subsequence || m->seed != seed || m->offset != offset) {
-    fl_philox(seed, subsequence, offset, m->r);
-    m->seed = seed;
-    m->offset = offset;
-    m->subsequence = subsequence;
-    m->valid = 1;
+static void fl_philox_window(fl_philox_memo* m, uint64_t seed, uint64_t first, uint64_t offset) {
+  uint32_t* __restrict__ r = m->r;
+  for (int g = 0; g < FL_MEMO_GROUPS; ++g) {
+    uint32_t w[4];
+    fl_philox(seed, first + (uint64_t)g, offset, w);
+    r[g] = w[0];
+    r[FL_MEMO_GROUPS + g] = w[1];
+    r[2 * FL_MEMO_GROUPS + g] = w[2];
+    r[3 * FL_MEMO_GROUPS + g] = w[3];
   }
-  return m->r;
+  m->seed = seed;
+  m->offset = offset;
+  m->first = first;
+  m->valid = 1;
+}
+
+/* word c (0 to 3) of philox(seed, subsequence, offset) */
+static inline uint32_t fl_philox_word(fl_philox_memo* m, uint64_t seed, uint64_t subsequence,
+                                      uint64_t offset, int c) {
+  if (!m->valid || subsequence - m->first >= (uint64_t)FL_MEMO_GROUPS || m->seed != seed ||
+      m->offset != offset)
+    fl_philox_window(m, seed, subsequence, offset);
+  return m->r[c * FL_MEMO_GROUPS + (int)(subsequence - m->first)];
 }
 
 /* fl_raw_uniformf, fl_uniformf and fl_uniform through a memo (none: a null pointer) */
 static inline float fl_raw_uniformf_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
                                          uint64_t index) {
   if (!m) return fl_raw_uniformf(seed, offset, index);
-  return fl_raw_uniformf_bits(fl_philox_words(m, seed, index / 4, offset)[index % 4]);
+  return fl_raw_uniformf_bits(fl_philox_word(m, seed, index / 4, offset, (int)(index % 4)));
 }
 
 static inline float fl_uniformf_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
                                      uint64_t index) {
   if (!m) return fl_uniformf(seed, offset, index);
-  return fl_uniformf_bits(fl_philox_words(m, seed, index / 4, offset)[index % 4]);
+  return fl_uniformf_bits(fl_philox_word(m, seed, index / 4, offset, (int)(index % 4)));
 }
 
 static inline double fl_uniform_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
                                      uint64_t index) {
   if (!m) return fl_uniform(seed, offset, index);
-  const uint32_t* r = fl_philox_words(m, seed, index / 2, offset);
+  const uint64_t sub = index / 2;
   const int c = (int)(index % 2);
-  return fl_uniform_bits(r[2 * c], r[2 * c + 1]);
+  return fl_uniform_bits(fl_philox_word(m, seed, sub, offset, 2 * c),
+                         fl_philox_word(m, seed, sub, offset, 2 * c + 1));
 }
 #endif
 """

@@ -60,28 +60,36 @@ def rows_per_call(k: int, n: int) -> int:
 
 
 def gemm_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """a[m, k] @ b[k, n] as BLAS calls of exactly rows_per_call(k, n) rows each, the last one
-    padded with zero rows: a row's value does not depend on how many rows are computed
-    with it, so a chunk of rows (a Stream loop's, a device's) has the bits of the same
-    rows of the whole product.
+    """a[..., m, k] @ b[..., k, n] (the leading axes broadcast, as np.matmul's) as BLAS
+    calls of exactly rows_per_call(k, n) rows each, the last of each product padded with
+    zero rows: a row's value does not depend on how many rows are computed with it, so a
+    chunk of rows (a Stream loop's, a device's) has the bits of the same rows of the whole
+    product. Every product's calls are made by one np.matmul (a call per leading index
+    and block of rows), its tails by one more: no Python loop over the products.
 
     numpy's BLAS picks its kernel by the call's shape (a matrix-vector one for one row,
     a small-matrix one below a size, a threaded one above), and those round a row's sum
     differently; a call of one shape always takes one path, whatever rows it holds
-    (tests/test_gemm_rows.py). `out`: an [m, n] array to write into."""
-    m, k = a.shape
+    (tests/test_gemm_rows.py). `out`: an array to write into, of the broadcast shape or
+    with more leading axes (each then gets the product: the executor's devices that
+    share both operands); each [m, n] product of it BLAS-writable (unit stride along n,
+    as a C-contiguous array's)."""
+    *_, m, k = a.shape
     n = b.shape[-1]
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     if out is None:
-        out = np.empty((m, n), np.result_type(a, b))
+        out = np.empty((*lead, m, n), np.result_type(a, b))
     rows = rows_per_call(k, n)
     full = m - m % rows
-    if full:
-        blocks = a[:full].reshape(full // rows, rows, k)
-        np.matmul(blocks, b, out=out[:full].reshape(full // rows, rows, n))
+    per = b[..., None, :, :]  # the same b for every block of a product's rows
+    if full:  # splitting the row axis into blocks: a view, of a and of out
+        blocks = a[..., :full, :].reshape(*a.shape[:-2], full // rows, rows, k)
+        into = out[..., :full, :].reshape(*out.shape[:-2], full // rows, rows, n)
+        np.matmul(blocks, per, out=into)
     if full < m:
-        tail = np.zeros((rows, k), a.dtype)
-        tail[: m - full] = a[full:]
-        out[full:] = np.matmul(tail, b)[: m - full]
+        tail = np.zeros((*a.shape[:-2], rows, k), a.dtype)
+        tail[..., : m - full, :] = a[..., full:, :]
+        out[..., full:, :] = np.matmul(tail, b)[..., : m - full, :]
     return out
 
 
@@ -100,16 +108,7 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if b.ndim == 2:
         rows = math.prod(a.shape[:-1])  # not -1: a device's empty chunk of k has no rows to infer
         return gemm_rows(a.reshape(rows, k), b).reshape(*a.shape[:-1], b.shape[-1])
-    m = a.shape[-2]  # a batch of products: each one's rows in blocks of rows_per_call
-    rows = rows_per_call(k, b.shape[-1])
-    blocks = -(-m // rows)
-    if blocks * rows != m:
-        padded = np.zeros((*a.shape[:-2], blocks * rows, k), a.dtype)
-        padded[..., :m, :] = a
-        a = padded
-    a = a.reshape(*a.shape[:-2], blocks, rows, k)
-    out = np.matmul(a, b[..., None, :, :])
-    return out.reshape(*out.shape[:-3], blocks * rows, out.shape[-1])[..., :m, :]
+    return gemm_rows(a, b)  # a batch of products: each one's rows in blocks of rows_per_call
 
 
 def _linear(x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:

@@ -287,9 +287,19 @@ def fold(arrays: Sequence[np.ndarray], op: ReductionOpType) -> np.ndarray:
     dtype = np.asarray(arrays[0]).dtype
     wide = op is ReductionOpType.sum and dtype in HALF_DTYPES
     within = np.float32 if wide else dtype
-    out = canonical(np.array(arrays[0], within))  # a new array (0-d stays an array)
-    for a in arrays[1:]:
-        out = combine(op, out, np.asarray(a, within))
+    if op is ReductionOpType.sum:
+        # combine's sums, into one array in place (each operand widened inside the add):
+        # a NaN stays a NaN through every later sum, so canonical once at the end gives
+        # the bits of canonical after each.
+        out = np.array(arrays[0], within)  # a new array (0-d stays an array)
+        with np.errstate(all="ignore"):
+            for a in arrays[1:]:
+                np.add(out, a, out=out, dtype=within)
+        out = canonical(out)
+    else:
+        out = canonical(np.array(arrays[0], within))
+        for a in arrays[1:]:
+            out = combine(op, out, np.asarray(a, within))
     if not wide:
         return out
     with np.errstate(over="ignore"):  # beyond float16's range: inf, as any store of it

@@ -419,8 +419,6 @@ class FusionExecutor:
                         )
                         if launch is not None:
                             launches[i] = launch
-            keep = set(self.program.outputs)
-            self._pooled = plan_launches(self._steps, self._dead, launches, keep)
             self._collectives = {  # by the Communication: a plan holds no buffers
                 id(step.comm): plan
                 for step in self._steps
@@ -448,6 +446,11 @@ class FusionExecutor:
                 )
                 is not None
             }
+            # A LibraryLaunch reads its operands only while it runs (its outputs are new
+            # arrays, its casts in its plan's buffers): a launch output it reads may be pooled.
+            readers = {i for i, x in self._library_launches.items() if isinstance(x, LibraryLaunch)}
+            keep = set(self.program.outputs)
+            self._pooled = plan_launches(self._steps, self._dead, launches, keep, readers)
             self._blas_spread = any(
                 isinstance(launch, LibraryLaunch) and launch.threads is not None
                 for launch in self._library_launches.values()

@@ -276,6 +276,8 @@ class KernelLaunch:
             if out.buffer is not None:
                 if out.shared:
                     out.buffer.fill(out.poison)
+                if out.uncut:  # a library launch reads its rows from the buffer
+                    rows[out.tv] = (out.buffer, out.views)
                 continue
             stack, views = out.fresh()
             if stack is None:  # a buffer per row: each view starts at its row's start
@@ -312,16 +314,19 @@ def plan_launches(
     dead: Sequence[Sequence[TensorView]],
     launches: dict[int, KernelLaunch],
     keep: set[TensorView],
+    readers: set[int] = frozenset(),
 ) -> dict[TensorView, list[np.ndarray]]:
     """Pool the outputs of `launches` (step index -> its plan) that only launched kernels
+    and the steps `readers` (library launches, which hold no operand after they run)
     read and that are not in `keep` (the program's outputs), sharing a buffer between
     outputs whose lives do not overlap; returns each pooled tensor's device views."""
+    safe = set(launches) | set(readers)
     for launch in launches.values():
         launch.keep = keep
-    readers: dict[TensorView, list[int]] = {}
+    read_by: dict[TensorView, list[int]] = {}
     for i, step in enumerate(steps):
         for tv in step.inputs if isinstance(step, (Kernel, ChunkView)) else [step.input]:
-            readers.setdefault(tv, []).append(i)
+            read_by.setdefault(tv, []).append(i)
     free: dict[tuple, list[int]] = {}  # spare buffers by (shape, dtype): their numbers
     buffers: list[tuple[np.ndarray, list[_Output]]] = []  # each with the outputs given it
     holder: dict[TensorView, tuple[tuple, int]] = {}
@@ -330,7 +335,7 @@ def plan_launches(
         if launch is not None:
             for out in launch.outputs:
                 tv = out.tv
-                if tv in keep or not all(r in launches for r in readers.get(tv, [])):
+                if tv in keep or not all(r in safe for r in read_by.get(tv, [])):
                     continue
                 key = (out.stack_shape, out.dtype.str)
                 spare = free.get(key)
