@@ -376,6 +376,7 @@ def test_a_pointwise_output_inherits_its_input_placement_value_and_a_cyclic_one_
     from fuserlite.schedule.shard import shard_as
 
     mesh = fl.DeviceMesh.for_num_devices(4)
+
     def tanh_of(placed):
         with fl.Fusion() as f:
             x = fl.tensor([64], name="x")
