@@ -56,6 +56,7 @@ from fuserlite.ops.sharding import (
     has_unmapped_sharding,
     moves_data,
     needed_placement,
+    non_local_inputs,
     partial_dtype,
     partial_op,
 )
@@ -289,9 +290,15 @@ def _make_local(expr: Expr, reshardings: _Reshardings) -> None:
     placed differently, it computes in the cheapest placement (passes.multi_output)
     and reshards each output placed otherwise after it. Each operand position is
     placed as its role needs it (matmul(x, x) may read x resharded as `b` only)."""
+    if _device_reduction(expr) is None:
+        if not non_local_inputs(expr):
+            # Local already (its inputs placed as its outputs need them, no axis unmapped):
+            # nothing to reshard before it, and computing in its input's placement is
+            # computing where its output lies, so nothing after it either.
+            return
+        if _compute_then_reshard(expr):
+            return
     users = list(expr.outputs)
-    if _device_reduction(expr) is None and _compute_then_reshard(expr):
-        return
     for k in range(len(expr.outputs)):
         target = _split_device_reduction(expr, k)
         if has_unmapped_sharding(expr, target):

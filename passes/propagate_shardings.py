@@ -186,7 +186,12 @@ def _inherited(
     if not used:
         return None
     axes = tuple(sorted(cyclic))
-    return Placement(mesh.rank, tuple(shards), (), axes, tuple(cyclic[a] for a in axes))
+    shards_t, block = tuple(shards), tuple(cyclic[a] for a in axes)
+    if len(sources) == 1:  # one source placed the same (a pointwise op's): its value
+        have = logical_placement(sources[0][0])
+        if (have.shards, have.partial, have.cyclic, have.block) == (shards_t, (), axes, block):
+            return have
+    return Placement(mesh.rank, shards_t, (), axes, block)
 
 
 def _check_inherited(tv: TensorView) -> None:

@@ -537,3 +537,39 @@ def test_an_inner_split_is_a_cyclic_shard_its_readers_inherit():
         assert ex.communications == []
     run_passes(f)
     assert resharding_sets(f) == [] and str(placement(f.outputs[0])) == "(C0)"
+
+
+def test_a_local_expression_is_left_as_it_is_without_asking_where_it_would_compute(
+    monkeypatch,
+):
+    """An expression already local (a sharded pointwise chain, a cyclic one too) is
+    passed over before insert-after is considered; one that is not still gets its Set,
+    and a sharded reduction its partial output."""
+    import fuserlite.passes.insert_reshardings as ir
+
+    calls = []
+    real = ir._compute_then_reshard
+    monkeypatch.setattr(ir, "_compute_then_reshard", lambda e: calls.append(e) or real(e))
+    mesh = fl.DeviceMesh.for_num_devices(4)
+    with fl.Fusion() as f:
+        x = fl.tensor([64], name="x")
+        f.add_input(x)
+        shard_axis(x, 0, mesh)
+        t = x
+        for _ in range(4):
+            t = fl.tanh(t) * 0.5
+        f.add_output(t)
+    exprs = f.exprs()
+    run_passes(f)
+    assert calls == [] and f.exprs() == exprs and not resharding_sets(f)
+    # An input sharded otherwise than its reader's output: not local, a Set before it.
+    with fl.Fusion() as f:
+        a, b = fl.tensor([4, 6], name="a"), fl.tensor([4, 6], name="b")
+        f.add_input(a)
+        f.add_input(b)
+        shard_axis(a, 0, fl.DeviceMesh.for_num_devices(2))
+        shard_axis(b, 1, fl.DeviceMesh.for_num_devices(2))
+        f.add_output(fl.add(a, b))
+    run_passes(f)
+    assert len(resharding_sets(f)) == 1
+    assert_every_expr_is_local_or_a_set(f)

@@ -365,3 +365,42 @@ def test_rand_rejects_a_shape_it_cannot_draw():
             fl.rand([4], "int32")
         with pytest.raises(fl.FusionError, match="must be in 1"):
             fl.rand([4, 0])
+
+
+def test_a_pointwise_output_inherits_its_input_placement_value_and_a_cyclic_one_too():
+    """_inherited hands on the one source's placement where it maps through unchanged
+    (no new Placement made); a cyclic, blocked one keeps its cyclic axis and block."""
+    from fuserlite.ir.placement import Placement
+    from fuserlite.ir.sharding import logical_placement
+    from fuserlite.passes.propagate_shardings import _inherited
+    from fuserlite.schedule.shard import shard_as
+
+    mesh = fl.DeviceMesh.for_num_devices(4)
+
+    def tanh_of(placed):
+        with fl.Fusion() as f:
+            x = fl.tensor([64], name="x")
+            f.add_input(x)
+            shard_as(x, mesh, placed)
+            f.add_output(fl.tanh(x))
+        return f, x, f.outputs[0]
+
+    for placed in (Placement(1, ((0,),)), Placement(1, ((0,),), (), (0,), (2,))):
+        f, x, y = tanh_of(placed)
+        y.set_device_mesh(mesh)
+        got = _inherited(y, [(x, {0: 0})])
+        assert got == placed and got is logical_placement(x)
+        f, x, y = tanh_of(placed)
+        run_pass(f)
+        assert logical_placement(y) == placed
+    # Two sources: a new value, the first source's sharding.
+    with fl.Fusion() as f:
+        a, b = fl.tensor([64], name="a"), fl.tensor([64], name="b")
+        f.add_input(a)
+        f.add_input(b)
+        shard_as(a, mesh, Placement(1, ((0,),)))
+        c = a + b
+        f.add_output(c)
+    b.set_device_mesh(mesh)
+    c.set_device_mesh(mesh)
+    assert _inherited(c, [(b, {0: 0}), (a, {0: 0})]) == Placement(1, ((0,),))
