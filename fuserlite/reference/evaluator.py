@@ -22,6 +22,7 @@ from fuserlite.reference.numpy_ops import (
     stack_key,
     store,
 )
+from fuserlite.reference.rows import Rows, Span
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -58,23 +59,40 @@ Visit = Callable[[Expr, list[np.ndarray], list[np.ndarray]], None]
 
 
 def evaluate(
-    fusion: Fusion, inputs: Sequence[np.ndarray], visit: Visit | None = None
+    fusion: Fusion,
+    inputs: Sequence[np.ndarray],
+    visit: Visit | None = None,
+    block: tuple[Rows, Span] | None = None,
 ) -> list[np.ndarray]:
     """Evaluate the fusion on global numpy arrays; returns one array per output.
 
     Intermediates stay in their compute dtype (half as float) and only the outputs
     are rounded to their dtype: the whole fusion as one kernel would compute it.
     `visit(expr, args, values)`, if given, sees every expression as it is evaluated
-    (values: one per output).
+    (values: one per output). `block`: the fusion's rows (reference/rows.py) and a span
+    of them: only those rows of the tensors with rows are evaluated, the outputs are
+    those rows.
     """
     args.instance(fusion, Fusion, "evaluate", "fusion", "a Fusion", ExecutionError)
-    return _evaluate(fusion, inputs, visit)
+    return _evaluate(fusion, inputs, visit, block)
 
 
 def _evaluate(
-    fusion: Fusion, inputs: Sequence[np.ndarray], visit: Visit | None
+    fusion: Fusion,
+    inputs: Sequence[np.ndarray],
+    visit: Visit | None,
+    block: tuple[Rows, Span] | None = None,
 ) -> list[np.ndarray]:
-    values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, check_inputs(fusion, inputs)))
+    arrays = check_inputs(fusion, inputs)
+    if block is None:
+        shape_of = attrgetter("shape")
+        start_of: Callable[[TensorView], tuple[int, ...] | None] = lambda t: None  # noqa: E731
+    else:
+        rows, span = block
+        arrays = [a[span] if t in rows.tensors else a for t, a in zip(fusion.inputs, arrays)]
+        shape_of = lambda t: rows.shape(t, span)  # noqa: E731
+        start_of = lambda t: rows.start(t, span)  # noqa: E731
+    values: dict[TensorView, np.ndarray] = dict(zip(fusion.inputs, arrays))
     exprs = fusion.exprs()
     # Free each intermediate after its last reader: memory stays near the working set.
     dead = dead_after(exprs, attrgetter("inputs"), attrgetter("outputs"), keep=fusion.outputs)
@@ -88,9 +106,10 @@ def _evaluate(
             )
         operands = [values[t] for t in expr.inputs]
         if run.stop - run.start == 1:
-            made = [eval_outputs(expr, operands, [t.shape for t in expr.outputs])]
+            shapes = [shape_of(t) for t in expr.outputs]
+            made = [eval_outputs(expr, operands, shapes, start=start_of(expr.output))]
         else:
-            made = [[row] for row in eval_stacked(exprs[run], operands, expr.output.shape)]
+            made = [[row] for row in eval_stacked(exprs[run], operands, shape_of(expr.output))]
         for e, values_of_e in zip(exprs[run], made):
             values.update(zip(e.outputs, values_of_e))
             if visit is not None:

@@ -70,6 +70,7 @@ from fuserlite.reference.attention_rounding import (
 )
 from fuserlite.reference.evaluator import evaluate
 from fuserlite.reference.numpy_ops import eval_expr
+from fuserlite.reference.rows import Rows, Span
 
 F64 = np.dtype(np.float64)
 LAMBDA = 10.0  # standard deviations validate allows; a flip is possible within them
@@ -356,30 +357,38 @@ def _reduced(op: _Op) -> list[Err]:
 
 def _bilinear(op: _Op) -> list[Err]:
     """matmul, linear: sqrt(a**2 @ sigma_b**2 + sigma_a**2 @ b**2) (+ a linear's bias's)."""
-    y = op.outs[0]
-    a2, b2 = (np.asarray(v, F64) ** 2 for v in op.vals[:2])
-    bias = [np.zeros(np.shape(op.vals[2]))] if len(op.vals) > 2 else []
-    pa, pb = op.parts(0), op.parts(1)
-    pc = [op.parts(2)] if bias else []
-
-    def one(c: int) -> np.ndarray:
-        first = eval_expr(op.expr, [a2, pb[c] ** 2, *(p[c] ** 2 for p in pc)], y.shape, F64)
-        return np.sqrt(first + eval_expr(op.expr, [pa[c] ** 2, b2, *bias], y.shape, F64))
-
-    return [Err(np.stack([one(c) for c in range(K)]))]
+    return [Err(np.stack(_contracted(op, op.vals[2:], op.errs[2:])))]
 
 
 def _grouped(op: _Op) -> list[Err]:
     """grouped_mm: as _bilinear, its offsets exact (they pick groups, they are not added)."""
-    y = op.outs[0]
-    a2, b2 = (np.asarray(v, F64) ** 2 for v in op.vals[:2])
-    pa, pb, ends = op.parts(0), op.parts(1), op.vals[2]
+    return [Err(np.stack(_contracted(op, op.vals[2:], [None])))]
+
+
+def _contracted(op: _Op, rest: list, rest_errs: list) -> list[np.ndarray]:
+    """Per source, sqrt(a**2 @ sigma_b**2 + sigma_a**2 @ b**2) of a contraction (a
+    linear's bias's sigma added to the first term; a grouped_mm's offsets taken as they
+    are). A term of an exact operand is left out, not computed as a product with zeros:
+    it adds nothing (as _times says), and a weight's zeros would be a sigma of its size."""
+    y, expr = op.outs[0], op.expr
+    grouped = expr.op_name == "grouped_mm"
+    by_b = op.errs[1] is not None or any(e is not None for e in rest_errs)
+    by_a = op.errs[0] is not None
+    a2 = np.asarray(op.vals[0], F64) ** 2 if by_b else None
+    b2 = np.asarray(op.vals[1], F64) ** 2 if by_a else None
+    zero_rest = list(rest) if grouped else [np.zeros(np.shape(v)) for v in rest]
 
     def one(c: int) -> np.ndarray:
-        first = eval_expr(op.expr, [a2, pb[c] ** 2, ends], y.shape, F64)
-        return np.sqrt(first + eval_expr(op.expr, [pa[c] ** 2, b2, ends], y.shape, F64))
+        var = np.zeros(y.shape)
+        if by_b:
+            pb = op.parts(1)[c] ** 2
+            sig = list(rest) if grouped else [op.parts(2 + k)[c] ** 2 for k in range(len(rest))]
+            var = var + eval_expr(expr, [a2, pb, *sig], y.shape, F64)
+        if by_a:
+            var = var + eval_expr(expr, [op.parts(0)[c] ** 2, b2, *zero_rest], y.shape, F64)
+        return np.sqrt(var)
 
-    return [Err(np.stack([one(c) for c in range(K)]))]
+    return [one(c) for c in range(K)]
 
 
 def _none(op: _Op) -> list[Err | None]:
@@ -623,13 +632,19 @@ def _unbounded_nan(e: Err) -> Err:
     return Err(np.where(np.isnan(e.parts), np.inf, e.parts), e.coherent)
 
 
-def bounds(fusion: Fusion, inputs: Sequence[np.ndarray], differences: Differences) -> Bounds:
+def bounds(
+    fusion: Fusion,
+    inputs: Sequence[np.ndarray],
+    differences: Differences,
+    block: tuple[Rows, Span] | None = None,
+) -> Bounds:
     """The sigma of every fusion output, evaluated alongside the reference's values.
 
     Inputs are exact (sigma 0); each sigma is dropped after its last reader, as the
-    reference drops values (ir/liveness.py)."""
+    reference drops values (ir/liveness.py). `block`: the fusion's rows and a span of
+    them (reference/rows.py): the sigmas of those rows of the outputs."""
     bounding = _Bounding(fusion, differences)
-    evaluate(fusion, inputs, bounding)
+    evaluate(fusion, inputs, bounding, block)
     return Bounds(
         [bounding.final.get(t) for t in fusion.outputs],
         {s: frozenset(d) for s, d in bounding.seen.items()},

@@ -16,7 +16,7 @@ element beyond its allowance, naming it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +25,7 @@ from fuserlite.ir import args
 from fuserlite.ir.errors import ExecutionError, ValidationError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.types import DType
-from fuserlite.reference.evaluator import evaluate
+from fuserlite.reference.evaluator import check_inputs, evaluate
 from fuserlite.reference.numpy_ops import blocks
 from fuserlite.reference.rounding import (
     AGAINST_REFERENCE,
@@ -36,6 +36,7 @@ from fuserlite.reference.rounding import (
     Source,
     bounds,
 )
+from fuserlite.reference.rows import Rows, Span, row_blocks
 
 BLOCK = 1 << 18  # elements compared at once: float64 temporaries stay a few MiB
 REFERENCE = "the reference"
@@ -148,20 +149,24 @@ class Comparison:
 
 
 def _checked(
-    fusion: Fusion, outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], against: str
+    fusion: Fusion,
+    outputs: Sequence[np.ndarray],
+    expected: Sequence[tuple[tuple[int, ...], np.dtype]],
+    against: str,
 ) -> list[np.ndarray]:
+    """The outputs as arrays, each of the shape and dtype `expected` names."""
     accepted = "a list or tuple of arrays, one per fusion output"
     args.instance(outputs, (list, tuple), "validate", "outputs", accepted, ExecutionError)
     if len(outputs) != len(expected):
         raise ValidationError(f"expected {len(expected)} outputs, got {len(outputs)}")
     arrays = []
-    for tv, out, ref in zip(fusion.outputs, outputs, expected):
+    for tv, out, (shape, dtype) in zip(fusion.outputs, outputs, expected):
         out = np.asarray(out)
-        if out.shape != ref.shape or out.dtype != ref.dtype:
+        if out.shape != tuple(shape) or out.dtype != dtype:
             name = "the reference" if against == REFERENCE else against
             raise ValidationError(
                 f"output {tv.name}: {out.dtype}{list(out.shape)}, {name} is "
-                f"{ref.dtype}{list(ref.shape)}"
+                f"{np.dtype(dtype)}{list(shape)}"
             )
         arrays.append(out)
     return arrays
@@ -171,9 +176,24 @@ def validate(
     fusion: Fusion, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
 ) -> Comparison:
     """Raise ValidationError unless `outputs` equal evaluate(fusion, inputs) element by
-    element within the rounding possible there (module doc); returns the Comparison."""
-    reference = evaluate(fusion, inputs)
-    found = compare(fusion, inputs, outputs, reference, AGAINST_REFERENCE, REFERENCE)
+    element within the rounding possible there (module doc); returns the Comparison.
+
+    A row-wise fusion (reference/rows.py) is evaluated a block of rows at a time, its
+    reference values and bounds alike: memory stays near the outputs' own."""
+    args.instance(fusion, Fusion, "validate", "fusion", "a Fusion", ExecutionError)
+    rows = row_blocks(fusion)
+    if rows is None:
+        reference = evaluate(fusion, inputs)
+        found = compare(fusion, inputs, outputs, reference, AGAINST_REFERENCE, REFERENCE)
+    else:
+        kinds = [(t.shape, t.dtype.numpy) for t in fusion.outputs]
+        arrays = _checked(fusion, outputs, kinds, REFERENCE)
+        check_inputs(fusion, inputs)  # the whole inputs' errors, not a block's
+
+        def reference(span: Span) -> list[np.ndarray]:
+            return evaluate(fusion, inputs, block=(rows, span))
+
+        found = _compared(fusion, inputs, arrays, reference, rows, AGAINST_REFERENCE, REFERENCE)
     if not found.ok:
         raise ValidationError(found.failure())
     return found
@@ -189,30 +209,66 @@ def compare(
 ) -> Comparison:
     """`outputs` against `expected` (both evaluations of `fusion` on `inputs`), each
     element within LAMBDA sigma of the `differences` the two may have; the rounding
-    bounds are evaluated only where some element differs at all."""
-    arrays = _checked(fusion, outputs, expected, against)
-    identical = _identical(arrays, list(expected))
-    found: Bounds | None = None
-    counts = [0, 0, 0, 0]  # elements: all, differing, failed, unbounded
+    bounds are evaluated only where some element differs at all (of a row-wise fusion:
+    only for the blocks of rows where some does)."""
+    expected = [np.asarray(e) for e in expected]
+    arrays = _checked(fusion, outputs, [(e.shape, e.dtype) for e in expected], against)
+    identical = _identical(arrays, expected)
+    rows = None if all(identical) else row_blocks(fusion)
+    return _compared(
+        fusion,
+        inputs,
+        arrays,
+        lambda span: [_rows(e, span) for e in expected],
+        rows,
+        differences,
+        against,
+        identical if rows is None else None,
+    )
+
+
+def _compared(
+    fusion: Fusion,
+    inputs: Sequence[np.ndarray],
+    arrays: list[np.ndarray],
+    expected: Callable[[Span | None], list[np.ndarray]],
+    rows: Rows | None,
+    differences: Differences,
+    against: str,
+    identical: list[bool] | None = None,
+) -> Comparison:
+    """compare's work: the outputs block of rows by block (`rows`; None: whole), each
+    against `expected(span)`, with the bounds of a block only where some element in it
+    differs (`identical`: per output, whether it does not, where already known)."""
+    counts = [sum(a.size for a in arrays), 0, 0, 0]  # elements: all, differing, failed, unbounded
+    errors = [0.0] * len(arrays)
     nearest: Element | None = None
     worst: Element | None = None
-    errors = []
-    for i, (out, ref) in enumerate(zip(arrays, expected)):
-        counts[0] += out.size
-        if identical[i]:
-            errors.append(0.0)
+    for span in [None] if rows is None else rows.spans():
+        refs = expected(span)
+        outs = [_rows(a, span) for a in arrays]
+        same = _identical(outs, refs) if identical is None else identical
+        differ = [i for i, equal in enumerate(same) if not equal]
+        if not differ:
             continue
-        found = found or bounds(fusion, inputs, differences)
-        result = _compare_one(fusion, i, out, ref, found)
-        errors.append(result[0])
-        for k, n in enumerate(result[1:4]):
-            counts[k + 1] += n
-        near, bad = result[4], result[5]
-        if near is not None and (nearest is None or _closer(near, nearest)):
-            nearest = near
-        if bad is not None and (worst is None or _closer(bad, worst)):
-            worst = bad
+        found = bounds(fusion, inputs, differences, None if rows is None else (rows, span))
+        for i in differ:
+            starts = () if span is None else tuple(s.start for s in span)
+            result = _compare_one(fusion, i, outs[i], refs[i], found, starts)
+            errors[i] = max(errors[i], result[0])
+            for k, n in enumerate(result[1:4]):
+                counts[k + 1] += n
+            near, bad = result[4], result[5]
+            if near is not None and (nearest is None or _closer(near, nearest)):
+                nearest = near
+            if bad is not None and (worst is None or _closer(bad, worst)):
+                worst = bad
     return Comparison(against, errors, counts[1], counts[0], nearest, counts[2], worst, counts[3])
+
+
+def _rows(a: np.ndarray, span: Span | None) -> np.ndarray:
+    """The block `span` of `a` (None: all of it)."""
+    return a if span is None else a[span]
 
 
 def _closer(a: Element, b: Element) -> bool:
@@ -235,19 +291,42 @@ def _identical(outs: list[np.ndarray], refs: list[np.ndarray]) -> list[bool]:
         ):
             size += outs[stop].size
             stop += 1
-        shape = (stop - start, outs[start].size)
-        o = np.stack(outs[start:stop]).reshape(shape)
-        r = np.stack(refs[start:stop]).reshape(shape)
-        same = o == r
-        if DType.from_numpy(o.dtype).is_float:
-            same |= np.isnan(o) & np.isnan(r)
-        found[start:stop] = [bool(row) for row in same.all(axis=1)]
+        if stop - start == 1:
+            found[start] = _equal(outs[start].reshape(-1), refs[start].reshape(-1))
+        else:
+            shape = (stop - start, outs[start].size)
+            same = _same(
+                np.stack(outs[start:stop]).reshape(shape), np.stack(refs[start:stop]).reshape(shape)
+            )
+            found[start:stop] = [bool(row) for row in same.all(axis=1)]
         start = stop
     return found
 
 
-def _compare_one(fusion: Fusion, i: int, out: np.ndarray, ref: np.ndarray, found: Bounds):
-    """(max error, differing, failed, unbounded, nearest, worst) of output i."""
+def _same(o: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Element by element: equal, or both NaN."""
+    same = o == r
+    if DType.from_numpy(o.dtype).is_float:
+        same |= np.isnan(o) & np.isnan(r)
+    return same
+
+
+def _equal(o: np.ndarray, r: np.ndarray) -> bool:
+    """Whether two flat arrays are equal (NaN to NaN), BLOCK elements at a time: no
+    temporary of their size, and done at the first block that differs."""
+    return all(bool(_same(o[b], r[b]).all()) for b in blocks(o.size, BLOCK))
+
+
+def _compare_one(
+    fusion: Fusion,
+    i: int,
+    out: np.ndarray,
+    ref: np.ndarray,
+    found: Bounds,
+    offset: tuple[int, ...] = (),
+):
+    """(max error, differing, failed, unbounded, nearest, worst) of output i (`out` and
+    `ref`: its rows from `offset` on, where `found` bounds a block of rows)."""
     tv = fusion.outputs[i]
     err = found.errs[i]
     parts = None if err is None else np.broadcast_to(err.parts, (len(SOURCES), *out.shape))
@@ -308,7 +387,10 @@ def _compare_one(fusion: Fusion, i: int, out: np.ndarray, ref: np.ndarray, found
         sigma = 0.0 if flat is None else float(np.sqrt((flat[:, k] ** 2).sum()))
         return Element(
             tv.name,
-            tuple(int(j) for j in np.unravel_index(k, out.shape)),
+            tuple(
+                int(j) + (offset[a] if a < len(offset) else 0)
+                for a, j in enumerate(np.unravel_index(k, out.shape))
+            ),
             str(o[k]),
             str(r[k]),
             at[1],
