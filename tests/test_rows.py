@@ -201,3 +201,21 @@ def test_an_exact_weight_adds_no_term_to_a_products_bounds():
     sigma_a = np.sqrt(np.sum(found.errs[0].parts ** 2, axis=0))
     assert np.all(sigma_a > 0) and np.all(np.isfinite(sigma_a))
     assert sigma_a.shape == (4, 1024) and a.shape == (4, 1024)
+
+
+def test_rounding_again_grows_each_source_by_its_share():
+    """_rounded: sqrt(var_k + var_k / total * sigma**2) per source, as one factor; parts
+    where the total is 0 or unbounded stay as they are."""
+    from fuserlite.reference.rounding import Err, _rounded
+
+    rng = np.random.default_rng(1)
+    parts = rng.random((3, 64)) * rng.choice([0.0, 1e-8, 1.0], (3, 64))
+    parts[:, 5] = [np.inf, 1.0, 0.0]
+    sigma = rng.random(64) * 1e-7
+    got = _rounded(Err(parts), sigma).parts
+    var = parts**2
+    total = var.sum(0)
+    held = (total > 0) & (total < np.inf)
+    share = np.divide(var, total, out=np.zeros(var.shape), where=held)
+    np.testing.assert_allclose(got, np.sqrt(var + share * sigma**2), rtol=4e-16, atol=0)
+    assert np.array_equal(got[:, ~held], parts[:, ~held])

@@ -227,3 +227,17 @@ def test_the_allowance_is_lambda_sigma_and_the_report_says_so():
     got[2] = ref[2] + 2 * e.allowed  # twice its allowance
     with pytest.raises(fl.ValidationError, match=rf"allowed {e.allowed:.3g} = {LAMBDA:g} sigma"):
         fl.validate(f, [x], [got])
+
+
+def test_the_element_most_over_its_allowance_is_lexsorts_last():
+    """_most: the largest (used, error) among the mask, NaN used the largest, the last of
+    equals: what sorting every element would give, without the sort."""
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n = int(rng.integers(1, 40))
+        used = rng.choice([0.0, 0.5, 1.0, np.inf, np.nan], n) if trial % 2 else rng.random(n)
+        error = rng.choice([0.0, 1.0, 2.0], n)
+        mask = rng.random(n) < 0.7
+        order = np.lexsort((np.where(mask, error, -1.0), np.where(mask, used, -1.0)))
+        expected = int(order[-1]) if mask.any() else None
+        assert validate_module._most(mask, used, error) == expected

@@ -139,7 +139,10 @@ def _quadrature(*terms: np.ndarray) -> np.ndarray:
 
 def _times(parts: np.ndarray, d) -> np.ndarray:
     """parts * d, 0 where parts is 0 (an exact operand adds nothing, even where the
-    derivative is unbounded)."""
+    derivative is unbounded). A derivative is never negative: where it is finite
+    everywhere, the product is 0 there already."""
+    if np.isfinite(d).all():
+        return parts * d
     return np.where(parts == 0, 0.0, parts * d)
 
 
@@ -546,10 +549,12 @@ def _rounded(e: Err | None, sigma: np.ndarray) -> Err | None:
     0, shared among its sources."""
     if e is None:
         return None
-    var = e.parts**2
-    total = np.sum(var, axis=0)
-    share = np.divide(var, total, out=np.zeros(var.shape), where=(total > 0) & (total < np.inf))
-    return Err(np.sqrt(var + share * sigma**2), e.coherent)
+    # Each part's variance grows by its share of the total, var_k / total * sigma**2: the
+    # parts scale by one factor, sqrt(1 + sigma**2 / total) (1 where total is 0 or inf).
+    total = np.sum(e.parts**2, axis=0)
+    held = (total > 0) & (total < np.inf)
+    grow = np.divide(sigma**2, total, out=np.zeros(total.shape), where=held)
+    return Err(e.parts * np.sqrt(1 + grow), e.coherent)
 
 
 @dataclass(frozen=True)
@@ -628,7 +633,10 @@ class _Bounding:
 
 
 def _unbounded_nan(e: Err) -> Err:
-    """`e` where 0 * inf (an unbounded sigma meeting a 0) is unbounded, not NaN."""
+    """`e` where 0 * inf (an unbounded sigma meeting a 0) is unbounded, not NaN. (Parts
+    are never negative, so their sum is NaN exactly where one is.)"""
+    if not np.isnan(np.sum(e.parts)):
+        return e
     return Err(np.where(np.isnan(e.parts), np.inf, e.parts), e.coherent)
 
 

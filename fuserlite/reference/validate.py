@@ -403,11 +403,15 @@ def _compare_one(
 
 
 def _most(mask: np.ndarray, used: np.ndarray, error: np.ndarray) -> int | None:
-    """The index among `mask` of the largest (used, error), or None if the mask is empty."""
+    """The index among `mask` of the largest (used, error), NaN used the largest, the
+    last of equals; None if the mask is empty."""
     if not mask.any():
         return None
-    order = np.lexsort((np.where(mask, error, -1.0), np.where(mask, used, -1.0)))
-    return int(order[-1])
+    u = np.where(mask, used, -1.0)
+    nan = np.isnan(u)
+    candidates = np.flatnonzero(nan) if nan.any() else np.flatnonzero(u == u.max())
+    e = error[candidates]
+    return int(candidates[len(e) - 1 - int(np.argmax(e[::-1]))])
 
 
 def _source_text(source: Source, found: Bounds) -> str:
