@@ -220,3 +220,42 @@ def test_flags_are_checked():
         sdpa_bwd(out, q, k, v, out, lse, dropout_p=0.2)
     with pytest.raises(fl.ExecutionError, match="logsumexp"):
         sdpa_bwd(out, q, k, v, out, lse[..., :2])
+
+
+@pytest.mark.parametrize("is_causal, p_drop", [(False, 0.0), (True, 0.25)])
+def test_attention_bounds_blocked_equal_their_formula(monkeypatch, is_causal, p_drop):
+    """attention_rounding.sdpa_sigma's query term, a BLAS product a block of rows and keys
+    at a time, equals the formula as one einsum of three operands; the other sources'
+    terms are shared between the sources given together."""
+    import fuserlite.reference.attention_rounding as ar
+
+    monkeypatch.setattr(ar, "QUERY_BLOCK", 3 * 8 * 4)  # 3 rows and keys a block of 13
+    rng = np.random.default_rng(5)
+    with fl.Fusion() as f:
+        q, k, v = fl.tensor([2, 3, 13, 4]), fl.tensor([2, 3, 11, 4]), fl.tensor([2, 3, 11, 8])
+        if is_causal:
+            k, v = fl.tensor([2, 3, 13, 4]), fl.tensor([2, 3, 13, 8])
+        for t in (q, k, v):
+            f.add_input(t)
+        out, _ = fl.sdpa(q, k, v, dropout_p=p_drop, is_causal=is_causal)
+        f.add_output(out)
+    expr = out.definition
+    vals = [rng.standard_normal(t.shape) for t in (q, k, v)]
+    sources = [tuple(rng.random(t.shape) * 1e-3 for t in (q, k, v)) + (1e-4,) for _ in range(2)]
+    sources.append((0.0 * vals[0], 0.0 * vals[1], sources[0][2], 0.0))  # no query sigma
+    got = ar.sdpa_sigma(expr, vals, sources)
+    qf, kf, vf = vals
+    p, factor, scale = ar.weights(expr, qf, kf)
+    pd = p * factor
+    o = pd @ vf
+    for (sq, sk, sv, ss), (sigma_out, sigma_lse) in zip(sources, got):
+        w = scale**2 * ((qf**2) @ ar.swap_last(sk**2)) + ss**2
+        keys = (pd**2 * w) @ vf**2 - 2 * o * ((p * pd * w) @ vf)
+        keys = keys + o**2 * np.sum(p**2 * w, -1)[..., None]
+        per_q = np.einsum("...ls,...sj,...sd->...ljd", pd, vf, kf)
+        per_q = per_q - o[..., None] * (p @ kf)[..., None, :]
+        query = scale**2 * np.einsum("...ljd,...ld->...lj", per_q**2, sq**2)
+        want = np.sqrt(np.maximum(keys, 0) + query + (pd**2) @ sv**2)
+        np.testing.assert_allclose(sigma_out, want, rtol=1e-12)
+        lse = np.sum(p**2 * w, -1) + scale**2 * np.sum(sq**2 * (p @ kf) ** 2, -1)
+        np.testing.assert_allclose(sigma_lse, np.sqrt(lse), rtol=1e-12)

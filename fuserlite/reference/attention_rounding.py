@@ -31,27 +31,67 @@ def weights(expr: Expr, q: np.ndarray, k: np.ndarray) -> tuple:
     return p.astype(F64), np.asarray(factor, F64), scale
 
 
-def sdpa_sigma(expr: Expr, vals, sq, sk, sv, ss=0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(out, lse)'s sigma for sigmas (sq, sk, sv) of (q, k, v) and `ss` of each score of
-    its own, in quadrature. out = sum_s D_s p_s v_s with p = softmax(s), s_s = scale
-    q.k_s, so dout = sum_s c_s ds_s + sum_s D_s p_s dv_s, c_s = p_s (D_s v_s - out): a
-    key's error and a score's own are independent from key to key, a query's is the
-    same for every key of its row (summed before squaring); d lse = sum_s p_s ds_s."""
+Sigmas = tuple  # (sq, sk, sv, ss): the sigmas of q, k, v and of each score's own
+QUERY_BLOCK = 1 << 20  # float64 elements of a block of the query term's [l, j, d] products
+
+
+def sdpa_sigma(expr: Expr, vals, sources: list[Sigmas]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per source (sq, sk, sv, ss): (out, lse)'s sigma for sigmas sq, sk, sv of (q, k, v)
+    and `ss` of each score of its own, in quadrature. out = sum_s D_s p_s v_s with
+    p = softmax(s), s_s = scale q.k_s, so dout = sum_s c_s ds_s + sum_s D_s p_s dv_s,
+    c_s = p_s (D_s v_s - out): a key's error and a score's own are independent from key
+    to key, a query's is the same for every key of its row (summed before squaring);
+    d lse = sum_s p_s ds_s. The probabilities are worked out once for all the sources."""
     q, k, v = (np.asarray(x, F64) for x in vals[:3])
     p, factor, scale = weights(expr, q, k)
     pd = p * factor
     out = pd @ v
-    w = scale**2 * ((q**2) @ swap_last(sk**2)) + ss**2  # [..., L, S]: independent per score
-    keys = (
-        (pd**2 * w) @ v**2 - 2 * out * ((p * pd * w) @ v) + out**2 * np.sum(p**2 * w, -1)[..., None]
-    )
-    per_q = (
-        np.einsum("...ls,...sj,...sd->...ljd", pd, v, k) - out[..., None] * (p @ k)[..., None, :]
-    )
-    query = scale**2 * np.einsum("...ljd,...ld->...lj", per_q**2, sq**2)
-    sigma_out = np.sqrt(np.maximum(keys, 0) + query + (pd**2) @ sv**2)
-    lse = np.sum(p**2 * w, -1) + scale**2 * np.sum(sq**2 * (p @ k) ** 2, -1)
-    return sigma_out, np.sqrt(lse)
+    pk = p @ k
+    queries = [np.any(sq) for sq, *_ in sources]
+    per_query = _query_terms(pd, v, k, out, pk, [x[0] for x, on in zip(sources, queries) if on])
+    made = []
+    for (sq, sk, sv, ss), on in zip(sources, queries):
+        w = scale**2 * ((q**2) @ swap_last(np.asarray(sk) ** 2)) + np.asarray(ss) ** 2
+        keys = (
+            (pd**2 * w) @ v**2
+            - 2 * out * ((p * pd * w) @ v)
+            + out**2 * np.sum(p**2 * w, -1)[..., None]
+        )
+        query = scale**2 * per_query.pop(0) if on else 0.0
+        sigma_out = np.sqrt(np.maximum(keys, 0) + query + (pd**2) @ np.asarray(sv) ** 2)
+        lse = np.sum(p**2 * w, -1) + scale**2 * np.sum(np.asarray(sq) ** 2 * pk**2, -1)
+        made.append((sigma_out, np.sqrt(lse)))
+    return made
+
+
+def _query_terms(pd, v, k, out, pk, sqs: list) -> list[np.ndarray]:
+    """Per query sigma sq of `sqs`: sum_d sq[l, d]**2 a[l, j, d]**2, where a[l, j, d] =
+    sum_s pd[l, s] v[s, j] k[s, d] - out[l, j] pk[l, d] is how out[l, j] moves with
+    q[l, d]. a is a product through BLAS of pd with v (x) k, a block of rows l and keys s
+    at a time (each attention of the batch alone): a few MiB, where a whole [..., L, Dv,
+    Dk] (and an einsum of three operands, which numpy runs without BLAS) took minutes."""
+    if not sqs:
+        return []
+    lead = np.broadcast_shapes(pd.shape[:-2], v.shape[:-2], k.shape[:-2], out.shape[:-2])
+    L, S = pd.shape[-2:]
+    dv, dk = v.shape[-1], k.shape[-1]
+    pd, v, k = (np.broadcast_to(x, (*lead, *x.shape[-2:])) for x in (pd, v, k))
+    out, pk = (np.broadcast_to(x, (*lead, *x.shape[-2:])) for x in (out, pk))
+    sq2 = [np.broadcast_to(np.asarray(sq) ** 2, (*lead, L, dk)) for sq in sqs]
+    found = [np.zeros((*lead, L, dv)) for _ in sqs]
+    rows = max(1, QUERY_BLOCK // (dv * dk))  # of l, and of s
+    for b in np.ndindex(*lead):
+        for l0 in range(0, L, rows):
+            ls = slice(l0, l0 + rows)
+            a = -(out[b][ls, :, None] * pk[b][ls, None, :]).reshape(-1, dv * dk)
+            for s0 in range(0, S, rows):
+                keys = slice(s0, s0 + rows)
+                vk = (v[b][keys, :, None] * k[b][keys, None, :]).reshape(-1, dv * dk)
+                a += pd[b][ls, keys] @ vk
+            a2 = (a**2).reshape(-1, dv, dk)
+            for into, s2 in zip(found, sq2):
+                into[b][ls] = np.einsum("ljd,ld->lj", a2, s2[b][ls])
+    return found
 
 
 def score_scale(expr: Expr, q: np.ndarray) -> float:

@@ -400,7 +400,9 @@ def _none(op: _Op) -> list[Err | None]:
 
 
 def _sdpa(op: _Op) -> list[Err]:
-    made = [sdpa_sigma(op.expr, op.vals, *(op.parts(k)[c] for k in range(3))) for c in range(K)]
+    made = sdpa_sigma(
+        op.expr, op.vals, [(*(op.parts(k)[c] for k in range(3)), 0.0) for c in range(K)]
+    )
     return [Err(np.stack([m[j] for m in made])) for j in range(2)]
 
 
@@ -523,7 +525,7 @@ def _own(op: _Op, differences: Differences) -> list[Own]:
         sv = u * np.sqrt(k.shape[-2]) * absolute(v)
         return [
             (Source.ORDER, BOTH * (s + u * absolute(o)))
-            for s, o in zip(sdpa_sigma(expr, vals, 0.0 * q, 0.0 * k, sv, ss), outs)
+            for s, o in zip(sdpa_sigma(expr, vals, [(0.0 * q, 0.0 * k, sv, ss)])[0], outs)
         ]
     elif name == "sdpa_bwd":
         q, k = vals[1], vals[2]
