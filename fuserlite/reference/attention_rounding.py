@@ -9,6 +9,7 @@ import numpy as np
 
 from fuserlite.ir.expr import Expr
 from fuserlite.numerics import attention
+from fuserlite.reference.numpy_ops import probabilities_block
 
 F64 = np.dtype(np.float64)
 
@@ -23,10 +24,20 @@ def swap_last(x: np.ndarray) -> np.ndarray:
     return np.swapaxes(x, -1, -2)
 
 
-def weights(expr: Expr, q: np.ndarray, k: np.ndarray) -> tuple:
+def weights(expr: Expr, q: np.ndarray, k: np.ndarray, start: tuple[int, ...] | None = None):
+    """(p, factor, scale) of attention.probabilities for q's rows whose output starts at
+    global `start` (None: all of them)."""
     a = expr.attrs
+    block = None if start is None else probabilities_block(expr, start)
     p, factor, scale = attention.probabilities(
-        q, k, a["dropout_p"], a["is_causal"], a["scale"], seed=a["seed"], offset=a["offset"]
+        q,
+        k,
+        a["dropout_p"],
+        a["is_causal"],
+        a["scale"],
+        seed=a["seed"],
+        offset=a["offset"],
+        block=block,
     )
     return p.astype(F64), np.asarray(factor, F64), scale
 
@@ -35,15 +46,18 @@ Sigmas = tuple  # (sq, sk, sv, ss): the sigmas of q, k, v and of each score's ow
 QUERY_BLOCK = 1 << 20  # float64 elements of a block of the query term's [l, j, d] products
 
 
-def sdpa_sigma(expr: Expr, vals, sources: list[Sigmas]) -> list[tuple[np.ndarray, np.ndarray]]:
+def sdpa_sigma(
+    expr: Expr, vals, sources: list[Sigmas], start: tuple[int, ...] | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per source (sq, sk, sv, ss): (out, lse)'s sigma for sigmas sq, sk, sv of (q, k, v)
     and `ss` of each score of its own, in quadrature. out = sum_s D_s p_s v_s with
     p = softmax(s), s_s = scale q.k_s, so dout = sum_s c_s ds_s + sum_s D_s p_s dv_s,
     c_s = p_s (D_s v_s - out): a key's error and a score's own are independent from key
     to key, a query's is the same for every key of its row (summed before squaring);
-    d lse = sum_s p_s ds_s. The probabilities are worked out once for all the sources."""
+    d lse = sum_s p_s ds_s. The probabilities are worked out once for all the sources;
+    `start`: where the output's block lies (its dropout mask is the one drawn there)."""
     q, k, v = (np.asarray(x, F64) for x in vals[:3])
-    p, factor, scale = weights(expr, q, k)
+    p, factor, scale = weights(expr, q, k, start)
     pd = p * factor
     out = pd @ v
     pk = p @ k

@@ -187,7 +187,7 @@ def _flags(expr: Expr) -> dict:
     return {"dropout_p": a["dropout_p"], "is_causal": a["is_causal"], "scale": a["scale"]}
 
 
-def _rows_block(expr: Expr, start: tuple[int, ...]) -> Block:
+def probabilities_block(expr: Expr, start: tuple[int, ...]) -> Block:
     """The block of the [..., L, S] probabilities a device computes: its batch and query
     rows (from its first output's start), every key."""
     q, k = expr.inputs[1:3] if expr.op_name == "sdpa_bwd" else expr.inputs[:2]
@@ -236,7 +236,7 @@ def sdpa_block(
         **_flags(expr),
         seed=a["seed"],
         offset=a["offset"],
-        block=_rows_block(expr, start),
+        block=probabilities_block(expr, start),
         dropout=dropout,
     )
     return out, lse
@@ -246,7 +246,7 @@ def _sdpa_bwd(expr: Expr, operands, shape: tuple[int, ...], start: tuple[int, ..
     """The gradients of this device's query rows (grad_key, grad_value: their partial sums)."""
     rng = np.array([expr.attrs["seed"], expr.attrs["offset"]], np.uint64)
     return attention.sdpa_bwd(
-        *operands, **_flags(expr), philox_seed=rng, block=_rows_block(expr, start)
+        *operands, **_flags(expr), philox_seed=rng, block=probabilities_block(expr, start)
     )
 
 

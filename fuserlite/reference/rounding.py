@@ -228,6 +228,7 @@ class _Op:
     vals: list[np.ndarray]
     errs: list[Err | None]
     outs: tuple[np.ndarray, ...]
+    start: tuple[int, ...] | None = None  # where the first output's block lies (None: whole)
 
     def parts(self, k: int, shape=None) -> np.ndarray:
         """Operand k's sigma parts (zeros where exact), broadcastable to `shape` from the
@@ -400,9 +401,8 @@ def _none(op: _Op) -> list[Err | None]:
 
 
 def _sdpa(op: _Op) -> list[Err]:
-    made = sdpa_sigma(
-        op.expr, op.vals, [(*(op.parts(k)[c] for k in range(3)), 0.0) for c in range(K)]
-    )
+    sources = [(*(op.parts(k)[c] for k in range(3)), 0.0) for c in range(K)]
+    made = sdpa_sigma(op.expr, op.vals, sources, op.start)
     return [Err(np.stack([m[j] for m in made])) for j in range(2)]
 
 
@@ -525,7 +525,7 @@ def _own(op: _Op, differences: Differences) -> list[Own]:
         sv = u * np.sqrt(k.shape[-2]) * absolute(v)
         return [
             (Source.ORDER, BOTH * (s + u * absolute(o)))
-            for s, o in zip(sdpa_sigma(expr, vals, [(0.0 * q, 0.0 * k, sv, ss)])[0], outs)
+            for s, o in zip(sdpa_sigma(expr, vals, [(0.0 * q, 0.0 * k, sv, ss)], op.start)[0], outs)
         ]
     elif name == "sdpa_bwd":
         q, k = vals[1], vals[2]
@@ -571,8 +571,11 @@ class Bounds:
 class _Bounding:
     """The sigmas of one evaluation: a visitor of the reference evaluator."""
 
-    def __init__(self, fusion: Fusion, differences: Differences) -> None:
+    def __init__(
+        self, fusion: Fusion, differences: Differences, block: tuple[Rows, Span] | None = None
+    ) -> None:
         self.differences = differences
+        self.block = block
         self.errs: dict[TensorView, Err] = {}  # absent: exact
         exprs = fusion.exprs()
         dead = dead_after(exprs, attrgetter("inputs"), attrgetter("outputs"), keep=fusion.outputs)
@@ -595,7 +598,8 @@ class _Bounding:
                 v, t = next(tensors)
                 vals.append(v)
                 errs.append(self.errs.get(t))
-        op = _Op(expr, vals, errs, tuple(values))
+        start = None if self.block is None else self.block[0].start(expr.output, self.block[1])
+        op = _Op(expr, vals, errs, tuple(values), start)
         with np.errstate(all="ignore"):
             exact = all(e is None for e in errs)
             made = [None] * len(values) if exact else PROPAGATE[expr.op_name](op)
@@ -653,7 +657,7 @@ def bounds(
     Inputs are exact (sigma 0); each sigma is dropped after its last reader, as the
     reference drops values (ir/liveness.py). `block`: the fusion's rows and a span of
     them (reference/rows.py): the sigmas of those rows of the outputs."""
-    bounding = _Bounding(fusion, differences)
+    bounding = _Bounding(fusion, differences, block)
     evaluate(fusion, inputs, bounding, block)
     return Bounds(
         [bounding.final.get(t) for t in fusion.outputs],

@@ -14,8 +14,10 @@ expression makes from them with that axis leading (`_carried`). A fusion is row-
 only if every output has rows and no expression mixes rows: none reduces, contracts,
 moves or reshapes that axis, and no tensor without rows meets one with rows along it
 unless it is broadcast there (extent 1). Anything else is evaluated whole, as before.
-Where one row is wider than a block (x[batch, seq, hidden] at batch 8), the rows are
-the two leading axes (`depth` 2: batch and sequence), if no expression mixes those.
+Attention carries batch rows (each its own; its dropout mask drawn at the block's start),
+a reshape rows whose leading extents it keeps. Where one row is wider than a block
+(x[batch, seq, hidden] at batch 8), the rows are the two leading axes (`depth` 2: batch
+and sequence), if no expression mixes those.
 
 The blocks evaluate to the same bits as the whole: pointwise ops and sums along other
 axes go row by row in numpy, GEMMs run in calls of a fixed number of rows whatever m is
@@ -39,6 +41,7 @@ BLOCK = 1 << 18  # elements of the widest tensor with rows in one block
 # view that keeps the leading axes where they map, a reduction or contraction over others.
 CARRIERS = frozenset(
     {"set", "broadcast", "permute", "expand", "squeeze", "sum", "max", "min", "matmul", "linear"}
+    | {"sdpa"}  # attention of each batch row alone; its dropout mask drawn at the block's start
 )
 
 Span = tuple[slice, ...]  # a block: a range of each leading axis that is rows
@@ -113,22 +116,30 @@ def _carried(expr: Expr, rows: set[TensorView], extent: tuple[int, ...]) -> list
     """The outputs of `expr` that have rows, or None if it mixes rows (module doc)."""
     reads = [k for k, t in enumerate(expr.inputs) if t in rows]
     d = definition_of(expr)
+    depth = len(extent)
+    if expr.op_name == "reshape":  # within each row only (C order): its leading extents kept
+        if not reads:
+            return []
+        return [expr.output] if expr.output.shape[:depth] == expr.inputs[0].shape[:depth] else None
     if d.category is not Category.POINTWISE and expr.op_name not in CARRIERS:
         return None if reads else []  # an op on whole tensors only: evaluated whole
-    out = expr.output
-    if len(expr.outputs) != 1 or len(out.shape) < len(extent):
+    if any(len(o.shape) < depth for o in expr.outputs) or (
+        len(expr.outputs) != 1 and expr.op_name not in CARRIERS
+    ):
         return None if reads else []
-    lead = list(out.data_positions()[: len(extent)])
-    for k, t in enumerate(expr.inputs):
-        amap = operand_to_output(expr, k, out)
-        data = t.data_positions()
-        if k in reads:
-            if [amap.get(li) for li in data[: len(extent)]] != lead:
-                return None  # its rows are reduced, contracted or moved
-        elif any(amap.get(li) in lead and n != 1 for li, n in zip(data, t.shape)):
-            return None  # a whole tensor along the rows: each block would need all of it
+    for out in expr.outputs:
+        lead = list(out.data_positions()[:depth])
+        for k, t in enumerate(expr.inputs):
+            amap = operand_to_output(expr, k, out)
+            data = t.data_positions()
+            if k in reads:
+                if [amap.get(li) for li in data[:depth]] != lead:
+                    return None  # its rows are reduced, contracted or moved
+            elif any(amap.get(li) in lead and n != 1 for li, n in zip(data, t.shape)):
+                return None  # a whole tensor along the rows: each block would need all of it
     if reads:
-        return [out]
+        return list(expr.outputs)
+    out = expr.output
     # An expand of a tensor without rows to the rows' extent (a bias made a matrix): the
     # same values in every row, so a block is the expand to the block's rows; random
     # numbers or positions made at the rows' extent: a block's are those at its start.
