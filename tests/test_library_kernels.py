@@ -46,6 +46,29 @@ def test_compiled_dropout_is_numpys_bit_for_bit(dropout, dtype, p: float) -> Non
             np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 1.0])
+def test_compiled_dropout_of_zeros_is_numpys_bit_for_bit(dropout, dtype, p: float) -> None:
+    """The compiled dropout draws no number for a +0 (it comes out +0 either way): runs of
+    +0 at a row's ends (a causal mask's), lone ones in partial groups, +0 among other
+    values and -0 (dropped it becomes +0, kept it stays -0) give numpy's bits."""
+    rng = np.random.default_rng(11)
+    for shape, start, local in BLOCKS + [((4, 256, 256), (1, 0, 0), (2, 256, 256))]:
+        values = rng.standard_normal(local).astype(dtype)
+        if values.ndim >= 2:  # a causal row's zeros after its diagonal, a few -0 and +0
+            rows, cols = np.indices(values.shape[-2:])
+            values[..., cols > rows + 3] = 0.0
+        flat = values.reshape(-1)
+        flat[rng.random(flat.size) < 0.1] = -0.0
+        flat[rng.random(flat.size) < 0.1] = 0.0
+        flat[: min(5, flat.size)] = 0.0  # the head's partial group
+        block = Block(shape, start)
+        for seed, offset in ((0, 0), (3, 5)):
+            want = apply_dropout(values, p, seed, offset, block)
+            got = dropout(values.copy(), p, seed, offset, block)
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 def test_compiled_dropout_copies_what_it_cannot_write_in_place(dropout) -> None:
     values = np.arange(64, dtype=np.float32).reshape(8, 8).T  # not C-contiguous
     block = Block((8, 8), (0, 0))

@@ -54,7 +54,11 @@ DROPOUT_SOURCE = r"""
 /* One row's elements at global indices first, first + 1, ...: each philox call gives the
    numbers of FL_PER neighbours (4 floats, 2 doubles). The calls of a run of whole groups
    are made together into `words` (a loop of independent calls the compiler vectorizes),
-   then applied; a row's partial groups at its ends draw their numbers alone. */
+   then applied; a row's partial groups at its ends draw their numbers alone.
+   An element that is +0 comes out +0 whatever its number (kept: +0 * scale, for a finite
+   scale; dropped: 0), so no number is drawn for it: a lone element of a partial group,
+   or the whole groups of +0 at either end of a run (a causal attention's masked
+   probabilities, half of them). -0 and anything else draw as before. */
 #define FL_DROP_GROUPS 64
 template <typename T>
 static inline T fl_drop_uniform(const uint32_t* r, int c) {
@@ -63,37 +67,59 @@ static inline T fl_drop_uniform(const uint32_t* r, int c) {
 }
 
 template <typename T>
+static inline bool fl_drop_is_plus_zero(T x) {
+  unsigned long long bits = 0;
+  __builtin_memcpy(&bits, &x, sizeof(T));
+  return bits == 0;
+}
+
+template <typename T>
+static inline bool fl_drop_zero_group(const T* w, int per) {
+  for (int i = 0; i < per; ++i)
+    if (!fl_drop_is_plus_zero<T>(w[i])) return false;
+  return true;
+}
+
+template <typename T>
+static inline void fl_drop_one(T* v, uint64_t index, int per, uint64_t seed, uint64_t offset,
+                               T keep_below, T scale, bool skip_zeros) {
+  if (skip_zeros && fl_drop_is_plus_zero<T>(*v)) return;
+  uint32_t r[4];
+  fl_philox(seed, index / per, offset, r);
+  const T u = fl_drop_uniform<T>(r, (int)(index % per));
+  *v = u < keep_below ? *v * scale : (T)0;
+}
+
+template <typename T>
 static void fl_dropout_row(T* v, uint64_t first, int64_t n, uint64_t seed, uint64_t offset,
                            T keep_below, T scale) {
   const int per = sizeof(T) == 8 ? 2 : 4;
+  const bool skip_zeros = scale - scale == (T)0; /* finite: +0 * scale is +0 */
   int64_t j = 0;
-  for (; j < n && (first + (uint64_t)j) % per != 0; ++j) { /* the head: a partial group */
-    uint32_t r[4];
-    const uint64_t index = first + (uint64_t)j;
-    fl_philox(seed, index / per, offset, r);
-    const T u = fl_drop_uniform<T>(r, (int)(index % per));
-    v[j] = u < keep_below ? v[j] * scale : (T)0;
-  }
+  for (; j < n && (first + (uint64_t)j) % per != 0; ++j) /* the head: a partial group */
+    fl_drop_one<T>(v + j, first + (uint64_t)j, per, seed, offset, keep_below, scale, skip_zeros);
   uint32_t words[4 * FL_DROP_GROUPS];
   while (n - j >= per) {
     int64_t groups = (n - j) / per;
     if (groups > FL_DROP_GROUPS) groups = FL_DROP_GROUPS;
     const uint64_t sub = (first + (uint64_t)j) / per;
-    for (int64_t g = 0; g < groups; ++g) fl_philox(seed, sub + (uint64_t)g, offset, words + 4 * g);
     T* w = v + j;
-    for (int64_t e = 0; e < groups * per; ++e) {
+    int64_t lo = 0, hi = groups; /* the groups that draw: all but the +0 ones at the ends */
+    if (skip_zeros) {
+      while (lo < hi && fl_drop_zero_group<T>(w + lo * per, per)) ++lo;
+      while (hi > lo && fl_drop_zero_group<T>(w + (hi - 1) * per, per)) --hi;
+    }
+    for (int64_t g = 0; g < hi - lo; ++g)
+      fl_philox(seed, sub + (uint64_t)(lo + g), offset, words + 4 * g);
+    T* x = w + lo * per;
+    for (int64_t e = 0; e < (hi - lo) * per; ++e) {
       const T u = fl_drop_uniform<T>(words + 4 * (e / per), (int)(e % per));
-      w[e] = u < keep_below ? w[e] * scale : (T)0;
+      x[e] = u < keep_below ? x[e] * scale : (T)0;
     }
     j += groups * per;
   }
-  for (; j < n; ++j) { /* the tail: a partial group */
-    uint32_t r[4];
-    const uint64_t index = first + (uint64_t)j;
-    fl_philox(seed, index / per, offset, r);
-    const T u = fl_drop_uniform<T>(r, (int)(index % per));
-    v[j] = u < keep_below ? v[j] * scale : (T)0;
-  }
+  for (; j < n; ++j) /* the tail: a partial group */
+    fl_drop_one<T>(v + j, first + (uint64_t)j, per, seed, offset, keep_below, scale, skip_zeros);
 }
 
 template <typename T>
