@@ -130,6 +130,55 @@ def mod(a: Ix, n: int) -> Ix:
     return Ix("mod", (a, n), min(a.ub, n))
 
 
+def _multiple_plus_less(a: Ix, n: int) -> tuple[Ix, int, Ix] | None:
+    """(x, m, y) where `a` is x * m + y (in either order) with y < m and m dividing n;
+    else None. Then x * m + y never crosses a multiple of n that x * m does not reach
+    (x * m is a multiple of m, and so is every multiple of n), so
+
+        (x * m + y) / n == x / (n / m)   and   (x * m + y) % n == (x % (n / m)) * m + y."""
+    if a.op != "add":
+        return None
+    for high, low in ((a.args[0], a.args[1]), (a.args[1], a.args[0])):
+        if high.op == "mul" and low.ub <= high.args[1] and n % high.args[1] == 0:
+            return high.args[0], high.args[1], low
+    return None
+
+
+def _block_div(a: Ix, n: int) -> Ix:
+    found = _multiple_plus_less(a, n)
+    if found is None:
+        return div(a, n)
+    x, m, _ = found
+    return _block_div(x, n // m) if n > m else x
+
+
+def _block_mod(a: Ix, n: int) -> Ix:
+    found = _multiple_plus_less(a, n)
+    if found is None:
+        return mod(a, n)
+    x, m, y = found
+    return add(mul(_block_mod(x, n // m), m), y)
+
+
+def block_form(ix: Ix) -> Ix:
+    """`ix` with every (x * m + y) / n and % n whose y is below m, m dividing n, written
+    x / (n / m) and (x % (n / m)) * m + y (_multiple_plus_less): the same value at every
+    point. A grid point's index is (block * threads + thread): a broadcast row's element
+    (a layer norm's mean) is then the block's alone and a repeated row's (a bias) the
+    thread's own, which a C compiler vectorizes over the threads; the division of the
+    whole point's index made each a gather. Applied to a finished index (c_expr), after
+    the merges have folded back into the loop index (add), which dividing the parts
+    first would have kept apart."""
+    if ix.op in ("const", "var"):
+        return ix
+    a = block_form(ix.args[0])
+    if ix.op == "add":
+        return add(a, block_form(ix.args[1]))
+    if ix.op == "mul":
+        return mul(a, ix.args[1])
+    return _block_div(a, ix.args[1]) if ix.op == "div" else _block_mod(a, ix.args[1])
+
+
 def structure(ix: Ix) -> tuple:
     """A hashable key equal for two structurally identical index expressions."""
     if ix.op in ("const", "var"):
@@ -162,14 +211,18 @@ def evaluate(ix: Ix, env: dict[str, np.ndarray], memo: dict[tuple, np.ndarray]) 
 
 
 def c_expr(ix: Ix) -> str:
-    """The index as a C expression over the loop variables."""
+    """The index as a C expression over the loop variables (in its block_form)."""
+    return _c_text(block_form(ix))
+
+
+def _c_text(ix: Ix) -> str:
     if ix.op == "const":
         return str(ix.args[0])
     if ix.op == "var":
         return ix.args[0]
-    a = c_expr(ix.args[0])
+    a = _c_text(ix.args[0])
     if ix.op == "add":
-        return f"({a} + {c_expr(ix.args[1])})"
+        return f"({a} + {_c_text(ix.args[1])})"
     symbol = {"mul": "*", "div": "/", "mod": "%"}[ix.op]
     return f"({a} {symbol} {ix.args[1]})"
 
