@@ -162,3 +162,21 @@ def test_half_storage_rounds_once_at_the_store() -> None:
     f = _fusion("sum", [1, 257], [1], None, "bfloat16")
     for compute in ("compiled", "interpret"):
         assert fl.FusionExecutor(f, compute=compute).run([x])[0][0] == 2
+
+
+def test_the_cpu_function_runs_each_step_across_the_threads() -> None:
+    """The C++ function loops over the steps outside and the threads inside (each
+    thread's elements in the schedule's order, a step's loads consecutive: the loop
+    vectorizes, 5x faster at the block's layer norm), the full steps unpredicated and
+    the last, partial one over its threads alone; the bits are the schedule's
+    (test_the_order_is_the_schedules, test_compiled_and_interpreted_...)."""
+    from fuserlite.kernel.reduction import cpu_reduction
+
+    for shape, steps, tail in (([3, 300], 2, 44), ([4, 512], 4, 0), ([3, 5], 0, 5)):
+        (kernel,) = fl.lower(_fusion("sum", shape, [1], None, "float32")).kernels
+        r = reduction_of(kernel)
+        _, src = cpu_reduction(kernel, r)
+        assert f"for (long long fl_s = 0; fl_s < {steps}; ++fl_s) {{" in src
+        assert src.index("fl_s < ") < src.index(f"fl_t < {r.threads}; ++fl_t) {{")
+        assert "if (fl_j <" not in src
+        assert (f"fl_t < {tail}; ++fl_t) {{  // the last step's threads" in src) == bool(tail)

@@ -102,23 +102,41 @@ def _body(kernel: Kernel, r: Reduction, cuda: bool) -> tuple[list[str], str, str
     load = _load(inp, f"{inp.ir_name}[fl_row_base + {_offset('fl_j', r.reduced)}]")
     row = "blockIdx.x" if cuda else "fl_row"
     lines = [f"    const long long fl_row_base = {_offset(row, r.kept)};"]
-    thread_open = (
-        ["    const long long fl_t = threadIdx.x;"]
-        if cuda
-        else [f"    for (long long fl_t = 0; fl_t < {r.threads}; ++fl_t) {{  // threadIdx.x"]
-    )
-    lines += thread_open + [
-        f"      {ctype} fl_acc = {init};",
-        f"      for (long long fl_s = 0; fl_s < {r.steps}; ++fl_s) {{",
-        f"        const long long fl_j = fl_s * {r.threads} + fl_t;",
-        f"        if (fl_j < {r.n}) fl_acc = {combine.format('fl_acc', load)};",
-        "      }",
-        "      fl_part[fl_t] = fl_acc;",
-    ]
     if cuda:
-        lines.append("    __syncthreads();")
+        lines += [
+            "    const long long fl_t = threadIdx.x;",
+            f"      {ctype} fl_acc = {init};",
+            f"      for (long long fl_s = 0; fl_s < {r.steps}; ++fl_s) {{",
+            f"        const long long fl_j = fl_s * {r.threads} + fl_t;",
+            f"        if (fl_j < {r.n}) fl_acc = {combine.format('fl_acc', load)};",
+            "      }",
+            "      fl_part[fl_t] = fl_acc;",
+            "    __syncthreads();",
+        ]
     else:
-        lines.append("    }")
+        # The threads one after another, each step's across them: thread t's accumulator
+        # takes its elements in the order the schedule's loop does (s = 0, 1, ...), the
+        # threads' loads of a step are consecutive elements, and the loop over them
+        # vectorizes (thread by thread, each step's loads a stride of T apart did not).
+        # The full steps need no predicate; the last, partial one guards its threads.
+        full, tail = divmod(r.n, r.threads)
+        step = combine.format("fl_part[fl_t]", load)
+        lines += [
+            f"    for (long long fl_t = 0; fl_t < {r.threads}; ++fl_t) fl_part[fl_t] = {init};",
+            f"    for (long long fl_s = 0; fl_s < {full}; ++fl_s) {{",
+            f"      for (long long fl_t = 0; fl_t < {r.threads}; ++fl_t) {{  // threadIdx.x",
+            f"        const long long fl_j = fl_s * {r.threads} + fl_t;",
+            f"        fl_part[fl_t] = {step};",
+            "      }",
+            "    }",
+        ]
+        if tail:
+            lines += [
+                f"    for (long long fl_t = 0; fl_t < {tail}; ++fl_t) {{  // the last step's threads",
+                f"      const long long fl_j = {full * r.threads} + fl_t;",
+                f"      fl_part[fl_t] = {step};",
+                "    }",
+            ]
     lines += [f"    for (long long fl_w = {r.threads // 2}; fl_w > 0; fl_w /= 2) {{"]
     if cuda:
         lines += [
