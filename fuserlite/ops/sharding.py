@@ -32,13 +32,11 @@ from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ReductionOpType
 from fuserlite.ir.values import fact
 from fuserlite.ops.registry import (
-    Category,
     OpDef,
     definition,
     definition_of,
     is_indexed,
     operand_to_output,
-    positional,
     positional_map,
 )
 
@@ -82,24 +80,29 @@ View = PositionalView | ExprView
 def reads_layouts_only(op: OpDef | None) -> bool:
     """True for an op whose expressions' sharding questions (non_local_inputs,
     needed_placement, moves_data) read only their tensors' layouts: a positional op,
-    one axis map for all its outputs, that never permutes blocks."""
-    return (
-        op is not None
-        and op.axis_map is positional
-        and op.outputs_axis_map is None
-        and op.sharding.permutes is None
-    )
+    one axis map for all its outputs, that never permutes blocks (a fact of the
+    definition, OpDef.reads_layouts_only)."""
+    return op is not None and op.reads_layouts_only
+
+
+def _layouts(tensors: list[TensorView]) -> tuple[Layout, ...]:
+    if len(tensors) == 1:  # most expressions: one input or one output
+        t = tensors[0]
+        return ((t.domain, t.mesh),)
+    return tuple([(t.domain, t.mesh) for t in tensors])
+
+
+_new_view = tuple.__new__  # PositionalView(...) without its Python-level __new__
 
 
 def view(expr: Expr) -> View:
     """What the sharding questions read of `expr`: a value where its op reads only its
-    tensors' layouts."""
+    tensors' layouts. Asked for every expression by every locality check: the value is
+    made without the NamedTuple's keyword-taking constructor."""
     d = definition(expr)
-    if reads_layouts_only(d):
-        return PositionalView(
-            tuple([(t.domain, t.mesh) for t in expr.inputs]),
-            tuple([(t.domain, t.mesh) for t in expr.outputs]),
-            d.indexed and d.category is Category.POINTWISE,  # is_indexed(expr)
+    if d is not None and d.reads_layouts_only:
+        return _new_view(
+            PositionalView, (_layouts(expr.inputs), _layouts(expr.outputs), d.indexed_pointwise)
         )
     return ExprView(expr)
 
@@ -340,6 +343,8 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
         wrong = () if block_permutation(expr) is not None else _non_local(v)
     else:
         wrong = _non_local_fact(v)  # never a block permutation
+    if not wrong:  # the common answer: nothing to name
+        return []
     return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once
 
 

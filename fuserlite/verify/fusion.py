@@ -218,11 +218,13 @@ def fusion_problems(
     require_mesh: bool,
     log: ChangeLog | None = None,
     filled: frozenset[int] = frozenset(),
+    near: set[int] | None = None,
 ) -> list[str]:
     """Every broken invariant of the fusion's tensors, inputs and outputs (of the
     tensors and expressions `log` holds and next to them; None: of all). `filled`: the
     ids of outputs a program's loop writes chunk by chunk through views (computed,
-    with no expression of their own where the program was read back)."""
+    with no expression of their own where the program was read back); `near`:
+    near_changes(log), where the caller has it (the program's checks read it too)."""
     exprs = fusion.exprs()
     tensors = fusion.tensors(exprs)
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
@@ -237,7 +239,7 @@ def fusion_problems(
     for out in touched_outputs(fusion.outputs, log):
         if out.definition is None and id(out) not in inputs and id(out) not in filled:
             problems.append(located(out, f"output {out.name} is neither computed nor an input"))
-    touched = touched_exprs(exprs, log)
+    touched = touched_exprs(exprs, log, near)
     for expr in touched:
         for out, axis, p, pi in broadcast_sums(expr):
             problems.append(
