@@ -178,8 +178,9 @@ def kernel_problems(k: int, kernel: Kernel) -> list[str]:
     it reads or writes (every one on that mesh), and computes each tensor before it
     reads it."""
     problems = []
-    for tv in kernel.tensors:
-        if kernel.mesh is not None and tv.mesh != kernel.mesh:
+    mesh = kernel.mesh
+    for tv in kernel.tensors if mesh is not None else ():
+        if tv.mesh is not mesh and tv.mesh != mesh:  # the same mesh object, most often
             problems.append(
                 f"kernel {k} runs on {kernel.mesh}, but {tv.name} is on {tv.mesh}; a kernel's "
                 "tensors are on its mesh (a communication moves a tensor to another)"

@@ -279,7 +279,8 @@ def non_local_problems(exprs: Iterable[Expr], fix: str) -> list[str]:
     there)."""
     problems = []
     for e in exprs:
-        problems += non_local_text(e, fix)
+        if non_local_inputs(e):  # the messages made only for what fails
+            problems += non_local_text(e, fix)
     return problems
 
 
