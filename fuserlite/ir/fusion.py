@@ -200,23 +200,14 @@ class Fusion:
     def _tensors(self, exprs: list[Expr]) -> list[TensorView]:
         seen: set[int] = set()
         out: list[TensorView] = []
-
-        def visit(tv: TensorView) -> None:
-            if id(tv) not in seen:
-                seen.add(id(tv))
-                out.append(tv)
-
         read = {id(tv) for expr in exprs for tv in expr.inputs}
-        for tv in self.inputs:
-            if id(tv) not in read:
-                visit(tv)
-        for expr in exprs:
-            for tv in expr.inputs:
-                visit(tv)
-            for tv in expr.outputs:
-                visit(tv)
-        for tv in self.outputs:
-            visit(tv)
+        # Each tensor once, in order of first sight (the visits inline: one per operand).
+        firsts = [tv for tv in self.inputs if id(tv) not in read]
+        for group in (firsts, *(t for e in exprs for t in (e.inputs, e.outputs)), self.outputs):
+            for tv in group:
+                if id(tv) not in seen:
+                    seen.add(id(tv))
+                    out.append(tv)
         return out
 
     def drop_dead_uses(self) -> None:
