@@ -23,9 +23,9 @@ from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     MeshPlacement,
     is_partial,
-    is_resharding,
     layout_facts,
     placement,
+    same_sharding,
     shardings,
 )
 from fuserlite.ir.tensor import TensorView
@@ -302,7 +302,8 @@ def _permutes(expr: Expr):
 def block_permutation(expr: Expr) -> tuple[int, ...] | None:
     """chunk_permutation(expr) where the output is placed like the input, on its mesh:
     the expression is then a communication (one CollectivePermute); else None."""
-    rule = _permutes(expr)  # asked before working out placements: it runs on every expr
+    d = definition(expr)  # the rule asked before working out placements: every expr asks
+    rule = d.sharding.permutes if d is not None and expr.inputs else None
     if rule is None:
         return None
     x, out = expr.inputs[0], expr.output
@@ -315,6 +316,10 @@ def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int
     """The axes along which propagate-shardings copies operand `position`'s sharding onto
     out: the op's axis map, and for a block permutation (chunk_permutation) its axis 0
     as well, whose chunks only change devices."""
+    d = definition(expr)
+    if d is not None and d.reads_layouts_only and out is expr.outputs[0]:
+        # operand_to_output of a positional op that never permutes blocks: its map
+        return positional_map(expr.inputs[position].domain, out.domain)
     axis_map = operand_to_output(expr, position, out)
     if position == 0 and chunk_permutation(expr) is not None:
         axis_map = {**axis_map, expr.inputs[0].data_positions()[0]: 0}
@@ -324,7 +329,9 @@ def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int
 def moves_data(expr: Expr) -> bool:
     """True for an expression that is a communication of its own, not part of a kernel: a
     resharding Set, or a block permutation (lowered to one CollectivePermute)."""
-    return is_resharding(expr) or block_permutation(expr) is not None
+    if isinstance(expr, LoadStoreOp) and not same_sharding(expr.input, expr.output):
+        return True  # a resharding Set (is_resharding)
+    return block_permutation(expr) is not None
 
 
 def movement_text(expr: Expr) -> str:
@@ -366,6 +373,8 @@ def propagation_sources(expr: Expr) -> list[int]:
     (for linear and matmul the weight first)."""
     first = definition_of(expr).sharding.prefer
     n = len(expr.inputs)
+    if not first:  # most ops: their operands in order
+        return list(range(n))
     return [k for k in first if k < n] + [k for k in range(n) if k not in first]
 
 
