@@ -77,10 +77,10 @@ class Expr:
         attrs = getattr(self, "__dict__", None)
         if attrs is not None:
             e.__dict__.update(attrs)
-        inputs = [mapping[t] for t in self.inputs]
-        outputs = [mapping[t] for t in self.outputs]
-        _set(e, "inputs", GraphList(inputs))
-        _set(e, "outputs", GraphList(outputs))
+        inputs = GraphList([mapping[t] for t in self.inputs])
+        outputs = GraphList([mapping[t] for t in self.outputs])
+        _set(e, "inputs", inputs)
+        _set(e, "outputs", outputs)
         for t in outputs:
             object.__setattr__(t, "definition", e)  # a new tensor of a new fusion: unheard
         for t in inputs:

@@ -317,11 +317,14 @@ def compute_inline_positions(kernel: Segment) -> None:
     outputs = {id(t) for t in kernel.outputs}
     for e in exprs:
         tv = e.outputs[0]
-        inline = all(
-            inlinable(tv.domain, use.outputs[0].domain, axis_positions(use, tv))
-            for use in tv.uses
-            if id(use) in expr_ids
-        )
+        dom = tv.domain
+        inline = True
+        for use in tv.uses:  # a loop, not a generator: it runs once per tensor
+            if id(use) in expr_ids and not inlinable(
+                dom, use.outputs[0].domain, axis_positions(use, tv)
+            ):
+                inline = False
+                break
         pos = 0
         if inline:
             at_global = id(tv) in outputs or not inputs.isdisjoint(map(id, e.inputs))
