@@ -206,10 +206,8 @@ def touched_exprs(
     if log is None:
         return exprs
     near = near_changes(log) if near is None else near
-    if len(near) * 8 > len(exprs):
-        return [e for e in exprs if id(e) in near]
-    at = {id(e): k for k, e in enumerate(exprs)}
-    return [exprs[k] for k in sorted(at[i] for i in near if i in at)]
+    # One scan in order: cheaper than indexing the list to sort the few near it.
+    return [e for e in exprs if id(e) in near] if near else []
 
 
 def fusion_problems(
@@ -226,7 +224,7 @@ def fusion_problems(
     with no expression of their own where the program was read back); `near`:
     near_changes(log), where the caller has it (the program's checks read it too)."""
     exprs = fusion.exprs()
-    tensors = fusion.tensors(exprs)
+    tensors = fusion.tensors()  # the order of those expressions, kept by the fusion
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
     problems: list[str] = []
     for tv in touched_tensors(tensors, log):
