@@ -38,7 +38,6 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import logical_placement, sharding_problem
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import DEVICE_PARALLEL_TYPES
 from fuserlite.ops.registry import is_pointwise, operand_to_output
 from fuserlite.ops.sharding import (
     chunks_correspond,
@@ -218,7 +217,7 @@ def _check_inherited(tv: TensorView) -> None:
 
 
 def _sharded(tv: TensorView) -> bool:
-    return any(ax.parallel_type in DEVICE_PARALLEL_TYPES for ax in tv.domain.loop)
+    return any(ax.is_device_parallel for ax in tv.domain.loop)
 
 
 def meshes_given(fusion: Fusion) -> list[str]:
