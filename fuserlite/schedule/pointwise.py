@@ -77,9 +77,10 @@ def unsupported_reason(kernel: Segment) -> str | None:
         # data axes; only tensors this kernel writes must be free of reductions.
         if _has_reduction(e.output.domain):
             return f"{e.output.name} = {e.op_name}(...) involves a reduction axis"
-        if any(type(t) is Swizzle1D for t in e.output.domain.transforms):
-            # The ring's steps compute ring chunks, op by op (passes/ring_streams.py).
-            return f"{e.output.name} has a ring's swizzled Stream axis (swizzle1d)"
+        for t in e.output.domain.transforms:  # a loop: it runs once per expression
+            if type(t) is Swizzle1D:
+                # The ring's steps compute ring chunks, op by op (passes/ring_streams.py).
+                return f"{e.output.name} has a ring's swizzled Stream axis (swizzle1d)"
     return None
 
 
