@@ -339,3 +339,20 @@ def test_the_program_checks_work_out_the_expressions_next_to_a_change_once(monke
     with _program_passes(**{"test-touch": touch}):
         Pipeline([*DEFAULT_PASSES, "test-touch"]).run(many_outputs(30))
     assert len(calls) == 1, calls
+
+
+def test_giving_a_fusion_its_own_outputs_again_is_no_edit():
+    """replace_outputs with nothing to replace (insert-reshardings' when no output is
+    partial) keeps the kept orders and the log hears no structure change; replacing
+    one is an edit of both."""
+    fusion = many_outputs(4)
+    order = fusion._kept_order()
+    with recording() as log:
+        fusion.replace_outputs({})
+        fusion.inputs = list(fusion.inputs)
+    assert fusion._order is order and not log.structure
+    new = fl.neg(fusion.outputs[0])
+    with recording() as log:
+        fusion.replace_outputs({fusion.outputs[0]: new})
+    assert fusion._order is None and log.structure
+    assert new.definition in fusion.exprs()
