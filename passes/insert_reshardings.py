@@ -74,8 +74,9 @@ def _device_reduction(expr: Expr, out: TensorView | None = None) -> MeshPlacemen
     the mesh axes `out` itself is partial over, and the output's own data shardings on
     the other mesh axes; None if that is `out`'s own placement."""
     out = expr.output if out is None else out
-    if out.mesh is None or not any(ax.is_reduction for ax in out.domain.logical):
-        return None  # partial sums need a reduction axis to sit on
+    dom = out.domain
+    if out.mesh is None or len(dom.data_positions()) == dom.n_logical:
+        return None  # partial sums need a reduction axis (one that holds no data) to sit on
     partial: dict[int, tuple[int, ...]] = {}  # output reduction axis: mesh axes
     mesh = None
     for k, producer in enumerate(expr.inputs):

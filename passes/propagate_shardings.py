@@ -158,34 +158,39 @@ def _inherited(
     broadcast or reduction axis, an axis the user scheduled, or a second axis per mesh
     axis. None where none is."""
     mesh = tv.mesh
-    shards = [()] * len(tv.domain.logical)
+    dom = tv.domain
+    logical, loop = dom.logical, dom.loop_positions
+    shards = [()] * len(logical)
     used: set[int] = set()
     cyclic: dict[int, int] = {}  # cyclic mesh axis -> its block
     for source, axis_map in sources:
-        if source.mesh != mesh:
+        if source.mesh is not mesh and source.mesh != mesh:
             continue
+        placed = logical_placement(source)  # read once per source
         data = source.data_positions()
-        for li, axes in enumerate(logical_placement(source).shards):
+        source_logical = source.domain.logical
+        for li, axes in enumerate(placed.shards):
             target = axis_map.get(li)
             if not axes or li not in data or target is None or shards[target]:
                 continue
-            ax = tv.domain.logical[target]
-            if target not in tv.domain.loop_positions:  # the user scheduled this axis
+            ax = logical[target]
+            if target not in loop:  # the user scheduled this axis
                 continue
             if ax.is_broadcast or ax.is_reduction or used & set(axes):
                 continue
             devices = math.prod(mesh.shape[a] for a in axes)
-            strided = set(axes) & set(logical_placement(source).cyclic)
-            if strided and source.domain.logical[li].extent != ax.extent:
+            strided = set(axes) & set(placed.cyclic) if placed.cyclic else ()
+            extent = source_logical[li].extent
+            if strided and extent != ax.extent:
                 continue  # a cyclic shard's rows are those of an axis of its extent
-            if not chunks_correspond(source.domain.logical[li].extent, ax.extent, devices):
+            if not chunks_correspond(extent, ax.extent, devices):
                 continue  # a reshape's axes of other extents: their chunks differ
             shards[target] = axes
             used |= set(axes)
-            cyclic.update((a, logical_placement(source).block_of(a)) for a in strided)
+            cyclic.update((a, placed.block_of(a)) for a in strided)
     if not used:
         return None
-    axes = tuple(sorted(cyclic))
+    axes = tuple(sorted(cyclic)) if cyclic else ()
     shards_t, block = tuple(shards), tuple(cyclic[a] for a in axes)
     if len(sources) == 1:  # one source placed the same (a pointwise op's): its value
         have = logical_placement(sources[0][0])
@@ -212,7 +217,7 @@ def _check_inherited(tv: TensorView) -> None:
 
 
 def _sharded(tv: TensorView) -> bool:
-    return any(ax.parallel_type.is_device for ax in tv.domain.loop)
+    return any(ax.is_device_parallel for ax in tv.domain.loop)
 
 
 def meshes_given(fusion: Fusion) -> list[str]:

@@ -405,6 +405,39 @@ def test_a_clone_shares_the_domain_values_and_schedules_on_its_own() -> None:
     assert len(old.domain.loop) == len(old.domain.logical) and not old.domain.transforms
 
 
+def test_a_clone_copies_every_field_and_slot_it_shares() -> None:
+    """A copied tensor holds every field of its original but its fusion and links; a
+    copied expression every slot of its kind but its lists (the slots each kind shares,
+    worked out once per class: Op's name, scalars and attributes, Set's cache op)."""
+    from fuserlite.ir.expr import Expr, LoadStoreOp, _slots
+    from fuserlite.ir.tensor import _FIELDS
+    from fuserlite.ops.registry import Op
+
+    for cls in (Expr, Op, LoadStoreOp):
+        assert cls._shared_slots == tuple(
+            n for n in _slots(cls) if n not in ("inputs", "outputs")
+        ), cls
+    assert "op_name" in Op._shared_slots
+    with fl.Fusion() as fusion:
+        x = fl.tensor([4], name="x")
+        fusion.add_input(x)
+        y = fl.set(fl.add(x, 2.0))
+        y.user_name = "y"
+        fusion.add_output(y)
+    copy, mapping = fusion.clone()
+    for old, new in mapping.items():
+        if isinstance(old, Expr):
+            for name in type(old)._shared_slots:
+                assert getattr(new, name) is getattr(old, name), name
+            assert [mapping[t] for t in old.inputs] == list(new.inputs)
+            continue
+        for name in _FIELDS:
+            if name not in ("fusion", "definition", "uses"):
+                assert getattr(new, name) == getattr(old, name), name
+        assert new.fusion is copy and (new.definition is None) == (old.definition is None)
+    assert str(copy) == str(fusion)
+
+
 def test_readme_python_example_runs(capsys, monkeypatch) -> None:
     monkeypatch.chdir(REPO)
     readme = (REPO / "README.md").read_text()

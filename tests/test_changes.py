@@ -309,7 +309,7 @@ def test_a_changed_tensor_is_checked_with_the_expressions_next_to_it(monkeypatch
     """One output changes (its memory type, to itself): the validator asks whether data
     moves, and whether it is local, only of the expressions that read or write it."""
     program_verify = importlib.import_module("fuserlite.program.verify")
-    moves = _counting(monkeypatch, program_verify, "movement_problems")
+    moves = _counting(monkeypatch, program_verify, "moves_data")
     tensor = None
 
     def touch(program):
@@ -322,3 +322,37 @@ def test_a_changed_tensor_is_checked_with_the_expressions_next_to_it(monkeypatch
         Pipeline([*DEFAULT_PASSES, "test-touch"]).run(many_outputs(30))
     near = {id(e) for e in tensor.uses} | {id(tensor.definition)}
     assert 1 <= len(moves) <= 2 and all(id(e) in near for e in moves), moves
+
+
+def test_the_program_checks_work_out_the_expressions_next_to_a_change_once(monkeypatch):
+    """After a program pass the fusion's checks and the kernels' locality read the same
+    expressions next to the change log's: near_changes runs once per check."""
+    verify_module_program = importlib.import_module("fuserlite.program.verify")
+    calls = _counting(monkeypatch, verify_module_program, "near_changes")
+    monkeypatch.setattr(verify_module, "near_changes", verify_module_program.near_changes)
+
+    def touch(program):
+        out = program.fusion.outputs[3]
+        out.memory_type = out.memory_type
+        calls.clear()
+
+    with _program_passes(**{"test-touch": touch}):
+        Pipeline([*DEFAULT_PASSES, "test-touch"]).run(many_outputs(30))
+    assert len(calls) == 1, calls
+
+
+def test_giving_a_fusion_its_own_outputs_again_is_no_edit():
+    """replace_outputs with nothing to replace (insert-reshardings' when no output is
+    partial) keeps the kept orders and the log hears no structure change; replacing
+    one is an edit of both."""
+    fusion = many_outputs(4)
+    order = fusion._kept_order()
+    with recording() as log:
+        fusion.replace_outputs({})
+        fusion.inputs = list(fusion.inputs)
+    assert fusion._order is order and not log.structure
+    new = fl.neg(fusion.outputs[0])
+    with recording() as log:
+        fusion.replace_outputs({fusion.outputs[0]: new})
+    assert fusion._order is None and log.structure
+    assert new.definition in fusion.exprs()

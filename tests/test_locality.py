@@ -125,3 +125,29 @@ def test_what_an_operand_needs_is_what_the_expression_itself_gives(make):
     expr = _row_plus_matrix(0)
     needs, _ = _needs(expr)
     assert needs[0] != needs[1]  # the position is part of the question
+
+
+def test_which_ops_read_layouts_only_is_a_fact_of_each_definition():
+    """OpDef.reads_layouts_only and indexed_pointwise, worked out once per definition,
+    say what the definition's fields do: a positional op, one axis map for all its
+    outputs, that never permutes blocks; an indexed pointwise op."""
+    from fuserlite.ops.registry import Category, all_ops, positional
+
+    ops = all_ops()
+    assert any(d.reads_layouts_only for d in ops) and not all(d.reads_layouts_only for d in ops)
+    for d in ops:
+        assert d.reads_layouts_only == (
+            d.axis_map is positional and d.outputs_axis_map is None and d.sharding.permutes is None
+        ), d.name
+        assert d.indexed_pointwise == (d.indexed and d.category is Category.POINTWISE), d.name
+
+
+def test_a_view_is_the_value_of_its_layouts():
+    """The view of a positional expression is the PositionalView of its tensors'
+    (domain, mesh) pairs, however it is made."""
+    expr, x, w = _add(0, 0)
+    v = sharding_ops.view(expr)
+    assert type(v) is sharding_ops.PositionalView
+    layouts = tuple((t.domain, t.mesh) for t in expr.inputs)
+    assert v == sharding_ops.PositionalView(layouts, ((expr.output.domain, MESH),), False)
+    assert v.inputs == layouts and v.indexed is False

@@ -143,3 +143,22 @@ def test_blocks_cover_every_element_once_per_replica(shape):
             count[tuple(slice(a, b) for a, b in box)] += 1
         replicas = int(np.prod([mesh[a] for a in (*p.replicated_axes(), *p.partial)]))
         assert (count == replicas).all(), p
+
+
+def test_a_placement_is_hashed_once_by_value():
+    """A placement's hash is worked out when it is made (it is an argument of facts):
+    equal placements hash alike, a copy or a pickled one too, and other ones apart."""
+    import dataclasses
+    import pickle
+
+    from fuserlite.ir.placement import Placement
+
+    p, q = Placement(2, ((0,), (1,))), Placement(2, ((0,), (1,)))
+    other = Placement(2, ((1,), (0,)))
+    assert p._hash == hash(p) == hash(q) and p == q and {p: 1}[q] == 1
+    assert hash(pickle.loads(pickle.dumps(p))) == hash(p)
+    assert hash(dataclasses.replace(p, shards=((1,), (0,)))) == hash(other) != hash(p)
+    assert Placement(2, ((0,), ()), cyclic=(0,)).block == (1,)  # filled in before hashing
+    assert hash(Placement(2, ((0,), ()), cyclic=(0,))) == hash(
+        Placement(2, ((0,), ()), cyclic=(0,), block=(1,))
+    )

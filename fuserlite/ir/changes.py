@@ -13,9 +13,10 @@ pipeline re-checks what a pass touched, not the whole IR:
 
 Outside a recording block nothing is recorded (building IR in user code costs nothing
 extra). The lists that hold the graph together are GraphLists, which refuse to be
-edited in place: a new list is assigned, through an edit point. What still bypasses
-the edit points (`object.__setattr__(tv, ...)`) escapes the log; `Pipeline(verify_all=True)`
-(`--verify-all`) checks everything after every pass.
+edited in place: a new list is assigned, through an edit point (a list of a fusion,
+a program or a kernel given the nodes it holds again, in order, is no edit). What still
+bypasses the edit points (`object.__setattr__(tv, ...)`) escapes the log;
+`Pipeline(verify_all=True)` (`--verify-all`) checks everything after every pass.
 """
 
 from __future__ import annotations

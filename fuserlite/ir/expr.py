@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 
 _set = object.__setattr__
+_UNSET = object()  # a slot never set
 
 
 def _slots(cls: type) -> tuple[str, ...]:
@@ -35,6 +36,13 @@ class Expr:
     # Graph nodes of fixed fields: a kind adds its own slots (Set its cache op), or its
     # attributes in a dict where it has many (communications).
     __slots__ = ("inputs", "outputs")
+    # The slots a copy shares with its original (all but the graph's lists), a fact of
+    # the class: worked out when the class is made, not for every copy.
+    _shared_slots: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._shared_slots = tuple(n for n in _slots(cls) if n not in ("inputs", "outputs"))
 
     def __init__(self, inputs: list[TensorView], outputs: list[TensorView]) -> None:
         _set(self, "inputs", GraphList(inputs))
@@ -62,15 +70,17 @@ class Expr:
         linked to them (their definition and uses); its other attributes shared."""
         cls = type(self)
         e = cls.__new__(cls)
-        for name in _slots(cls):
-            if hasattr(self, name):
-                _set(e, name, getattr(self, name))
-        if hasattr(self, "__dict__"):
-            e.__dict__.update(self.__dict__)
-        inputs = [mapping[t] for t in self.inputs]
-        outputs = [mapping[t] for t in self.outputs]
-        _set(e, "inputs", GraphList(inputs))
-        _set(e, "outputs", GraphList(outputs))
+        for name in cls._shared_slots:
+            value = getattr(self, name, _UNSET)
+            if value is not _UNSET:
+                _set(e, name, value)
+        attrs = getattr(self, "__dict__", None)
+        if attrs is not None:
+            e.__dict__.update(attrs)
+        inputs = GraphList([mapping[t] for t in self.inputs])
+        outputs = GraphList([mapping[t] for t in self.outputs])
+        _set(e, "inputs", inputs)
+        _set(e, "outputs", outputs)
         for t in outputs:
             object.__setattr__(t, "definition", e)  # a new tensor of a new fusion: unheard
         for t in inputs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 from typing import TYPE_CHECKING
 
@@ -49,9 +50,10 @@ class Fusion:
 
     @inputs.setter
     def inputs(self, tensors: list[TensorView]) -> None:
-        self._inputs = GraphList(tensors)
+        old, self._inputs = getattr(self, "_inputs", None), GraphList(tensors)
         self._input_ids = {id(t) for t in self._inputs}
-        self.graph_edited()
+        if not _same_tensors(old, self._inputs):
+            self.graph_edited()
 
     @property
     def outputs(self) -> list[TensorView]:
@@ -59,9 +61,10 @@ class Fusion:
 
     @outputs.setter
     def outputs(self, tensors: list[TensorView]) -> None:
-        self._outputs = GraphList(tensors)
+        old, self._outputs = getattr(self, "_outputs", None), GraphList(tensors)
         self._output_ids = {id(t) for t in self._outputs}
-        self.graph_edited()
+        if not _same_tensors(old, self._outputs):
+            self.graph_edited()
 
     def graph_edited(self) -> None:
         """The graph changed (an expression's inputs or outputs, a tensor's definition,
@@ -200,23 +203,14 @@ class Fusion:
     def _tensors(self, exprs: list[Expr]) -> list[TensorView]:
         seen: set[int] = set()
         out: list[TensorView] = []
-
-        def visit(tv: TensorView) -> None:
-            if id(tv) not in seen:
-                seen.add(id(tv))
-                out.append(tv)
-
         read = {id(tv) for expr in exprs for tv in expr.inputs}
-        for tv in self.inputs:
-            if id(tv) not in read:
-                visit(tv)
-        for expr in exprs:
-            for tv in expr.inputs:
-                visit(tv)
-            for tv in expr.outputs:
-                visit(tv)
-        for tv in self.outputs:
-            visit(tv)
+        # Each tensor once, in order of first sight (the visits inline: one per operand).
+        firsts = [tv for tv in self.inputs if id(tv) not in read]
+        for group in (firsts, *(t for e in exprs for t in (e.inputs, e.outputs)), self.outputs):
+            for tv in group:
+                if id(tv) not in seen:
+                    seen.add(id(tv))
+                    out.append(tv)
         return out
 
     def drop_dead_uses(self) -> None:
@@ -263,6 +257,13 @@ class Fusion:
                 seen.add(id(d))
                 extra.append(d)
         return exprs + extra
+
+
+def _same_tensors(old: list[TensorView] | None, new: list[TensorView]) -> bool:
+    """True when a list of the graph is given the tensors it holds again, in order
+    (replace_outputs with nothing to replace): nothing of the graph changed, so the
+    kept orders stay and the change log hears no edit of its structure."""
+    return old is not None and len(old) == len(new) and all(map(operator.is_, old, new))
 
 
 def takes_place_of(new: TensorView, old: TensorView) -> None:

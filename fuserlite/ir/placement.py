@@ -122,6 +122,13 @@ class Placement:
                 f"invalid placement cyclic={self.cyclic} block={self.block}: one block size "
                 "(at least 1) per cyclic mesh axis"
             )
+        # Hashed once: a placement is an argument of facts (fuserlite.ir.values), asked
+        # for every tensor a pass places.
+        key = (self.mesh_rank, self.shards, self.partial, self.cyclic, self.block)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def block_of(self, axis: int) -> int:
         """The block size of cyclic mesh axis `axis` (1: cyclic, rows r, r + d, ...)."""

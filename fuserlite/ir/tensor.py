@@ -9,6 +9,7 @@ naming axis `position` of the tensor's domain, which no primitive moves: nvFuser
 from __future__ import annotations
 
 import math
+import operator
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
@@ -193,6 +194,9 @@ _FIELDS = (
     "origin",
     "number",
 )
+# What copy_into takes over as it is (a copy is of another fusion, unlinked), read at once.
+_COPIED = tuple(n for n in _FIELDS if n not in ("fusion", "definition", "uses"))
+_copied_values = operator.attrgetter(*_COPIED)
 
 
 class TensorView:
@@ -254,8 +258,8 @@ class TensorView:
         """A copy of this tensor in `fusion` (its domain is a value: shared), unlinked:
         no definition, no uses."""
         tv = TensorView.__new__(TensorView)
-        for name in _FIELDS:
-            _set(tv, name, getattr(self, name))
+        for name, value in zip(_COPIED, _copied_values(self)):
+            _set(tv, name, value)
         _set(tv, "fusion", fusion)
         _set(tv, "definition", None)
         _set(tv, "uses", [])

@@ -218,6 +218,21 @@ class OpDef:
     # attributes, no rule for any other (shard_map refuses it).
     local: LocalRule | None = None
 
+    def __post_init__(self) -> None:
+        # Facts of the definition (a value), read for every expression of the op: worked
+        # out once here. `reads_layouts_only`: its expressions' sharding questions
+        # (fuserlite.ops.sharding) read only their tensors' layouts (a positional op, one
+        # axis map for all its outputs, that never permutes blocks); `indexed_pointwise`:
+        # is_indexed of each of them.
+        layouts_only = (
+            self.axis_map is positional
+            and self.outputs_axis_map is None
+            and self.sharding.permutes is None
+        )
+        object.__setattr__(self, "reads_layouts_only", layouts_only)
+        indexed = self.indexed and self.category is Category.POINTWISE
+        object.__setattr__(self, "indexed_pointwise", indexed)
+
     @property
     def local_rule(self) -> LocalRule | None:
         """How fl.shard_map replays the op (`local`, or its default)."""
@@ -392,7 +407,7 @@ def is_indexed(expr: Expr) -> bool:
     """True if each of the expression's values is a function of its element's global
     index (an indexed pointwise op, OpDef.indexed): computed where the element lies."""
     d = definition(expr)
-    return d is not None and d.indexed and d.category is Category.POINTWISE
+    return d is not None and d.indexed_pointwise
 
 
 def is_rowwise(expr: Expr) -> bool:

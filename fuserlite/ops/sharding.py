@@ -23,22 +23,20 @@ from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     MeshPlacement,
     is_partial,
-    is_resharding,
     layout_facts,
     placement,
+    same_sharding,
     shardings,
 )
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, ReductionOpType
 from fuserlite.ir.values import fact
 from fuserlite.ops.registry import (
-    Category,
     OpDef,
     definition,
     definition_of,
     is_indexed,
     operand_to_output,
-    positional,
     positional_map,
 )
 
@@ -82,24 +80,29 @@ View = PositionalView | ExprView
 def reads_layouts_only(op: OpDef | None) -> bool:
     """True for an op whose expressions' sharding questions (non_local_inputs,
     needed_placement, moves_data) read only their tensors' layouts: a positional op,
-    one axis map for all its outputs, that never permutes blocks."""
-    return (
-        op is not None
-        and op.axis_map is positional
-        and op.outputs_axis_map is None
-        and op.sharding.permutes is None
-    )
+    one axis map for all its outputs, that never permutes blocks (a fact of the
+    definition, OpDef.reads_layouts_only)."""
+    return op is not None and op.reads_layouts_only
+
+
+def _layouts(tensors: list[TensorView]) -> tuple[Layout, ...]:
+    if len(tensors) == 1:  # most expressions: one input or one output
+        t = tensors[0]
+        return ((t.domain, t.mesh),)
+    return tuple([(t.domain, t.mesh) for t in tensors])
+
+
+_new_view = tuple.__new__  # PositionalView(...) without its Python-level __new__
 
 
 def view(expr: Expr) -> View:
     """What the sharding questions read of `expr`: a value where its op reads only its
-    tensors' layouts."""
+    tensors' layouts. Asked for every expression by every locality check: the value is
+    made without the NamedTuple's keyword-taking constructor."""
     d = definition(expr)
-    if reads_layouts_only(d):
-        return PositionalView(
-            tuple([(t.domain, t.mesh) for t in expr.inputs]),
-            tuple([(t.domain, t.mesh) for t in expr.outputs]),
-            d.indexed and d.category is Category.POINTWISE,  # is_indexed(expr)
+    if d is not None and d.reads_layouts_only:
+        return _new_view(
+            PositionalView, (_layouts(expr.inputs), _layouts(expr.outputs), d.indexed_pointwise)
         )
     return ExprView(expr)
 
@@ -299,7 +302,8 @@ def _permutes(expr: Expr):
 def block_permutation(expr: Expr) -> tuple[int, ...] | None:
     """chunk_permutation(expr) where the output is placed like the input, on its mesh:
     the expression is then a communication (one CollectivePermute); else None."""
-    rule = _permutes(expr)  # asked before working out placements: it runs on every expr
+    d = definition(expr)  # the rule asked before working out placements: every expr asks
+    rule = d.sharding.permutes if d is not None and expr.inputs else None
     if rule is None:
         return None
     x, out = expr.inputs[0], expr.output
@@ -312,6 +316,10 @@ def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int
     """The axes along which propagate-shardings copies operand `position`'s sharding onto
     out: the op's axis map, and for a block permutation (chunk_permutation) its axis 0
     as well, whose chunks only change devices."""
+    d = definition(expr)
+    if d is not None and d.reads_layouts_only and out is expr.outputs[0]:
+        # operand_to_output of a positional op that never permutes blocks: its map
+        return positional_map(expr.inputs[position].domain, out.domain)
     axis_map = operand_to_output(expr, position, out)
     if position == 0 and chunk_permutation(expr) is not None:
         axis_map = {**axis_map, expr.inputs[0].data_positions()[0]: 0}
@@ -321,7 +329,9 @@ def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int
 def moves_data(expr: Expr) -> bool:
     """True for an expression that is a communication of its own, not part of a kernel: a
     resharding Set, or a block permutation (lowered to one CollectivePermute)."""
-    return is_resharding(expr) or block_permutation(expr) is not None
+    if isinstance(expr, LoadStoreOp) and not same_sharding(expr.input, expr.output):
+        return True  # a resharding Set (is_resharding)
+    return block_permutation(expr) is not None
 
 
 def movement_text(expr: Expr) -> str:
@@ -340,6 +350,8 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
         wrong = () if block_permutation(expr) is not None else _non_local(v)
     else:
         wrong = _non_local_fact(v)  # never a block permutation
+    if not wrong:  # the common answer: nothing to name
+        return []
     return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once
 
 
@@ -361,6 +373,8 @@ def propagation_sources(expr: Expr) -> list[int]:
     (for linear and matmul the weight first)."""
     first = definition_of(expr).sharding.prefer
     n = len(expr.inputs)
+    if not first:  # most ops: their operands in order
+        return list(range(n))
     return [k for k in first if k < n] + [k for k in range(n) if k not in first]
 
 

@@ -46,9 +46,12 @@ class Kernel:
     def tensors(self) -> list[TensorView]:
         """Every tensor the kernel reads or writes, inputs first."""
         seen: dict[int, TensorView] = {id(t): t for t in self.inputs}
+        add = seen.setdefault
         for e in self.exprs:
-            for t in (*e.inputs, *e.outputs):
-                seen.setdefault(id(t), t)
+            for t in e.inputs:
+                add(id(t), t)
+            for t in e.outputs:
+                add(id(t), t)
         return list(seen.values())
 
 

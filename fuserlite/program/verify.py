@@ -16,7 +16,7 @@ from fuserlite.ir.errors import VerifyError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.sharding import describe_sharding
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ops.sharding import movement_text, moves_data
+from fuserlite.ops.sharding import movement_text, moves_data, non_local_inputs
 from fuserlite.program import host
 from fuserlite.program.communication import Communication, Sizing, chunks_unevenly
 from fuserlite.program.host_verify import host_problems
@@ -46,14 +46,18 @@ def verify_program_changes(program: Program, log: ChangeLog | None) -> None:
     checks of the steps' order when it says a list of the graph was edited; the
     communications' and the outputs' always (a program has few of them)."""
     namer = LazyNamer(program.fusion)
-    problems = fusion_problems(program.fusion, namer, True, log, host.filled(program.steps))
+    # The expressions next to the changes: worked out once, read by the fusion's checks
+    # and the kernels' locality alike.
+    near = None if log is None else near_changes(log)
+    filled = host.filled(program.steps)
+    problems = fusion_problems(program.fusion, namer, True, log, filled, near)
     problems.extend(layout_problems(program.communications))
     problems.extend(sizing_problems(program.communications))
     problems.extend(communication_problems(program.communications))
     if log is None or log.structure:
         problems.extend(step_problems(program))
         problems.extend(host_problems(program))
-    problems.extend(locality_problems(program, log))
+    problems.extend(locality_problems(program, log, near))
     problems.extend(partial_output_problems(touched_outputs(program.outputs, log), namer))
     if problems:
         raise VerifyError(problems_text("invalid program", problems))
@@ -97,15 +101,23 @@ def layout_problems(comms: list[Communication]) -> list[str]:
     return problems
 
 
-def locality_problems(program: Program, log: ChangeLog | None = None) -> list[str]:
+def locality_problems(
+    program: Program, log: ChangeLog | None = None, near: set[int] | None = None
+) -> list[str]:
     """Every expression of a kernel computes from local shards and moves no data (those
-    `log` holds or reads or writes a tensor of; None: every one)."""
-    problems = []
+    `log` holds or reads or writes a tensor of; None: every one). `near`:
+    near_changes(log), where the caller has it."""
+    problems: list[str] = []
     fix = "run insert-reshardings before segment"
-    near = None if log is None else near_changes(log)
+    if log is not None and near is None:
+        near = near_changes(log)
     for kernel in program.kernels:
         for e in touched_exprs(kernel.exprs, log, near):
-            problems += movement_problems(e, fix) + non_local_text(e, fix)
+            # Each question asked once; the messages made only for what fails.
+            if moves_data(e):
+                problems += movement_problems(e, fix)
+            if non_local_inputs(e):
+                problems += non_local_text(e, fix)
     return problems
 
 
@@ -166,8 +178,9 @@ def kernel_problems(k: int, kernel: Kernel) -> list[str]:
     it reads or writes (every one on that mesh), and computes each tensor before it
     reads it."""
     problems = []
-    for tv in kernel.tensors:
-        if kernel.mesh is not None and tv.mesh != kernel.mesh:
+    mesh = kernel.mesh
+    for tv in kernel.tensors if mesh is not None else ():
+        if tv.mesh is not mesh and tv.mesh != mesh:  # the same mesh object, most often
             problems.append(
                 f"kernel {k} runs on {kernel.mesh}, but {tv.name} is on {tv.mesh}; a kernel's "
                 "tensors are on its mesh (a communication moves a tensor to another)"

@@ -77,9 +77,10 @@ def unsupported_reason(kernel: Segment) -> str | None:
         # data axes; only tensors this kernel writes must be free of reductions.
         if _has_reduction(e.output.domain):
             return f"{e.output.name} = {e.op_name}(...) involves a reduction axis"
-        if any(type(t) is Swizzle1D for t in e.output.domain.transforms):
-            # The ring's steps compute ring chunks, op by op (passes/ring_streams.py).
-            return f"{e.output.name} has a ring's swizzled Stream axis (swizzle1d)"
+        for t in e.output.domain.transforms:  # a loop: it runs once per expression
+            if type(t) is Swizzle1D:
+                # The ring's steps compute ring chunks, op by op (passes/ring_streams.py).
+                return f"{e.output.name} has a ring's swizzled Stream axis (swizzle1d)"
     return None
 
 
@@ -317,11 +318,14 @@ def compute_inline_positions(kernel: Segment) -> None:
     outputs = {id(t) for t in kernel.outputs}
     for e in exprs:
         tv = e.outputs[0]
-        inline = all(
-            inlinable(tv.domain, use.outputs[0].domain, axis_positions(use, tv))
-            for use in tv.uses
-            if id(use) in expr_ids
-        )
+        dom = tv.domain
+        inline = True
+        for use in tv.uses:  # a loop, not a generator: it runs once per tensor
+            if id(use) in expr_ids and not inlinable(
+                dom, use.outputs[0].domain, axis_positions(use, tv)
+            ):
+                inline = False
+                break
         pos = 0
         if inline:
             at_global = id(tv) in outputs or not inputs.isdisjoint(map(id, e.inputs))

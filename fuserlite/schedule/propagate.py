@@ -324,8 +324,13 @@ class Edges:
         d = tv.definition
         if d is not None and id(d) in at and d.outputs[0] is tv:
             out = [(p, d, False) for p in d.inputs]
-        readers = {id(e): e for e in tv.uses if id(e) in at}
-        for e in sorted(readers.values(), key=lambda e: at[id(e)]):
+        uses = tv.uses
+        if len(uses) == 1:  # most tensors: one reader, nothing to order
+            readers = [e for e in uses if id(e) in at]
+        else:
+            unique = {id(e): e for e in uses if id(e) in at}
+            readers = sorted(unique.values(), key=lambda e: at[id(e)])
+        for e in readers:
             consumer = e.outputs[0]
             out += [(consumer, e, True) for p in e.inputs if p is tv]
         return out

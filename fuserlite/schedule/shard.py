@@ -135,7 +135,8 @@ def shard_as(tv: TensorView, mesh: DeviceMesh | None, wanted: Placement) -> None
     axis split over its mesh axes outer to inner (a fact of its domain, `sharded_as`)."""
     if mesh is None:
         return
-    tv.set_device_mesh(mesh)
+    if tv.mesh is not mesh:  # propagate-shardings gives the mesh first
+        tv.set_device_mesh(mesh)
     try:
         tv.domain = sharded_as(tv.domain, mesh, wanted)
     except _Refused:

@@ -206,10 +206,8 @@ def touched_exprs(
     if log is None:
         return exprs
     near = near_changes(log) if near is None else near
-    if len(near) * 8 > len(exprs):
-        return [e for e in exprs if id(e) in near]
-    at = {id(e): k for k, e in enumerate(exprs)}
-    return [exprs[k] for k in sorted(at[i] for i in near if i in at)]
+    # One scan in order: cheaper than indexing the list to sort the few near it.
+    return [e for e in exprs if id(e) in near] if near else []
 
 
 def fusion_problems(
@@ -218,13 +216,15 @@ def fusion_problems(
     require_mesh: bool,
     log: ChangeLog | None = None,
     filled: frozenset[int] = frozenset(),
+    near: set[int] | None = None,
 ) -> list[str]:
     """Every broken invariant of the fusion's tensors, inputs and outputs (of the
     tensors and expressions `log` holds and next to them; None: of all). `filled`: the
     ids of outputs a program's loop writes chunk by chunk through views (computed,
-    with no expression of their own where the program was read back)."""
+    with no expression of their own where the program was read back); `near`:
+    near_changes(log), where the caller has it (the program's checks read it too)."""
     exprs = fusion.exprs()
-    tensors = fusion.tensors(exprs)
+    tensors = fusion.tensors()  # the order of those expressions, kept by the fusion
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
     problems: list[str] = []
     for tv in touched_tensors(tensors, log):
@@ -237,7 +237,7 @@ def fusion_problems(
     for out in touched_outputs(fusion.outputs, log):
         if out.definition is None and id(out) not in inputs and id(out) not in filled:
             problems.append(located(out, f"output {out.name} is neither computed nor an input"))
-    touched = touched_exprs(exprs, log)
+    touched = touched_exprs(exprs, log, near)
     for expr in touched:
         for out, axis, p, pi in broadcast_sums(expr):
             problems.append(
@@ -277,7 +277,8 @@ def non_local_problems(exprs: Iterable[Expr], fix: str) -> list[str]:
     there)."""
     problems = []
     for e in exprs:
-        problems += non_local_text(e, fix)
+        if non_local_inputs(e):  # the messages made only for what fails
+            problems += non_local_text(e, fix)
     return problems
 
 
