@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from pointwise_cases import dtype_mix, run_everywhere, sharded_sum, whole_kernel
@@ -126,7 +128,8 @@ def test_cuda_scalars_keep_their_value():
     kernel = whole_kernel(dtype_mix())  # test_codegen compiles it with nvcc
     schedule_pointwise(kernel)
     src = cuda_source(kernel)
-    assert "static_cast<long long>(t" in src  # the bool operand widened to the int64 result
+    # the bool operand widened to the int64 result (by a select, which GCC vectorizes)
+    assert re.search(r"\(t\d+ \? static_cast<long long>\(1\) : static_cast<long long>\(0\)\)", src)
     assert "static_cast<long long>(1152921504606846977LL)" in src  # not via a double
     assert "(-9223372036854775807LL - 1)" in src
     assert "__longlong_as_double(-4503599627370496LL)" in src  # -inf as its bits, no `inf`

@@ -88,7 +88,15 @@ def _cast(expr: Expr) -> str:
             f"({{0}} != {{0}} ? static_cast<{ctype}>(0) : {{0}} >= {hi} ? {high}"
             f" : {{0}} < {lo} ? {low} : static_cast<{ctype}>({{0}}))"
         )
+    if src is DType.bool and dst is not DType.bool:
+        return _from_bool("{0}", ctype)
     return f"static_cast<{ctype}>({{0}})"
+
+
+def _from_bool(text: str, ctype: str) -> str:
+    """A bool as 1 or 0 of `ctype`: a select, which GCC's vectorizer takes where it
+    refuses a conversion from a bool (dropout's x * (u < 1 - p)); the same values."""
+    return f"({text} ? static_cast<{ctype}>(1) : static_cast<{ctype}>(0))"
 
 
 # rand_like's number in each dtype's compute type: fuserlite.numerics.philox's generator
@@ -154,7 +162,7 @@ def math_source(kernels: list[Kernel]) -> str:
 
 def random_dtypes(kernels: list[Kernel]) -> set[DType]:
     """The dtypes of the random numbers the kernels draw (empty: they draw none)."""
-    return {e.output.dtype for k in kernels for e in k.exprs if CUDA.get(e.op_name) is _uniform}
+    return {e.output.dtype for k in kernels for e in k.exprs if is_draw(e)}
 
 
 # One row per pointwise op: its C expression, from its operands' C expressions ({0},
@@ -242,12 +250,23 @@ class Statement(NamedTuple):
     buffers: tuple[str, ...]  # the kernel parameters (buffers) it loads or stores
 
 
+# What a draw's C text is, from the rand_like expression and the C text of the global
+# linear index it draws at (kernel_statements' `draw`; default: the generator's call).
+DrawText = Callable[[Expr, str], str]
+
+
+def is_draw(expr: Expr) -> bool:
+    """Whether the expression draws random numbers (rand_like, rand)."""
+    return CUDA.get(expr.op_name) is _uniform
+
+
 class _KernelWriter:
     """Builds the statements of one kernel."""
 
-    def __init__(self, kernel: Kernel, grid: list[GridAxis]) -> None:
+    def __init__(self, kernel: Kernel, grid: list[GridAxis], draw: DrawText | None = None) -> None:
         self.kernel = kernel
         self.grid = grid
+        self.draw = draw
         self.inputs = {id(t) for t in kernel.inputs}
         self.statements: list[Statement] = []
         self._uses: dict[str, None] = {}  # of the statement being written, in order
@@ -266,6 +285,12 @@ class _KernelWriter:
             return _load(tv, f"{tv.ir_name}[{_offset(tv, coords)}]")
         expr = tv.definition
         args = [self.value_at(p, producer_coords(expr, p, coords)) for p in expr.inputs]
+        return self.text(expr, args, coords)
+
+    def text(self, expr: Expr, args: list[str], coords: list) -> str:
+        """The expression's C text at `coords` (a draw's as `draw` writes it, if given)."""
+        if self.draw is not None and is_draw(expr):
+            return self.draw(expr, _index(expr, coords))
         return _op_text(expr, args, _index(expr, coords))
 
     def operand(self, expr: Expr, tv: TensorView, coords: list, pred: str) -> str:
@@ -290,7 +315,7 @@ class _KernelWriter:
             if stored or any(p in a for a in args):
                 lines.append(f"{indent}const bool {p} = {pred};")
             ctype = COMPUTE_TYPES[out.dtype]
-            text = _op_text(expr, args, _index(expr, coords))
+            text = self.text(expr, args, coords)
             lines.append(f"{indent}const {ctype} t{out.number} = {text};")
             if stored:
                 offset = _offset(out, coords)
@@ -339,7 +364,11 @@ def _op_text(expr: Expr, args: list[str], index: str | None = None) -> str:
     if callable(row):  # a conversion (its operand stays in its own type) or an indexed op
         return row(expr).format(*args, T=ctype, index=index)
     cast = [
-        a if COMPUTE_TYPES[t.dtype] == ctype else f"static_cast<{ctype}>({a})"
+        a
+        if COMPUTE_TYPES[t.dtype] == ctype
+        else _from_bool(a, ctype)
+        if t.dtype is DType.bool
+        else f"static_cast<{ctype}>({a})"
         for a, t in zip(args, expr.inputs)
     ]
     it = iter(cast)
@@ -387,10 +416,13 @@ def loop_nest(grid: list[GridAxis], indent: str = "  ") -> tuple[list[str], str,
     return opening, indent, closing
 
 
-def kernel_statements(kernel: Kernel, grid: list[GridAxis], indent: str) -> list[Statement]:
+def kernel_statements(
+    kernel: Kernel, grid: list[GridAxis], indent: str, draw: DrawText | None = None
+) -> list[Statement]:
     """The statements one thread runs inside the loop nest, in order (one per expression
-    computed where it is; the others are recomputed inside their consumers')."""
-    writer = _KernelWriter(kernel, grid)
+    computed where it is; the others are recomputed inside their consumers'). `draw`, if
+    given, writes each random draw's C text (the CPU's block windows, kernel/cpu.py)."""
+    writer = _KernelWriter(kernel, grid, draw)
     writer.write(indent)
     return writer.statements
 
@@ -457,6 +489,7 @@ __all__ = [
     "kernel_header",
     "kernel_params",
     "kernel_source",
+    "is_draw",
     "kernel_statements",
     "launch_dims",
     "loop_nest",
