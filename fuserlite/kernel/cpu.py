@@ -437,10 +437,11 @@ static inline float fl_uniform_bfloat16_memo(fl_philox_memo* m, uint64_t seed, u
       fl_philox_window(&m, seed, first + (uint64_t)s, offset);                               \
       const uint32_t* __restrict__ r = m.r;                                                  \
       type* __restrict__ v = u + per * s;                                                    \
-      for (int g = 0; g < FL_MEMO_GROUPS; ++g) number                                        \
+      for (int i = 0; i < per * FL_MEMO_GROUPS; ++i) v[i] = number;                          \
     }                                                                                        \
   }
-#define FL_WORD(c) r[(c) * FL_MEMO_GROUPS + g]
+/* word c of the call of number i (of `per` a call), in the memo's words r */
+#define FL_WORD(i, per, c) r[(c) * FL_MEMO_GROUPS + (i) / (per)]
 static inline float fl_half_draw(float raw) {
   const float v = __half2float(__float2half(raw));
   return v == 1.0f ? 0.0f : v;
@@ -449,19 +450,12 @@ static inline float fl_bfloat16_draw(float raw) {
   const float v = __bfloat162float(__float2bfloat16(raw));
   return v == 1.0f ? 0.0f : v;
 }
-FL_WINDOW_FILL(fl_window_float, float, 4, {
-  for (int c = 0; c < 4; ++c) v[4 * g + c] = fl_uniformf_bits(FL_WORD(c));
-})
-FL_WINDOW_FILL(fl_window_double, double, 2, {
-  v[2 * g] = fl_uniform_bits(FL_WORD(0), FL_WORD(1));
-  v[2 * g + 1] = fl_uniform_bits(FL_WORD(2), FL_WORD(3));
-})
-FL_WINDOW_FILL(fl_window_half, float, 4, {
-  for (int c = 0; c < 4; ++c) v[4 * g + c] = fl_half_draw(fl_raw_uniformf_bits(FL_WORD(c)));
-})
-FL_WINDOW_FILL(fl_window_bfloat16, float, 4, {
-  for (int c = 0; c < 4; ++c) v[4 * g + c] = fl_bfloat16_draw(fl_raw_uniformf_bits(FL_WORD(c)));
-})
+FL_WINDOW_FILL(fl_window_float, float, 4, fl_uniformf_bits(FL_WORD(i, 4, i % 4)))
+FL_WINDOW_FILL(fl_window_double, double, 2,
+               fl_uniform_bits(FL_WORD(i, 2, 2 * (i % 2)), FL_WORD(i, 2, 2 * (i % 2) + 1)))
+FL_WINDOW_FILL(fl_window_half, float, 4, fl_half_draw(fl_raw_uniformf_bits(FL_WORD(i, 4, i % 4))))
+FL_WINDOW_FILL(fl_window_bfloat16, float, 4,
+               fl_bfloat16_draw(fl_raw_uniformf_bits(FL_WORD(i, 4, i % 4))))
 """
 # The block's memo, declared in the grid loop of a kernel that draws numbers
 MEMO_DECLARATION = [
