@@ -228,3 +228,40 @@ def test_rounding_again_grows_each_source_by_its_share():
     share = np.divide(var, total, out=np.zeros(var.shape), where=held)
     np.testing.assert_allclose(got, np.sqrt(var + share * sigma**2), rtol=4e-16, atol=0)
     assert np.array_equal(got[:, ~held], parts[:, ~held])
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same values, NaN equal to NaN (the random fusions' values in their dtypes)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return a.shape == b.shape and bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+
+
+def test_every_random_row_wise_fusion_evaluates_to_the_wholes_values_and_bounds():
+    """The differential test's random fusions (every op of the registry): wherever rows_of
+    finds rows, at depth 1 or 2, each row's outputs and bounds alone equal the whole's."""
+    from random_sharded import build_case
+
+    checked = set()
+    for seed in range(600):
+        f = build_case(seed).fusion
+        for depth in (1, 2):
+            rows = rows_of(f, depth)
+            if rows is None:
+                continue
+            checked.update(e.op_name for e in f.exprs())
+            inputs = fl.random_inputs(f, seed)
+            whole = fl.evaluate(f, inputs)
+            all_of = bounds(f, inputs, AGAINST_REFERENCE)
+            width = max(int(np.prod(t.shape[depth:])) for t in rows.tensors)
+            for span in rows.spans(block=width):  # a row a block
+                block = fl.evaluate(f, inputs, block=(rows, span))
+                found = bounds(f, inputs, AGAINST_REFERENCE, (rows, span))
+                for k, out in enumerate(whole):
+                    assert _equal(out[span], block[k]), (seed, depth, k, span)
+                    err, part = all_of.errs[k], found.errs[k]
+                    assert (err is None) == (part is None), (seed, depth, k, span)
+                    if err is not None:
+                        full = np.broadcast_to(err.parts, (3, *out.shape))[(slice(None), *span)]
+                        assert _equal(full, np.broadcast_to(part.parts, full.shape))
+    # the carriers besides pointwise ops, each met at least once
+    assert {"sdpa", "matmul", "linear", "reshape", "expand", "rand_like", "iota"} <= checked
