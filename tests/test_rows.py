@@ -265,3 +265,19 @@ def test_every_random_row_wise_fusion_evaluates_to_the_wholes_values_and_bounds(
                         assert _equal(full, np.broadcast_to(part.parts, full.shape))
     # the carriers besides pointwise ops, each met at least once
     assert {"sdpa", "matmul", "linear", "reshape", "expand", "rand_like", "iota"} <= checked
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rows: "rows",
+        lambda rows: (rows, slice(0, 2)),  # a slice, not a span of them
+        lambda rows: (rows, (slice(0, 2), slice(0, 2))),  # one axis too many
+        lambda rows: (rows, (slice(0, 99),)),  # past the rows
+        lambda rows: (rows, (slice(3, 3),)),  # empty
+    ],
+)
+def test_a_bad_block_is_a_clear_error(make):
+    f = chain()
+    with pytest.raises(fl.ExecutionError, match="block must be"):
+        fl.evaluate(f, fl.random_inputs(f), block=make(rows_of(f)))

@@ -74,7 +74,31 @@ def evaluate(
     those rows.
     """
     args.instance(fusion, Fusion, "evaluate", "fusion", "a Fusion", ExecutionError)
+    if block is not None and not _is_block(block):
+        raise ExecutionError(
+            "evaluate: block must be (rows, span): the fusion's rows (reference.rows.rows_of) "
+            f"and one of rows.spans(), got {block!r}"
+        )
     return _evaluate(fusion, inputs, visit, block)
+
+
+def _is_block(block) -> bool:
+    """Whether `block` is (Rows, a span of slices within its extents, one per axis)."""
+    if not (isinstance(block, tuple) and len(block) == 2 and isinstance(block[0], Rows)):
+        return False
+    rows, span = block
+    return (
+        isinstance(span, tuple)
+        and len(span) == len(rows.extent)
+        and all(
+            isinstance(s, slice)
+            and isinstance(s.start, int)
+            and isinstance(s.stop, int)
+            and s.step is None
+            and 0 <= s.start < s.stop <= n
+            for s, n in zip(span, rows.extent)
+        )
+    )
 
 
 def _evaluate(
