@@ -164,7 +164,7 @@ def _inherited(
     used: set[int] = set()
     cyclic: dict[int, int] = {}  # cyclic mesh axis -> its block
     for source, axis_map in sources:
-        if source.mesh is not mesh and source.mesh != mesh:
+        if source.mesh != mesh:
             continue
         placed = logical_placement(source)  # read once per source
         data = source.data_positions()

@@ -131,3 +131,11 @@ def test_a_did_type_the_mesh_lacks_names_tensor_axis_and_mesh() -> None:
         fl.VerifyError, match=r"x.* axis 0 .*DIDy is not an axis of DeviceMesh\{0 1\}"
     ):
         fl.verify(fusion)
+
+
+def test_meshes_compare_by_ids_and_shape_only():
+    a = fl.DeviceMesh([[0, 1], [2, 3]], axis_names=("dp", "tp"))
+    same = fl.DeviceMesh([[0, 1], [2, 3]])
+    assert a == a and a == same and hash(a) == hash(same)  # names are not compared
+    assert a != fl.DeviceMesh([0, 1, 2, 3]) and a != fl.DeviceMesh([[0, 2], [1, 3]])
+    assert a != None and a != (0, 1, 2, 3)  # noqa: E711 - not a mesh: not equal

@@ -207,6 +207,18 @@ class DeviceMesh:
     def __hash__(self) -> int:
         return self._hash
 
+    def __eq__(self, other: object) -> bool:
+        # By ids and shape; the same mesh object first, as most comparisons are (every
+        # tensor of a kernel, every source of a propagation, on the one mesh).
+        if self is other:
+            return True
+        if type(other) is not DeviceMesh:
+            return NotImplemented
+        return self._hash == other._hash and (self.devices, self.shape) == (
+            other.devices,
+            other.shape,
+        )
+
     @classmethod
     def for_num_devices(cls, n: int, axis_names: Sequence[str] | None = None) -> DeviceMesh:
         """The 1-D mesh of devices 0..n-1."""

@@ -23,9 +23,9 @@ from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import (
     MeshPlacement,
     is_partial,
+    is_resharding,
     layout_facts,
     placement,
-    same_sharding,
     shardings,
 )
 from fuserlite.ir.tensor import TensorView
@@ -302,8 +302,7 @@ def _permutes(expr: Expr):
 def block_permutation(expr: Expr) -> tuple[int, ...] | None:
     """chunk_permutation(expr) where the output is placed like the input, on its mesh:
     the expression is then a communication (one CollectivePermute); else None."""
-    d = definition(expr)  # the rule asked before working out placements: every expr asks
-    rule = d.sharding.permutes if d is not None and expr.inputs else None
+    rule = _permutes(expr)  # asked before working out placements: it runs on every expr
     if rule is None:
         return None
     x, out = expr.inputs[0], expr.output
@@ -329,9 +328,7 @@ def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int
 def moves_data(expr: Expr) -> bool:
     """True for an expression that is a communication of its own, not part of a kernel: a
     resharding Set, or a block permutation (lowered to one CollectivePermute)."""
-    if isinstance(expr, LoadStoreOp) and not same_sharding(expr.input, expr.output):
-        return True  # a resharding Set (is_resharding)
-    return block_permutation(expr) is not None
+    return is_resharding(expr) or block_permutation(expr) is not None
 
 
 def movement_text(expr: Expr) -> str:

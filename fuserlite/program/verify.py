@@ -180,7 +180,7 @@ def kernel_problems(k: int, kernel: Kernel) -> list[str]:
     problems = []
     mesh = kernel.mesh
     for tv in kernel.tensors if mesh is not None else ():
-        if tv.mesh is not mesh and tv.mesh != mesh:  # the same mesh object, most often
+        if tv.mesh != mesh:
             problems.append(
                 f"kernel {k} runs on {kernel.mesh}, but {tv.name} is on {tv.mesh}; a kernel's "
                 "tensors are on its mesh (a communication moves a tensor to another)"
