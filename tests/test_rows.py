@@ -281,3 +281,30 @@ def test_a_bad_block_is_a_clear_error(make):
     f = chain()
     with pytest.raises(fl.ExecutionError, match="block must be"):
         fl.evaluate(f, fl.random_inputs(f), block=make(rows_of(f)))
+
+
+def test_an_output_equal_throughout_is_not_compared_again_block_by_block(monkeypatch):
+    import fuserlite.reference.validate as validate_module
+    from fuserlite.reference.rounding import SAME_PATH
+
+    monkeypatch.setattr(rows_module, "BLOCK", 4 * 24)
+    with fl.Fusion() as f:
+        x = fl.tensor([37, 24])
+        f.add_input(x)
+        f.add_output(x * 2.0)
+        f.add_output(fl.tanh(x))
+    inputs = fl.random_inputs(f, seed=5)
+    expected = fl.evaluate(f, inputs)
+    outputs = [expected[0].copy(), np.nextafter(expected[1], np.float32(np.inf))]
+    compared: list[int] = []
+    original = validate_module._identical
+
+    def counting(outs, refs):
+        compared.append(len(outs))
+        return original(outs, refs)
+
+    monkeypatch.setattr(validate_module, "_identical", counting)
+    found = validate_module.compare(f, inputs, outputs, expected, SAME_PATH, "the other run")
+    assert found.differing == outputs[1].size
+    assert compared[0] == 2 and len(compared) > 3  # both whole, then blocks
+    assert set(compared[1:]) == {1}  # each block: the differing output alone

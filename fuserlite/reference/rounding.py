@@ -361,35 +361,36 @@ def _reduced(op: _Op) -> list[Err]:
 
 def _bilinear(op: _Op) -> list[Err]:
     """matmul, linear: sqrt(a**2 @ sigma_b**2 + sigma_a**2 @ b**2) (+ a linear's bias's)."""
-    return [Err(np.stack(_contracted(op, op.vals[2:], op.errs[2:])))]
+    bias = op.vals[2:]
+    sigma_bias = lambda c: [op.parts(2)[c] ** 2] if bias else []  # noqa: E731 - its sigma
+    exact_bias = [np.zeros(np.shape(v)) for v in bias]  # in sigma_a's term
+    inexact = any(e is not None for e in op.errs[2:])
+    return [Err(np.stack(_contracted(op, sigma_bias, exact_bias, inexact)))]
 
 
 def _grouped(op: _Op) -> list[Err]:
     """grouped_mm: as _bilinear, its offsets exact (they pick groups, they are not added)."""
-    return [Err(np.stack(_contracted(op, op.vals[2:], [None])))]
+    ends = op.vals[2:]
+    return [Err(np.stack(_contracted(op, lambda c: ends, ends, False)))]
 
 
-def _contracted(op: _Op, rest: list, rest_errs: list) -> list[np.ndarray]:
-    """Per source, sqrt(a**2 @ sigma_b**2 + sigma_a**2 @ b**2) of a contraction (a
-    linear's bias's sigma added to the first term; a grouped_mm's offsets taken as they
-    are). A term of an exact operand is left out, not computed as a product with zeros:
-    it adds nothing (as _times says), and a weight's zeros would be a sigma of its size."""
+def _contracted(op: _Op, with_b: Callable, with_a: list, rest_inexact: bool) -> list:
+    """Per source c, sqrt(a**2 @ sigma_b**2 + sigma_a**2 @ b**2) of a contraction: the
+    operands past a and b are with_b(c) in the first term, with_a in the second. A term of
+    an exact operand is left out, not computed as a product with zeros: it adds nothing
+    (as _times says), and a weight's zeros would be a sigma of its size."""
     y, expr = op.outs[0], op.expr
-    grouped = expr.op_name == "grouped_mm"
-    by_b = op.errs[1] is not None or any(e is not None for e in rest_errs)
+    by_b = op.errs[1] is not None or rest_inexact
     by_a = op.errs[0] is not None
     a2 = np.asarray(op.vals[0], F64) ** 2 if by_b else None
     b2 = np.asarray(op.vals[1], F64) ** 2 if by_a else None
-    zero_rest = list(rest) if grouped else [np.zeros(np.shape(v)) for v in rest]
 
     def one(c: int) -> np.ndarray:
         var = np.zeros(y.shape)
         if by_b:
-            pb = op.parts(1)[c] ** 2
-            sig = list(rest) if grouped else [op.parts(2 + k)[c] ** 2 for k in range(len(rest))]
-            var = var + eval_expr(expr, [a2, pb, *sig], y.shape, F64)
+            var = var + eval_expr(expr, [a2, op.parts(1)[c] ** 2, *with_b(c)], y.shape, F64)
         if by_a:
-            var = var + eval_expr(expr, [op.parts(0)[c] ** 2, b2, *zero_rest], y.shape, F64)
+            var = var + eval_expr(expr, [op.parts(0)[c] ** 2, b2, *with_a], y.shape, F64)
         return np.sqrt(var)
 
     return [one(c) for c in range(K)]

@@ -223,7 +223,7 @@ def compare(
         rows,
         differences,
         against,
-        identical if rows is None else None,
+        identical,
     )
 
 
@@ -239,7 +239,8 @@ def _compared(
 ) -> Comparison:
     """compare's work: the outputs block of rows by block (`rows`; None: whole), each
     against `expected(span)`, with the bounds of a block only where some element in it
-    differs (`identical`: per output, whether it does not, where already known)."""
+    differs (`identical`: per output, whether all of it is equal, where already known:
+    those outputs are not compared again block by block)."""
     counts = [sum(a.size for a in arrays), 0, 0, 0]  # elements: all, differing, failed, unbounded
     errors = [0.0] * len(arrays)
     nearest: Element | None = None
@@ -247,8 +248,7 @@ def _compared(
     for span in [None] if rows is None else rows.spans():
         refs = expected(span)
         outs = [_rows(a, span) for a in arrays]
-        same = _identical(outs, refs) if identical is None else identical
-        differ = [i for i, equal in enumerate(same) if not equal]
+        differ = _differing(outs, refs, identical, whole=rows is None)
         if not differ:
             continue
         found = bounds(fusion, inputs, differences, None if rows is None else (rows, span))
@@ -264,6 +264,19 @@ def _compared(
             if bad is not None and (worst is None or _closer(bad, worst)):
                 worst = bad
     return Comparison(against, errors, counts[1], counts[0], nearest, counts[2], worst, counts[3])
+
+
+def _differing(
+    outs: list[np.ndarray], refs: list[np.ndarray], identical: list[bool] | None, whole: bool
+) -> list[int]:
+    """The outputs that differ somewhere in a block (`whole`: the block is all of them):
+    `identical` says it, where known, for a whole block; a block of rows compares those
+    not known to be equal throughout."""
+    if identical is not None and whole:
+        return [i for i, equal in enumerate(identical) if not equal]
+    check = [i for i in range(len(outs)) if identical is None or not identical[i]]
+    same = _identical([outs[i] for i in check], [refs[i] for i in check])
+    return [i for i, equal in zip(check, same) if not equal]
 
 
 def _rows(a: np.ndarray, span: Span | None) -> np.ndarray:
