@@ -77,6 +77,7 @@ from fuserlite.kernel.cuda import (
     random_source,
 )
 from fuserlite.kernel.reduction import cpu_reduction, reduction_of
+from fuserlite.numerics.philox import MEMO_GROUPS
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.grid import GridAxis, kernel_grid
 
@@ -308,6 +309,13 @@ _HARDWARE = {
 }
 # A block window holds at most this many philox calls' numbers (a float window 8 KiB)
 WINDOW_CALLS = 512
+
+
+def _per_call(dtype: DType) -> int:
+    """The numbers one philox call gives: four, two of float64 (numerics/philox.py)."""
+    return 2 if dtype == DType.float64 else 4
+
+
 _WINDOW_FILL = {
     DType.float32: "fl_window_float",
     DType.float64: "fl_window_double",
@@ -364,7 +372,7 @@ class BlockWindows:
         follows (the memo's loop)."""
         fits, lines = [], []
         for (_, _, dtype), k in self.keys.items():
-            per = 2 if dtype == DType.float64 else 4
+            per = _per_call(dtype)
             lines.append(f"    const unsigned long long fl_first{k} = fl_lo{k} / {per};")
             lines.append(
                 f"    const unsigned long long fl_calls{k} = fl_hi{k} / {per} - fl_first{k} + 1;"
@@ -372,7 +380,7 @@ class BlockWindows:
             fits.append(f"fl_calls{k} <= {self.calls}")
         lines.append(f"    if ({' && '.join(fits)}) {{")
         for (seed, offset, dtype), k in self.keys.items():
-            per = 2 if dtype == DType.float64 else 4
+            per = _per_call(dtype)
             ctype = COMPUTE_TYPES[dtype]
             lines.append(f"      {ctype} fl_win{k}[{per * self.calls}];")
             lines.append(
@@ -397,8 +405,8 @@ def block_windows(
     windows.body = [line for st in drawn for line in st.lines]
     if not windows.keys:  # no statement draws (a rand_like nothing reads)
         return None
-    per = min(2 if dtype == DType.float64 else 4 for _, _, dtype in windows.keys)
-    groups = 16  # FL_MEMO_GROUPS: a window's calls are made that many at a time
+    per = min(_per_call(dtype) for _, _, dtype in windows.keys)
+    groups = MEMO_GROUPS  # a window's calls are made that many at a time
     windows.calls = -(-min(WINDOW_CALLS, -(-points // per) + 1) // groups) * groups
     return windows
 
@@ -409,15 +417,22 @@ def block_windows(
 # split into parts calls with. The memo's body text stays CUDA's.
 RANDOM_MEMO = r"""
 static fl_philox_memo* const fl_rng = 0;
+/* a raw float draw as a half or bfloat16 number: rounded, a rounded 1 mapped to 0 */
+static inline float fl_half_draw(float raw) {
+  const float v = __half2float(__float2half(raw));
+  return v == 1.0f ? 0.0f : v;
+}
+static inline float fl_bfloat16_draw(float raw) {
+  const float v = __bfloat162float(__float2bfloat16(raw));
+  return v == 1.0f ? 0.0f : v;
+}
 static inline float fl_uniform_half_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
                                          uint64_t index) {
-  const float u = __half2float(__float2half(fl_raw_uniformf_memo(m, seed, offset, index)));
-  return u == 1.0f ? 0.0f : u;
+  return fl_half_draw(fl_raw_uniformf_memo(m, seed, offset, index));
 }
 static inline float fl_uniform_bfloat16_memo(fl_philox_memo* m, uint64_t seed, uint64_t offset,
                                              uint64_t index) {
-  const float u = __bfloat162float(__float2bfloat16(fl_raw_uniformf_memo(m, seed, offset, index)));
-  return u == 1.0f ? 0.0f : u;
+  return fl_bfloat16_draw(fl_raw_uniformf_memo(m, seed, offset, index));
 }
 #define fl_uniformf(seed, offset, index) fl_uniformf_memo(fl_rng, seed, offset, index)
 #define fl_uniform(seed, offset, index) fl_uniform_memo(fl_rng, seed, offset, index)
@@ -442,14 +457,6 @@ static inline float fl_uniform_bfloat16_memo(fl_philox_memo* m, uint64_t seed, u
   }
 /* word c of the call of number i (of `per` a call), in the memo's words r */
 #define FL_WORD(i, per, c) r[(c) * FL_MEMO_GROUPS + (i) / (per)]
-static inline float fl_half_draw(float raw) {
-  const float v = __half2float(__float2half(raw));
-  return v == 1.0f ? 0.0f : v;
-}
-static inline float fl_bfloat16_draw(float raw) {
-  const float v = __bfloat162float(__float2bfloat16(raw));
-  return v == 1.0f ? 0.0f : v;
-}
 FL_WINDOW_FILL(fl_window_float, float, 4, fl_uniformf_bits(FL_WORD(i, 4, i % 4)))
 FL_WINDOW_FILL(fl_window_double, double, 2,
                fl_uniform_bits(FL_WORD(i, 2, 2 * (i % 2)), FL_WORD(i, 2, 2 * (i % 2) + 1)))

@@ -216,6 +216,7 @@ class Block:
 # (then map a rounded 1 to 0), as numpy's uniform above; the *_bits functions are
 # uniform_from_bits; the *_memo ones (host only) the same numbers, each philox call made
 # once for the four (two) elements it gives numbers to.
+MEMO_GROUPS = 16  # the philox calls a CPU memo (or a block window) makes at once
 C_SOURCE = r"""
 #include <stdint.h>
 #if defined(__CUDACC__)
@@ -298,7 +299,7 @@ FL_RNG_FN double fl_uniform(uint64_t seed, uint64_t offset, uint64_t index) {
    compiler vectorizes (as sdpa's dropout does, kernel/library.py), instead of one call at a
    time. The same numbers bit for bit, in any order of the elements (a call's words do not
    depend on the calls made with it); a memo belongs to one thread; {0}: empty. */
-#define FL_MEMO_GROUPS 16
+#define FL_MEMO_GROUPS @MEMO_GROUPS@
 typedef struct {
   int valid;
   uint64_t seed, offset, first; /* the window: subsequences first, first + 1, ... */
@@ -352,4 +353,4 @@ static inline double fl_uniform_memo(fl_philox_memo* m, uint64_t seed, uint64_t 
                          fl_philox_word(m, seed, sub, offset, 2 * c + 1));
 }
 #endif
-"""
+""".replace("@MEMO_GROUPS@", str(MEMO_GROUPS))
