@@ -50,8 +50,8 @@ DEVICES = 8
 DROPOUT = 0.1
 
 
-def fuserlite_worker(size: dict, steps: int) -> dict:
-    """One fresh process's numbers for fuserlite."""
+def fuserlite_worker(size: dict, steps: int, gemm: str = "blas") -> dict:
+    """One fresh process's numbers for fuserlite (`gemm`: the executor's, kernel/amx.py)."""
     import fuserlite as fl
     from fuserlite import models
     from fuserlite.kernel.compile import KernelCompiler
@@ -73,7 +73,7 @@ def fuserlite_worker(size: dict, steps: int) -> dict:
         start = time.perf_counter()
         compile_kernels(kernels, warm)
         warm_s = time.perf_counter() - start
-        ex = fl.FusionExecutor(lowered.program, compute=warm)
+        ex = fl.FusionExecutor(lowered.program, compute=warm, gemm=gemm)
         for _ in range(3):
             out = ex.run(inputs)
         fl.validate(fusion, inputs, out)  # the steps timed are of a validated program
@@ -199,17 +199,37 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes per system")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per process")
     parser.add_argument("--no-jax", action="store_true", help="leave JAX out even if importable")
-    parser.add_argument("--worker", choices=["fuserlite", "jax"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-amx",
+        action="store_true",
+        help="leave out fuserlite with gemm='amx' even where the CPU has AMX",
+    )
+    parser.add_argument(
+        "--worker", choices=["fuserlite", "fuserlite-amx", "jax"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     sizes = args.sizes.split(",")
     if args.worker is not None:
-        work = fuserlite_worker if args.worker == "fuserlite" else jax_worker
-        print(json.dumps(work(SIZES[sizes[0]], args.steps)))
+        size = SIZES[sizes[0]]
+        if args.worker == "jax":
+            print(json.dumps(jax_worker(size, args.steps)))
+        else:
+            gemm = "amx" if args.worker == "fuserlite-amx" else "blas"
+            print(json.dumps(fuserlite_worker(size, args.steps, gemm)))
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _report import Table, write_json
 
+    from fuserlite.kernel.amx import amx_missing
+
     systems = ["fuserlite"]
+    missing = amx_missing()
+    if args.no_amx:
+        print("fuserlite with gemm='amx' left out (--no-amx)")
+    elif missing is not None:
+        print(f"fuserlite with gemm='amx' left out: {missing}")
+    else:
+        systems.append("fuserlite-amx")
     if args.no_jax:
         print("JAX left out (--no-jax)")
     elif jax_importable():
@@ -238,6 +258,7 @@ def main() -> int:
     title = "medians over rounds; ratios to JAX (targets: step <= 1.5 at example, 1.0 at large)"
     columns = ["size", "fuserlite step ms", "jax step ms", "step ratio"]
     columns += ["lower+cold / jax compile", "lower+warm / jax compile"]
+    columns += ["amx step ms", "amx step ratio"]
     with Table(title, columns) as table:
         for size in sizes:
             med = {
@@ -245,14 +266,17 @@ def main() -> int:
                 for system, rows in results[size].items()
                 if rows
             }
-            fus, jx = med.get("fuserlite"), med.get("jax")
+            fus, jx, on_amx = med.get("fuserlite"), med.get("jax"), med.get("fuserlite-amx")
             row = {"size": size, "shape": SIZES[size], "fuserlite": fus, "jax": jx}
+            row["fuserlite_amx"] = on_amx
             if fus is not None and jx is not None:
                 row["ratios"] = {
                     "step": fus["step_s"] / jx["step_s"],
                     "cold": (fus["lower_s"] + fus["cold_s"]) / jx["compile_s"],
                     "warm": (fus["lower_s"] + fus["warm_s"]) / jx["compile_s"],
                 }
+            if on_amx is not None and jx is not None:
+                row.setdefault("ratios", {})["amx_step"] = on_amx["step_s"] / jx["step_s"]
             summary.append(row)
             ratios = row.get("ratios", {})
             table.row(
@@ -260,6 +284,8 @@ def main() -> int:
                 "-" if fus is None else f"{fus['step_s'] * 1e3:.2f}",
                 "-" if jx is None else f"{jx['step_s'] * 1e3:.2f}",
                 *(f"{ratios[k]:.2f}" if k in ratios else "-" for k in ("step", "cold", "warm")),
+                "-" if on_amx is None else f"{on_amx['step_s'] * 1e3:.2f}",
+                f"{ratios['amx_step']:.2f}" if "amx_step" in ratios else "-",
             )
         table.note(f"load average (1, 5, 15 min) from {load[0]} to {load[-1]}")
     write_json(

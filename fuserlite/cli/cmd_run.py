@@ -36,6 +36,7 @@ from fuserlite.ir.args import abbreviate
 from fuserlite.ir.errors import ExecutionError, FuserliteError
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.amx import GEMMS
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.program.communication import Communication, Sizing
 from fuserlite.reference.evaluator import INITS
@@ -126,6 +127,7 @@ def _run(
             compute=compute_option(args),
             pipeline=passes,
             progress=progress,
+            gemm=args.gemm,
         )
         if backend.is_host():
             note_left_whole(executor.program, args, "run")
@@ -438,6 +440,14 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_const",
         const="numpy",
         help="the same as --compute numpy",
+    )
+    r.add_argument(
+        "--gemm",
+        choices=GEMMS,
+        default="blas",
+        help="how library kernels compute a linear or matmul of bfloat16 operands: blas "
+        "(the default: numpy's float32 GEMM, the same bits on every compute path) or amx "
+        "(Intel AMX bfloat16 tiles, compiled only: faster, other bits, validated by bounds)",
     )
     add_json_option(r)
     r.add_argument(

@@ -30,6 +30,7 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
+from fuserlite.kernel.amx import AmxGemm
 from fuserlite.kernel.cpu import PRELUDE, quiet_openmp
 from fuserlite.numerics.attention import sdpa_fwd
 from fuserlite.numerics.philox import (
@@ -327,6 +328,33 @@ def library_expr(kernel: Kernel) -> Expr | None:
     return expr if expr.op_name in LIBRARY_OPS else None
 
 
+def _amx_rows(
+    amx,
+    a: np.ndarray,
+    w: np.ndarray,
+    a_one: bool,
+    w_one: bool,
+    out: np.ndarray,
+    rows: int,
+    linear: bool,
+) -> None:
+    """Each device's product by `amx` into its row of `out` ([rows, ..., n], float32): a
+    is [m, k] (shared) or [rows, m, k]; w is [n, k] (linear) or [k, n], shared or a row
+    per device."""
+    contiguous = out.flags.c_contiguous
+    flat = (
+        out.reshape(rows, -1, out.shape[-1])
+        if contiguous
+        else np.empty((rows, math.prod(out.shape[1:-1]), out.shape[-1]), np.float32)
+    )
+    for r in range(rows):
+        ar = np.ascontiguousarray(a if a_one else a[r])
+        wr = np.ascontiguousarray(w if w_one else w[r])
+        amx(ar, wr, flat[r], linear)
+    if not contiguous:
+        out[...] = flat.reshape(out.shape)
+
+
 class _Plan:
     """One library kernel's call: its expression, compute dtype and, per device, its
     outputs' shapes and its first output's global start; `stacks` says if it runs every
@@ -380,6 +408,7 @@ class _Plan:
         dropout=None,
         threads=None,
         casts=NumpyCasts,
+        gemm=None,
     ) -> list[np.ndarray]:
         """Every device's call at once: `operands` each (a stack of a row per device,
         False) or (one array every device reads, True), in any dtype; returns each output
@@ -391,21 +420,27 @@ class _Plan:
         runtime.threads.DeviceThreads that computes ranges of the rows at once (each
         range casts its operands' rows, computes and stores into its rows of the
         outputs), or None (the calling thread computes every row); `casts`: a
-        CompiledCasts (or NumpyCasts) for the operands' casts and the outputs' stores."""
+        CompiledCasts (or NumpyCasts) for the operands' casts and the outputs' stores;
+        `gemm`: an AmxGemm (kernel/amx.py) that computes a linear's or matmul's product of
+        bfloat16 operands from their bits (not BLAS's bits), or None."""
         expr = self.expr
+        amx = gemm if gemm is not None and self._on_amx(operands) else None
         rows = len(devices)
         shapes = self.where(devices[0])[0]
         outs = [np.empty((rows, *s), tv.dtype.numpy) for tv, s in zip(expr.outputs, shapes)]
+        # AMX reads the product's two operands as they are (bfloat16): only a bias is cast.
+        kept = 2 if amx is not None else 0
         shared = [
             (casts.cast(a, self.dtype, self._scratch(j, a.shape, a.dtype)), one)
-            if one
+            if one and j >= kept
             else (a, one)
             for j, (a, one) in enumerate(operands)
         ]
         # Where a stacked operand is cast, each range casts its rows into its rows of one
         # buffer of the plan's (made here, before the ranges run on their threads).
         into_cast = [
-            None if one else self._scratch(j, a.shape, a.dtype) for j, (a, one) in enumerate(shared)
+            None if one or j < kept else self._scratch(j, a.shape, a.dtype)
+            for j, (a, one) in enumerate(shared)
         ]
         direct = expr.op_name != "sdpa" and outs[0].dtype == self.dtype == self.compute[0]
         # The GEMMs' result in the compute dtype: the output stack itself where it is stored
@@ -418,17 +453,19 @@ class _Plan:
             part = [
                 (a, True)
                 if one
+                else (a[start:stop], False)
+                if j < kept
                 else (
                     casts.cast(a[start:stop], self.dtype, None if buf is None else buf[start:stop]),
                     False,
                 )
-                for (a, one), buf in zip(shared, into_cast)
+                for j, ((a, one), buf) in enumerate(zip(shared, into_cast))
             ]
             with np.errstate(all="ignore"):  # numpy's error state is the thread's own
                 if expr.op_name == "sdpa":
                     values = self._sdpa(part, devices[start:stop], dropout)
                 else:  # the GEMMs write their rows of `result`
-                    values = (self._gemm(part, stop - start, result[start:stop]),)
+                    values = (self._gemm(part, stop - start, result[start:stop], amx),)
                 for out, value, compute in zip(outs, values, self.compute):
                     if not direct:
                         # store(): the compute dtype's value rounded to the output's dtype
@@ -454,8 +491,22 @@ class _Plan:
             found = self._buffers[slot] = np.empty(shape, self.dtype)
         return found
 
+    def _on_amx(self, operands: list[tuple[np.ndarray, bool]]) -> bool:
+        """True for a linear or matmul of bfloat16 x and w computed in float32: what an
+        AmxGemm computes."""
+        bf16 = DType.bfloat16.numpy
+        return (
+            self.expr.op_name != "sdpa"
+            and self.dtype == np.float32
+            and all(a.dtype == bf16 for a, _ in operands[:2])
+        )
+
     def _gemm(
-        self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
+        self,
+        operands: list[tuple[np.ndarray, bool]],
+        rows: int,
+        out: np.ndarray | None = None,
+        amx=None,
     ) -> np.ndarray:
         """numpy_ops' _linear / _matmul of each device's row: gemm_rows' BLAS calls per
         device (every device's in one gemm_rows: the calls it makes on each device alone,
@@ -473,7 +524,9 @@ class _Plan:
         # Every device's calls in one gemm_rows: a device's rows [m, k] against its (or the
         # shared) b, out's rows [m, n] a device (a view: out is C-contiguous).
         a = x.reshape(m, k) if x_one else x.reshape(rows, m, k)
-        if out.flags.c_contiguous:  # its reshape a view
+        if amx is not None:  # a call per device on the bfloat16 bits (kernel/amx.py)
+            _amx_rows(amx, a, w, x_one, w_one, out, rows, self.expr.op_name == "linear")
+        elif out.flags.c_contiguous:  # its reshape a view
             gemm_rows(a, b, out.reshape(rows, m, n))
         else:
             out[...] = gemm_rows(a, b, np.empty((rows, m, n), self.dtype)).reshape(out.shape)
@@ -520,14 +573,19 @@ class _Plan:
 
 class LibraryKernels:
     """The library kernels of a program (library_expr), each planned once; `compiler`
-    (a KernelCompiler, or None: numpy draws dropout's mask) compiles sdpa's dropout."""
+    (a KernelCompiler, or None: numpy draws dropout's mask) compiles sdpa's dropout;
+    `gemm`: "blas" (numpy's, on float32 copies of the operands) or "amx" (bfloat16
+    products on AMX tiles, kernel/amx.py; needs the compiler)."""
 
-    def __init__(self, kernels: Iterable[Kernel], compiler=None) -> None:
+    def __init__(self, kernels: Iterable[Kernel], compiler=None, gemm: str = "blas") -> None:
         self._plans = {
             id(k): _Plan(k, expr) for k in kernels if (expr := library_expr(k)) is not None
         }
         self.dropout = CompiledDropout(compiler) if compiler is not None else None
         self.casts = CompiledCasts(compiler) if compiler is not None else NumpyCasts
+        if gemm == "amx" and compiler is None:
+            raise ExecutionError("gemm='amx' needs a compiler (the compiled compute path)")
+        self.gemm = AmxGemm(compiler) if gemm == "amx" else None
 
     def __contains__(self, kernel: Kernel) -> bool:
         return id(kernel) in self._plans
@@ -543,6 +601,12 @@ class LibraryKernels:
         plan = self._plans[id(kernel)]
         expr = plan.expr
         shapes, start = plan.where(device)
+        given = [(local[t], False) for t in expr.inputs]
+        if self.gemm is not None and plan._on_amx(given) and plan.stacks:
+            # run_stacked's products on one device: the bits of its launch of every device
+            stacked = [(a[None], False) for a, _ in given]
+            return {tv: stack[0] for tv, stack in zip(expr.outputs, plan.run_stacked(
+                stacked, [device], self.dropout, None, self.casts, self.gemm))}  # fmt: skip
         operands = [local[t].astype(plan.dtype, copy=False) for t in expr.inputs]
         with np.errstate(all="ignore"):
             if expr.op_name == "sdpa":

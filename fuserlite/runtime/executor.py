@@ -32,6 +32,7 @@ from fuserlite.ir.sharding import (
     local_shape,
 )
 from fuserlite.ir.tensor import TensorView
+from fuserlite.kernel.amx import check_gemm
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.library import LibraryKernels
@@ -156,6 +157,7 @@ class FusionExecutor:
         compute: str | KernelCompiler | None = None,
         timeout: float | None = None,
         threads: int | None = None,
+        gemm: str = "blas",
     ) -> None:
         """`pipeline` lowers a Fusion (default: Pipeline.default(progress=progress));
         `compute`: "compiled" (the default where a C++ compiler is found), "interpret" or
@@ -164,7 +166,10 @@ class FusionExecutor:
         an mpi operation may wait before the watchdog looks for a stalled rank (default
         300, math.inf for ever; sim never waits); `threads`: how many threads compute a
         launch's devices at once (runtime/threads.py; default the machine's cores; 1:
-        the calling thread alone). No value depends on it."""
+        the calling thread alone). No value depends on it. `gemm`: how a library kernel's
+        linear or matmul of bfloat16 operands is computed: "blas" (numpy's GEMM of their
+        float32 values, the same bits on every compute path) or "amx" (Intel AMX's
+        bfloat16 tiles, compiled only: faster, other bits, fuserlite/kernel/amx.py)."""
         who = "FusionExecutor"
         self.threads = DeviceThreads(check_workers(threads, who))
         args.instance(ir, (Fusion, Program), who, "fusion", "a Fusion or a Program", ExecutionError)
@@ -181,6 +186,7 @@ class FusionExecutor:
         schedule = args.boolean(schedule, who, "schedule", ExecutionError)
         self.compute, compiler = resolve_compute(compute, schedule, who)
         self.compiler = compiler  # "compiled": the KernelCompiler; else None
+        self.gemm = check_gemm(gemm, self.compute, who)
         self.schedule = self.compute != "numpy"
         if pipeline is not None:
             args.instance(pipeline, Pipeline, who, "pipeline", "a Pipeline or None", ExecutionError)
@@ -231,7 +237,7 @@ class FusionExecutor:
         # Kernels of one matmul, linear or sdpa: numpy's BLAS, sdpa's dropout compiled.
         self._library = None
         if self._kernels is not None:
-            self._library = LibraryKernels(program.kernels, compiler)
+            self._library = LibraryKernels(program.kernels, compiler, self.gemm)
         self._launches: dict[int, KernelLaunch] | None = None  # made at the first run
         self._library_launches: dict[int, LibraryLaunch | ViewLaunch] = {}  # with them
         self._blas_spread = False  # some library launch runs on the threads (with them)

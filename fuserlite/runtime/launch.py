@@ -425,6 +425,7 @@ class LibraryLaunch:
         self.devices = devices
         self.dropout = dropout
         self.casts = library.casts if library is not None else NumpyCasts
+        self.gemm = library.gemm if library is not None else None
         spread = threads is not None and threads.spreads(plan.work(devices), len(devices))
         self.threads = threads if spread else None  # None: every row on the calling thread
         # Per operand, where a program input's devices' shards are one block each of its
@@ -487,7 +488,7 @@ class LibraryLaunch:
                 return
             operands.append(stacked(arrays))
         outputs = self.plan.run_stacked(
-            operands, self.devices, self.dropout, self.threads, self.casts
+            operands, self.devices, self.dropout, self.threads, self.casts, self.gemm
         )
         for tv, stack in zip(expr.outputs, outputs):
             views = [stack[r, ...] for r in range(len(self.devices))]

@@ -73,7 +73,9 @@ def unsharded_run(executor: FusionExecutor) -> FusionExecutor | str:
     try:
         pipeline = Pipeline([f"resize-mesh[mesh={'x'.join(['1'] * rank)}]", *passes])
         compute = executor.compiler or executor.compute
-        return type(executor)(executor.fusion, compute=compute, pipeline=pipeline)
+        return type(executor)(
+            executor.fusion, compute=compute, pipeline=pipeline, gemm=executor.gemm
+        )
     except FuserliteError as exc:
         why = str(exc).splitlines()[0].split(" failed: ", 1)[-1]  # resize-mesh's own words
         return f"the fusion cannot be resized to one device: {why}"

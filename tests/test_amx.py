@@ -1,0 +1,138 @@
+"""gemm="amx": a library kernel's bfloat16 linear and matmul on AMX tiles (kernel/amx.py).
+
+The products are checked against float64 ones within a fraction of the contraction's
+sigma (sqrt(k) u |a| @ |b|), at shapes with every kind of tail; a transformer block run
+with it is validated against its unsharded run and the float reference, and its library
+kernels are seen to call AMX. Where the CPU has no AMX the option is refused, and the
+tests that need the tiles say so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuserlite as fl
+from fuserlite import models
+from fuserlite.cli import main
+from fuserlite.ir.errors import ExecutionError
+from fuserlite.kernel import amx
+from fuserlite.kernel.amx import AmxGemm, amx_missing, check_gemm
+from fuserlite.kernel.compile import KernelCompiler
+from fuserlite.runtime.validation import validate_run
+
+BF16 = ml_dtypes.bfloat16
+needs_amx = pytest.mark.skipif(amx_missing() is not None, reason=f"{amx_missing()}")
+
+
+@pytest.fixture(scope="module")
+def gemm(tmp_path_factory) -> AmxGemm:
+    return AmxGemm(KernelCompiler(cache_dir=tmp_path_factory.mktemp("amx")))
+
+
+def test_gemm_option_is_checked(monkeypatch):
+    with pytest.raises(ExecutionError, match="gemm must be one of 'blas', 'amx', got 'mkl'"):
+        check_gemm("mkl", "compiled", "FusionExecutor")
+    with pytest.raises(ExecutionError, match="compiled compute path.*compute='interpret'"):
+        check_gemm("amx", "interpret", "FusionExecutor")
+    monkeypatch.setattr(amx, "amx_missing", lambda: "the CPU has no amx_bf16")
+    with pytest.raises(
+        ExecutionError, match="cannot run here: the CPU has no amx_bf16; use gemm='blas'"
+    ):
+        check_gemm("amx", "compiled", "FusionExecutor")
+    assert check_gemm("blas", "interpret", "FusionExecutor") == "blas"
+
+
+def test_the_executor_refuses_amx_off_the_compiled_path():
+    fusion = models.transformer_block(8, "bfloat16", models.BlockShape(2, 32, 64, 4), 0.1)
+    with pytest.raises(ExecutionError, match="gemm='amx' runs on the compiled compute path"):
+        fl.FusionExecutor(fusion, compute="interpret", gemm="amx")
+
+
+@needs_amx
+@pytest.mark.parametrize(
+    "m, k, n", [(1024, 512, 256), (37, 70, 45), (1, 1, 1), (33, 31, 17), (64, 2048, 96)]
+)
+def test_products_are_within_a_fraction_of_the_contraction_sigma(gemm, m, k, n):
+    rng = np.random.default_rng(m * k + n)
+    a = rng.standard_normal((m, k)).astype(BF16)
+    w = (rng.standard_normal((n, k)) * np.exp(rng.uniform(-4, 4, (n, k)))).astype(BF16)
+    b = np.ascontiguousarray(w.T)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    sigma = np.sqrt(k) * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    as_matmul = np.empty((m, n), np.float32)
+    as_linear = np.full((m, n), np.nan, np.float32)
+    gemm(a, b, as_matmul, False)
+    gemm(a, w, as_linear, True)
+    np.testing.assert_array_equal(as_matmul.view(np.uint32), as_linear.view(np.uint32))
+    assert (np.abs(as_matmul - exact) <= 0.5 * sigma).all()  # seen: at most 0.14
+
+
+@needs_amx
+def test_a_row_is_the_same_whatever_rows_and_columns_are_computed_with_it(gemm):
+    """Each element is its row of a and column of b alone: a device's rows or columns of
+    a product are the whole product's bits (the unsharded run's, on the same path)."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((100, 300)).astype(BF16)
+    b = rng.standard_normal((300, 70)).astype(BF16)
+    whole = np.empty((100, 70), np.float32)
+    gemm(a, b, whole, False)
+    part = np.empty((13, 9), np.float32)
+    gemm(np.ascontiguousarray(a[40:53]), np.ascontiguousarray(b[:, 50:59]), part, False)
+    np.testing.assert_array_equal(part.view(np.uint32), whole[40:53, 50:59].view(np.uint32))
+
+
+@needs_amx
+def test_empty_and_zero_length_products(gemm):
+    a = np.ones((3, 0), BF16)
+    out = np.full((3, 4), np.nan, np.float32)
+    gemm(a, np.ones((0, 4), BF16), out, False)
+    np.testing.assert_array_equal(out, np.zeros((3, 4), np.float32))
+    gemm(np.ones((0, 5), BF16), np.ones((5, 4), BF16), np.empty((0, 4), np.float32), False)
+
+
+@needs_amx
+def test_a_subnormal_operand_reads_as_zero(gemm):
+    """What the module says AMX does (and the bounds leave out)."""
+    tiny = np.array([[2.0**-130]], np.float32).astype(BF16)
+    assert tiny.astype(np.float32)[0, 0] != 0  # a bfloat16 subnormal
+    out = np.empty((1, 1), np.float32)
+    gemm(tiny, np.array([[2.0**100]], np.float32).astype(BF16), out, False)
+    assert out[0, 0] == 0.0
+
+
+@needs_amx
+def test_a_transformer_block_on_amx_is_validated_and_calls_it(monkeypatch, tmp_path):
+    fusion = models.transformer_block(8, "bfloat16", models.BlockShape(2, 32, 64, 4), 0.1)
+    inputs = fl.random_inputs(fusion, seed=0)
+    calls = []
+    real = AmxGemm.__call__
+    monkeypatch.setattr(AmxGemm, "__call__", lambda self, *a: calls.append(1) or real(self, *a))
+    ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path), gemm="amx")
+    outputs = ex.run(inputs)
+    assert len(calls) == 6 * 8  # q, k, v, the projection and the MLP's two: each device's
+    validation = validate_run(ex, inputs, outputs)  # the unsharded run is on AMX too
+    assert validation.unsharded is not None and validation.unsharded.failed == 0
+    assert validation.reference.failed == 0
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "transformer_block.fus"
+
+
+def test_run_refuses_amx_off_the_compiled_path(capsys):
+    code = main(["run", str(EXAMPLE), "--gemm", "amx", "--compute", "interpret"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "gemm='amx' runs on the compiled compute path" in err
+
+
+@needs_amx
+def test_run_with_amx_validates(capsys, tmp_path):
+    code = main(["run", str(EXAMPLE), "--gemm", "amx", "--cache-dir", str(tmp_path / "k")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "validation: ok" in out
+    assert "vs the same program on 1 device (compiled): bit-identical" in out
