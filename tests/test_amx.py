@@ -54,7 +54,8 @@ def test_the_executor_refuses_amx_off_the_compiled_path():
 
 @needs_amx
 @pytest.mark.parametrize(
-    "m, k, n", [(1024, 512, 256), (37, 70, 45), (1, 1, 1), (33, 31, 17), (64, 2048, 96)]
+    "m, k, n",
+    [(1024, 512, 256), (37, 70, 45), (1, 1, 1), (33, 31, 17), (64, 2048, 96), (45, 64, 33)],
 )
 def test_products_are_within_a_fraction_of_the_contraction_sigma(gemm, m, k, n):
     rng = np.random.default_rng(m * k + n)
@@ -69,6 +70,29 @@ def test_products_are_within_a_fraction_of_the_contraction_sigma(gemm, m, k, n):
     gemm(a, w, as_linear, True)
     np.testing.assert_array_equal(as_matmul.view(np.uint32), as_linear.view(np.uint32))
     assert (np.abs(as_matmul - exact) <= 0.5 * sigma).all()  # seen: at most 0.14
+
+
+@needs_amx
+@pytest.mark.parametrize("m, k, n", [(37, 64, 45), (64, 96, 32), (5, 70, 3)])
+def test_the_bias_and_the_store_are_those_of_the_float32_sum(gemm, m, k, n):
+    """Fused into the call: the float32 sum plus the float32 bias, rounded to bfloat16
+    as a store of that float is (kernel/library.py's casts: ml_dtypes' bits)."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((m, k)).astype(BF16)
+    w = rng.standard_normal((n, k)).astype(BF16)
+    bias = rng.standard_normal(n).astype(BF16).astype(np.float32)
+    plain = np.empty((m, n), np.float32)
+    gemm(a, w, plain, True)
+    with_bias = np.empty((m, n), np.float32)
+    gemm(a, w, with_bias, True, bias)
+    np.testing.assert_array_equal(with_bias.view(np.uint32), (plain + bias).view(np.uint32))
+    stored = np.empty((m, n), BF16)
+    gemm(a, w, stored, True, bias)
+    np.testing.assert_array_equal(
+        stored.view(np.uint16), (plain + bias).astype(BF16).view(np.uint16)
+    )
+    with pytest.raises(ExecutionError, match="stores float32 or bfloat16, not float16"):
+        gemm(a, w, np.empty((m, n), np.float16), True)
 
 
 @needs_amx
@@ -91,6 +115,8 @@ def test_empty_and_zero_length_products(gemm):
     out = np.full((3, 4), np.nan, np.float32)
     gemm(a, np.ones((0, 4), BF16), out, False)
     np.testing.assert_array_equal(out, np.zeros((3, 4), np.float32))
+    gemm(a, np.ones((4, 0), BF16), out, True, np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(out, np.tile(np.arange(4, dtype=np.float32), (3, 1)))
     gemm(np.ones((0, 5), BF16), np.ones((5, 4), BF16), np.empty((0, 4), np.float32), False)
 
 

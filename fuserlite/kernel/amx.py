@@ -43,10 +43,16 @@ from pathlib import Path
 import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
+from fuserlite.ir.types import DType
+from fuserlite.kernel.cpu import PRELUDE
 
 GEMMS = ("blas", "amx")
+BF16 = DType.bfloat16.numpy
 AMX_SYMBOLS = ("fl_amx_enable", "fl_amx_gemm")
-AMX_PRELUDE = r"""
+# After kernel.cpu's PRELUDE: its __float2bfloat16, the rounding every store makes.
+AMX_PRELUDE = (
+    PRELUDE
+    + r"""
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -54,6 +60,7 @@ AMX_PRELUDE = r"""
 #include <sys/syscall.h>
 #include <unistd.h>
 """
+)
 AMX_SOURCES = {
     "fl_amx_enable": r"""
 /* The tile registers are off until the process asks Linux for them (once). */
@@ -70,47 +77,66 @@ struct fl_tile_config {
 
 static inline long long fl_round_up(long long x) { return (x + 31) / 32 * 32; }
 
-/* C[i, j] (float, row stride ldc) = sum over kk of A[i, kk] * B(kk, j) in float from
-   bfloat16 bits: A row-major (row stride lda); B(kk, j) at B[kk * bk + j * bn] ([k, n]:
-   bk = n, bn = 1; a linear's weight [n, k]: bk = 1, bn = k). Returns 0, or 1 where a
-   buffer could not be allocated (nothing computed). */
+/* C[i, j] = sum over kk of A[i, kk] * B(kk, j), accumulated in float from bfloat16 bits,
+   plus bias[j] where bias is given (float32), stored as float32 or (out_bf16) rounded to
+   bfloat16 as a store of the float value is (kernel/cpu.py's __float2bfloat16): C's row
+   stride ldc elements. A is row-major (row stride lda); B(kk, j) lies at B[kk * bk + j * bn]
+   ([k, n]: bk = n, bn = 1; a linear's weight [n, k]: bk = 1, bn = k). Returns 0, or 1
+   where a buffer could not be allocated (nothing computed). */
 extern "C" __attribute__((target("amx-tile,amx-bf16")))
 int fl_amx_gemm(const uint16_t* A, long long lda, const uint16_t* B, long long bk,
-                long long bn, float* C, long long ldc, long long m, long long n, long long k) {
-  const long long mp = fl_round_up(m), np_ = fl_round_up(n), kp = fl_round_up(k);
-  uint16_t* pa = (uint16_t*)aligned_alloc(64, mp * kp * 2);
+                long long bn, const float* bias, void* C, long long ldc, int out_bf16,
+                long long m, long long n, long long k) {
+  const long long np_ = fl_round_up(n), kp = fl_round_up(k);
+  /* A's tiles are read where A lies when its rows are whole tiles of k (kp == k); the
+     rows of a last, partial block of 32 (or every row, where k is not) from a copy
+     zero-padded to kp. */
+  const int direct = kp == k;
+  const long long copied = direct ? 32 : fl_round_up(m);
+  uint16_t* pa = (uint16_t*)aligned_alloc(64, copied * kp * 2);
   uint16_t* pb = (uint16_t*)aligned_alloc(64, kp * np_ * 2);
   float* pc = (float*)aligned_alloc(64, 32 * np_ * 4);
   if (!pa || !pb || !pc) { free(pa); free(pb); free(pc); return 1; }
-  /* a, zero-padded to [mp, kp] */
-  for (long long i = 0; i < mp; ++i) {
-    uint16_t* row = pa + i * kp;
-    if (i < m) {
-      memcpy(row, A + i * lda, k * 2);
-      memset(row + k, 0, (kp - k) * 2);
+  const long long tail = m / 32 * 32; /* the first row of a partial block */
+  for (long long i = 0; i < copied; ++i) {
+    const long long row = direct ? tail + i : i;
+    uint16_t* to = pa + i * kp;
+    if (row < m) {
+      memcpy(to, A + row * lda, k * 2);
+      memset(to + k, 0, (kp - k) * 2);
     } else {
-      memset(row, 0, kp * 2);
+      memset(to, 0, kp * 2);
     }
   }
-  /* b in pairs of k (the tiles' layout): b(kk, j) at pb[(kk / 2) * 2 np + 2 j + kk % 2] */
+  /* B in pairs of k (the tiles' layout): B(kk, j) at pb[(kk / 2) * 2 np + 2 j + kk % 2] */
   memset(pb, 0, kp * np_ * 2);
-  for (long long kk = 0; kk < k; ++kk) {
-    uint16_t* row = pb + (kk / 2) * 2 * np_ + (kk % 2);
-    const uint16_t* b = B + kk * bk;
-    for (long long j = 0; j < n; ++j) row[2 * j] = b[j * bn];
+  if (bk == 1) { /* a weight [n, k]: along its rows, a pair of k at a time */
+    for (long long j = 0; j < n; ++j) {
+      const uint16_t* b = B + j * bn;
+      for (long long kk = 0; kk < k; ++kk) pb[(kk / 2) * 2 * np_ + 2 * j + (kk % 2)] = b[kk];
+    }
+  } else {
+    for (long long kk = 0; kk < k; ++kk) {
+      uint16_t* row = pb + (kk / 2) * 2 * np_ + (kk % 2);
+      const uint16_t* b = B + kk * bk;
+      for (long long j = 0; j < n; ++j) row[2 * j] = b[j * bn];
+    }
   }
   fl_tile_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
   for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
   _tile_loadconfig(&cfg);
-  const long long sa = kp * 2, sb = np_ * 4, sc = np_ * 4; /* bytes from row to row */
-  for (long long i0 = 0; i0 < mp; i0 += 32) {
+  const long long sb = np_ * 4, sc = np_ * 4; /* bytes from row to row */
+  for (long long i0 = 0; i0 < m; i0 += 32) {
+    const int from_a = direct && i0 < tail;
+    const uint16_t* a = from_a ? A + i0 * lda : direct ? pa : pa + i0 * kp;
+    const long long sa = (from_a ? lda : kp) * 2;
     for (long long j0 = 0; j0 < np_; j0 += 32) {
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
       for (long long k0 = 0; k0 < kp; k0 += 32) {
-        _tile_loadd(4, pa + i0 * kp + k0, sa);
-        _tile_loadd(5, pa + (i0 + 16) * kp + k0, sa);
+        _tile_loadd(4, a + k0, sa);
+        _tile_loadd(5, (const char*)(a + k0) + 16 * sa, sa);
         _tile_loadd(6, pb + (k0 / 2) * 2 * np_ + 2 * j0, sb);
         _tile_loadd(7, pb + (k0 / 2) * 2 * np_ + 2 * (j0 + 16), sb);
         _tile_dpbf16ps(0, 4, 6);
@@ -124,8 +150,18 @@ int fl_amx_gemm(const uint16_t* A, long long lda, const uint16_t* B, long long b
       _tile_stored(2, pc + 16 * np_ + j0, sc);
       _tile_stored(3, pc + 16 * np_ + j0 + 16, sc);
     }
-    for (long long i = i0; i < i0 + 32 && i < m; ++i)
-      memcpy(C + i * ldc, pc + (i - i0) * np_, n * 4);
+    for (long long i = i0; i < i0 + 32 && i < m; ++i) {
+      const float* from = pc + (i - i0) * np_;
+      if (out_bf16) {
+        uint16_t* to = (uint16_t*)C + i * ldc;
+        if (bias) for (long long j = 0; j < n; ++j) to[j] = __float2bfloat16(from[j] + bias[j]).bits;
+        else for (long long j = 0; j < n; ++j) to[j] = __float2bfloat16(from[j]).bits;
+      } else {
+        float* to = (float*)C + i * ldc;
+        if (bias) for (long long j = 0; j < n; ++j) to[j] = from[j] + bias[j];
+        else memcpy(to, from, n * 4);
+      }
+    }
   }
   _tile_release();
   free(pa); free(pb); free(pc);
@@ -193,32 +229,45 @@ class AmxGemm:
                     "(arch_prctl ARCH_REQ_XCOMP_PERM); use gemm='blas'"
                 )
             function = loaded["fl_amx_gemm"]
-            function.argtypes = (
-                [ctypes.c_void_p, ctypes.c_longlong]
-                + [ctypes.c_void_p]
-                + [ctypes.c_longlong] * 2
-                + [ctypes.c_void_p]
-                + [ctypes.c_longlong] * 4
-            )
+            pointer, integer = ctypes.c_void_p, ctypes.c_longlong
+            function.argtypes = [pointer, integer, pointer, integer, integer, pointer, pointer]
+            function.argtypes += [integer, ctypes.c_int, integer, integer, integer]
             function.restype = ctypes.c_int
             self._function = function
             return function
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, weight: bool) -> None:
-        """out[m, n] (float32, rows of unit stride) = a[m, k] @ b, a and b bfloat16 with
-        rows of unit stride: b is [k, n], or a linear's weight [n, k] (`weight`: b^T)."""
+    def __call__(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        out: np.ndarray,
+        weight: bool,
+        bias: np.ndarray | None = None,
+    ) -> None:
+        """out[m, n] = a[m, k] @ b (+ bias[n]), a and b bfloat16 with rows of unit stride:
+        b is [k, n], or a linear's weight [n, k] (`weight`: b^T); the float32 sum plus the
+        float32 bias stored into `out` (rows of unit stride) in its dtype, float32 or
+        bfloat16 (rounded as a store is)."""
         function = self._function or self._load()
         m, k = a.shape
         n = b.shape[0] if weight else b.shape[1]
+        bf16 = out.dtype == BF16
+        if out.dtype != np.float32 and not bf16:
+            raise ExecutionError(f"gemm='amx' stores float32 or bfloat16, not {out.dtype}")
+        if bias is not None:
+            bias = np.ascontiguousarray(bias, np.float32)
         if m == 0 or n == 0:
             return
-        if k == 0:
-            out[...] = 0
+        if k == 0:  # no tiles to sum: the bias alone (or 0), stored in out's dtype
+            out[...] = np.zeros((m, n), np.float32) + (0 if bias is None else bias)
             return
         item = a.itemsize
         bk, bn = (1, b.strides[0] // item) if weight else (b.strides[0] // item, 1)
-        failed = function(a.ctypes.data, a.strides[0] // item, b.ctypes.data, bk, bn,
-                          out.ctypes.data, out.strides[0] // out.itemsize, m, n, k)  # fmt: skip
+        failed = function(
+            a.ctypes.data, a.strides[0] // item, b.ctypes.data, bk, bn,
+            None if bias is None else bias.ctypes.data, out.ctypes.data,
+            out.strides[0] // out.itemsize, bf16, m, n, k,
+        )  # fmt: skip
         if failed:
             raise ExecutionError(f"gemm='amx': no memory for a {m} x {k} x {n} product's tiles")
 

@@ -328,31 +328,19 @@ def library_expr(kernel: Kernel) -> Expr | None:
     return expr if expr.op_name in LIBRARY_OPS else None
 
 
-def _amx_rows(
-    amx,
-    a: np.ndarray,
-    w: np.ndarray,
-    a_one: bool,
-    w_one: bool,
-    out: np.ndarray,
-    rows: int,
-    linear: bool,
-) -> None:
-    """Each device's product by `amx` into its row of `out` ([rows, ..., n], float32): a
-    is [m, k] (shared) or [rows, m, k]; w is [n, k] (linear) or [k, n], shared or a row
-    per device."""
-    contiguous = out.flags.c_contiguous
-    flat = (
-        out.reshape(rows, -1, out.shape[-1])
-        if contiguous
-        else np.empty((rows, math.prod(out.shape[1:-1]), out.shape[-1]), np.float32)
-    )
+def _amx_rows(amx, operands: list[tuple[np.ndarray, bool]], out: np.ndarray, linear: bool):
+    """Each device's product (and bias) by `amx` into its row of `out` ([rows, ..., n], in
+    the output's dtype): x is [..., k] shared or [rows, ..., k]; w is [n, k] (linear) or
+    [k, n], shared or a row per device; a bias [n] (float32) likewise."""
+    (x, x_one), (w, w_one), *bias = operands
+    rows, n = out.shape[0], out.shape[-1]
+    k = x.shape[-1]
+    flat = out.reshape(rows, -1, n)  # a view: out is C-contiguous
     for r in range(rows):
-        ar = np.ascontiguousarray(a if a_one else a[r])
-        wr = np.ascontiguousarray(w if w_one else w[r])
-        amx(ar, wr, flat[r], linear)
-    if not contiguous:
-        out[...] = flat.reshape(out.shape)
+        a = np.ascontiguousarray(x if x_one else x[r]).reshape(-1, k)
+        b = np.ascontiguousarray(w if w_one else w[r])
+        add = None if not bias else bias[0][0] if bias[0][1] else bias[0][0][r]
+        amx(a, b, flat[r], linear, add)
 
 
 class _Plan:
@@ -446,7 +434,7 @@ class _Plan:
         # The GEMMs' result in the compute dtype: the output stack itself where it is stored
         # in that dtype, else the plan's buffer, stored from into the outputs' dtype.
         result = None
-        if expr.op_name != "sdpa":
+        if expr.op_name != "sdpa" and amx is None:
             result = outs[0] if direct else self._scratch("gemm", outs[0].shape, outs[0].dtype)
 
         def work(start: int, stop: int) -> None:
@@ -461,11 +449,14 @@ class _Plan:
                 )
                 for j, ((a, one), buf) in enumerate(zip(shared, into_cast))
             ]
+            if amx is not None:  # the products, their bias and the store in one call each
+                _amx_rows(amx, part, outs[0][start:stop], expr.op_name == "linear")
+                return
             with np.errstate(all="ignore"):  # numpy's error state is the thread's own
                 if expr.op_name == "sdpa":
                     values = self._sdpa(part, devices[start:stop], dropout)
                 else:  # the GEMMs write their rows of `result`
-                    values = (self._gemm(part, stop - start, result[start:stop], amx),)
+                    values = (self._gemm(part, stop - start, result[start:stop]),)
                 for out, value, compute in zip(outs, values, self.compute):
                     if not direct:
                         # store(): the compute dtype's value rounded to the output's dtype
@@ -492,21 +483,18 @@ class _Plan:
         return found
 
     def _on_amx(self, operands: list[tuple[np.ndarray, bool]]) -> bool:
-        """True for a linear or matmul of bfloat16 x and w computed in float32: what an
-        AmxGemm computes."""
+        """True for a linear or matmul of bfloat16 x and w computed in float32 and stored in
+        float32 or bfloat16: what an AmxGemm computes."""
         bf16 = DType.bfloat16.numpy
         return (
             self.expr.op_name != "sdpa"
             and self.dtype == np.float32
             and all(a.dtype == bf16 for a, _ in operands[:2])
+            and self.expr.output.dtype.numpy in (np.float32, bf16)
         )
 
     def _gemm(
-        self,
-        operands: list[tuple[np.ndarray, bool]],
-        rows: int,
-        out: np.ndarray | None = None,
-        amx=None,
+        self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
     ) -> np.ndarray:
         """numpy_ops' _linear / _matmul of each device's row: gemm_rows' BLAS calls per
         device (every device's in one gemm_rows: the calls it makes on each device alone,
@@ -524,9 +512,7 @@ class _Plan:
         # Every device's calls in one gemm_rows: a device's rows [m, k] against its (or the
         # shared) b, out's rows [m, n] a device (a view: out is C-contiguous).
         a = x.reshape(m, k) if x_one else x.reshape(rows, m, k)
-        if amx is not None:  # a call per device on the bfloat16 bits (kernel/amx.py)
-            _amx_rows(amx, a, w, x_one, w_one, out, rows, self.expr.op_name == "linear")
-        elif out.flags.c_contiguous:  # its reshape a view
+        if out.flags.c_contiguous:  # its reshape a view
             gemm_rows(a, b, out.reshape(rows, m, n))
         else:
             out[...] = gemm_rows(a, b, np.empty((rows, m, n), self.dtype)).reshape(out.shape)
