@@ -121,12 +121,16 @@ def test_empty_and_zero_length_products(gemm):
 
 
 @needs_amx
-def test_a_subnormal_operand_reads_as_zero(gemm):
+def test_a_subnormal_operand_reads_as_zero_and_a_subnormal_result_is_flushed(gemm):
     """What the module says AMX does (and the bounds leave out)."""
     tiny = np.array([[2.0**-130]], np.float32).astype(BF16)
     assert tiny.astype(np.float32)[0, 0] != 0  # a bfloat16 subnormal
     out = np.empty((1, 1), np.float32)
     gemm(tiny, np.array([[2.0**100]], np.float32).astype(BF16), out, False)
+    assert out[0, 0] == 0.0
+    # and a subnormal product of normal operands (2**-130) is flushed to zero
+    small = np.array([[2.0**-65]], np.float32).astype(BF16)
+    gemm(small, small, out, False)
     assert out[0, 0] == 0.0
 
 
