@@ -32,13 +32,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fuserlite.ir.domain import TensorDomain
 from fuserlite.ir.errors import LoweringError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
+from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.placement import Placement
-from fuserlite.ir.sharding import logical_placement, sharding_problem
+from fuserlite.ir.sharding import layout_facts, sharding_problem
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ops.registry import is_pointwise, operand_to_output
+from fuserlite.ir.values import fact
+from fuserlite.ops.registry import definition, is_pointwise, operand_to_output, positional_map
 from fuserlite.ops.sharding import (
     chunks_correspond,
     moves_data,
@@ -115,10 +118,28 @@ def _propagate_meshes(exprs: list[Expr], missing: int) -> None:
 def _inherit_sharding(expr: Expr, out: TensorView) -> None:
     """Give `out`, on each mesh axis, the sharding of its first producer sharded there on a
     data axis that maps to a data axis of out (nesting kept)."""
+    d = definition(expr)
+    if d is not None and d.reads_layouts_only and out is expr.outputs[0]:
+        # A positional op's axis maps are its layouts' (propagation_axis_map): what out
+        # inherits is a fact of the layouts alone, worked out once for a chain of them.
+        inputs = expr.inputs
+        layouts = tuple((inputs[k].domain, inputs[k].mesh) for k in propagation_sources(expr))
+        _place(out, _inherited_positional(out.domain, out.mesh, layouts))
+        return
     sources = [
         (expr.inputs[k], propagation_axis_map(expr, k, out)) for k in propagation_sources(expr)
     ]
     _place(out, _inherited(out, sources))
+
+
+@fact
+def _inherited_positional(
+    dom: TensorDomain, mesh: DeviceMesh | None, layouts: tuple[tuple[TensorDomain, object], ...]
+) -> Placement | None:
+    """_inherited of a tensor laid out so from operands of these layouts (domain, mesh),
+    each mapped positionally."""
+    sources = [(d, m, positional_map(d, dom)) for d, m in layouts]
+    return _inherited_of(dom, mesh, sources)
 
 
 def _inherit_backward(tv: TensorView) -> None:
@@ -157,18 +178,26 @@ def _inherited(
     there on a data axis that maps to a data axis of tv (nesting kept); never onto a
     broadcast or reduction axis, an axis the user scheduled, or a second axis per mesh
     axis. None where none is."""
-    mesh = tv.mesh
-    dom = tv.domain
+    return _inherited_of(tv.domain, tv.mesh, [(s.domain, s.mesh, amap) for s, amap in sources])
+
+
+def _inherited_of(
+    dom: TensorDomain,
+    mesh: DeviceMesh | None,
+    sources: list[tuple[TensorDomain, DeviceMesh | None, Mapping[int, int]]],
+) -> Placement | None:
+    """_inherited of a tensor of domain `dom` on `mesh` from sources given by their domain,
+    mesh and axis map."""
     logical, loop = dom.logical, dom.loop_positions
     shards = [()] * len(logical)
     used: set[int] = set()
     cyclic: dict[int, int] = {}  # cyclic mesh axis -> its block
-    for source, axis_map in sources:
-        if source.mesh != mesh:
+    for source_dom, source_mesh, axis_map in sources:
+        if source_mesh != mesh:
             continue
-        placed = logical_placement(source)  # read once per source
-        data = source.data_positions()
-        source_logical = source.domain.logical
+        placed = _logical(source_dom, source_mesh)  # read once per source
+        data = source_dom.data_positions()
+        source_logical = source_dom.logical
         for li, axes in enumerate(placed.shards):
             target = axis_map.get(li)
             if not axes or li not in data or target is None or shards[target]:
@@ -193,10 +222,15 @@ def _inherited(
     axes = tuple(sorted(cyclic)) if cyclic else ()
     shards_t, block = tuple(shards), tuple(cyclic[a] for a in axes)
     if len(sources) == 1:  # one source placed the same (a pointwise op's): its value
-        have = logical_placement(sources[0][0])
+        have = _logical(sources[0][0], sources[0][1])
         if (have.shards, have.partial, have.cyclic, have.block) == (shards_t, (), axes, block):
             return have
     return Placement(mesh.rank, shards_t, (), axes, block)
+
+
+def _logical(dom: TensorDomain, mesh: DeviceMesh | None) -> Placement:
+    """logical_placement of a tensor of this domain on this mesh."""
+    return layout_facts(dom, None if mesh is None else mesh.shape).logical
 
 
 def _check_inherited(tv: TensorView) -> None:

@@ -225,20 +225,11 @@ class TensorView:
         number: int | None = None,
     ) -> None:
         domain = logical if type(logical) is TensorDomain else TensorDomain(logical, contiguity)
-        for name, value in (
-            ("fusion", fusion),
-            ("domain", domain),
-            ("dtype", dtype),
-            ("memory_type", memory_type),
-            ("mesh", None),
-            ("definition", None),
-            ("uses", []),
-            ("compute_at_pos", 0),
-            ("produce_pos", 0),
-            ("_user_name", None),
-            ("origin", None),
-        ):
-            _set(self, name, value)
+        # _INITIAL's fields, in its order, each by its slot's own setter (no name looked
+        # up): a fusion's builder makes a tensor per op.
+        values = (fusion, domain, dtype, memory_type, None, None, [], 0, 0, None, None)
+        for setter, value in zip(_SETTERS, values):
+            setter(self, value)
         self.domain: TensorDomain
         self.mesh: DeviceMesh | None
         self.definition: Expr | None
@@ -489,3 +480,10 @@ class TensorView:
 @fact
 def _shape(dom: TensorDomain) -> tuple[int, ...]:
     return tuple(ax.extent for ax in dom.logical if not ax.is_reduction)
+
+
+# What TensorView.__init__ sets first (`number` comes from the fusion), and the setters of
+# their slots.
+_INITIAL = ("fusion", "domain", "dtype", "memory_type", "mesh", "definition", "uses")
+_INITIAL += ("compute_at_pos", "produce_pos", "_user_name", "origin")
+_SETTERS = tuple(TensorView.__dict__[name].__set__ for name in _INITIAL)

@@ -154,20 +154,27 @@ def signature(kernel: Kernel) -> str | None:
             parts.append(f"{name}={text()}")
         return name
 
+    # A tensor's text after its number, by what it is made of: worked out once per kind
+    # (the 1000 tensors of a chain are of one).
+    described: dict[tuple, str] = {}
+
     def tensor(tv: TensorView, is_input: bool) -> int:
         k = index.get(id(tv))
         if k is None:
             k = index[id(tv)] = len(index)
             indexed = is_input and tv.definition is not None and is_indexed(tv.definition)
             dtype, memory, mesh, dom = tv.dtype, tv.memory_type, tv.mesh, tv.domain
-            kind = named(
-                (id(dtype), id(memory), tv.compute_at_pos, tv.produce_pos, indexed),
-                lambda: (
-                    f"{dtype.name}:{memory.name}:{tv.compute_at_pos}:{tv.produce_pos}:{indexed:d}"
-                ),
-            )
-            where = named(("mesh", mesh_signature(mesh)), lambda: mesh_signature(mesh))
-            parts.append(f"T{tv.number}:{kind}:{where}:{named(dom, lambda: domain_signature(dom))}")
+            at, produce = tv.compute_at_pos, tv.produce_pos
+            key = (id(dtype), id(memory), at, produce, indexed, mesh, dom)
+            text = described.get(key)
+            if text is None:
+                kind = named(
+                    key[:5], lambda: f"{dtype.name}:{memory.name}:{at}:{produce}:{indexed:d}"
+                )
+                where = named(("mesh", mesh_signature(mesh)), lambda: mesh_signature(mesh))
+                shape = named(dom, lambda: domain_signature(dom))
+                text = described[key] = f":{kind}:{where}:{shape}"
+            parts.append(f"T{tv.number}{text}")
         return k
 
     try:
@@ -191,7 +198,12 @@ def _expr(e: Expr, inputs: list[int]) -> str:
     scalars = getattr(e, "scalars", None)
     attributes = e.attributes()
     attribute_text = _value(attributes) if attributes else ""
-    scalar_text = _value(dict(scalars)) if scalars else ""
+    # _value of the scalars as a dict of positions, without the copy: "dict(int:1=...)"
+    scalar_text = (
+        "dict(" + ",".join([f"int:{k!r}={_value(x)}" for k, x in scalars.items()]) + ")"
+        if scalars
+        else ""
+    )
     return f"{cls.__name__}:{e.op_name}:{attribute_text}:{scalar_text}:{inputs}"
 
 
