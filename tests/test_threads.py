@@ -140,3 +140,30 @@ def test_a_kernel_on_openmp_threads_is_not_also_spread_over_devices(monkeypatch,
         ex.close()
         monkeypatch.undo()
         monkeypatch.setattr(device_threads, "POOL_WORK", 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_a_collectives_fold_on_threads_gives_folds_bits(dtype, op, monkeypatch) -> None:
+    """The sim backend's planned Allreduce / ReduceScatter fold ranges of the elements on
+    the threads: element by element, so the bits of one fold (NaNs, -0.0, half sums in
+    float32 rounded once)."""
+    from fuserlite.ir.types import DType, ReductionOpType
+    from fuserlite.runtime.collectives import _fold
+    from fuserlite.runtime.communicator import fold
+
+    monkeypatch.setattr(device_threads, "POOL_WORK", 0)
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal((5, 33)).astype(DType.parse(dtype).numpy) for _ in range(4)]
+    arrays[1][0, :3] = np.nan
+    arrays[2][1, :2] = -0.0
+    reduction = ReductionOpType[op]
+    pool = DeviceThreads(3)
+    ranges = []
+    run = pool.run
+    monkeypatch.setattr(pool, "run", lambda work, rows: ranges.append(rows) or run(work, rows))
+    got = _fold(arrays, reduction, pool)
+    want = fold(arrays, reduction)
+    assert ranges == [5 * 33]  # spread over the elements
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert got.shape == want.shape and got.dtype == want.dtype

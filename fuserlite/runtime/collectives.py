@@ -43,9 +43,11 @@ class CollectivePlan:
         self.read = {d: as_reduced(comm.input, comm.reduces, s) for d, s in self.want.items()}
         self.cast = None if comm.input.dtype is comm.output.dtype else comm.output.dtype.numpy
 
-    def run(self, values: dict[int, dict]) -> dict:
+    def run(self, values: dict[int, dict], threads=None) -> dict:
         """The collective over every team on `values`' inputs: each device's output (the
-        executor stores it at the Communication's Await)."""
+        executor stores it at the Communication's Await). `threads`: a
+        runtime.threads.DeviceThreads that folds ranges of a large team's elements at
+        once (a fold is element by element: the same bits), or None."""
         comm, tv, out = self.comm, self.comm.input, self.comm.output
         outputs = {}
         for members in self.teams:
@@ -63,7 +65,7 @@ class CollectivePlan:
                 whole = np.concatenate(arrays, axis=self.axis)
                 results = [whole] * len(members)
             else:
-                total = fold(arrays, comm.op)
+                total = _fold(arrays, comm.op, threads)
                 if self.kind is StepKind.Allreduce:
                     results = [total] * len(members)
                 else:
@@ -74,6 +76,26 @@ class CollectivePlan:
                 results = [cast[id(r)] for r in results]
             outputs.update(zip(members, results))
         return outputs
+
+
+def _fold(arrays: list[np.ndarray], op, threads) -> np.ndarray:
+    """fold(arrays, op), ranges of the elements on `threads` where the fold is large."""
+    first = arrays[0]
+    size = first.size
+    if (
+        threads is None
+        or not threads.spreads(size * len(arrays), size)
+        or any(a.shape != first.shape or not a.flags.c_contiguous for a in arrays)
+    ):
+        return fold(arrays, op)
+    flat = [a.reshape(-1) for a in arrays]
+    out = np.empty(size, first.dtype)  # fold's result is in its operands' dtype
+
+    def work(start: int, stop: int) -> None:
+        out[start:stop] = fold([f[start:stop] for f in flat], op)
+
+    threads.run(work, size)
+    return out.reshape(first.shape)
 
 
 def collective_plan(comm: Communication, backend: Communicator) -> CollectivePlan | None:

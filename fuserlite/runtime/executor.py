@@ -529,7 +529,7 @@ class FusionExecutor:
         """Start `comm` on the hosted devices' buffers; its Await writes its output."""
         collective = self._collectives.get(id(comm))
         if collective is not None:  # planned once (runtime/collectives.py): done at once
-            return self.backend.post(ready(collective.run(values)))
+            return self.backend.post(ready(collective.run(values, self.threads)))
         bufs = {d: values[d][comm.input] for d in values if comm.input in values[d]}
         return post_communication(comm, self.backend, bufs)
 
