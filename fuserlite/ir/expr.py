@@ -17,12 +17,16 @@ if TYPE_CHECKING:
 
 
 _set = object.__setattr__
-_UNSET = object()  # a slot never set
 
 
 def _slots(cls: type) -> tuple[str, ...]:
     """Every slot of a class and its bases."""
     return tuple(name for c in cls.__mro__ for name in c.__dict__.get("__slots__", ()))
+
+
+def _slot_member(cls: type, name: str) -> object:
+    """The descriptor of slot `name`, from the class of cls's bases that declares it."""
+    return next(c.__dict__[name] for c in cls.__mro__ if name in c.__dict__.get("__slots__", ()))
 
 
 class Expr:
@@ -39,10 +43,12 @@ class Expr:
     # The slots a copy shares with its original (all but the graph's lists), a fact of
     # the class: worked out when the class is made, not for every copy.
     _shared_slots: tuple[str, ...] = ()
+    _shared_members: tuple = ()  # their descriptors (read and set without a name lookup)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls._shared_slots = tuple(n for n in _slots(cls) if n not in ("inputs", "outputs"))
+        cls._shared_members = tuple(_slot_member(cls, n) for n in cls._shared_slots)
 
     def __init__(self, inputs: list[TensorView], outputs: list[TensorView]) -> None:
         _set(self, "inputs", GraphList(inputs))
@@ -70,10 +76,12 @@ class Expr:
         linked to them (their definition and uses); its other attributes shared."""
         cls = type(self)
         e = cls.__new__(cls)
-        for name in cls._shared_slots:
-            value = getattr(self, name, _UNSET)
-            if value is not _UNSET:
-                _set(e, name, value)
+        for member in cls._shared_members:
+            try:
+                value = member.__get__(self)
+            except AttributeError:  # a slot never set stays unset in the copy
+                continue
+            member.__set__(e, value)
         attrs = getattr(self, "__dict__", None)
         if attrs is not None:
             e.__dict__.update(attrs)

@@ -249,11 +249,10 @@ class TensorView:
         """A copy of this tensor in `fusion` (its domain is a value: shared), unlinked:
         no definition, no uses."""
         tv = TensorView.__new__(TensorView)
-        for name, value in zip(_COPIED, _copied_values(self)):
-            _set(tv, name, value)
-        _set(tv, "fusion", fusion)
-        _set(tv, "definition", None)
-        _set(tv, "uses", [])
+        for setter, value in zip(_COPY_SETTERS, _copied_values(self)):
+            setter(tv, value)
+        for setter, value in zip(_UNLINKED_SETTERS, (fusion, None, [])):
+            setter(tv, value)
         return tv
 
     # -- naming and shape ---------------------------------------------------
@@ -487,3 +486,8 @@ def _shape(dom: TensorDomain) -> tuple[int, ...]:
 _INITIAL = ("fusion", "domain", "dtype", "memory_type", "mesh", "definition", "uses")
 _INITIAL += ("compute_at_pos", "produce_pos", "_user_name", "origin")
 _SETTERS = tuple(TensorView.__dict__[name].__set__ for name in _INITIAL)
+# copy_into's: the fields it copies, then those it sets anew.
+_COPY_SETTERS = tuple(TensorView.__dict__[name].__set__ for name in _COPIED)
+_UNLINKED_SETTERS = tuple(
+    TensorView.__dict__[name].__set__ for name in ("fusion", "definition", "uses")
+)
