@@ -96,6 +96,28 @@ def test_the_bias_and_the_store_are_those_of_the_float32_sum(gemm, m, k, n):
 
 
 @needs_amx
+@pytest.mark.parametrize("shared", ["weight", "x", "none"])
+def test_every_devices_product_in_one_call_is_each_ones_alone(gemm, shared):
+    """rows(): a product per leading row (a device's), a shared operand given once (a
+    stride-0 axis: its b packed once), each row's bits those of its own call."""
+    rng = np.random.default_rng(11)
+    rows, m, k, n = 3, 40, 64, 24
+    x = rng.standard_normal((rows, m, k)).astype(BF16)
+    w = rng.standard_normal((rows, n, k)).astype(BF16)
+    bias = rng.standard_normal((rows, n)).astype(np.float32)
+    if shared == "weight":
+        w, bias = np.broadcast_to(w[:1], w.shape), np.broadcast_to(bias[:1], bias.shape)
+    elif shared == "x":
+        x = np.broadcast_to(x[:1], x.shape)
+    out = np.empty((rows, m, n), BF16)
+    gemm.rows(x, w, out, True, bias)
+    for r in range(rows):
+        alone = np.empty((m, n), BF16)
+        gemm(np.ascontiguousarray(x[r]), np.ascontiguousarray(w[r]), alone, True, bias[r])
+        np.testing.assert_array_equal(out[r].view(np.uint16), alone.view(np.uint16))
+
+
+@needs_amx
 def test_a_row_is_the_same_whatever_rows_and_columns_are_computed_with_it(gemm):
     """Each element is its row of a and column of b alone: a device's rows or columns of
     a product are the whole product's bits (the unsharded run's, on the same path)."""
@@ -138,12 +160,18 @@ def test_a_subnormal_operand_reads_as_zero_and_a_subnormal_result_is_flushed(gem
 def test_a_transformer_block_on_amx_is_validated_and_calls_it(monkeypatch, tmp_path):
     fusion = models.transformer_block(8, "bfloat16", models.BlockShape(2, 32, 64, 4), 0.1)
     inputs = fl.random_inputs(fusion, seed=0)
-    calls = []
-    real = AmxGemm.__call__
-    monkeypatch.setattr(AmxGemm, "__call__", lambda self, *a: calls.append(1) or real(self, *a))
+    products = []
+    real = AmxGemm.rows
+    monkeypatch.setattr(
+        AmxGemm,
+        "rows",
+        lambda self, a, b, out, *r: products.append(len(out)) or real(self, a, b, out, *r),
+    )
     ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path), gemm="amx")
     outputs = ex.run(inputs)
-    assert len(calls) == 6 * 8  # q, k, v, the projection and the MLP's two: each device's
+    # q, k, v, the projection and the MLP's two on each device: a call per launch (or
+    # per range of its devices on the threads)
+    assert sum(products) == 6 * 8 and len(products) <= 6 * ex.threads.workers
     validation = validate_run(ex, inputs, outputs)  # the unsharded run is on AMX too
     assert validation.unsharded is not None and validation.unsharded.failed == 0
     assert validation.reference.failed == 0

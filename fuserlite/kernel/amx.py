@@ -81,38 +81,10 @@ struct fl_tile_config {
 
 static inline long long fl_round_up(long long x) { return (x + 31) / 32 * 32; }
 
-/* C[i, j] = sum over kk of A[i, kk] * B(kk, j), accumulated in float from bfloat16 bits,
-   plus bias[j] where bias is given (float32), stored as float32 or (out_bf16) rounded to
-   bfloat16 as a store of the float value is (kernel/cpu.py's __float2bfloat16): C's row
-   stride ldc elements. A is row-major (row stride lda); B(kk, j) lies at B[kk * bk + j * bn]
-   ([k, n]: bk = n, bn = 1; a linear's weight [n, k]: bk = 1, bn = k). Returns 0, or 1
-   where a buffer could not be allocated (nothing computed). */
-extern "C" __attribute__((target("amx-tile,amx-bf16")))
-int fl_amx_gemm(const uint16_t* A, long long lda, const uint16_t* B, long long bk,
-                long long bn, const float* bias, void* C, long long ldc, int out_bf16,
-                long long m, long long n, long long k) {
-  const long long np_ = fl_round_up(n), kp = fl_round_up(k);
-  /* A's tiles are read where A lies when its rows are whole tiles of k (kp == k); the
-     rows of a last, partial block of 32 (or every row, where k is not) from a copy
-     zero-padded to kp. */
-  const int direct = kp == k;
-  const long long copied = direct ? 32 : fl_round_up(m);
-  uint16_t* pa = (uint16_t*)aligned_alloc(64, copied * kp * 2);
-  uint16_t* pb = (uint16_t*)aligned_alloc(64, kp * np_ * 2);
-  float* pc = (float*)aligned_alloc(64, 32 * np_ * 4);
-  if (!pa || !pb || !pc) { free(pa); free(pb); free(pc); return 1; }
-  const long long tail = m / 32 * 32; /* the first row of a partial block */
-  for (long long i = 0; i < copied; ++i) {
-    const long long row = direct ? tail + i : i;
-    uint16_t* to = pa + i * kp;
-    if (row < m) {
-      memcpy(to, A + row * lda, k * 2);
-      memset(to + k, 0, (kp - k) * 2);
-    } else {
-      memset(to, 0, kp * 2);
-    }
-  }
-  /* B in pairs of k (the tiles' layout): B(kk, j) at pb[(kk / 2) * 2 np + 2 j + kk % 2] */
+/* B(kk, j) at B[kk * bk + j * bn] in pairs of k (the tiles' layout), zero-padded:
+   B(kk, j) at pb[(kk / 2) * 2 np + 2 j + kk % 2]. */
+static void fl_pack_b(const uint16_t* B, long long bk, long long bn, long long n,
+                      long long k, long long np_, long long kp, uint16_t* pb) {
   memset(pb, 0, kp * np_ * 2);
   if (bk == 1) { /* a weight [n, k]: along its rows, a pair of k at a time */
     for (long long j = 0; j < n; ++j) {
@@ -126,44 +98,84 @@ int fl_amx_gemm(const uint16_t* A, long long lda, const uint16_t* B, long long b
       for (long long j = 0; j < n; ++j) row[2 * j] = b[j * bn];
     }
   }
+}
+
+/* For r in [0, rows): C_r[i, j] = sum over kk of A_r[i, kk] * B_r(kk, j), accumulated in
+   float from bfloat16 bits, plus bias_r[j] where bias is given (float32), stored as
+   float32 or (out_bf16) rounded to bfloat16 as a store of the float value is
+   (kernel/cpu.py's __float2bfloat16). X_r is X + r * sx (elements; 0: one X for every
+   r, a b packed once). A_r is row-major (row stride lda), C_r too (ldc); B_r(kk, j) lies
+   at B_r[kk * bk + j * bn] ([k, n]: bk = n, bn = 1; a linear's weight [n, k]: bk = 1,
+   bn = k). Returns 0, or 1 where a buffer could not be allocated (nothing computed). */
+extern "C" __attribute__((target("amx-tile,amx-bf16")))
+int fl_amx_gemm(long long rows, const uint16_t* A, long long sa, long long lda,
+                const uint16_t* B, long long sb, long long bk, long long bn,
+                const float* bias, long long sbias, void* C, long long sc, long long ldc,
+                int out_bf16, long long m, long long n, long long k) {
+  const long long np_ = fl_round_up(n), kp = fl_round_up(k);
+  /* A's tiles are read where A lies when its rows are whole tiles of k (kp == k); the
+     rows of a last, partial block of 32 (or every row, where k is not) from a copy
+     zero-padded to kp. */
+  const int direct = kp == k;
+  const long long copied = direct ? 32 : fl_round_up(m);
+  uint16_t* pa = (uint16_t*)aligned_alloc(64, copied * kp * 2);
+  uint16_t* pb = (uint16_t*)aligned_alloc(64, kp * np_ * 2);
+  float* pc = (float*)aligned_alloc(64, 32 * np_ * 4);
+  if (!pa || !pb || !pc) { free(pa); free(pb); free(pc); return 1; }
   fl_tile_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
   for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
   _tile_loadconfig(&cfg);
-  const long long sb = np_ * 4, sc = np_ * 4; /* bytes from row to row */
-  for (long long i0 = 0; i0 < m; i0 += 32) {
-    const int from_a = direct && i0 < tail;
-    const uint16_t* a = from_a ? A + i0 * lda : direct ? pa : pa + i0 * kp;
-    const long long sa = (from_a ? lda : kp) * 2;
-    for (long long j0 = 0; j0 < np_; j0 += 32) {
-      _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-      for (long long k0 = 0; k0 < kp; k0 += 32) {
-        _tile_loadd(4, a + k0, sa);
-        _tile_loadd(5, (const char*)(a + k0) + 16 * sa, sa);
-        _tile_loadd(6, pb + (k0 / 2) * 2 * np_ + 2 * j0, sb);
-        _tile_loadd(7, pb + (k0 / 2) * 2 * np_ + 2 * (j0 + 16), sb);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      /* the 32 x 32 block into rows [32, np_] of pc at column j0 */
-      _tile_stored(0, pc + j0, sc);
-      _tile_stored(1, pc + j0 + 16, sc);
-      _tile_stored(2, pc + 16 * np_ + j0, sc);
-      _tile_stored(3, pc + 16 * np_ + j0 + 16, sc);
-    }
-    for (long long i = i0; i < i0 + 32 && i < m; ++i) {
-      const float* from = pc + (i - i0) * np_;
-      if (out_bf16) {
-        uint16_t* to = (uint16_t*)C + i * ldc;
-        if (bias) for (long long j = 0; j < n; ++j) to[j] = __float2bfloat16(from[j] + bias[j]).bits;
-        else for (long long j = 0; j < n; ++j) to[j] = __float2bfloat16(from[j]).bits;
+  const long long tail = m / 32 * 32; /* the first row of a partial block */
+  const long long sbp = np_ * 4, scp = np_ * 4; /* bytes from row to row of pb, pc */
+  for (long long r = 0; r < rows; ++r) {
+    const uint16_t* Ar = A + r * sa;
+    if (r == 0 || sb != 0) fl_pack_b(B + r * sb, bk, bn, n, k, np_, kp, pb);
+    for (long long i = 0; i < copied; ++i) {
+      const long long row = direct ? tail + i : i;
+      uint16_t* to = pa + i * kp;
+      if (row < m) {
+        memcpy(to, Ar + row * lda, k * 2);
+        memset(to + k, 0, (kp - k) * 2);
       } else {
-        float* to = (float*)C + i * ldc;
-        if (bias) for (long long j = 0; j < n; ++j) to[j] = from[j] + bias[j];
-        else memcpy(to, from, n * 4);
+        memset(to, 0, kp * 2);
+      }
+    }
+    const float* biasr = bias ? bias + r * sbias : 0;
+    for (long long i0 = 0; i0 < m; i0 += 32) {
+      const int from_a = direct && i0 < tail;
+      const uint16_t* a = from_a ? Ar + i0 * lda : direct ? pa : pa + i0 * kp;
+      const long long sap = (from_a ? lda : kp) * 2;
+      for (long long j0 = 0; j0 < np_; j0 += 32) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (long long k0 = 0; k0 < kp; k0 += 32) {
+          _tile_loadd(4, a + k0, sap);
+          _tile_loadd(5, (const char*)(a + k0) + 16 * sap, sap);
+          _tile_loadd(6, pb + (k0 / 2) * 2 * np_ + 2 * j0, sbp);
+          _tile_loadd(7, pb + (k0 / 2) * 2 * np_ + 2 * (j0 + 16), sbp);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        /* the 32 x 32 block into rows [32, np_] of pc at column j0 */
+        _tile_stored(0, pc + j0, scp);
+        _tile_stored(1, pc + j0 + 16, scp);
+        _tile_stored(2, pc + 16 * np_ + j0, scp);
+        _tile_stored(3, pc + 16 * np_ + j0 + 16, scp);
+      }
+      for (long long i = i0; i < i0 + 32 && i < m; ++i) {
+        const float* from = pc + (i - i0) * np_;
+        if (out_bf16) {
+          uint16_t* to = (uint16_t*)C + r * sc + i * ldc;
+          if (biasr) for (long long j = 0; j < n; ++j) to[j] = __float2bfloat16(from[j] + biasr[j]).bits;
+          else for (long long j = 0; j < n; ++j) to[j] = __float2bfloat16(from[j]).bits;
+        } else {
+          float* to = (float*)C + r * sc + i * ldc;
+          if (biasr) for (long long j = 0; j < n; ++j) to[j] = from[j] + biasr[j];
+          else memcpy(to, from, n * 4);
+        }
       }
     }
   }
@@ -233,9 +245,8 @@ class AmxGemm:
                     "(arch_prctl ARCH_REQ_XCOMP_PERM); use gemm='blas'"
                 )
             function = loaded["fl_amx_gemm"]
-            pointer, integer = ctypes.c_void_p, ctypes.c_longlong
-            function.argtypes = [pointer, integer, pointer, integer, integer, pointer, pointer]
-            function.argtypes += [integer, ctypes.c_int, integer, integer, integer]
+            p, i = ctypes.c_void_p, ctypes.c_longlong
+            function.argtypes = [i, p, i, i, p, i, i, i, p, i, p, i, i, ctypes.c_int, i, i, i]
             function.restype = ctypes.c_int
             self._function = function
             return function
@@ -248,32 +259,68 @@ class AmxGemm:
         weight: bool,
         bias: np.ndarray | None = None,
     ) -> None:
-        """out[m, n] = a[m, k] @ b (+ bias[n]), a and b bfloat16 with rows of unit stride:
-        b is [k, n], or a linear's weight [n, k] (`weight`: b^T); the float32 sum plus the
-        float32 bias stored into `out` (rows of unit stride) in its dtype, float32 or
-        bfloat16 (rounded as a store is)."""
+        """out[m, n] = a[m, k] @ b (+ bias[n]): b is [k, n], or a linear's weight [n, k]
+        (`weight`: b^T); one product of `rows`."""
+        self.rows(a[None], b[None], out[None], weight, None if bias is None else bias[None])
+
+    def rows(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        out: np.ndarray,
+        weight: bool,
+        bias: np.ndarray | None = None,
+    ) -> None:
+        """out[r] = a[r] @ b[r] (+ bias[r]) for each r of out's [rows, m, n], in one call:
+        a [rows, m, k] and b ([rows, k, n], or [rows, n, k] for a `weight`) bfloat16, bias
+        [rows, n] float32 or None; a leading axis of stride 0 (np.broadcast_to) is one
+        array every product reads (a b of it packed once). The float32 sum plus the bias
+        is stored into `out` in its dtype, float32 or bfloat16 (rounded as a store is)."""
         function = self._function or self._load()
-        m, k = a.shape
-        n = b.shape[0] if weight else b.shape[1]
+        rows, m, n = out.shape
+        k = a.shape[-1]
         bf16 = out.dtype == BF16
         if out.dtype != np.float32 and not bf16:
             raise ExecutionError(f"gemm='amx' stores float32 or bfloat16, not {out.dtype}")
+        if a.dtype != BF16 or b.dtype != BF16:
+            raise ExecutionError(f"gemm='amx' multiplies bfloat16, not {a.dtype} by {b.dtype}")
+        if rows == 0 or m == 0 or n == 0:
+            return
         if bias is not None:
-            bias = np.ascontiguousarray(bias, np.float32)
-        if m == 0 or n == 0:
-            return
+            bias = _unit_rows(bias.astype(np.float32, copy=False))
         if k == 0:  # no tiles to sum: the bias alone (or 0), stored in out's dtype
-            out[...] = np.zeros((m, n), np.float32) + (0 if bias is None else bias)
+            out[...] = np.zeros(out.shape, np.float32) + (0 if bias is None else bias[:, None])
             return
-        item = a.itemsize
-        bk, bn = (1, b.strides[0] // item) if weight else (b.strides[0] // item, 1)
+        a, b = _unit_rows(a), _unit_rows(b)
+        into = out if _strides_ok(out) else np.empty(out.shape, out.dtype)
+        (sa, lda), (sb, sbk), (sc, ldc) = (_steps(x) for x in (a, b, into))
+        bk, bn = (1, sbk) if weight else (sbk, 1)
+        sbias = 0 if bias is None else _steps(bias[:, None])[0]
         failed = function(
-            a.ctypes.data, a.strides[0] // item, b.ctypes.data, bk, bn,
-            None if bias is None else bias.ctypes.data, out.ctypes.data,
-            out.strides[0] // out.itemsize, bf16, m, n, k,
+            rows, a.ctypes.data, sa, lda, b.ctypes.data, sb, bk, bn,
+            None if bias is None else bias.ctypes.data, sbias, into.ctypes.data, sc, ldc,
+            bf16, m, n, k,
         )  # fmt: skip
         if failed:
             raise ExecutionError(f"gemm='amx': no memory for a {m} x {k} x {n} product's tiles")
+        if into is not out:
+            out[...] = into
+
+
+def _strides_ok(x: np.ndarray) -> bool:
+    """Unit stride along the last axis and whole elements between rows and matrices."""
+    item = x.itemsize
+    return x.strides[-1] == item and all(s % item == 0 for s in x.strides[:-1])
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """`x`, or a C-contiguous copy where _strides_ok does not hold."""
+    return x if _strides_ok(x) else np.ascontiguousarray(x)
+
+
+def _steps(x: np.ndarray) -> tuple[int, int]:
+    """(elements from one leading row to the next, from one matrix row to the next)."""
+    return x.strides[0] // x.itemsize, x.strides[1] // x.itemsize
 
 
 __all__ = ["AMX_SOURCES", "GEMMS", "AmxGemm", "amx_missing", "check_gemm"]

@@ -329,18 +329,32 @@ def library_expr(kernel: Kernel) -> Expr | None:
 
 
 def _amx_rows(amx, operands: list[tuple[np.ndarray, bool]], out: np.ndarray, linear: bool):
-    """Each device's product (and bias) by `amx` into its row of `out` ([rows, ..., n], in
-    the output's dtype): x is [..., k] shared or [rows, ..., k]; w is [n, k] (linear) or
-    [k, n], shared or a row per device; a bias [n] (float32) likewise."""
+    """Every device's product (and bias) by `amx` into its row of `out` ([rows, ..., n],
+    in the output's dtype), in one call: x is [..., k] shared or [rows, ..., k]; w is
+    [n, k] (linear) or [k, n], shared (packed once) or a row per device; a bias [n]
+    (float32) likewise."""
     (x, x_one), (w, w_one), *bias = operands
-    rows, n = out.shape[0], out.shape[-1]
-    k = x.shape[-1]
-    flat = out.reshape(rows, -1, n)  # a view: out is C-contiguous
-    for r in range(rows):
-        a = np.ascontiguousarray(x if x_one else x[r]).reshape(-1, k)
-        b = np.ascontiguousarray(w if w_one else w[r])
-        add = None if not bias else bias[0][0] if bias[0][1] else bias[0][0][r]
-        amx(a, b, flat[r], linear, add)
+    rows, n, k = out.shape[0], out.shape[-1], x.shape[-1]
+    a = x.reshape(-1, k)[None] if x_one else x.reshape(rows, -1, k)
+    b = w[None] if w_one else w
+    add = None
+    if bias:
+        c, c_one = bias[0]
+        add = c.reshape(1, n) if c_one else c.reshape(rows, n)
+    flat = (
+        out.reshape(rows, -1, n)
+        if out.flags.c_contiguous
+        else np.empty((rows, a.shape[1], n), out.dtype)
+    )
+    amx.rows(
+        np.broadcast_to(a, (rows, *a.shape[1:])),
+        np.broadcast_to(b, (rows, *b.shape[1:])),
+        flat,
+        linear,
+        None if add is None else np.broadcast_to(add, (rows, n)),
+    )
+    if not out.flags.c_contiguous:
+        out[...] = flat.reshape(out.shape)
 
 
 class _Plan:
