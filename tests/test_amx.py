@@ -33,6 +33,11 @@ def gemm(tmp_path_factory) -> AmxGemm:
     return AmxGemm(KernelCompiler(cache_dir=tmp_path_factory.mktemp("amx")))
 
 
+def product(gemm: AmxGemm, a, b, out, weight: bool, bias=None) -> None:
+    """One product through AmxGemm.rows (a leading axis of one)."""
+    gemm.rows(a[None], b[None], out[None], weight, None if bias is None else bias[None])
+
+
 def test_gemm_option_is_checked(monkeypatch):
     with pytest.raises(ExecutionError, match="gemm must be one of 'blas', 'amx', got 'mkl'"):
         check_gemm("mkl", "compiled", "FusionExecutor")
@@ -66,8 +71,8 @@ def test_products_are_within_a_fraction_of_the_contraction_sigma(gemm, m, k, n):
     sigma = np.sqrt(k) * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
     as_matmul = np.empty((m, n), np.float32)
     as_linear = np.full((m, n), np.nan, np.float32)
-    gemm(a, b, as_matmul, False)
-    gemm(a, w, as_linear, True)
+    product(gemm, a, b, as_matmul, False)
+    product(gemm, a, w, as_linear, True)
     np.testing.assert_array_equal(as_matmul.view(np.uint32), as_linear.view(np.uint32))
     assert (np.abs(as_matmul - exact) <= 0.5 * sigma).all()  # seen: at most 0.14
 
@@ -82,17 +87,17 @@ def test_the_bias_and_the_store_are_those_of_the_float32_sum(gemm, m, k, n):
     w = rng.standard_normal((n, k)).astype(BF16)
     bias = rng.standard_normal(n).astype(BF16).astype(np.float32)
     plain = np.empty((m, n), np.float32)
-    gemm(a, w, plain, True)
+    product(gemm, a, w, plain, True)
     with_bias = np.empty((m, n), np.float32)
-    gemm(a, w, with_bias, True, bias)
+    product(gemm, a, w, with_bias, True, bias)
     np.testing.assert_array_equal(with_bias.view(np.uint32), (plain + bias).view(np.uint32))
     stored = np.empty((m, n), BF16)
-    gemm(a, w, stored, True, bias)
+    product(gemm, a, w, stored, True, bias)
     np.testing.assert_array_equal(
         stored.view(np.uint16), (plain + bias).astype(BF16).view(np.uint16)
     )
     with pytest.raises(ExecutionError, match="stores float32 or bfloat16, not float16"):
-        gemm(a, w, np.empty((m, n), np.float16), True)
+        product(gemm, a, w, np.empty((m, n), np.float16), True)
 
 
 @needs_amx
@@ -113,7 +118,7 @@ def test_every_devices_product_in_one_call_is_each_ones_alone(gemm, shared):
     gemm.rows(x, w, out, True, bias)
     for r in range(rows):
         alone = np.empty((m, n), BF16)
-        gemm(np.ascontiguousarray(x[r]), np.ascontiguousarray(w[r]), alone, True, bias[r])
+        product(gemm, np.ascontiguousarray(x[r]), np.ascontiguousarray(w[r]), alone, True, bias[r])
         np.testing.assert_array_equal(out[r].view(np.uint16), alone.view(np.uint16))
 
 
@@ -125,9 +130,9 @@ def test_a_row_is_the_same_whatever_rows_and_columns_are_computed_with_it(gemm):
     a = rng.standard_normal((100, 300)).astype(BF16)
     b = rng.standard_normal((300, 70)).astype(BF16)
     whole = np.empty((100, 70), np.float32)
-    gemm(a, b, whole, False)
+    product(gemm, a, b, whole, False)
     part = np.empty((13, 9), np.float32)
-    gemm(np.ascontiguousarray(a[40:53]), np.ascontiguousarray(b[:, 50:59]), part, False)
+    product(gemm, np.ascontiguousarray(a[40:53]), np.ascontiguousarray(b[:, 50:59]), part, False)
     np.testing.assert_array_equal(part.view(np.uint32), whole[40:53, 50:59].view(np.uint32))
 
 
@@ -135,11 +140,11 @@ def test_a_row_is_the_same_whatever_rows_and_columns_are_computed_with_it(gemm):
 def test_empty_and_zero_length_products(gemm):
     a = np.ones((3, 0), BF16)
     out = np.full((3, 4), np.nan, np.float32)
-    gemm(a, np.ones((0, 4), BF16), out, False)
+    product(gemm, a, np.ones((0, 4), BF16), out, False)
     np.testing.assert_array_equal(out, np.zeros((3, 4), np.float32))
-    gemm(a, np.ones((4, 0), BF16), out, True, np.arange(4, dtype=np.float32))
+    product(gemm, a, np.ones((4, 0), BF16), out, True, np.arange(4, dtype=np.float32))
     np.testing.assert_array_equal(out, np.tile(np.arange(4, dtype=np.float32), (3, 1)))
-    gemm(np.ones((0, 5), BF16), np.ones((5, 4), BF16), np.empty((0, 4), np.float32), False)
+    product(gemm, np.ones((0, 5), BF16), np.ones((5, 4), BF16), np.empty((0, 4), np.float32), False)
 
 
 @needs_amx
@@ -148,11 +153,11 @@ def test_a_subnormal_operand_reads_as_zero_and_a_subnormal_result_is_flushed(gem
     tiny = np.array([[2.0**-130]], np.float32).astype(BF16)
     assert tiny.astype(np.float32)[0, 0] != 0  # a bfloat16 subnormal
     out = np.empty((1, 1), np.float32)
-    gemm(tiny, np.array([[2.0**100]], np.float32).astype(BF16), out, False)
+    product(gemm, tiny, np.array([[2.0**100]], np.float32).astype(BF16), out, False)
     assert out[0, 0] == 0.0
     # and a subnormal product of normal operands (2**-130) is flushed to zero
     small = np.array([[2.0**-65]], np.float32).astype(BF16)
-    gemm(small, small, out, False)
+    product(gemm, small, small, out, False)
     assert out[0, 0] == 0.0
 
 

@@ -251,18 +251,6 @@ class AmxGemm:
             self._function = function
             return function
 
-    def __call__(
-        self,
-        a: np.ndarray,
-        b: np.ndarray,
-        out: np.ndarray,
-        weight: bool,
-        bias: np.ndarray | None = None,
-    ) -> None:
-        """out[m, n] = a[m, k] @ b (+ bias[n]): b is [k, n], or a linear's weight [n, k]
-        (`weight`: b^T); one product of `rows`."""
-        self.rows(a[None], b[None], out[None], weight, None if bias is None else bias[None])
-
     def rows(
         self,
         a: np.ndarray,
