@@ -28,7 +28,8 @@ numpy's GEMM of the float32 copies alone). What it changes, and why it is opt-in
   the compiled compute path; without them `gemm="amx"` is an ExecutionError that says
   which is missing.
 
-Each device's product is one call: b is packed into AMX's pairs of k, zero-padded to
+A launch's devices' products are one call, a product each (a shared operand given once,
+as a stride-0 axis, its b packed once): b is packed into AMX's pairs of k, zero-padded to
 whole tiles; a's tiles are read where a lies when k is whole tiles (else from a
 zero-padded copy, as are the rows of a last partial block of 32); each 32 x 32 block
 of output is accumulated over k in four tiles, then the bias added and the block
