@@ -9,6 +9,7 @@ tests that need the tiles say so.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import ml_dtypes
@@ -198,4 +199,12 @@ def test_run_with_amx_validates(capsys, tmp_path):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "validation: ok" in out
-    assert "vs the same program on 1 device (compiled): bit-identical" in out
+    assert "vs the same program on 1 device (compiled, gemm=amx): bit-identical" in out
+
+
+@needs_amx
+def test_run_json_says_which_gemm_ran(capsys, tmp_path):
+    args = ["run", str(EXAMPLE), "--json", "--cache-dir", str(tmp_path / "k")]
+    for gemm in ("blas", "amx"):
+        assert main([*args, "--gemm", gemm]) == 0
+        assert json.loads(capsys.readouterr().out)["validation"]["gemm"] == gemm

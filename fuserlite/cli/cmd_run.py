@@ -287,6 +287,7 @@ def validation_report(v: Validation) -> dict[str, Any]:
         "ok": True,
         "devices": v.devices,
         "compute": v.compute,
+        "gemm": v.gemm,
         "unsharded": None if v.unsharded is None else comparison_report(v.unsharded),
         "no_unsharded": v.no_unsharded or None,
         "reference": comparison_report(v.reference),

@@ -45,13 +45,14 @@ class Validation:
     unsharded: Comparison | None  # the sharded result against the unsharded run
     no_unsharded: str  # why there is no unsharded run ("" where there is one)
     reference: Comparison  # the result against the float reference
+    gemm: str = "blas"  # how its library kernels' bfloat16 GEMMs ran (kernel/amx.py)
 
     def lines(self) -> list[str]:
         """The report: each comparison's summary, its details indented."""
         if self.unsharded is not None:
             first, *more = self.unsharded.summary()
             what = (
-                f"sharded ({self.devices} devices) vs the same program on 1 device ({self.compute})"
+                f"sharded ({self.devices} devices) vs the same program on 1 device ({_path(self)})"
             )
             lines = [f"{what}: {first}", *(f"  {m}" for m in more)]
         else:
@@ -90,7 +91,7 @@ def validate_run(
     other = unsharded_run(executor)
     unsharded = None
     if not isinstance(other, str):
-        against = f"the unsharded run (the same program on 1 device, {executor.compute})"
+        against = f"the unsharded run (the same program on 1 device, {_path(executor)})"
         with other:
             expected = other.run(inputs)
         unsharded = compare(fusion, inputs, outputs, expected, SAME_PATH, against)
@@ -106,4 +107,10 @@ def validate_run(
         unsharded,
         other if isinstance(other, str) else "",
         reference,
+        executor.gemm,
     )
+
+
+def _path(run: FusionExecutor | Validation) -> str:
+    """`compiled`, or `compiled, gemm=amx` where AMX computed the bfloat16 GEMMs."""
+    return run.compute if run.gemm == "blas" else f"{run.compute}, gemm={run.gemm}"
