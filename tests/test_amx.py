@@ -99,6 +99,8 @@ def test_the_bias_and_the_store_are_those_of_the_float32_sum(gemm, m, k, n):
     )
     with pytest.raises(ExecutionError, match="stores float32 or bfloat16, not float16"):
         product(gemm, a, w, np.empty((m, n), np.float16), True)
+    with pytest.raises(ExecutionError, match="do not make"):
+        product(gemm, a, w, np.empty((m, n + 1), np.float32), True)
 
 
 @needs_amx

@@ -273,6 +273,17 @@ class AmxGemm:
             raise ExecutionError(f"gemm='amx' stores float32 or bfloat16, not {out.dtype}")
         if a.dtype != BF16 or b.dtype != BF16:
             raise ExecutionError(f"gemm='amx' multiplies bfloat16, not {a.dtype} by {b.dtype}")
+        want_b = (rows, n, k) if weight else (rows, k, n)
+        if (
+            a.shape != (rows, m, k)
+            or b.shape != want_b
+            or (bias is not None and bias.shape != (rows, n))
+        ):
+            given = [list(a.shape), list(b.shape), None if bias is None else list(bias.shape)]
+            raise ExecutionError(
+                f"gemm='amx': a, b and bias of shapes {given} do not make {list(out.shape)} "
+                f"(a [{rows}, {m}, {k}], b {list(want_b)}, bias [{rows}, {n}])"
+            )
         if rows == 0 or m == 0 or n == 0:
             return
         if bias is not None:
