@@ -23,6 +23,7 @@ from multi_output_cases import cases as multi_output_cases
 
 import fuserlite as fl
 from fuserlite import cli, models
+from fuserlite.kernel.amx import amx_missing
 from fuserlite.runtime.backends.sim import SimCommunicator
 
 pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install '.[mpi]'")
@@ -235,6 +236,20 @@ def test_cli_report_on_rank_zero_equals_sim(capsys):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == sim.replace("2 sim device(s)", "2 mpi device(s)")
     assert "validation: ok" in proc.stdout and "Allreduce" in proc.stdout
+
+
+@pytest.mark.skipif(amx_missing() is not None, reason=f"{amx_missing()}")
+def test_amx_gemms_on_eight_ranks_equal_sim(capsys):
+    """gemm="amx" (kernel/amx.py) on every rank: each device's products are its own
+    call's, so the mpi run's report (its checksums, its validation) is sim's."""
+    block = "examples/transformer_block.fus"
+    assert cli.main(["run", block, "--gemm", "amx"]) == 0
+    sim = capsys.readouterr().out
+    proc = mpiexec(8, sys.executable, "-m", "fuserlite.cli", "run", block, "--backend", "mpi",
+                   "--gemm", "amx")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == sim.replace("8 sim device(s)", "8 mpi device(s)")
+    assert "(compiled, gemm=amx): bit-identical" in proc.stdout
 
 
 def reports(text: str) -> dict[str, tuple[int, str]]:
