@@ -15,6 +15,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from three_way import HAVE_COMPILER
 
 import fuserlite as fl
 from fuserlite import models
@@ -24,6 +25,7 @@ from fuserlite.kernel import amx
 from fuserlite.kernel.amx import AmxGemm, amx_missing, check_gemm
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.runtime.validation import validate_run
+from fuserlite.schedule.shard import shard_axis
 
 BF16 = ml_dtypes.bfloat16
 needs_amx = pytest.mark.skipif(amx_missing() is not None, reason=f"{amx_missing()}")
@@ -210,3 +212,35 @@ def test_run_json_says_which_gemm_ran(capsys, tmp_path):
     for gemm in ("blas", "amx"):
         assert main([*args, "--gemm", gemm]) == 0
         assert json.loads(capsys.readouterr().out)["validation"]["gemm"] == gemm
+
+
+def _big_linear() -> fl.Fusion:
+    """A column-parallel bfloat16 linear deep enough (k = 1024) that another float32 sum
+    order shows through the bfloat16 store in some elements."""
+    with fl.Fusion() as fusion:
+        mesh = fl.DeviceMesh.for_num_devices(4)
+        x = fl.tensor([512, 1024], "bfloat16", name="x")
+        w = fl.tensor([256, 1024], "bfloat16", name="w")
+        for t in (x, w):
+            t.set_device_mesh(mesh)
+            fusion.add_input(t)
+        shard_axis(w, 0, mesh)
+        fusion.add_output(fl.linear(x, w))
+    return fusion
+
+
+@pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")
+def test_a_deep_bf16_linear_is_blas_bits_on_both_paths_and_amx_bits_are_others(tmp_path):
+    """gemm="blas" (the default): compiled and interpreted are bit-identical on a product
+    deep enough to show another sum order; where the CPU has AMX, its bits differ there
+    (the reason it is opted into), validated all the same."""
+    fusion = _big_linear()
+    inputs = fl.random_inputs(fusion, seed=2)
+    compiler = KernelCompiler(cache_dir=tmp_path)
+    (compiled,) = fl.FusionExecutor(fusion, compute=compiler).run(inputs)
+    (interpreted,) = fl.FusionExecutor(fusion, compute="interpret").run(inputs)
+    np.testing.assert_array_equal(compiled.view(np.uint16), interpreted.view(np.uint16))
+    if amx_missing() is None:
+        (on_amx,) = fl.FusionExecutor(fusion, compute=compiler, gemm="amx").run(inputs)
+        assert (on_amx.view(np.uint16) != compiled.view(np.uint16)).any()
+        fl.validate(fusion, inputs, [on_amx])
