@@ -1,6 +1,7 @@
 """The transformer block's step on 8 devices: fuserlite (sim, compiled) and JAX, side by side.
 
     python benchmarks/transformer_step.py [--sizes example,large] [--rounds 3] [--steps 30]
+                                          [--no-jax] [--no-amx]
 
 The block is fuserlite.models.transformer_block (examples/transformer_block.fus:
 layer_norm, q/k/v column-parallel, causal sdpa with dropout, row-parallel output
@@ -17,8 +18,12 @@ fuserlite lowers its Allgathers and ReduceScatters, bfloat16 storage with
 float32 layer_norm and softmax, dropout masks from jax.random (other bits than
 fuserlite's Philox; the same work).
 
+Where the CPU has AMX (kernel/amx.py), a third system runs fuserlite with
+`gemm="amx"` (the library kernels' bfloat16 linears on AMX tiles; `--no-amx` leaves
+it out), reported beside the default `blas` one.
+
 Each round runs each system in a fresh process, taking turns (fuserlite, JAX,
-fuserlite, ...), so a busy machine slows both alike. A fuserlite process
+fuserlite, ...), so a busy machine slows all alike. A fuserlite process
 measures: lower (FusionExecutor's pipeline), the cold build of the kernels into
 an empty cache directory, the warm load (a new KernelCompiler on that
 directory), and the steady step (`ex.run(inputs)`, global arrays in and out:

@@ -244,3 +244,31 @@ def test_a_deep_bf16_linear_is_blas_bits_on_both_paths_and_amx_bits_are_others(t
         (on_amx,) = fl.FusionExecutor(fusion, compute=compiler, gemm="amx").run(inputs)
         assert (on_amx.view(np.uint16) != compiled.view(np.uint16)).any()
         fl.validate(fusion, inputs, [on_amx])
+
+
+@needs_amx
+def test_an_uneven_contraction_runs_each_device_on_amx_and_validates(monkeypatch, tmp_path):
+    """k = 100 over 3 devices: the devices' calls differ in shape, so each runs alone
+    (LibraryKernels.run), still on AMX; the partial sums' run matches the unsharded one."""
+    with fl.Fusion() as fusion:
+        mesh = fl.DeviceMesh.for_num_devices(3)
+        x = fl.tensor([64, 100], "bfloat16", name="x")
+        w = fl.tensor([32, 100], "bfloat16", name="w")
+        for t in (x, w):
+            t.set_device_mesh(mesh)
+            fusion.add_input(t)
+            shard_axis(t, 1, mesh)
+        fusion.add_output(fl.linear(x, w))
+    products = []
+    real = AmxGemm.rows
+    monkeypatch.setattr(
+        AmxGemm,
+        "rows",
+        lambda self, a, b, out, *r: products.append(len(out)) or real(self, a, b, out, *r),
+    )
+    inputs = fl.random_inputs(fusion, seed=0)
+    ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path), gemm="amx")
+    outputs = ex.run(inputs)
+    assert products[:3] == [1, 1, 1]  # a call per device (then the unsharded run's)
+    validation = validate_run(ex, inputs, outputs)
+    assert validation.unsharded is not None and validation.reference.failed == 0

@@ -30,7 +30,7 @@ from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType
-from fuserlite.kernel.amx import AmxGemm
+from fuserlite.kernel.amx import BF16, AmxGemm
 from fuserlite.kernel.cpu import PRELUDE, quiet_openmp
 from fuserlite.numerics.attention import sdpa_fwd
 from fuserlite.numerics.philox import (
@@ -499,12 +499,11 @@ class _Plan:
     def _on_amx(self, operands: list[tuple[np.ndarray, bool]]) -> bool:
         """True for a linear or matmul of bfloat16 x and w computed in float32 and stored in
         float32 or bfloat16: what an AmxGemm computes."""
-        bf16 = DType.bfloat16.numpy
         return (
             self.expr.op_name != "sdpa"
             and self.dtype == np.float32
-            and all(a.dtype == bf16 for a, _ in operands[:2])
-            and self.expr.output.dtype.numpy in (np.float32, bf16)
+            and all(a.dtype == BF16 for a, _ in operands[:2])
+            and self.expr.output.dtype.numpy in (np.float32, BF16)
         )
 
     def _gemm(
@@ -601,12 +600,11 @@ class LibraryKernels:
         plan = self._plans[id(kernel)]
         expr = plan.expr
         shapes, start = plan.where(device)
-        given = [(local[t], False) for t in expr.inputs]
-        if self.gemm is not None and plan._on_amx(given) and plan.stacks:
+        rows = [(local[t][None], False) for t in expr.inputs]  # this device's, as a stack
+        if self.gemm is not None and plan.stacks and plan._on_amx(rows):
             # run_stacked's products on one device: the bits of its launch of every device
-            stacked = [(a[None], False) for a, _ in given]
-            return {tv: stack[0] for tv, stack in zip(expr.outputs, plan.run_stacked(
-                stacked, [device], self.dropout, None, self.casts, self.gemm))}  # fmt: skip
+            stacks = plan.run_stacked(rows, [device], self.dropout, None, self.casts, self.gemm)
+            return {tv: stack[0] for tv, stack in zip(expr.outputs, stacks)}
         operands = [local[t].astype(plan.dtype, copy=False) for t in expr.inputs]
         with np.errstate(all="ignore"):
             if expr.op_name == "sdpa":
