@@ -1,7 +1,7 @@
 """The transformer block's step on 8 devices: fuserlite (sim, compiled) and JAX, side by side.
 
     python benchmarks/transformer_step.py [--sizes example,large] [--rounds 3] [--steps 30]
-                                          [--no-jax] [--no-amx]
+                                          [--no-jax] [--no-blas]
 
 The block is fuserlite.models.transformer_block (examples/transformer_block.fus:
 layer_norm, q/k/v column-parallel, causal sdpa with dropout, row-parallel output
@@ -18,9 +18,10 @@ fuserlite lowers its Allgathers and ReduceScatters, bfloat16 storage with
 float32 layer_norm and softmax, dropout masks from jax.random (other bits than
 fuserlite's Philox; the same work).
 
-Where the CPU has AMX (kernel/amx.py), a third system runs fuserlite with
-`gemm="amx"` (the library kernels' bfloat16 linears on AMX tiles; `--no-amx` leaves
-it out), reported beside the default `blas` one.
+fuserlite runs with its default gemm ("auto": the library kernels' bfloat16 linears
+on AMX tiles where the CPU has them, kernel/amx.py; else numpy's BLAS), and each row
+says which ran. Where that is AMX, a third system runs fuserlite with `gemm="blas"`
+(numpy's float32 GEMM), reported beside it (`--no-blas` leaves it out).
 
 Each round runs each system in a fresh process, taking turns (fuserlite, JAX,
 fuserlite, ...), so a busy machine slows all alike. A fuserlite process
@@ -55,7 +56,7 @@ DEVICES = 8
 DROPOUT = 0.1
 
 
-def fuserlite_worker(size: dict, steps: int, gemm: str = "blas") -> dict:
+def fuserlite_worker(size: dict, steps: int, gemm: str = "auto") -> dict:
     """One fresh process's numbers for fuserlite (`gemm`: the executor's, kernel/amx.py)."""
     import fuserlite as fl
     from fuserlite import models
@@ -92,6 +93,7 @@ def fuserlite_worker(size: dict, steps: int, gemm: str = "blas") -> dict:
         "cold_s": cold_s,
         "warm_s": warm_s,
         "step_s": statistics.median(times),
+        "gemm": ex.gemm,
     }
 
 
@@ -205,12 +207,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per process")
     parser.add_argument("--no-jax", action="store_true", help="leave JAX out even if importable")
     parser.add_argument(
-        "--no-amx",
+        "--no-blas",
         action="store_true",
-        help="leave out fuserlite with gemm='amx' even where the CPU has AMX",
+        help="leave out fuserlite with gemm='blas' where the default runs AMX",
     )
     parser.add_argument(
-        "--worker", choices=["fuserlite", "fuserlite-amx", "jax"], help=argparse.SUPPRESS
+        "--worker", choices=["fuserlite", "fuserlite-blas", "jax"], help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     sizes = args.sizes.split(",")
@@ -219,22 +221,22 @@ def main() -> int:
         if args.worker == "jax":
             print(json.dumps(jax_worker(size, args.steps)))
         else:
-            gemm = "amx" if args.worker == "fuserlite-amx" else "blas"
+            gemm = "blas" if args.worker == "fuserlite-blas" else "auto"
             print(json.dumps(fuserlite_worker(size, args.steps, gemm)))
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _report import Table, write_json
 
-    from fuserlite.kernel.amx import amx_missing
+    from fuserlite.kernel.amx import check_gemm
 
     systems = ["fuserlite"]
-    missing = amx_missing()
-    if args.no_amx:
-        print("fuserlite with gemm='amx' left out (--no-amx)")
-    elif missing is not None:
-        print(f"fuserlite with gemm='amx' left out: {missing}")
+    default = check_gemm("auto", "compiled", "transformer_step")
+    if default == "blas":
+        print("fuserlite's default gemm is blas here (no AMX): one fuserlite system")
+    elif args.no_blas:
+        print("fuserlite with gemm='blas' left out (--no-blas)")
     else:
-        systems.append("fuserlite-amx")
+        systems.append("fuserlite-blas")
     if args.no_jax:
         print("JAX left out (--no-jax)")
     elif jax_importable():
@@ -253,44 +255,49 @@ def main() -> int:
                     if got is None:
                         continue
                     results[size][system].append(got)
-                    ms = {k: f"{v * 1e3:.2f}" for k, v in got.items()}
+                    ms = {k: f"{v * 1e3:.2f}" for k, v in got.items() if k != "gemm"}
+                    name = f"{system} ({got['gemm']})" if system == "fuserlite" else system
                     table.row(
-                        size, r, system, ms.get("lower_s", "-"), ms.get("cold_s", "-"),
+                        size, r, name, ms.get("lower_s", "-"), ms.get("cold_s", "-"),
                         ms.get("warm_s", "-"), ms.get("compile_s", "-"), ms["step_s"],
                     )  # fmt: skip
                 load.append(os.getloadavg())
     summary = []
     title = "medians over rounds; ratios to JAX (targets: step <= 1.5 at example, 1.0 at large)"
-    columns = ["size", "fuserlite step ms", "jax step ms", "step ratio"]
+    columns = ["size", "gemm", "fuserlite step ms", "jax step ms", "step ratio"]
     columns += ["lower+cold / jax compile", "lower+warm / jax compile"]
-    columns += ["amx step ms", "amx step ratio"]
+    columns += ["blas step ms", "blas step ratio"]
     with Table(title, columns) as table:
         for size in sizes:
             med = {
-                system: {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+                system: {
+                    k: statistics.median(row[k] for row in rows) for k in rows[0] if k != "gemm"
+                }
+                | {"gemm": rows[0].get("gemm")}
                 for system, rows in results[size].items()
                 if rows
             }
-            fus, jx, on_amx = med.get("fuserlite"), med.get("jax"), med.get("fuserlite-amx")
+            fus, jx, blas = med.get("fuserlite"), med.get("jax"), med.get("fuserlite-blas")
             row = {"size": size, "shape": SIZES[size], "fuserlite": fus, "jax": jx}
-            row["fuserlite_amx"] = on_amx
+            row["fuserlite_blas"] = blas
             if fus is not None and jx is not None:
                 row["ratios"] = {
                     "step": fus["step_s"] / jx["step_s"],
                     "cold": (fus["lower_s"] + fus["cold_s"]) / jx["compile_s"],
                     "warm": (fus["lower_s"] + fus["warm_s"]) / jx["compile_s"],
                 }
-            if on_amx is not None and jx is not None:
-                row.setdefault("ratios", {})["amx_step"] = on_amx["step_s"] / jx["step_s"]
+            if blas is not None and jx is not None:
+                row.setdefault("ratios", {})["blas_step"] = blas["step_s"] / jx["step_s"]
             summary.append(row)
             ratios = row.get("ratios", {})
             table.row(
                 size,
+                "-" if fus is None else fus["gemm"],
                 "-" if fus is None else f"{fus['step_s'] * 1e3:.2f}",
                 "-" if jx is None else f"{jx['step_s'] * 1e3:.2f}",
                 *(f"{ratios[k]:.2f}" if k in ratios else "-" for k in ("step", "cold", "warm")),
-                "-" if on_amx is None else f"{on_amx['step_s'] * 1e3:.2f}",
-                f"{ratios['amx_step']:.2f}" if "amx_step" in ratios else "-",
+                "-" if blas is None else f"{blas['step_s'] * 1e3:.2f}",
+                f"{ratios['blas_step']:.2f}" if "blas_step" in ratios else "-",
             )
         table.note(f"load average (1, 5, 15 min) from {load[0]} to {load[-1]}")
     write_json(

@@ -42,25 +42,53 @@ def product(gemm: AmxGemm, a, b, out, weight: bool, bias=None) -> None:
 
 
 def test_gemm_option_is_checked(monkeypatch):
-    with pytest.raises(ExecutionError, match="gemm must be one of 'blas', 'amx', got 'mkl'"):
+    with pytest.raises(
+        ExecutionError, match="gemm must be one of 'auto', 'blas', 'amx', got 'mkl'"
+    ):
         check_gemm("mkl", "compiled", "FusionExecutor")
-    with pytest.raises(ExecutionError, match="compiled compute path.*compute='interpret'"):
+    with pytest.raises(ExecutionError, match="compute='numpy' does not make"):
+        check_gemm("amx", "numpy", "FusionExecutor")
+    assert check_gemm("auto", "numpy", "FusionExecutor") == "blas"  # op by op: no library
+    assert check_gemm("blas", "interpret", "FusionExecutor") == "blas"
+    monkeypatch.setattr(amx, "amx_missing", lambda: None)
+    monkeypatch.setattr(amx, "find_compiler", lambda: "g++")
+    for compute in ("compiled", "interpret"):  # both paths compute the library kernels alike
+        assert check_gemm("auto", compute, "FusionExecutor") == "amx"
+        assert check_gemm("amx", compute, "FusionExecutor") == "amx"
+    monkeypatch.setattr(amx, "find_compiler", lambda: None)
+    assert check_gemm("auto", "interpret", "FusionExecutor") == "blas"
+    with pytest.raises(ExecutionError, match="no C\\+\\+ compiler is on the PATH"):
         check_gemm("amx", "interpret", "FusionExecutor")
     monkeypatch.setattr(amx, "amx_missing", lambda: "the CPU has no amx_bf16")
+    assert check_gemm("auto", "compiled", "FusionExecutor") == "blas"
     with pytest.raises(
         ExecutionError, match="cannot run here: the CPU has no amx_bf16; use gemm='blas'"
     ):
         check_gemm("amx", "compiled", "FusionExecutor")
-    assert check_gemm("blas", "interpret", "FusionExecutor") == "blas"
 
 
-def test_the_executor_refuses_amx_off_the_compiled_path():
+def test_linux_refusing_the_tiles_is_a_reason(monkeypatch):
+    """amx_missing asks Linux for the tile registers itself: a refusal is its reason."""
+    if amx_missing() is not None and "Linux" not in amx_missing():
+        pytest.skip(f"{amx_missing()}")
+
+    class Libc:
+        @staticmethod
+        def syscall(*args):
+            assert args == (158, 0x1023, 18)
+            return -1
+
+    monkeypatch.setattr(amx.ctypes, "CDLL", lambda *a, **k: Libc)
+    assert "Linux refused the process AMX's tile registers" in amx_missing()
+
+
+def test_the_executor_refuses_amx_on_the_numpy_path():
     fusion = models.transformer_block(8, "bfloat16", models.BlockShape(2, 32, 64, 4), 0.1)
-    with pytest.raises(ExecutionError, match="gemm='amx' runs on the compiled compute path"):
-        fl.FusionExecutor(fusion, compute="interpret", gemm="amx")
+    with pytest.raises(ExecutionError, match="gemm='amx' computes library kernels"):
+        fl.FusionExecutor(fusion, compute="numpy", gemm="amx")
+    assert fl.FusionExecutor(fusion, compute="numpy").amx_kernels == 0
 
 
-@needs_amx
 @pytest.mark.parametrize(
     "m, k, n",
     [(1024, 512, 256), (37, 70, 45), (1, 1, 1), (33, 31, 17), (64, 2048, 96), (45, 64, 33)],
@@ -190,11 +218,11 @@ def test_a_transformer_block_on_amx_is_validated_and_calls_it(monkeypatch, tmp_p
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "transformer_block.fus"
 
 
-def test_run_refuses_amx_off_the_compiled_path(capsys):
-    code = main(["run", str(EXAMPLE), "--gemm", "amx", "--compute", "interpret"])
+def test_run_refuses_amx_on_the_numpy_path(capsys):
+    code = main(["run", str(EXAMPLE), "--gemm", "amx", "--compute", "numpy"])
     err = capsys.readouterr().err
     assert code != 0
-    assert "gemm='amx' runs on the compiled compute path" in err
+    assert "gemm='amx' computes library kernels, which compute='numpy' does not make" in err
 
 
 @needs_amx
@@ -230,20 +258,63 @@ def _big_linear() -> fl.Fusion:
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on the PATH")
-def test_a_deep_bf16_linear_is_blas_bits_on_both_paths_and_amx_bits_are_others(tmp_path):
-    """gemm="blas" (the default): compiled and interpreted are bit-identical on a product
-    deep enough to show another sum order; where the CPU has AMX, its bits differ there
-    (the reason it is opted into), validated all the same."""
+def test_a_deep_bf16_linear_is_bit_identical_across_paths_with_either_gemm(tmp_path):
+    """Compiled and interpreted are bit-identical with each gemm on a product deep enough
+    to show another sum order (the interpreted path's library kernels call the same AMX
+    function); AMX's bits differ from BLAS's there, validated all the same, and "auto"
+    is AMX where it can run."""
     fusion = _big_linear()
     inputs = fl.random_inputs(fusion, seed=2)
     compiler = KernelCompiler(cache_dir=tmp_path)
-    (compiled,) = fl.FusionExecutor(fusion, compute=compiler).run(inputs)
-    (interpreted,) = fl.FusionExecutor(fusion, compute="interpret").run(inputs)
-    np.testing.assert_array_equal(compiled.view(np.uint16), interpreted.view(np.uint16))
-    if amx_missing() is None:
-        (on_amx,) = fl.FusionExecutor(fusion, compute=compiler, gemm="amx").run(inputs)
-        assert (on_amx.view(np.uint16) != compiled.view(np.uint16)).any()
-        fl.validate(fusion, inputs, [on_amx])
+    gemms = ["blas"] if amx_missing() is not None else ["blas", "amx"]
+    runs = {}
+    for gemm in gemms:
+        (compiled,) = fl.FusionExecutor(fusion, compute=compiler, gemm=gemm).run(inputs)
+        (interpreted,) = fl.FusionExecutor(fusion, compute="interpret", gemm=gemm).run(inputs)
+        np.testing.assert_array_equal(compiled.view(np.uint16), interpreted.view(np.uint16))
+        fl.validate(fusion, inputs, [compiled])
+        runs[gemm] = compiled
+    assert fl.FusionExecutor(fusion, compute=compiler).gemm == gemms[-1]
+    if "amx" in runs:
+        assert (runs["amx"].view(np.uint16) != runs["blas"].view(np.uint16)).any()
+
+
+@needs_amx
+def test_the_interpreted_path_calls_amx(monkeypatch):
+    fusion = _big_linear()
+    products = []
+    real = AmxGemm.rows
+    monkeypatch.setattr(
+        AmxGemm,
+        "rows",
+        lambda self, a, b, out, *r: products.append(len(out)) or real(self, a, b, out, *r),
+    )
+    ex = fl.FusionExecutor(fusion, compute="interpret")
+    assert (ex.gemm, ex.amx_kernels) == ("amx", 1)
+    ex.run(fl.random_inputs(fusion, seed=0))
+    assert sum(products) == 4  # each of the 4 devices' products
+
+
+@needs_amx
+def test_flushed_subnormals_are_within_the_bounds(tmp_path):
+    """Products of 2**-65 are subnormal (2**-130): AMX flushes each to zero, so a sum of 64
+    of them is 0 where the exact one is 2**-124. The bounds allow a flushing GEMM that
+    (k 2**-126 (1 + max|a| + max|b|)), and nothing near a real error."""
+    with fl.Fusion() as fusion:
+        x = fl.tensor([32, 64], "bfloat16", name="x")
+        w = fl.tensor([32, 64], "bfloat16", name="w")
+        for t in (x, w):
+            fusion.add_input(t)
+        fusion.add_output(fl.linear(x, w))
+    tiny = np.full((32, 64), 2.0**-65, np.float32).astype(BF16)
+    ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path), gemm="amx")
+    (y,) = ex.run([tiny, tiny])
+    assert (y == 0).all()
+    fl.validate(fusion, [tiny, tiny], [y])
+    wrong = y.copy()
+    wrong[3, 4] = 2.0**-100  # far beyond any rounding of these sums: refused
+    with pytest.raises(fl.ValidationError):
+        fl.validate(fusion, [tiny, tiny], [wrong])
 
 
 @needs_amx

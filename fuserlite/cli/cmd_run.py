@@ -445,10 +445,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--gemm",
         choices=GEMMS,
-        default="blas",
-        help="how library kernels compute a linear or matmul of bfloat16 operands: blas "
-        "(the default: numpy's float32 GEMM, the same bits on every compute path) or amx "
-        "(Intel AMX bfloat16 tiles, compiled only: faster, other bits, validated by bounds)",
+        default="auto",
+        help="how library kernels compute a linear or matmul of bfloat16 operands, on the "
+        "compiled and interpreted paths alike: amx (Intel AMX bfloat16 tiles), blas "
+        "(numpy's float32 GEMM) or auto (the default: amx where the CPU and a C++ compiler "
+        "allow, else blas); the report names amx where it ran",
     )
     add_json_option(r)
     r.add_argument(

@@ -1,32 +1,33 @@
-"""bfloat16 GEMMs on Intel AMX tiles: a library kernel's linear or matmul, opted into.
+"""bfloat16 GEMMs on Intel AMX tiles: a library kernel's linear or matmul, wherever it can run.
 
 A library kernel (kernel/library.py) computes a linear or matmul of bfloat16 operands
-in float32: by default numpy's BLAS on float32 copies of them (`gemm="blas"`, the same
-calls on every compute path, so compiled and interpreted runs are bit-identical).
-`FusionExecutor(..., gemm="amx")` computes them instead with AMX's TDPBF16PS, which
+in float32. `FusionExecutor(..., gemm="amx")` computes it with AMX's TDPBF16PS, which
 multiplies bfloat16 tiles straight into float32 accumulators, as XLA's CPU backend
 does for JAX: about 4x numpy's float32 GEMM on one core of this machine (a device's
 1024 x 512 x 256 product with its store to bfloat16: 0.47 ms, against 2.0 ms for
-numpy's GEMM of the float32 copies alone). What it changes, and why it is opt-in:
+numpy's GEMM of the float32 copies alone). `gemm="blas"` is numpy's BLAS on float32
+copies; `gemm="auto"` (the default) is "amx" where this process can run it, else
+"blas" (check_gemm). The compiled and the interpreted path call the same function, so
+they are bit-identical with either gemm. What AMX changes:
 
 - the sum's order and rounding inside a tile are the hardware's own and documented
   by no model: on a Sapphire Rapids core it matched neither a sequential float32 sum
   (either order of each pair), nor pairs summed first, nor an exact sum rounded once,
-  nor a tree (about 170 of 256 elements differ from each). So no numpy path can give
-  its bits: an AMX run is not bit-identical to a "blas" or an interpreted one, and is
-  checked against the float reference by the rounding bounds (a contraction's
+  nor a tree (about 170 of 256 elements differ from each). So no numpy code can give
+  its bits (compute="numpy", op by op, keeps numpy's GEMM), and a run is checked
+  against the float reference by the rounding bounds (a contraction's
   sqrt(k) u |a| @ |b|; AMX's error was 0.02-0.14 of that sigma, BLAS's 0.01-0.20,
   tests/test_amx.py), and against the unsharded run on the same path (each element is
   a function of its row of a and column of b alone, whatever the block of rows or
   columns around it, so a device's columns are the whole product's bits);
 - AMX reads a subnormal bfloat16 (below 2**-126) as zero and flushes a subnormal
-  float32 result to zero (tests/test_amx.py): an error of at most 2**-126 times the
-  other operand per term, or 2**-126 per sum, which the bounds leave out (a run it
-  matters for fails validation: never a silent difference);
+  float32 sum to zero (tests/test_amx.py): an error of at most 2**-126 times the
+  other operand per term, or 2**-126 per sum, which the bounds allow for
+  (reference/rounding.py's _flushed);
 - it needs an x86-64 CPU with amx_tile and amx_bf16 (Sapphire Rapids and later),
-  Linux's permission for the tile registers (arch_prctl, asked once per process) and
-  the compiled compute path; without them `gemm="amx"` is an ExecutionError that says
-  which is missing.
+  Linux's permission for the tile registers (arch_prctl, asked by amx_missing) and a
+  C++ compiler to build it; without them "auto" is "blas" and "amx" an ExecutionError
+  that says which is missing.
 
 A launch's devices' products are one call, a product each (a shared operand given once,
 as a stride-0 axis, its b packed once): b is packed into AMX's pairs of k, zero-padded to
@@ -41,6 +42,7 @@ each with its own tile configuration and buffers.
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import threading
 from pathlib import Path
@@ -49,11 +51,14 @@ import numpy as np
 
 from fuserlite.ir.errors import ExecutionError
 from fuserlite.ir.types import DType
+from fuserlite.kernel.compile import find_compiler
 from fuserlite.kernel.cpu import PRELUDE
 
-GEMMS = ("blas", "amx")
+GEMMS = ("auto", "blas", "amx")
+SYS_ARCH_PRCTL = 158  # x86-64 Linux
+ARCH_REQ_XCOMP_PERM = 0x1023
+XFEATURE_XTILEDATA = 18
 BF16 = DType.bfloat16.numpy
-AMX_SYMBOLS = ("fl_amx_enable", "fl_amx_gemm")
 # After kernel.cpu's PRELUDE: its __float2bfloat16, the rounding every store makes.
 AMX_PRELUDE = (
     PRELUDE
@@ -62,17 +67,9 @@ AMX_PRELUDE = (
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 """
 )
 AMX_SOURCES = {
-    "fl_amx_enable": r"""
-/* The tile registers are off until the process asks Linux for them (once). */
-extern "C" int fl_amx_enable(void) {
-  return (int)syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */);
-}
-""",
     "fl_amx_gemm": r"""
 struct fl_tile_config {
   uint8_t palette, start_row, reserved[14];
@@ -189,8 +186,9 @@ int fl_amx_gemm(long long rows, const uint16_t* A, long long sa, long long lda,
 
 
 def amx_missing() -> str | None:
-    """Why this CPU cannot run AMX's bfloat16 tiles (None where it can): an x86-64 one
-    whose flags (/proc/cpuinfo) name amx_tile and amx_bf16."""
+    """Why this process cannot run AMX's bfloat16 tiles (None where it can): an x86-64
+    CPU whose flags (/proc/cpuinfo) name amx_tile and amx_bf16, on a Linux that grants
+    the process the tile registers (arch_prctl, asked here: granting is idempotent)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return f"the CPU is {platform.machine()}, not x86-64"
     try:
@@ -200,27 +198,52 @@ def amx_missing() -> str | None:
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
                   if line.startswith("flags")), [])  # fmt: skip
     absent = [f for f in ("amx_tile", "amx_bf16") if f not in flags]
+    if absent:
+        return f"the CPU has no {' or '.join(absent)} (AMX: Sapphire Rapids and later)"
+    return _tiles_refused()
+
+
+def _tiles_refused() -> str | None:
+    """Why Linux does not give this process AMX's tile registers, or None where it does."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        granted = libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return "the C library's syscall() cannot be called to ask Linux for the tile registers"
+    if granted:
+        return None
     return (
-        f"the CPU has no {' or '.join(absent)} (AMX: Sapphire Rapids and later)" if absent else None
+        "Linux refused the process AMX's tile registers (arch_prctl ARCH_REQ_XCOMP_PERM: "
+        f"{os.strerror(ctypes.get_errno())})"
     )
 
 
 def check_gemm(gemm: object, compute: str, who: str) -> str:
-    """`gemm` checked: one of GEMMS; "amx" only on the compiled path of a CPU with AMX."""
+    """`gemm` checked and resolved to "blas" or "amx": "auto" is "amx" where this process
+    can run it (amx_missing) on a compute path with library kernels ("compiled" or
+    "interpret") and a C++ compiler to build it, else "blas"; "amx" where it cannot is
+    an ExecutionError that says why."""
     if not isinstance(gemm, str) or gemm not in GEMMS:
         raise ExecutionError(
             f"{who}: gemm must be one of {', '.join(map(repr, GEMMS))}, got {gemm!r}"
         )
-    if gemm == "amx":
-        if compute != "compiled":
-            raise ExecutionError(
-                f"{who}: gemm='amx' runs on the compiled compute path (a C++ compiler), "
-                f"not compute={compute!r}"
-            )
-        why = amx_missing()
-        if why is not None:
-            raise ExecutionError(f"{who}: gemm='amx' cannot run here: {why}; use gemm='blas'")
-    return gemm
+    if gemm == "blas":
+        return gemm
+    if compute == "numpy":  # op by op: no library kernels, numpy's GEMM everywhere
+        if gemm == "auto":
+            return "blas"
+        raise ExecutionError(
+            f"{who}: gemm='amx' computes library kernels, which compute='numpy' does not "
+            "make (it runs every op with numpy); use compute='compiled' or 'interpret'"
+        )
+    why = amx_missing()
+    if why is None and find_compiler() is None:
+        why = "no C++ compiler is on the PATH to build its kernel"
+    if why is None:
+        return "amx"
+    if gemm == "auto":
+        return "blas"
+    raise ExecutionError(f"{who}: gemm='amx' cannot run here: {why}; use gemm='blas'")
 
 
 _LOADING = threading.Lock()
@@ -237,15 +260,10 @@ class AmxGemm:
         with _LOADING:
             if self._function is not None:
                 return self._function
-            loaded = self.compiler.functions(AMX_PRELUDE, AMX_SOURCES)
-            enable = loaded["fl_amx_enable"]
-            enable.restype = ctypes.c_int
-            if enable() != 0:
-                raise ExecutionError(
-                    "gemm='amx': Linux refused the process AMX's tile registers "
-                    "(arch_prctl ARCH_REQ_XCOMP_PERM); use gemm='blas'"
-                )
-            function = loaded["fl_amx_gemm"]
+            refused = _tiles_refused()  # the tile registers are off until a process asks
+            if refused is not None:
+                raise ExecutionError(f"gemm='amx': {refused}; use gemm='blas'")
+            function = self.compiler.functions(AMX_PRELUDE, AMX_SOURCES)["fl_amx_gemm"]
             p, i = ctypes.c_void_p, ctypes.c_longlong
             function.argtypes = [i, p, i, i, p, i, i, i, p, i, p, i, i, ctypes.c_int, i, i, i]
             function.restype = ctypes.c_int

@@ -1,4 +1,4 @@
-"""Library kernels: a kernel of one matmul, linear or sdpa runs numpy's BLAS, planned once.
+"""Library kernels: a kernel of one matmul, linear or sdpa runs numpy's BLAS (or AMX), planned once.
 
 nvFuser gives such a segment to ATen (its expression-evaluator executor) rather than
 generating code for it; fuserlite's counterpart calls numpy's GEMM once per device
@@ -377,6 +377,15 @@ class _Plan:
             self.stacks = ranks[0] >= 2 and ranks[1] == 2 and all(r == 1 for r in ranks[2:])
         else:  # matmul: a[..., k] @ b[k, n]
             self.stacks = ranks[0] >= 2 and ranks[1] == 2
+        # What an AmxGemm computes: a stacked linear or matmul of bfloat16 x and w (as
+        # stored: a library kernel's inputs) in float32, stored in float32 or bfloat16.
+        self.on_amx = (
+            self.stacks
+            and expr.op_name != "sdpa"
+            and self.dtype == np.float32
+            and all(t.dtype.numpy == BF16 for t in expr.inputs[:2])
+            and expr.output.dtype.numpy in (np.float32, BF16)
+        )
 
     def where(self, device: int) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
         """(the outputs' shapes, the first output's start) on `device`."""
@@ -426,7 +435,7 @@ class _Plan:
         `gemm`: an AmxGemm (kernel/amx.py) that computes a linear's or matmul's product of
         bfloat16 operands from their bits (not BLAS's bits), or None."""
         expr = self.expr
-        amx = gemm if gemm is not None and self._on_amx(operands) else None
+        amx = gemm if gemm is not None and self.on_amx else None
         rows = len(devices)
         shapes = self.where(devices[0])[0]
         outs = [np.empty((rows, *s), tv.dtype.numpy) for tv, s in zip(expr.outputs, shapes)]
@@ -496,16 +505,6 @@ class _Plan:
             found = self._buffers[slot] = np.empty(shape, self.dtype)
         return found
 
-    def _on_amx(self, operands: list[tuple[np.ndarray, bool]]) -> bool:
-        """True for a linear or matmul of bfloat16 x and w computed in float32 and stored in
-        float32 or bfloat16: what an AmxGemm computes."""
-        return (
-            self.expr.op_name != "sdpa"
-            and self.dtype == np.float32
-            and all(a.dtype == BF16 for a, _ in operands[:2])
-            and self.expr.output.dtype.numpy in (np.float32, BF16)
-        )
-
     def _gemm(
         self, operands: list[tuple[np.ndarray, bool]], rows: int, out: np.ndarray | None = None
     ) -> np.ndarray:
@@ -573,18 +572,22 @@ class _Plan:
 class LibraryKernels:
     """The library kernels of a program (library_expr), each planned once; `compiler`
     (a KernelCompiler, or None: numpy draws dropout's mask) compiles sdpa's dropout;
-    `gemm`: "blas" (numpy's, on float32 copies of the operands) or "amx" (bfloat16
-    products on AMX tiles, kernel/amx.py; needs the compiler)."""
+    `gemm`: None (numpy's BLAS, on float32 copies of the operands) or an AmxGemm
+    (bfloat16 products on AMX tiles, kernel/amx.py), the same on every compute path."""
 
-    def __init__(self, kernels: Iterable[Kernel], compiler=None, gemm: str = "blas") -> None:
+    def __init__(
+        self, kernels: Iterable[Kernel], compiler=None, gemm: AmxGemm | None = None
+    ) -> None:
         self._plans = {
             id(k): _Plan(k, expr) for k in kernels if (expr := library_expr(k)) is not None
         }
         self.dropout = CompiledDropout(compiler) if compiler is not None else None
         self.casts = CompiledCasts(compiler) if compiler is not None else NumpyCasts
-        if gemm == "amx" and compiler is None:
-            raise ExecutionError("gemm='amx' needs a compiler (the compiled compute path)")
-        self.gemm = AmxGemm(compiler) if gemm == "amx" else None
+        self.gemm = gemm
+
+    def on_amx(self) -> int:
+        """How many of the kernels an AmxGemm computes (0 without one)."""
+        return sum(p.on_amx for p in self._plans.values()) if self.gemm is not None else 0
 
     def __contains__(self, kernel: Kernel) -> bool:
         return id(kernel) in self._plans
@@ -601,7 +604,7 @@ class LibraryKernels:
         expr = plan.expr
         shapes, start = plan.where(device)
         rows = [(local[t][None], False) for t in expr.inputs]  # this device's, as a stack
-        if self.gemm is not None and plan.stacks and plan._on_amx(rows):
+        if self.gemm is not None and plan.on_amx:
             # run_stacked's products on one device: the bits of its launch of every device
             stacks = plan.run_stacked(rows, [device], self.dropout, None, self.casts, self.gemm)
             return {tv: stack[0] for tv, stack in zip(expr.outputs, stacks)}

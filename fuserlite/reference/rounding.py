@@ -73,6 +73,7 @@ from fuserlite.reference.numpy_ops import eval_expr
 from fuserlite.reference.rows import Rows, Span
 
 F64 = np.dtype(np.float64)
+SMALLEST_NORMAL = 2.0**-126  # float32's (and bfloat16's)
 LAMBDA = 10.0  # standard deviations validate allows; a flip is possible within them
 
 
@@ -516,7 +517,10 @@ def _own(op: _Op, differences: Differences) -> list[Own]:
         # + a bias: one more term; a grouped_mm's offsets are no term, and its k bounds
         # the terms of a k group
         k = np.shape(vals[0])[-1] + (len(vals) - 2 if name == "linear" else 0)
-        own = (Source.ORDER, BOTH * np.sqrt(k) * u * _terms(expr, vals, y.shape))
+        own = (
+            Source.ORDER,
+            BOTH * np.sqrt(k) * u * _terms(expr, vals, y.shape) + _flushed(vals, k, u),
+        )
     elif name == "sdpa":
         q, k, v = vals[:3]
         # each score rounded over d terms, exp and softmax a few roundings; p @ v over S
@@ -537,6 +541,18 @@ def _own(op: _Op, differences: Differences) -> list[Own]:
         m = absolute(y) + (absolute(vals[0]) if name == "gelu" else 0)  # gelu: its 1 + tanh
         own = (Source.LIBRARY, LIBM_ULPS * u * m)
     return [own] + [None] * (len(outs) - 1)
+
+
+def _flushed(vals: list, k: int, u: float) -> float:
+    """What a GEMM that flushes subnormals (AMX's, kernel/amx.py) may lose on top of its
+    order, at most: each of k terms a subnormal operand read as 0 (less than 2**-126
+    times the other operand) and each partial sum flushed (less than 2**-126), so
+    k 2**-126 (1 + max|a| + max|b|): about 1e-38 k for values of order 1, nothing a wrong
+    lowering could hide behind. Only a float32 GEMM (AMX's sum) is ever flushed."""
+    if u != UNIT[DType.float32]:
+        return 0.0
+    largest = [float(np.max(absolute(v))) if np.size(v) else 0.0 for v in vals[:2]]
+    return k * SMALLEST_NORMAL * (1.0 + sum(largest))
 
 
 def _plus(e: Err | None, source: Source, sigma: np.ndarray, shape) -> Err:

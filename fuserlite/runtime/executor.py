@@ -32,7 +32,7 @@ from fuserlite.ir.sharding import (
     local_shape,
 )
 from fuserlite.ir.tensor import TensorView
-from fuserlite.kernel.amx import check_gemm
+from fuserlite.kernel.amx import AmxGemm, check_gemm
 from fuserlite.kernel.compile import KernelCompiler
 from fuserlite.kernel.grid_index import GridCache
 from fuserlite.kernel.library import LibraryKernels
@@ -58,7 +58,12 @@ from fuserlite.runtime.backends import BACKENDS, make_backend
 from fuserlite.runtime.backends.mpi_watchdog import check_timeout
 from fuserlite.runtime.collectives import CollectivePlan, collective_plan
 from fuserlite.runtime.communicator import Communicator, Posted, pad_to, ready
-from fuserlite.runtime.compute import CompiledKernels, kernel_path, resolve_compute
+from fuserlite.runtime.compute import (
+    CompiledKernels,
+    default_compiler,
+    kernel_path,
+    resolve_compute,
+)
 from fuserlite.runtime.dispatch import post_communication
 from fuserlite.runtime.host_loops import (
     Await,
@@ -157,7 +162,7 @@ class FusionExecutor:
         compute: str | KernelCompiler | None = None,
         timeout: float | None = None,
         threads: int | None = None,
-        gemm: str = "blas",
+        gemm: str = "auto",
     ) -> None:
         """`pipeline` lowers a Fusion (default: Pipeline.default(progress=progress));
         `compute`: "compiled" (the default where a C++ compiler is found), "interpret" or
@@ -167,9 +172,11 @@ class FusionExecutor:
         300, math.inf for ever; sim never waits); `threads`: how many threads compute a
         launch's devices at once (runtime/threads.py; default the machine's cores; 1:
         the calling thread alone). No value depends on it. `gemm`: how a library kernel's
-        linear or matmul of bfloat16 operands is computed: "blas" (numpy's GEMM of their
-        float32 values, the same bits on every compute path) or "amx" (Intel AMX's
-        bfloat16 tiles, compiled only: faster, other bits, fuserlite/kernel/amx.py)."""
+        linear or matmul of bfloat16 operands is computed, on the compiled and the
+        interpreted path alike (so their bits agree): "amx" (Intel AMX's bfloat16 tiles,
+        fuserlite/kernel/amx.py), "blas" (numpy's GEMM of their float32 values), or
+        "auto" (the default: amx where the CPU, Linux and a C++ compiler allow it, else
+        blas); `self.gemm` says which was chosen."""
         who = "FusionExecutor"
         self.threads = DeviceThreads(check_workers(threads, who))
         args.instance(ir, (Fusion, Program), who, "fusion", "a Fusion or a Program", ExecutionError)
@@ -237,7 +244,11 @@ class FusionExecutor:
         # Kernels of one matmul, linear or sdpa: numpy's BLAS, sdpa's dropout compiled.
         self._library = None
         if self._kernels is not None:
-            self._library = LibraryKernels(program.kernels, compiler, self.gemm)
+            # AMX's GEMM is built by the compiled path's compiler, or (interpreted) the default
+            amx = AmxGemm(compiler or default_compiler()) if self.gemm == "amx" else None
+            self._library = LibraryKernels(program.kernels, compiler, amx)
+        # How many library kernels run on AMX (what the run report names)
+        self.amx_kernels = self._library.on_amx() if self._library is not None else 0
         self._launches: dict[int, KernelLaunch] | None = None  # made at the first run
         self._library_launches: dict[int, LibraryLaunch | ViewLaunch] = {}  # with them
         self._blas_spread = False  # some library launch runs on the threads (with them)

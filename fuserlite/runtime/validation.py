@@ -45,7 +45,7 @@ class Validation:
     unsharded: Comparison | None  # the sharded result against the unsharded run
     no_unsharded: str  # why there is no unsharded run ("" where there is one)
     reference: Comparison  # the result against the float reference
-    gemm: str = "blas"  # how its library kernels' bfloat16 GEMMs ran (kernel/amx.py)
+    gemm: str = "blas"  # "amx" where some library kernel's GEMM ran on AMX (kernel/amx.py)
 
     def lines(self) -> list[str]:
         """The report: each comparison's summary, its details indented."""
@@ -107,10 +107,11 @@ def validate_run(
         unsharded,
         other if isinstance(other, str) else "",
         reference,
-        executor.gemm,
+        "amx" if executor.amx_kernels else "blas",
     )
 
 
 def _path(run: FusionExecutor | Validation) -> str:
     """`compiled`, or `compiled, gemm=amx` where AMX computed the bfloat16 GEMMs."""
-    return run.compute if run.gemm == "blas" else f"{run.compute}, gemm={run.gemm}"
+    gemm = run.gemm if isinstance(run, Validation) else "amx" if run.amx_kernels else "blas"
+    return run.compute if gemm == "blas" else f"{run.compute}, gemm={gemm}"
