@@ -237,9 +237,30 @@ def test_run_with_amx_validates(capsys, tmp_path):
 @needs_amx
 def test_run_json_says_which_gemm_ran(capsys, tmp_path):
     args = ["run", str(EXAMPLE), "--json", "--cache-dir", str(tmp_path / "k")]
-    for gemm in ("blas", "amx"):
-        assert main([*args, "--gemm", gemm]) == 0
+    for flags, gemm in ((["--gemm", "blas"], "blas"), (["--gemm", "amx"], "amx"), ([], "amx")):
+        assert main([*args, *flags]) == 0
         assert json.loads(capsys.readouterr().out)["validation"]["gemm"] == gemm
+
+
+def test_auto_is_blas_where_amx_cannot_run(capsys, monkeypatch):
+    monkeypatch.setattr(amx, "amx_missing", lambda: "the CPU has no amx_tile")
+    assert main(["run", str(EXAMPLE), "--json", "--compute", "interpret"]) == 0
+    assert json.loads(capsys.readouterr().out)["validation"]["gemm"] == "blas"
+
+
+@needs_amx
+def test_the_report_names_amx_only_where_a_kernel_ran_on_it(capsys, tmp_path):
+    """A float32 program has no bfloat16 GEMM: gemm='amx' is chosen, and nothing says it."""
+    with fl.Fusion() as fusion:
+        x = fl.tensor([64, 32], "float32", name="x")
+        w = fl.tensor([16, 32], "float32", name="w")
+        for t in (x, w):
+            fusion.add_input(t)
+        fusion.add_output(fl.linear(x, w))
+    ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path))
+    assert (ex.gemm, ex.amx_kernels) == ("amx", 0)
+    inputs = fl.random_inputs(fusion, seed=0)
+    assert validate_run(ex, inputs, ex.run(inputs)).gemm == "blas"
 
 
 def _big_linear() -> fl.Fusion:
