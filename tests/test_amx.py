@@ -36,6 +36,29 @@ def gemm(tmp_path_factory) -> AmxGemm:
     return AmxGemm(KernelCompiler(cache_dir=tmp_path_factory.mktemp("amx")))
 
 
+def counted_products(monkeypatch) -> list[int]:
+    """The number of products of each AmxGemm.rows call from now on (each still made)."""
+    products: list[int] = []
+    real = AmxGemm.rows
+    monkeypatch.setattr(
+        AmxGemm,
+        "rows",
+        lambda self, a, b, out, *r: products.append(len(out)) or real(self, a, b, out, *r),
+    )
+    return products
+
+
+def one_linear(dtype: str, m: int, k: int, n: int) -> fl.Fusion:
+    """y = linear(x[m, k], w[n, k]) on one device."""
+    with fl.Fusion() as fusion:
+        x = fl.tensor([m, k], dtype, name="x")
+        w = fl.tensor([n, k], dtype, name="w")
+        for t in (x, w):
+            fusion.add_input(t)
+        fusion.add_output(fl.linear(x, w))
+    return fusion
+
+
 def product(gemm: AmxGemm, a, b, out, weight: bool, bias=None) -> None:
     """One product through AmxGemm.rows (a leading axis of one)."""
     gemm.rows(a[None], b[None], out[None], weight, None if bias is None else bias[None])
@@ -198,13 +221,7 @@ def test_a_subnormal_operand_reads_as_zero_and_a_subnormal_result_is_flushed(gem
 def test_a_transformer_block_on_amx_is_validated_and_calls_it(monkeypatch, tmp_path):
     fusion = models.transformer_block(8, "bfloat16", models.BlockShape(2, 32, 64, 4), 0.1)
     inputs = fl.random_inputs(fusion, seed=0)
-    products = []
-    real = AmxGemm.rows
-    monkeypatch.setattr(
-        AmxGemm,
-        "rows",
-        lambda self, a, b, out, *r: products.append(len(out)) or real(self, a, b, out, *r),
-    )
+    products = counted_products(monkeypatch)
     ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path), gemm="amx")
     outputs = ex.run(inputs)
     # q, k, v, the projection and the MLP's two on each device: a call per launch (or
@@ -251,12 +268,7 @@ def test_auto_is_blas_where_amx_cannot_run(capsys, monkeypatch):
 @needs_amx
 def test_the_report_names_amx_only_where_a_kernel_ran_on_it(capsys, tmp_path):
     """A float32 program has no bfloat16 GEMM: gemm='amx' is chosen, and nothing says it."""
-    with fl.Fusion() as fusion:
-        x = fl.tensor([64, 32], "float32", name="x")
-        w = fl.tensor([16, 32], "float32", name="w")
-        for t in (x, w):
-            fusion.add_input(t)
-        fusion.add_output(fl.linear(x, w))
+    fusion = one_linear("float32", 64, 32, 16)
     ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path))
     assert (ex.gemm, ex.amx_kernels) == ("amx", 0)
     inputs = fl.random_inputs(fusion, seed=0)
@@ -303,13 +315,7 @@ def test_a_deep_bf16_linear_is_bit_identical_across_paths_with_either_gemm(tmp_p
 @needs_amx
 def test_the_interpreted_path_calls_amx(monkeypatch):
     fusion = _big_linear()
-    products = []
-    real = AmxGemm.rows
-    monkeypatch.setattr(
-        AmxGemm,
-        "rows",
-        lambda self, a, b, out, *r: products.append(len(out)) or real(self, a, b, out, *r),
-    )
+    products = counted_products(monkeypatch)
     ex = fl.FusionExecutor(fusion, compute="interpret")
     assert (ex.gemm, ex.amx_kernels) == ("amx", 1)
     ex.run(fl.random_inputs(fusion, seed=0))
@@ -321,12 +327,7 @@ def test_flushed_subnormals_are_within_the_bounds(tmp_path):
     """Products of 2**-65 are subnormal (2**-130): AMX flushes each to zero, so a sum of 64
     of them is 0 where the exact one is 2**-124. The bounds allow a flushing GEMM that
     (k 2**-126 (1 + max|a| + max|b|)), and nothing near a real error."""
-    with fl.Fusion() as fusion:
-        x = fl.tensor([32, 64], "bfloat16", name="x")
-        w = fl.tensor([32, 64], "bfloat16", name="w")
-        for t in (x, w):
-            fusion.add_input(t)
-        fusion.add_output(fl.linear(x, w))
+    fusion = one_linear("bfloat16", 32, 64, 32)
     tiny = np.full((32, 64), 2.0**-65, np.float32).astype(BF16)
     ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path), gemm="amx")
     (y,) = ex.run([tiny, tiny])
@@ -351,13 +352,7 @@ def test_an_uneven_contraction_runs_each_device_on_amx_and_validates(monkeypatch
             fusion.add_input(t)
             shard_axis(t, 1, mesh)
         fusion.add_output(fl.linear(x, w))
-    products = []
-    real = AmxGemm.rows
-    monkeypatch.setattr(
-        AmxGemm,
-        "rows",
-        lambda self, a, b, out, *r: products.append(len(out)) or real(self, a, b, out, *r),
-    )
+    products = counted_products(monkeypatch)
     inputs = fl.random_inputs(fusion, seed=0)
     ex = fl.FusionExecutor(fusion, compute=KernelCompiler(cache_dir=tmp_path), gemm="amx")
     outputs = ex.run(inputs)
