@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import pickle
+
 import numpy as np
 import pytest
 
 import fuserlite as fl
 from fuserlite.ir.types import ParallelType
+from fuserlite.ir.values import interned_count
 from fuserlite.plan.mesh_axes import teams as plan_teams
 
 DIDx, DIDy, DIDz = ParallelType.DIDx, ParallelType.DIDy, ParallelType.DIDz
@@ -139,3 +144,23 @@ def test_meshes_compare_by_ids_and_shape_only():
     assert a == a and a == same and hash(a) == hash(same)  # names are not compared
     assert a != fl.DeviceMesh([0, 1, 2, 3]) and a != fl.DeviceMesh([[0, 2], [1, 3]])
     assert a != None and a != (0, 1, 2, 3)  # noqa: E711 - not a mesh: not equal
+
+
+def test_a_mesh_is_a_value_made_once_per_content() -> None:
+    """Meshes made alike are one object (the facts they key compare them by identity, in
+    C), whatever made them; names make another value, equal all the same; pickling and
+    copying keep the one object."""
+    a = fl.DeviceMesh.for_num_devices(6)
+    assert fl.DeviceMesh(list(range(6))) is a and fl.DeviceMesh(np.arange(6)) is a
+    named = fl.DeviceMesh(list(range(6)), axis_names=["tp"])
+    assert named is not a and named == a and hash(named) == hash(a)
+    assert named.axis_names == ("tp",) and a.axis_names is None
+    grid = fl.DeviceMesh.for_shape([2, 3])
+    assert grid is not a and grid != a and fl.DeviceMesh([[0, 1, 2], [3, 4, 5]]) is grid
+    for mesh in (a, named, grid):
+        assert pickle.loads(pickle.dumps(mesh)) is mesh
+        assert copy.copy(mesh) is mesh and copy.deepcopy(mesh) is mesh
+    before = interned_count()
+    fl.DeviceMesh([97, 98, 99])  # held by nobody: the table lets it go
+    gc.collect()
+    assert interned_count() == before

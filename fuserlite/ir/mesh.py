@@ -27,6 +27,7 @@ from fuserlite.ir.args import LIST_LIMIT, abbreviate, fail, integer, is_integer
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.teams import teams as index_teams
 from fuserlite.ir.types import DEVICE_PARALLEL_TYPES, ParallelType
+from fuserlite.ir.values import interned
 
 # Device ids are 0..MAX_DEVICES-1, so a mesh has at most MAX_DEVICES devices: far more
 # than a simulated run in one process or one machine's MPI ranks can use, and small
@@ -157,6 +158,37 @@ def _axis_names(names: object, rank: int) -> tuple[str, ...] | None:
     return names
 
 
+def _checked(devices: object) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(flat device ids, shape) of a DeviceMesh's `devices`, or a FusionError."""
+    accepted = (
+        f"a list of distinct device ids in 0..{MAX_DEVICES - 1}, or a list of equally "
+        "long such lists (an N-D mesh)"
+    )
+    first, depth = devices.tolist() if isinstance(devices, np.ndarray) else devices, 0
+    while _is_row(first) and first and depth <= MAX_MESH_RANK:
+        first, depth = first[0], depth + 1
+    if depth > MAX_MESH_RANK:
+        raise FusionError(
+            f"DeviceMesh: {_short(devices)} has more than {MAX_MESH_RANK} axes; a mesh has "
+            f"at most {MAX_MESH_RANK} (DIDz, DIDy, DIDx): merge some axes into one"
+        )
+    devs, shape = _flatten(devices, accepted)
+    if not devs:
+        raise FusionError(f"DeviceMesh: a mesh needs at least one device, got {_short(devices)}")
+    if len(devs) > MAX_DEVICES:
+        raise FusionError(
+            f"DeviceMesh: {len(devs)} devices; a mesh has at most {MAX_DEVICES} "
+            f"(device ids 0..{MAX_DEVICES - 1})"
+        )
+    if len(set(devs)) != len(devs):
+        twice = sorted(d for d, n in Counter(devs).items() if n > 1)
+        what = f"DeviceMesh{{{abbreviate(devs)}}}" if len(shape) == 1 else _short(devices)
+        raise FusionError(
+            f"{what} lists a device twice ({twice[0]}); every device of a mesh appears once"
+        )
+    return devs, shape
+
+
 _DEVICE_NAMES = frozenset(n for pt in DEVICE_PARALLEL_TYPES for n in (pt.name, pt.value))
 
 
@@ -169,40 +201,35 @@ class DeviceMesh:
     shape: tuple[int, ...]
     axis_names: tuple[str, ...] | None = field(default=None, compare=False)  # axis 0 first
 
-    def __init__(self, devices, axis_names: Sequence[str] | None = None) -> None:
-        accepted = (
-            f"a list of distinct device ids in 0..{MAX_DEVICES - 1}, or a list of equally "
-            "long such lists (an N-D mesh)"
-        )
-        first, depth = devices.tolist() if isinstance(devices, np.ndarray) else devices, 0
-        while _is_row(first) and first and depth <= MAX_MESH_RANK:
-            first, depth = first[0], depth + 1
-        if depth > MAX_MESH_RANK:
-            raise FusionError(
-                f"DeviceMesh: {_short(devices)} has more than {MAX_MESH_RANK} axes; a mesh has "
-                f"at most {MAX_MESH_RANK} (DIDz, DIDy, DIDx): merge some axes into one"
-            )
-        devs, shape = _flatten(devices, accepted)
-        if not devs:
-            raise FusionError(
-                f"DeviceMesh: a mesh needs at least one device, got {_short(devices)}"
-            )
-        if len(devs) > MAX_DEVICES:
-            raise FusionError(
-                f"DeviceMesh: {len(devs)} devices; a mesh has at most {MAX_DEVICES} "
-                f"(device ids 0..{MAX_DEVICES - 1})"
-            )
-        if len(set(devs)) != len(devs):
-            twice = sorted(d for d, n in Counter(devs).items() if n > 1)
-            what = f"DeviceMesh{{{abbreviate(devs)}}}" if len(shape) == 1 else _short(devices)
-            raise FusionError(
-                f"{what} lists a device twice ({twice[0]}); every device of a mesh appears once"
-            )
-        object.__setattr__(self, "devices", devs)
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "axis_names", _axis_names(axis_names, len(shape)))
+    def __new__(cls, devices, axis_names: Sequence[str] | None = None) -> DeviceMesh:
+        """The mesh of `devices` (a list, or equally long lists: an N-D mesh): a value, made
+        once per content (ids, shape and names) while it lives, so the meshes of programs
+        built alike are one object (fuserlite.ir.values), compared by identity first."""
+        devs, shape = _checked(devices)
+        names = _axis_names(axis_names, len(shape))
+        return interned((cls, devs, shape, names), cls._made, devs, shape, names)
+
+    @classmethod
+    def _made(cls, devs: tuple[int, ...], shape: tuple[int, ...], names) -> DeviceMesh:
+        mesh = object.__new__(cls)
+        object.__setattr__(mesh, "devices", devs)
+        object.__setattr__(mesh, "shape", shape)
+        object.__setattr__(mesh, "axis_names", names)
         # Hashed once: a mesh is an argument of many facts (fuserlite.ir.values).
-        object.__setattr__(self, "_hash", hash((devs, shape)))
+        object.__setattr__(mesh, "_hash", hash((devs, shape)))
+        return mesh
+
+    def __init__(self, devices, axis_names: Sequence[str] | None = None) -> None:
+        """Made by __new__ (checked and interned): nothing is left to set."""
+
+    def __reduce__(self) -> tuple:
+        return (DeviceMesh, (self.tolist(), self.axis_names))
+
+    def __copy__(self) -> DeviceMesh:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> DeviceMesh:
+        return self
 
     def __hash__(self) -> int:
         return self._hash

@@ -2,8 +2,11 @@
 
 An IterDomain and a TensorDomain are values: made once per distinct content, so two
 alike are the same object (`a.domain is b.domain`), compared and hashed by identity
-(in C), usable as dict keys. The table that interns them holds them weakly: a value
-nobody holds is dropped, and one made again later is made anew (nothing can tell).
+(in C), usable as dict keys. A DeviceMesh is interned too (by its ids, shape and axis
+names), so meshes made alike are one object, though it keeps its content's hash and
+equality (two meshes differing only in names are equal). The table that interns them
+holds them weakly: a value nobody holds is dropped, and one made again later is made
+anew (nothing can tell).
 
 A fact about values (a domain's sharding, its local shape on a mesh, a schedule
 replayed onto it, its structural checks) is a function of them, cached with `fact`:
