@@ -1,4 +1,4 @@
-"""Library kernels: a kernel of one matmul, linear or sdpa runs numpy's BLAS (or AMX), planned once.
+"""Library kernels: a kernel of one matmul, linear or sdpa runs a GEMM library, planned once.
 
 nvFuser gives such a segment to ATen (its expression-evaluator executor) rather than
 generating code for it; fuserlite's counterpart calls numpy's GEMM once per device
@@ -7,7 +7,8 @@ its operands cast to the compute dtype, its outputs stored in their dtype: the s
 numpy calls on the same arrays as the op-by-op path, so the same bits, without that
 path's per-expression checks. What each device's call needs (its outputs' shapes, its
 first output's global start) is worked out once per device, as the lowered program
-never changes.
+never changes. Where the executor's gemm is "amx", a bfloat16 linear or matmul runs on
+AMX tiles instead (kernel/amx.py), on the compiled and the interpreted path alike.
 
 sdpa's dropout draws its Philox numbers inside a compiled function at each element's
 global linear index (DROPOUT_SOURCE, after numerics.philox.C_SOURCE: the generator the

@@ -107,11 +107,16 @@ def validate_run(
         unsharded,
         other if isinstance(other, str) else "",
         reference,
-        "amx" if executor.amx_kernels else "blas",
+        _gemm_ran(executor),
     )
 
 
 def _path(run: FusionExecutor | Validation) -> str:
     """`compiled`, or `compiled, gemm=amx` where AMX computed the bfloat16 GEMMs."""
-    gemm = run.gemm if isinstance(run, Validation) else "amx" if run.amx_kernels else "blas"
+    gemm = run.gemm if isinstance(run, Validation) else _gemm_ran(run)
     return run.compute if gemm == "blas" else f"{run.compute}, gemm={gemm}"
+
+
+def _gemm_ran(executor: FusionExecutor) -> str:
+    """ "amx" where some library kernel of the executor runs on AMX, else "blas"."""
+    return "amx" if executor.amx_kernels else "blas"
