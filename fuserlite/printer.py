@@ -21,7 +21,6 @@ from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import Axis, TensorView
 from fuserlite.ir.types import MemoryType
-from fuserlite.ops.registry import definition
 
 
 def extent_text(dom: TensorDomain, p: int) -> str:
@@ -174,7 +173,7 @@ def expr_text(expr: Expr, namer: Namer) -> str:
     if hasattr(expr, "describe"):  # communications and other lowered nodes
         return expr.describe(namer)
     outs = "\n".join(namer.tensor(o) for o in expr.outputs)
-    d = definition(expr)
+    d = expr.op_def
     if d is None:  # an expression of no registered op
         args = ", ".join(namer.tensor(i) for i in expr.inputs)
         return f"{outs}\n   = {expr.op_name}( {args} )"

@@ -41,7 +41,7 @@ from fuserlite.ir.placement import Placement
 from fuserlite.ir.sharding import layout_facts, sharding_problem
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.values import fact
-from fuserlite.ops.registry import definition, is_pointwise, operand_to_output, positional_map
+from fuserlite.ops.registry import is_pointwise, operand_to_output, positional_map
 from fuserlite.ops.sharding import (
     chunks_correspond,
     moves_data,
@@ -118,7 +118,7 @@ def _propagate_meshes(exprs: list[Expr], missing: int) -> None:
 def _inherit_sharding(expr: Expr, out: TensorView) -> None:
     """Give `out`, on each mesh axis, the sharding of its first producer sharded there on a
     data axis that maps to a data axis of out (nesting kept)."""
-    d = definition(expr)
+    d = expr.op_def
     if d is not None and d.reads_layouts_only and out is expr.outputs[0]:
         # A positional op's axis maps are its layouts' (propagation_axis_map): what out
         # inherits is a fact of the layouts alone, worked out once for a chain of them.

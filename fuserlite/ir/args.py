@@ -166,6 +166,9 @@ def scalar(
     value: object, who: str, arg: str, error: type[FuserliteError] = FusionError
 ) -> bool | int | float:
     """A Python or numpy bool, integer or real float, as the Python value."""
+    kind = type(value)
+    if kind is float or kind is int or kind is bool:  # most scalars: nothing to convert
+        return value
     if isinstance(value, (np.bool_, np.integer, np.floating)):  # np.float64 is a float too
         return value.item()
     for kind in (bool, int, float):  # plain values, also from subclasses (IntEnum)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuserlite.ir.changes import GraphList, expr_changed
+from fuserlite.ir.changes import GraphList, expr_changed, tensor_changed
 
 if TYPE_CHECKING:
     from fuserlite.ir.tensor import TensorView
@@ -37,6 +37,10 @@ class Expr:
     assigning new ones (`e.inputs = [...]`), never in place."""
 
     op_name = "expr"
+    # The definition of the expression's op (an OpDef: fuserlite.ops sets it where the
+    # expression is made, or on the class for Set; the IR knows no ops), None for a node
+    # of no registered op (a communication). Asked of every expression by every pass.
+    op_def: object = None
     # Graph nodes of fixed fields: a kind adds its own slots (Set its cache op), or its
     # attributes in a dict where it has many (communications).
     __slots__ = ("inputs", "outputs")
@@ -51,12 +55,16 @@ class Expr:
         cls._shared_members = tuple(_slot_member(cls, n) for n in cls._shared_slots)
 
     def __init__(self, inputs: list[TensorView], outputs: list[TensorView]) -> None:
-        _set(self, "inputs", GraphList(inputs))
-        _set(self, "outputs", GraphList(outputs))
+        inputs, outputs = GraphList(inputs), GraphList(outputs)
+        _inputs(self, inputs)
+        _outputs(self, outputs)
         expr_changed(self)
-        for out in self.outputs:
-            out.definition = self
-        for inp in self.inputs:
+        for out in outputs:  # `out.definition = self`, its edit heard once for them all
+            _set(out, "definition", self)
+            tensor_changed(out)
+        if outputs:
+            outputs[0].fusion.graph_edited()
+        for inp in inputs:
             inp.uses.append(self)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -74,9 +82,23 @@ class Expr:
     def copy_between(self, mapping: dict) -> Expr:
         """A copy of this expression between the copies (`mapping`) of its tensors,
         linked to them (their definition and uses); its other attributes shared."""
-        cls = type(self)
-        e = cls.__new__(cls)
-        for member in cls._shared_members:
+        e = _new(type(self))
+        self._share_fields(e)
+        copied = mapping.__getitem__
+        inputs = GraphList(map(copied, self.inputs))
+        outputs = GraphList(map(copied, self.outputs))
+        _inputs(e, inputs)
+        _outputs(e, outputs)
+        for t in outputs:
+            _set(t, "definition", e)  # a new tensor of a new fusion: unheard
+        for t in inputs:
+            t.uses.append(e)
+        return e
+
+    def _share_fields(self, e: Expr) -> None:
+        """Give the copy `e` this expression's fields but the graph's lists (a kind of
+        fixed fields overrides it: one setter call per field)."""
+        for member in type(self)._shared_members:
             try:
                 value = member.__get__(self)
             except AttributeError:  # a slot never set stays unset in the copy
@@ -85,15 +107,6 @@ class Expr:
         attrs = getattr(self, "__dict__", None)
         if attrs is not None:
             e.__dict__.update(attrs)
-        inputs = GraphList([mapping[t] for t in self.inputs])
-        outputs = GraphList([mapping[t] for t in self.outputs])
-        _set(e, "inputs", inputs)
-        _set(e, "outputs", outputs)
-        for t in outputs:
-            object.__setattr__(t, "definition", e)  # a new tensor of a new fusion: unheard
-        for t in inputs:
-            t.uses.append(e)
-        return e
 
     @property
     def input(self) -> TensorView:
@@ -151,6 +164,10 @@ class Expr:
         outs = ", ".join(t.name for t in self.outputs)
         return f"<{type(self).__name__} {outs} = {self.op_name}({ins})>"
 
+
+_new = object.__new__
+_inputs = Expr.__dict__["inputs"].__set__
+_outputs = Expr.__dict__["outputs"].__set__
 
 # nvFuser's CacheOp: the cache hint of a load (printed as `cache_op=Streaming`).
 CACHE_OPS = ("Unspecified", "AllLevels", "Streaming", "Global")

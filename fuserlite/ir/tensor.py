@@ -9,7 +9,6 @@ naming axis `position` of the tensor's domain, which no primitive moves: nvFuser
 from __future__ import annotations
 
 import math
-import operator
 from typing import TYPE_CHECKING
 
 from fuserlite.ir import args
@@ -194,9 +193,6 @@ _FIELDS = (
     "origin",
     "number",
 )
-# What copy_into takes over as it is (a copy is of another fusion, unlinked), read at once.
-_COPIED = tuple(n for n in _FIELDS if n not in ("fusion", "definition", "uses"))
-_copied_values = operator.attrgetter(*_COPIED)
 
 
 class TensorView:
@@ -225,16 +221,24 @@ class TensorView:
         number: int | None = None,
     ) -> None:
         domain = logical if type(logical) is TensorDomain else TensorDomain(logical, contiguity)
-        # _INITIAL's fields, in its order, each by its slot's own setter (no name looked
-        # up): a fusion's builder makes a tensor per op.
-        values = (fusion, domain, dtype, memory_type, None, None, [], 0, 0, None, None)
-        for setter, value in zip(_SETTERS, values):
-            setter(self, value)
+        # Each field by its slot's own setter, named once below the class (no name looked
+        # up, no loop): a fusion's builder makes a tensor per op, a lowering copies each.
+        _fusion(self, fusion)
+        _domain(self, domain)
+        _dtype(self, dtype)
+        _memory_type(self, memory_type)
+        _mesh(self, None)
+        _definition(self, None)
+        _uses(self, [])
+        _compute_at_pos(self, 0)
+        _produce_pos(self, 0)
+        _user_name(self, None)
+        _origin(self, None)
         self.domain: TensorDomain
         self.mesh: DeviceMesh | None
         self.definition: Expr | None
         self.uses: list[Expr]
-        _set(self, "number", fusion.register_tensor(self, number))
+        _number(self, fusion.register_tensor(self, number))
         tensor_changed(self)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -248,11 +252,19 @@ class TensorView:
     def copy_into(self, fusion: Fusion) -> TensorView:
         """A copy of this tensor in `fusion` (its domain is a value: shared), unlinked:
         no definition, no uses."""
-        tv = TensorView.__new__(TensorView)
-        for setter, value in zip(_COPY_SETTERS, _copied_values(self)):
-            setter(tv, value)
-        for setter, value in zip(_UNLINKED_SETTERS, (fusion, None, [])):
-            setter(tv, value)
+        tv = _new(TensorView)
+        _fusion(tv, fusion)
+        _domain(tv, self.domain)
+        _dtype(tv, self.dtype)
+        _memory_type(tv, self.memory_type)
+        _mesh(tv, self.mesh)
+        _definition(tv, None)
+        _uses(tv, [])
+        _compute_at_pos(tv, self.compute_at_pos)
+        _produce_pos(tv, self.produce_pos)
+        _user_name(tv, self._user_name)
+        _origin(tv, self.origin)
+        _number(tv, self.number)
         return tv
 
     # -- naming and shape ---------------------------------------------------
@@ -481,13 +493,19 @@ def _shape(dom: TensorDomain) -> tuple[int, ...]:
     return tuple(ax.extent for ax in dom.logical if not ax.is_reduction)
 
 
-# What TensorView.__init__ sets first (`number` comes from the fusion), and the setters of
-# their slots.
-_INITIAL = ("fusion", "domain", "dtype", "memory_type", "mesh", "definition", "uses")
-_INITIAL += ("compute_at_pos", "produce_pos", "_user_name", "origin")
-_SETTERS = tuple(TensorView.__dict__[name].__set__ for name in _INITIAL)
-# copy_into's: the fields it copies, then those it sets anew.
-_COPY_SETTERS = tuple(TensorView.__dict__[name].__set__ for name in _COPIED)
-_UNLINKED_SETTERS = tuple(
-    TensorView.__dict__[name].__set__ for name in ("fusion", "definition", "uses")
-)
+# The setter of each slot (a C call, no name looked up): what __init__ and copy_into set.
+(
+    _fusion,
+    _domain,
+    _dtype,
+    _memory_type,
+    _mesh,
+    _definition,
+    _uses,
+    _compute_at_pos,
+    _produce_pos,
+    _user_name,
+    _origin,
+    _number,
+) = (TensorView.__dict__[name].__set__ for name in _FIELDS)
+_new = object.__new__

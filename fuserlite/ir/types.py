@@ -11,7 +11,14 @@ from fuserlite.ir.errors import FusionError
 from fuserlite.ir.values import fact
 
 
-class IterType(Enum):
+class _Kind(Enum):
+    """An enumeration of the IR, hashed by identity in C (its members are singletons):
+    Enum's own hash is a Python call, and these are keys of most facts."""
+
+    __hash__ = object.__hash__
+
+
+class IterType(_Kind):
     """What an IterDomain iterates over: real data, a broadcast, or a reduction."""
 
     ITERATION = "i"
@@ -19,7 +26,7 @@ class IterType(Enum):
     REDUCTION = "r"
 
 
-class ParallelType(Enum):
+class ParallelType(_Kind):
     """How a loop axis is executed; the value is nvFuser's printed text."""
 
     DIDx = "deviceIdx.x"
@@ -85,7 +92,7 @@ MAX_THREADS = 1024  # CUDA's limit on a threadIdx extent (and on threads per blo
 MAX_FACTOR = 2**31 - 1  # loop extents are 32-bit in CUDA's grid
 
 
-class DType(Enum):
+class DType(_Kind):
     """Element types; the value is nvFuser's printed name."""
 
     float32 = "float"
@@ -237,7 +244,7 @@ def _promote_pair(a: DType, b: DType) -> DType:
     return a if a is b else DType.float32  # float16 with bfloat16
 
 
-class MemoryType(Enum):
+class MemoryType(_Kind):
     """Where a TensorView lives: global (fusion inputs/outputs), local, or shared."""
 
     GLOBAL = "g"

@@ -30,7 +30,7 @@ from fuserlite.kernel.indexing import (
     lowering_key,
 )
 from fuserlite.kernel.reduction import Reduction, reduction_of
-from fuserlite.ops.registry import compute_dtype, definition, is_indexed
+from fuserlite.ops.registry import compute_dtype, is_indexed
 from fuserlite.program.program import Kernel
 from fuserlite.schedule.axis_maps import axis_positions, producer_coords, producer_positions
 from fuserlite.schedule.grid import GridAxis, kernel_grid
@@ -242,7 +242,7 @@ def _batch_key(step: Step, registers: set[int], layouts: dict) -> tuple | None:
     its scalars; None for a step evaluated alone (an indexed op, or one of several
     outputs)."""
     expr = step.expr
-    d = definition(expr)
+    d = expr.op_def
     if d is None or d.indexed or len(expr.outputs) != 1:
         return None
     out = expr.outputs[0]

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fuserlite.ir import args
-from fuserlite.ir.domain import IterDomain
+from fuserlite.ir.domain import IterDomain, TensorDomain
 from fuserlite.ir.errors import FusionError
 from fuserlite.ir.fusion import Fusion, active_fusion
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import DType, IterType
+from fuserlite.ir.values import fact
 from fuserlite.ops.registry import Param
 
 MAX_RANK = 64  # numpy's limit on the number of array dimensions
@@ -72,13 +73,17 @@ def check_rank(shape: object, who: str, arg: str) -> None:
 
 def fusion_of(*operands) -> Fusion:
     """The one fusion the tensor operands belong to."""
-    fusions = {id(t.fusion): t.fusion for t in operands if isinstance(t, TensorView)}
-    if not fusions:
+    fusion = None
+    for t in operands:  # a loop, no set: every op of a builder asks
+        if isinstance(t, TensorView):
+            if fusion is None:
+                fusion = t.fusion
+            elif t.fusion is not fusion:
+                names = ", ".join(t.name for t in operands if isinstance(t, TensorView))
+                raise FusionError(f"operands {names} belong to different fusions")
+    if fusion is None:
         raise FusionError("an op needs at least one tensor operand")
-    if len(fusions) > 1:
-        names = ", ".join(t.name for t in operands if isinstance(t, TensorView))
-        raise FusionError(f"operands {names} belong to different fusions")
-    return next(iter(fusions.values()))
+    return fusion
 
 
 def check_tensor(x, op: str, arg: str = "x") -> TensorView:
@@ -89,6 +94,11 @@ def check_tensor(x, op: str, arg: str = "x") -> TensorView:
 def like(tv: TensorView, dtype: DType | None = None, keep_reductions: bool = False) -> TensorView:
     """A new local tensor with tv's data axes (or all logical axes), fresh IterDomains
     of the same extents and types, no mesh, no schedule."""
-    source = tv.domain.logical if keep_reductions else data_axes(tv)
-    axes = [new_axis(ax.extent, ax.iter_type) for ax in source]
-    return TensorView(tv.fusion, axes, dtype or tv.dtype)
+    return TensorView(tv.fusion, _like_domain(tv.domain, keep_reductions), dtype or tv.dtype)
+
+
+@fact
+def _like_domain(dom: TensorDomain, keep_reductions: bool) -> TensorDomain:
+    """The unscheduled domain `like` gives a tensor of `dom`: a fact (a builder's every op)."""
+    source = dom.logical if keep_reductions else [ax for ax in dom.logical if not ax.is_reduction]
+    return TensorDomain([new_axis(ax.extent, ax.iter_type) for ax in source])

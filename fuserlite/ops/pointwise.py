@@ -278,15 +278,24 @@ def _broadcast_output(name: str, operands: list[Operand], dtype: DType) -> tuple
     is added to the fusion. Checks and output axes are a fact of the tensors' domains
     (`broadcast_shape`)."""
     tensors = [x for x in operands if isinstance(x, TensorView)]
-    shape = broadcast_shape(tuple([t.domain for t in tensors]))
+    shape, aligned = _broadcast(tuple([t.domain for t in tensors]))
     if shape is None:
         for k, a in enumerate(tensors):
             for b in tensors[k + 1 :]:
                 _check_broadcastable(name, a, b)
-    if any(len(t.domain.data_positions()) != len(shape) for t in tensors):
-        aligned = iter(_align_ranks(*tensors))
-        operands = [next(aligned) if isinstance(x, TensorView) else x for x in operands]
+    if not aligned:
+        ranked = iter(_align_ranks(*tensors))
+        operands = [next(ranked) if isinstance(x, TensorView) else x for x in operands]
     return TensorView(tensors[0].fusion, TensorDomain(shape), dtype), operands
+
+
+@fact
+def _broadcast(domains: tuple[TensorDomain, ...]) -> tuple[tuple[IterDomain, ...] | None, bool]:
+    """broadcast_shape of the domains, and whether each has as many data axes as it."""
+    shape = broadcast_shape(domains)
+    return shape, shape is not None and all(
+        len(dom.data_positions()) == len(shape) for dom in domains
+    )
 
 
 _PADDING = IterDomain(1, IterType.BROADCAST)  # a leading axis numpy's rule adds to a lower rank

@@ -278,21 +278,31 @@ class Op(Expr):
     """An expression of a registered op: `op_name` names its OpDef; operands are
     tensors or, where the op takes them, Python scalars; attributes are read-only."""
 
-    __slots__ = ("op_name", "scalars", "attrs")
+    __slots__ = ("op_name", "scalars", "attrs", "op_def")
 
     def __init__(
         self, op_name: str, outputs: list[TensorView], operands: Sequence[Operand], **attrs
     ) -> None:
         # A new expression: its attributes are set before Expr.__init__ records it.
         # Read-only: Fusion.clone copies expressions shallowly, so clones share these.
-        scalars = {k: x for k, x in enumerate(operands) if is_scalar(x)}
-        set_field = object.__setattr__
-        set_field(self, "op_name", op_name)
-        set_field(self, "scalars", MappingProxyType(scalars) if scalars else _NOTHING)
-        set_field(self, "attrs", MappingProxyType(attrs) if attrs else _NOTHING)
-        super().__init__(
-            [x for x in operands if not is_scalar(x)] if scalars else operands, outputs
-        )
+        tensors, scalars = [], {}
+        for k, x in enumerate(operands):  # a builder makes an expression per op: one pass
+            if isinstance(x, (int, float)):  # is_scalar
+                scalars[k] = x
+            else:
+                tensors.append(x)
+        _op_name(self, op_name)
+        d = _DEFS.get(op_name)  # its definition, read once: every pass asks for it
+        _op_def(self, d if d is not None and d.expr_class is None else None)
+        _scalars(self, MappingProxyType(scalars) if scalars else _NOTHING)
+        _attrs(self, MappingProxyType(attrs) if attrs else _NOTHING)
+        super().__init__(tensors, outputs)
+
+    def _share_fields(self, e: Expr) -> None:
+        _op_name(e, self.op_name)
+        _scalars(e, self.scalars)
+        _attrs(e, self.attrs)
+        _op_def(e, self.op_def)
 
     def operands(self) -> list[Operand]:
         tensors = iter(self.inputs)
@@ -302,6 +312,9 @@ class Op(Expr):
     def attributes(self) -> dict:
         return dict(self.attrs)
 
+
+# Op's slots' setters: what a copy shares (Fusion.clone copies every expression).
+_op_name, _scalars, _attrs, _op_def = (Op.__dict__[n].__set__ for n in Op.__slots__)
 
 _DEFS: dict[str, OpDef] = {}
 
@@ -314,7 +327,8 @@ def register(d: OpDef) -> OpDef:
     if missing:
         raise FusionError(f"op {d.name!r}: its printed form does not show {', '.join(missing)}")
     _DEFS[d.name] = d
-    _definition_of_kind.cache_clear()  # a kind asked before may be this op's now
+    if d.expr_class is not None:  # an expression kind of its own (Set): its definition
+        d.expr_class.op_def = d
     return d
 
 
@@ -383,21 +397,14 @@ def all_ops() -> list[OpDef]:
 
 
 def definition(expr: Expr) -> OpDef | None:
-    """The definition of an expression's op; None for other nodes (communications)."""
-    return _definition_of_kind(type(expr), expr.op_name)
-
-
-@fact
-def _definition_of_kind(cls: type, op_name: str) -> OpDef | None:
-    d = _DEFS.get(op_name)
-    if d is None or not issubclass(cls, d.expr_class or Op):
-        return None
-    return d
+    """The definition of an expression's op; None for other nodes (communications).
+    Set where the expression is made (`expr.op_def`, which hot paths read directly)."""
+    return expr.op_def
 
 
 def definition_of(expr: Expr) -> OpDef:
     """definition(expr), which must exist."""
-    d = definition(expr)
+    d = expr.op_def
     if d is None:
         raise FusionError(f"{expr!r} is not an expression of a registered op")
     return d
@@ -406,14 +413,14 @@ def definition_of(expr: Expr) -> OpDef:
 def is_indexed(expr: Expr) -> bool:
     """True if each of the expression's values is a function of its element's global
     index (an indexed pointwise op, OpDef.indexed): computed where the element lies."""
-    d = definition(expr)
+    d = expr.op_def
     return d is not None and d.indexed_pointwise
 
 
 def is_rowwise(expr: Expr) -> bool:
     """True if the expression's op computes its output rows from its operands' mapped
     rows alone (OpDef.rowwise): its chunks along an iteration axis come from chunks."""
-    d = definition(expr)
+    d = expr.op_def
     if d is None:
         return False
     if d.rowwise is not None:
@@ -423,14 +430,14 @@ def is_rowwise(expr: Expr) -> bool:
 
 def is_pointwise(expr: Expr) -> bool:
     """True if the pointwise scheduler takes the expression's op."""
-    d = definition(expr)
+    d = expr.op_def
     return d is not None and d.category is Category.POINTWISE
 
 
 def compute_dtype(expr: Expr) -> DType:
     """The dtype an expression's operands are computed in (numpy, the kernel runner and
     the CUDA alike): the output's compute dtype unless its op says otherwise."""
-    d = definition(expr)
+    d = expr.op_def
     if d is not None and d.compute is not None:
         return d.compute(expr).compute
     return expr.output.dtype.compute

@@ -99,7 +99,7 @@ def view(expr: Expr) -> View:
     """What the sharding questions read of `expr`: a value where its op reads only its
     tensors' layouts. Asked for every expression by every locality check: the value is
     made without the NamedTuple's keyword-taking constructor."""
-    d = definition(expr)
+    d = expr.op_def
     if d is not None and d.reads_layouts_only:
         return _new_view(
             PositionalView, (_layouts(expr.inputs), _layouts(expr.outputs), d.indexed_pointwise)
@@ -263,7 +263,7 @@ def broadcast_sums(expr: Expr) -> list[tuple[TensorView, int, TensorView, int]]:
     """(output, its logical axis, producer, its logical axis) for each device-sharded
     reduction axis of a summing op whose producer axis is a broadcast: every device holds
     the broadcast's row whole (b == bDIDx), so each partial sum would count it once."""
-    op = definition(expr)
+    op = expr.op_def
     if op is None or op.sharding.partial is not ReductionOpType.sum:
         return []
     found = []
@@ -295,7 +295,7 @@ def chunk_permutation(expr: Expr) -> tuple[int, ...] | None:
 
 def _permutes(expr: Expr):
     """The op's `Sharding.permutes` rule, or None (most ops never permute)."""
-    d = definition(expr)
+    d = expr.op_def
     return d.sharding.permutes if d is not None and expr.inputs else None
 
 
@@ -315,7 +315,7 @@ def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int
     """The axes along which propagate-shardings copies operand `position`'s sharding onto
     out: the op's axis map, and for a block permutation (chunk_permutation) its axis 0
     as well, whose chunks only change devices."""
-    d = definition(expr)
+    d = expr.op_def
     if d is not None and d.reads_layouts_only and out is expr.outputs[0]:
         # operand_to_output of a positional op that never permutes blocks: its map
         return positional_map(expr.inputs[position].domain, out.domain)

@@ -24,7 +24,7 @@ from fuserlite.ir.sharding import logical_placement, placement
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import IterType, MemoryType, ParallelType
 from fuserlite.ops.common import new_axis
-from fuserlite.ops.registry import Param, definition
+from fuserlite.ops.registry import Param
 from fuserlite.schedule.shard import shard_as
 from fuserlite.spmd.trace import regions
 from fuserlite.text.parser import reserved_words
@@ -79,7 +79,7 @@ def _args(expr: Expr, name: Callable[[TensorView], str] = _ir_name) -> tuple[str
     """The builder name and written arguments of one expression: its op's parameters
     in order, each read back from the expression; after a parameter left out, the
     rest are written as keywords."""
-    d = definition(expr)
+    d = expr.op_def
     if d is None:
         raise _cannot(expr.output, f"is defined by a {type(expr).__name__}")
     values = d.values(expr)
