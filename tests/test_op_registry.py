@@ -20,6 +20,7 @@ from fuserlite.ops import registry
 from fuserlite.ops.forms import Template, build_from_printed, match_body, print_body, tensor_name
 from fuserlite.ops.registry import Category, OpDef, all_composites, all_ops, definition
 from fuserlite.printer import Namer
+from fuserlite.program import Communication
 from fuserlite.reference.numpy_ops import NUMPY
 from fuserlite.reference.rounding import PROPAGATE
 from fuserlite.schedule.pointwise import schedule_pointwise
@@ -242,3 +243,19 @@ def test_partial_values_combine_by_their_ops_rule() -> None:
         }
         with pytest.raises(fl.LoweringError, match="reduces no axis"):
             partial_op(fl.exp(x))  # never partial: nothing says how values would combine
+
+
+def test_every_expression_carries_its_ops_definition_and_a_copy_keeps_it() -> None:
+    """Expr.op_def is set where an expression is made (Set's on its class); nodes of no
+    registered op (communications) have none; Fusion.clone shares it."""
+    program = fl.lower(models.all_gather_all_reduce_reduce_scatter(4))
+    kinds = set()
+    for e in program.fusion.exprs():
+        want = registry.lookup(e.op_name) if not isinstance(e, Communication) else None
+        assert definition(e) is e.op_def is want, e
+        kinds.add(type(e).__name__)
+    assert {"Op", "LoadStoreOp", "Communication"} <= kinds
+    fusion = models.add_broadcast(2, True)
+    copy, mapping = fusion.clone()
+    for e in fusion.exprs():
+        assert mapping[e].op_def is e.op_def is registry.lookup(e.op_name)
