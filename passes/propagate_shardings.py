@@ -62,10 +62,17 @@ def _sweep(exprs: list[Expr], todo: list[int] | None, forward: bool, next_of) ->
 
     def visit(expr: Expr) -> list[TensorView]:
         source, dest = (expr.inputs, expr.outputs) if forward else (expr.outputs, expr.inputs)
-        mesh = next((t.mesh for t in source if t.mesh is not None), None)
-        got = [t for t in dest if t.mesh is None] if mesh is not None else []
-        for t in got:
-            t.mesh = mesh
+        for t in source:  # loops, not generators: one visit per expression
+            mesh = t.mesh
+            if mesh is not None:
+                break
+        else:
+            return []
+        got = []
+        for t in dest:
+            if t.mesh is None:
+                t.mesh = mesh
+                got.append(t)
         changed.extend(got)
         return got
 
@@ -123,7 +130,10 @@ def _inherit_sharding(expr: Expr, out: TensorView) -> None:
         # A positional op's axis maps are its layouts' (propagation_axis_map): what out
         # inherits is a fact of the layouts alone, worked out once for a chain of them.
         inputs = expr.inputs
-        layouts = tuple((inputs[k].domain, inputs[k].mesh) for k in propagation_sources(expr))
+        if len(inputs) == 1:  # a unary op or a scalar's: its one operand (a chain's steps)
+            layouts = ((inputs[0].domain, inputs[0].mesh),)
+        else:
+            layouts = tuple([(inputs[k].domain, inputs[k].mesh) for k in propagation_sources(expr)])
         _place(out, _inherited_positional(out.domain, out.mesh, layouts))
         return
     sources = [
@@ -251,7 +261,12 @@ def _check_inherited(tv: TensorView) -> None:
 
 
 def _sharded(tv: TensorView) -> bool:
-    return any(ax.is_device_parallel for ax in tv.domain.loop)
+    return _sharded_domain(tv.domain)
+
+
+@fact
+def _sharded_domain(dom: TensorDomain) -> bool:
+    return any(ax.is_device_parallel for ax in dom.loop)
 
 
 def meshes_given(fusion: Fusion) -> list[str]:

@@ -46,7 +46,8 @@ def segment_exprs(fusion: Fusion) -> list[Step]:
             continue
         mesh = e.output.mesh
         pointwise = is_pointwise(e)
-        if current is None or current_mesh != mesh or not (pointwise and current_pointwise):
+        new_mesh = mesh is not current_mesh and current_mesh != mesh
+        if current is None or new_mesh or not (pointwise and current_pointwise):
             current, current_mesh, current_pointwise = [], mesh, pointwise
             runs.append((mesh, current))
         current.append(e)
@@ -76,7 +77,7 @@ class Segment(Pass):
             if not isinstance(kernel, Kernel):
                 continue
             mesh = kernel.mesh
-            if any(e.output.mesh != mesh for e in kernel.exprs):
+            if any(e.output.mesh is not mesh and e.output.mesh != mesh for e in kernel.exprs):
                 problems.append(f"kernel {k} computes on more than its mesh {kernel.mesh}")
             pointwise = all(is_pointwise(e) for e in kernel.exprs)
             if not pointwise and len(kernel.exprs) > 1:

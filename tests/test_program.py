@@ -10,6 +10,7 @@ from fuserlite import models
 from fuserlite.ir.errors import PassOptionError
 from fuserlite.passes.base import REGISTRY, Level
 from fuserlite.program import Communication, Kernel, Program
+from fuserlite.schedule.shard import shard_axis
 
 
 def test_a_fusion_has_no_program_slot() -> None:
@@ -122,3 +123,45 @@ def test_the_program_verifier_checks_the_order_and_the_cover_of_the_steps() -> N
     program.steps = [*program.steps, program.steps[0]]
     with pytest.raises(fl.VerifyError, match=r"is in two steps"):
         fl.verify_program(program)
+
+
+def _chain_program(n: int) -> Program:
+    with fl.Fusion() as fusion:
+        x = fl.tensor([8], name="x")
+        fusion.add_input(x)
+        shard_axis(x, 0, fl.DeviceMesh.for_num_devices(2))
+        t = x
+        for _ in range(n):
+            t = fl.tanh(t)
+        fusion.add_output(t)
+    return fl.lower(fusion)
+
+
+def test_the_program_verifier_checks_each_kernel_computes_before_it_reads() -> None:
+    program = _chain_program(3)
+    (kernel,) = program.kernels
+    first, second = kernel.exprs[1], kernel.exprs[2]  # after the input's cache
+    kernel.exprs = [kernel.exprs[0], second, first, *kernel.exprs[3:]]
+    with pytest.raises(fl.VerifyError) as caught:
+        fl.verify_program(program)
+    want = (
+        f"kernel 0: {second.output.name} = tanh(...) reads {first.output.name}, which the "
+        "kernel computes after it"
+    )
+    assert want in str(caught.value)
+    assert str(caught.value).count("computes after it") == 1  # said once
+
+
+def test_the_program_verifier_names_each_tensor_off_its_kernels_mesh_once() -> None:
+    program = _chain_program(3)
+    (kernel,) = program.kernels
+    other = fl.DeviceMesh([2, 3])
+    moved = [kernel.inputs[0], kernel.exprs[1].output]  # an input and a computed tensor
+    for tv in moved:
+        object.__setattr__(tv, "mesh", other)  # as a broken tool would, past the log
+    with pytest.raises(fl.VerifyError) as caught:
+        fl.verify_program(program)
+    text = str(caught.value)
+    for tv in moved:
+        assert text.count(f"but {tv.name} is on {other}") == 1
+    assert text.index(moved[0].name + " is on") < text.index(moved[1].name + " is on")

@@ -44,7 +44,7 @@ from fuserlite.ir.expr import Expr, LoadStoreOp
 from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.values import fact
-from fuserlite.ops.registry import OpDef, definition, is_indexed
+from fuserlite.ops.registry import OpDef, is_indexed
 from fuserlite.program.program import Kernel
 
 PACKAGE = Path(__file__).resolve().parent.parent  # fuserlite/
@@ -103,7 +103,7 @@ def _vouched(e: Expr) -> bool:
     """True for a Set, or an op whose definition and expression kind are fuserlite's own
     (the generator's C text for it is then in the package the version hashes)."""
     cls = type(e)
-    return cls is LoadStoreOp or _ours(cls, definition(e))
+    return cls is LoadStoreOp or _ours(cls, e.op_def)
 
 
 @functools.cache
@@ -165,7 +165,8 @@ def signature(kernel: Kernel) -> str | None:
             indexed = is_input and tv.definition is not None and is_indexed(tv.definition)
             dtype, memory, mesh, dom = tv.dtype, tv.memory_type, tv.mesh, tv.domain
             at, produce = tv.compute_at_pos, tv.produce_pos
-            key = (id(dtype), id(memory), at, produce, indexed, mesh, dom)
+            # ids: the tensors hold them alive, and a mesh hashes in Python
+            key = (id(dtype), id(memory), at, produce, indexed, id(mesh), dom)
             text = described.get(key)
             if text is None:
                 kind = named(

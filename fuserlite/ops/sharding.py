@@ -328,7 +328,10 @@ def propagation_axis_map(expr: Expr, position: int, out: TensorView) -> dict[int
 def moves_data(expr: Expr) -> bool:
     """True for an expression that is a communication of its own, not part of a kernel: a
     resharding Set, or a block permutation (lowered to one CollectivePermute)."""
-    return is_resharding(expr) or block_permutation(expr) is not None
+    if isinstance(expr, LoadStoreOp):
+        return is_resharding(expr) or block_permutation(expr) is not None
+    d = expr.op_def  # most expressions: an op that never permutes blocks, asked at once
+    return d is not None and d.sharding.permutes is not None and block_permutation(expr) is not None
 
 
 def movement_text(expr: Expr) -> str:
@@ -342,11 +345,18 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
     a block permutation: it is a communication)."""
     if isinstance(expr, LoadStoreOp):
         return []
-    v = view(expr)
-    if type(v) is ExprView:
-        wrong = () if block_permutation(expr) is not None else _non_local(v)
+    d = expr.op_def
+    if d is not None and d.reads_layouts_only:  # view(expr), inlined: every check asks
+        ins, outs = expr.inputs, expr.outputs
+        layouts = ((ins[0].domain, ins[0].mesh),) if len(ins) == 1 else _layouts(ins)
+        out_layouts = ((outs[0].domain, outs[0].mesh),) if len(outs) == 1 else _layouts(outs)
+        # never a block permutation
+        wrong = _non_local_fact(
+            _new_view(PositionalView, (layouts, out_layouts, d.indexed_pointwise))
+        )
     else:
-        wrong = _non_local_fact(v)  # never a block permutation
+        v = ExprView(expr)
+        wrong = () if block_permutation(expr) is not None else _non_local(v)
     if not wrong:  # the common answer: nothing to name
         return []
     return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once

@@ -177,22 +177,33 @@ def kernel_problems(k: int, kernel: Kernel) -> list[str]:
     """Kernel `k` runs on every device of its mesh, which holds a shard of each tensor
     it reads or writes (every one on that mesh), and computes each tensor before it
     reads it."""
-    problems = []
     mesh = kernel.mesh
-    for tv in kernel.tensors if mesh is not None else ():
-        if tv.mesh != mesh:
-            problems.append(
-                f"kernel {k} runs on {kernel.mesh}, but {tv.name} is on {tv.mesh}; a kernel's "
-                "tensors are on its mesh (a communication moves a tensor to another)"
-            )
+    elsewhere: dict[int, TensorView] = {}  # tensors on another mesh, in order of first sight
+    order = []
     ready = {id(t) for t in kernel.inputs}
+    if mesh is not None:
+        for t in kernel.inputs:
+            if t.mesh is not mesh and t.mesh != mesh:
+                elsewhere.setdefault(id(t), t)
+    # One pass: each tensor is first seen as a kernel input, an output, or an input read
+    # before anything computes it (the one-mesh check reads every tensor once).
     for e in kernel.exprs:
         for t in e.inputs:
             if id(t) not in ready:
-                problems.append(
+                order.append(
                     f"kernel {k}: {e.output.name} = {e.op_name}(...) reads {t.name}, which the "
                     "kernel computes after it"
                 )
                 ready.add(id(t))  # said once
-        ready.update(id(t) for t in e.outputs)
-    return problems
+                if mesh is not None and t.mesh is not mesh and t.mesh != mesh:
+                    elsewhere.setdefault(id(t), t)
+        for t in e.outputs:
+            if mesh is not None and t.mesh is not mesh and t.mesh != mesh:
+                elsewhere.setdefault(id(t), t)
+            ready.add(id(t))
+    problems = [
+        f"kernel {k} runs on {kernel.mesh}, but {tv.name} is on {tv.mesh}; a kernel's "
+        "tensors are on its mesh (a communication moves a tensor to another)"
+        for tv in elsewhere.values()
+    ]
+    return problems + order

@@ -15,7 +15,7 @@ from fuserlite.ir.errors import ScheduleError
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.values import fact
-from fuserlite.ops.registry import definition, operand_to_output, positional, positional_map
+from fuserlite.ops.registry import operand_to_output, positional, positional_map
 
 Pairs = tuple[tuple[int, int], ...]  # (producer's logical position, consumer's)
 
@@ -32,8 +32,11 @@ def axis_positions(expr: Expr, producer: TensorView) -> Pairs:
     # through an op that maps every data axis onto a data axis. Such an op maps an
     # operand by its own axes alone, so a tensor it reads twice (mul(x, x)) maps
     # alike in each position: its first one serves.
-    d = definition(expr)
+    d = expr.op_def
     if d is not None and d.axis_map is positional and d.outputs_axis_map is None:
+        pairs = _positional_data_pairs(producer.domain, consumer.domain)
+        if pairs is not None:  # one fact for both questions: asked for every edge
+            return pairs
         pairs = positional_pairs(producer.domain, consumer.domain)
     else:
         inputs = expr.inputs
@@ -56,6 +59,13 @@ def axis_positions(expr: Expr, producer: TensorView) -> Pairs:
 def positional_pairs(producer: TensorDomain, consumer: TensorDomain) -> Pairs:
     """A positional op's axis positions between operand and output domains."""
     return tuple(positional_map(producer, consumer).items())
+
+
+@fact
+def _positional_data_pairs(producer: TensorDomain, consumer: TensorDomain) -> Pairs | None:
+    """positional_pairs where they map every data axis onto a data axis, else None."""
+    pairs = positional_pairs(producer, consumer)
+    return pairs if _maps_data(pairs, producer, consumer) else None
 
 
 @fact

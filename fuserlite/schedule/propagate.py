@@ -321,18 +321,22 @@ class Edges:
         """tv's neighbours: (neighbour, expression, neighbour is the consumer)."""
         at = self._at
         out: list[tuple[TensorView, Expr, bool]] = []
+        # Loops, not comprehensions: asked once per tensor, of one or two neighbours.
         d = tv.definition
         if d is not None and id(d) in at and d.outputs[0] is tv:
-            out = [(p, d, False) for p in d.inputs]
+            for p in d.inputs:
+                out.append((p, d, False))
         uses = tv.uses
         if len(uses) == 1:  # most tensors: one reader, nothing to order
-            readers = [e for e in uses if id(e) in at]
+            readers = uses if id(uses[0]) in at else ()
         else:
             unique = {id(e): e for e in uses if id(e) in at}
             readers = sorted(unique.values(), key=lambda e: at[id(e)])
         for e in readers:
             consumer = e.outputs[0]
-            out += [(consumer, e, True) for p in e.inputs if p is tv]
+            for p in e.inputs:
+                if p is tv:
+                    out.append((consumer, e, True))
         return out
 
 
@@ -358,8 +362,11 @@ def propagate(
     start = tuple(range(reference.domain.n_logical))
     # A queue by priority, the number of axes mapped (a small integer): the tensor of
     # most, the first reached on ties, as a heap of (-mapped, arrival) gives it.
-    queues: dict[int, deque[tuple[TensorView, RefMap]]] = {len(start): deque()}
-    queues[len(start)].append((reference, start))
+    # Each entry: the tensor, its map, and the tensor and expression it was reached from
+    # where the way back maps that tensor as it is mapped (moved's third answer): going
+    # back there checks nothing, and is skipped (a chain's every other step).
+    queues: dict[int, deque[tuple[TensorView, RefMap, object, object]]] = {len(start): deque()}
+    queues[len(start)].append((reference, start, None, None))
     top = len(start)
     neighbours = edges.of  # the loop runs once per tensor
     while True:
@@ -367,7 +374,7 @@ def propagate(
             top -= 1
         if top < 0:
             break
-        tv, ref_map = queues[top].popleft()
+        tv, ref_map, came_from, via = queues[top].popleft()
         if id(tv) in to_ref:
             _check_agrees(reference, tv, to_ref[id(tv)], ref_map)
             continue
@@ -376,15 +383,17 @@ def propagate(
             replay(reference, tv, ref_map)
         order.append(tv)
         for other, expr, other_is_consumer in neighbours(tv):
+            if other is came_from and expr is via:
+                continue
             pairs = axis_positions(expr, tv) if other_is_consumer else axis_positions(expr, other)
-            reached, mapped = moved(ref_map, pairs, other_is_consumer, other.domain.n_logical)
+            reached, mapped, back = moved(ref_map, pairs, other_is_consumer, other.domain.n_logical)
             if id(other) in to_ref:
                 _check_agrees(reference, other, to_ref[id(other)], reached)
                 continue
             queue = queues.get(mapped)
             if queue is None:
                 queue = queues[mapped] = deque()
-            queue.append((other, reached))
+            queue.append((other, reached, tv, expr) if back else (other, reached, None, None))
             if mapped > top:
                 top = mapped
     check_parallel_types(order)
@@ -392,17 +401,24 @@ def propagate(
 
 
 @fact
-def moved(ref_map: RefMap, pairs: Pairs, to_consumer: bool, rank: int) -> tuple[RefMap, int]:
+def moved(ref_map: RefMap, pairs: Pairs, to_consumer: bool, rank: int) -> tuple[RefMap, int, bool]:
     """The map onto the reference of a neighbour of rank `rank` reached through an
     expression (`pairs`: its axis positions, producer's and consumer's) from a tensor
-    mapped by `ref_map`, and how many of the neighbour's axes it maps."""
+    mapped by `ref_map`, how many of the neighbour's axes it maps, and whether moving
+    that map back through the expression agrees with `ref_map` (what propagate would
+    check on the way back; false only where two axes map onto one)."""
     other_map = [-1] * rank
     for p, c in pairs:
         if to_consumer and ref_map[p] >= 0:
             other_map[c] = ref_map[p]
         elif not to_consumer and ref_map[c] >= 0:
             other_map[p] = ref_map[c]
-    return tuple(other_map), rank - other_map.count(-1)
+    back = list(ref_map)
+    for p, c in pairs:
+        here, there = (p, c) if to_consumer else (c, p)
+        if other_map[there] >= 0 and back[here] >= 0 and other_map[there] != back[here]:
+            return tuple(other_map), rank - other_map.count(-1), False
+    return tuple(other_map), rank - other_map.count(-1), True
 
 
 def _check_agrees(reference: TensorView, tv: TensorView, got: RefMap, other: RefMap) -> None:
