@@ -94,3 +94,15 @@ def test_thread_extent_over_1024_by_hand_names_tensor_and_axis() -> None:
     out.split(0, 2048)
     with pytest.raises(fl.ScheduleError, match=r"T1 axis 1: threadIdx.x extent 2048 exceeds 1024"):
         out.axis(1).parallelize(ParallelType.TIDx)
+
+
+def test_moved_says_whether_the_way_back_agrees() -> None:
+    """propagate skips going back through the expression a tensor was reached by only
+    where moving its map back gives the map it came from (moved's third answer)."""
+    from fuserlite.schedule.propagate import moved
+
+    assert moved((0, 1), ((0, 0), (1, 1)), True, 2) == ((0, 1), 2, True)
+    assert moved((0, -1), ((0, 1),), True, 2) == ((-1, 0), 1, True)
+    assert moved((1, 0), ((0, 1), (1, 0)), False, 2) == ((0, 1), 2, True)
+    # two producer axes onto one consumer axis: the way back maps both from it
+    assert moved((0, 1), ((0, 0), (1, 0)), True, 1) == ((1,), 1, False)
