@@ -178,12 +178,21 @@ def signature(kernel: Kernel) -> str | None:
             parts.append(f"T{tv.number}{text}")
         return k
 
+    def positions(tensors: list[TensorView]) -> list[int]:
+        # Most tensors are seen before (an expression's input is an earlier one's output):
+        # their position is looked up here, the closure called for a new one only.
+        found = []
+        for t in tensors:
+            k = index.get(id(t))
+            found.append(tensor(t, False) if k is None else k)
+        return found
+
     try:
         inputs = [tensor(t, True) for t in kernel.inputs]
         for e in kernel.exprs:
-            parts.append(_expr(e, [tensor(t, False) for t in e.inputs]))
-            parts.append(repr([tensor(t, False) for t in e.outputs]))
-        outputs = [tensor(t, False) for t in kernel.outputs]
+            parts.append(_expr(e, positions(e.inputs)))
+            parts.append(repr(positions(e.outputs)))
+        outputs = positions(kernel.outputs)
     except Unsigned:
         return None
     ref = kernel.reference
@@ -194,17 +203,22 @@ def signature(kernel: Kernel) -> str | None:
 
 def _expr(e: Expr, inputs: list[int]) -> str:
     cls = type(e)
-    if not _vouched(e):
+    if not (cls is LoadStoreOp or _ours(cls, e.op_def)):  # _vouched(e)
         raise Unsigned(f"{cls.__name__} {e.op_name}")
     scalars = getattr(e, "scalars", None)
-    attributes = e.attributes()
-    attribute_text = _value(attributes) if attributes else ""
+    attrs = getattr(e, "attrs", None)  # an Op's (read-only): attributes() would copy them
+    attributes = e.attributes() if attrs is None else attrs
+    attribute_text = _value(dict(attributes)) if attributes else ""
     # _value of the scalars as a dict of positions, without the copy: "dict(int:1=...)"
-    scalar_text = (
-        "dict(" + ",".join([f"int:{k!r}={_value(x)}" for k, x in scalars.items()]) + ")"
-        if scalars
-        else ""
-    )
+    if not scalars:
+        scalar_text = ""
+    elif len(scalars) == 1:  # a binary op of a tensor and a number
+        ((k, x),) = scalars.items()
+        scalar_text = f"dict(int:{k!r}={_value(x)})"
+    else:
+        scalar_text = (
+            "dict(" + ",".join([f"int:{k!r}={_value(x)}" for k, x in scalars.items()]) + ")"
+        )
     return f"{cls.__name__}:{e.op_name}:{attribute_text}:{scalar_text}:{inputs}"
 
 

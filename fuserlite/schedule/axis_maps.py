@@ -34,7 +34,7 @@ def axis_positions(expr: Expr, producer: TensorView) -> Pairs:
     # alike in each position: its first one serves.
     d = expr.op_def
     if d is not None and d.axis_map is positional and d.outputs_axis_map is None:
-        pairs = _positional_data_pairs(producer.domain, consumer.domain)
+        pairs = positional_data_pairs(producer.domain, consumer.domain)
         if pairs is not None:  # one fact for both questions: asked for every edge
             return pairs
         pairs = positional_pairs(producer.domain, consumer.domain)
@@ -62,7 +62,7 @@ def positional_pairs(producer: TensorDomain, consumer: TensorDomain) -> Pairs:
 
 
 @fact
-def _positional_data_pairs(producer: TensorDomain, consumer: TensorDomain) -> Pairs | None:
+def positional_data_pairs(producer: TensorDomain, consumer: TensorDomain) -> Pairs | None:
     """positional_pairs where they map every data axis onto a data axis, else None."""
     pairs = positional_pairs(producer, consumer)
     return pairs if _maps_data(pairs, producer, consumer) else None

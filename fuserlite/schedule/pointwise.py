@@ -37,9 +37,9 @@ from fuserlite.ir.sharding import unit_merge_source
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.ir.values import fact
-from fuserlite.ops.registry import is_pointwise
+from fuserlite.ops.registry import is_pointwise, positional
 from fuserlite.printer import axis_text
-from fuserlite.schedule.axis_maps import Pairs, axis_positions, data_axes
+from fuserlite.schedule.axis_maps import Pairs, axis_positions, data_axes, positional_data_pairs
 from fuserlite.schedule.grid import (
     grid_positions,
     kernel_grid,
@@ -296,6 +296,25 @@ def inlinable(producer: TensorDomain, consumer: TensorDomain, pairs: Pairs) -> b
 
 
 @fact
+def _inlinable_positional(producer: TensorDomain, consumer: TensorDomain) -> bool | None:
+    """inlinable through a positional op between these domains (one fact of two values,
+    asked for every tensor of a kernel); None where the op's map misses a data axis."""
+    pairs = positional_data_pairs(producer, consumer)
+    return None if pairs is None else inlinable(producer, consumer, pairs)
+
+
+def _inlines_into(tv: TensorView, dom: TensorDomain, use: Expr) -> bool:
+    """True if `tv` (of domain `dom`) inlines into the expression `use` that reads it."""
+    consumer = use.outputs[0].domain
+    d = use.op_def
+    if d is not None and d.axis_map is positional and d.outputs_axis_map is None:
+        answer = _inlinable_positional(dom, consumer)
+        if answer is not None:
+            return answer
+    return inlinable(dom, consumer, axis_positions(use, tv))
+
+
+@fact
 def inline_position(dom: TensorDomain, at_global: bool) -> int:
     """As nvFuser's pointwise scheduler: loads from and stores to global memory
     (`at_global`) are computed at the Unswitch axis (so they are unswitched together),
@@ -321,9 +340,7 @@ def compute_inline_positions(kernel: Segment) -> None:
         dom = tv.domain
         inline = True
         for use in tv.uses:  # a loop, not a generator: it runs once per tensor
-            if id(use) in expr_ids and not inlinable(
-                dom, use.outputs[0].domain, axis_positions(use, tv)
-            ):
+            if id(use) in expr_ids and not _inlines_into(tv, dom, use):
                 inline = False
                 break
         pos = 0

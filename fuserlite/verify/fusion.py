@@ -228,9 +228,10 @@ def fusion_problems(
     mesh_inferable = not require_mesh and any(tv.mesh is not None for tv in tensors)
     problems: list[str] = []
     for tv in touched_tensors(tensors, log):
-        found = tensor_problems(tv, namer, mesh_inferable)
-        if found:  # rare: no generator per tensor
-            problems.extend(located(tv, p) for p in found)
+        # tensor_problems, its common answer inlined (a tensor without problems)
+        inferable = mesh_inferable and tv.mesh is None
+        if not domain_is_valid(tv.domain, tv.mesh, inferable):
+            problems.extend(located(tv, p) for p in _domain_problems(tv, namer, inferable))
     if not fusion.outputs:
         problems.append("the fusion has no outputs; mark one with fusion.add_output")
     inputs = {id(t) for t in fusion.inputs}
