@@ -17,7 +17,7 @@ from typing import ClassVar
 from fuserlite.ir.expr import Expr
 from fuserlite.ir.fusion import Fusion
 from fuserlite.ir.mesh import DeviceMesh
-from fuserlite.ops.registry import is_pointwise
+from fuserlite.ops.registry import Category, is_pointwise
 from fuserlite.ops.sharding import moves_data
 from fuserlite.passes.base import Level, Pass, register
 from fuserlite.program.communication import Communication
@@ -29,12 +29,9 @@ def _is_data_movement(expr: Expr) -> bool:
 
 
 def segment_exprs(fusion: Fusion) -> list[Step]:
-    """Kernels and data movements in execution order."""
+    """Kernels and data movements in execution order (of a fusion whose tensors' uses
+    are live expressions only: Fusion.drop_dead_uses)."""
     exprs = fusion.exprs()
-    users: dict[int, list[Expr]] = {}
-    for e in exprs:
-        for t in e.inputs:
-            users.setdefault(id(t), []).append(e)
     runs: list[Expr | tuple[DeviceMesh | None, list[Expr]]] = []  # movements and kernels
     current: list[Expr] | None = None
     current_mesh: DeviceMesh | None = None
@@ -45,7 +42,8 @@ def segment_exprs(fusion: Fusion) -> list[Step]:
             current = None
             continue
         mesh = e.output.mesh
-        pointwise = is_pointwise(e)
+        d = e.op_def
+        pointwise = d is not None and d.category is Category.POINTWISE  # is_pointwise(e)
         new_mesh = mesh is not current_mesh and current_mesh != mesh
         if current is None or new_mesh or not (pointwise and current_pointwise):
             current, current_mesh, current_pointwise = [], mesh, pointwise
@@ -56,7 +54,7 @@ def segment_exprs(fusion: Fusion) -> list[Step]:
     for run in runs:
         if isinstance(run, tuple):
             kernel = Kernel(run[1], [], [], run[0])
-            finish_kernel(kernel, fusion_outputs, users)
+            finish_kernel(kernel, fusion_outputs)  # run() left every tensor's live uses
             run = kernel
         steps.append(run)
     return steps

@@ -72,9 +72,12 @@ def _set_graph_field(node: object, name: str, value: object) -> None:
         structure_changed()
 
 
-def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, list[Expr]]) -> None:
+def finish_kernel(
+    kernel: Kernel, fusion_outputs: set[int], users: dict[int, list[Expr]] | None = None
+) -> None:
     """Fill a kernel's inputs (read, not produced inside) and outputs (used outside or
-    `fusion_outputs`, the ids of the fusion's outputs)."""
+    `fusion_outputs`, the ids of the fusion's outputs); `users`: each tensor's readers
+    by id, where its `uses` are not (None: they are)."""
     inside = {id(e) for e in kernel.exprs}
     produced = {id(t) for e in kernel.exprs for t in e.outputs}
     inputs, outputs = {}, {}
@@ -83,9 +86,13 @@ def finish_kernel(kernel: Kernel, fusion_outputs: set[int], users: dict[int, lis
             if id(t) not in produced:
                 inputs.setdefault(id(t), t)
         for t in e.outputs:
-            outside = any(id(u) not in inside for u in users.get(id(t), []))
-            if outside or id(t) in fusion_outputs:
+            if id(t) in fusion_outputs:
                 outputs.setdefault(id(t), t)
+                continue
+            for u in t.uses if users is None else users.get(id(t), ()):
+                if id(u) not in inside:  # read outside the kernel
+                    outputs.setdefault(id(t), t)
+                    break
     kernel.inputs = list(inputs.values())
     kernel.outputs = list(outputs.values())
 

@@ -37,7 +37,7 @@ from fuserlite.ir.sharding import unit_merge_source
 from fuserlite.ir.tensor import TensorView
 from fuserlite.ir.types import MAX_THREADS, MemoryType, ParallelType
 from fuserlite.ir.values import fact
-from fuserlite.ops.registry import is_pointwise, positional
+from fuserlite.ops.registry import Category, positional
 from fuserlite.printer import axis_text
 from fuserlite.schedule.axis_maps import Pairs, axis_positions, data_axes, positional_data_pairs
 from fuserlite.schedule.grid import (
@@ -71,16 +71,26 @@ def unsupported_reason(kernel: Segment) -> str | None:
     if not kernel.exprs:
         return "the kernel has no expressions"
     for e in kernel.exprs:
-        if len(e.outputs) != 1 or not is_pointwise(e):
+        d = e.op_def
+        if len(e.outputs) != 1 or d is None or d.category is not Category.POINTWISE:
             return f"{e.output.name} = {e.op_name}(...) is not a pointwise, broadcast or set"
-        # Reduction outputs of earlier segments are read by index through their
-        # data axes; only tensors this kernel writes must be free of reductions.
-        if _has_reduction(e.output.domain):
-            return f"{e.output.name} = {e.op_name}(...) involves a reduction axis"
-        for t in e.output.domain.transforms:  # a loop: it runs once per expression
-            if type(t) is Swizzle1D:
-                # The ring's steps compute ring chunks, op by op (passes/ring_streams.py).
-                return f"{e.output.name} has a ring's swizzled Stream axis (swizzle1d)"
+        why = _unschedulable_output(e.outputs[0].domain)
+        if why is not None:
+            return why.format(out=e.output.name, op=e.op_name)
+    return None
+
+
+@fact
+def _unschedulable_output(dom: TensorDomain) -> str | None:
+    """Why a pointwise kernel cannot compute a tensor of this domain (a template of `out`
+    and `op`), or None."""
+    # Reduction outputs of earlier segments are read by index through their data axes;
+    # only tensors this kernel writes must be free of reductions.
+    if _has_reduction(dom):
+        return "{out} = {op}(...) involves a reduction axis"
+    if any(type(t) is Swizzle1D for t in dom.transforms):
+        # The ring's steps compute ring chunks, op by op (passes/ring_streams.py).
+        return "{out} has a ring's swizzled Stream axis (swizzle1d)"
     return None
 
 

@@ -22,7 +22,7 @@ from fuserlite.ir.mesh import DeviceMesh
 from fuserlite.ir.sharding import describe_sharding, sharding_problem, shardings
 from fuserlite.ir.streams import stream_problem, swizzle_problems
 from fuserlite.ir.tensor import TensorView
-from fuserlite.ir.types import MAX_THREADS, ParallelType
+from fuserlite.ir.types import MAX_THREADS, ParallelType, ReductionOpType
 from fuserlite.ir.values import fact
 from fuserlite.ops.sharding import broadcast_sums, non_local_inputs
 from fuserlite.printer import Namer
@@ -240,6 +240,9 @@ def fusion_problems(
             problems.append(located(out, f"output {out.name} is neither computed nor an input"))
     touched = touched_exprs(exprs, log, near)
     for expr in touched:
+        d = expr.op_def
+        if d is None or d.sharding.partial is not ReductionOpType.sum:
+            continue  # broadcast_sums' first question, asked here of every expression
         for out, axis, p, pi in broadcast_sums(expr):
             problems.append(
                 located(
