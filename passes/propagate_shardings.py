@@ -274,9 +274,15 @@ def meshes_given(fusion: Fusion) -> list[str]:
     tensor connected to one (a part of the fusion with no mesh anywhere keeps none)."""
     problems = []
     for e in fusion.exprs():
-        tensors = (*e.inputs, *e.outputs)
-        missing = [t.name for t in tensors if t.mesh is None]
-        if missing and len(missing) < len(tensors):
+        with_mesh = without = False  # loops: two contracts ask this of every expression
+        for group in (e.inputs, e.outputs):
+            for t in group:
+                if t.mesh is None:
+                    without = True
+                else:
+                    with_mesh = True
+        if without and with_mesh:
+            missing = [t.name for t in (*e.inputs, *e.outputs) if t.mesh is None]
             problems.append(
                 f"{e.output.name} = {e.op_name}(...) mixes tensors with and without a device "
                 f"mesh: {', '.join(missing)} has none"
