@@ -6,7 +6,8 @@ The program: x[8192] float32 sharded on 8 sim devices, then N ops repeating
 add 1.0, multiply by 0.5, tanh, negate (one scheduled kernel). For each N:
 
 - build: the Python calls that make the fusion; lower: FusionExecutor's
-  pipeline (the seven passes and the validator);
+  pipeline (the passes and the validator), each the median of --compiles, a fresh
+  fusion each time;
 - compile (cold): generating the C++ of the kernels and one compiler launch,
   into an empty cache directory (the compiler's probe, once per process, is done
   before);
@@ -112,11 +113,16 @@ class Jax:
 
 def measure(n: int, args, jax: Jax | None, table: Table) -> dict:
     """One size: every phase of fuserlite's two paths and of JAX."""
-    build_s, fusion = timed(lambda: chain(n))
+    fl.FusionExecutor(chain(n), compute="interpret")  # warm-up: imports, first-use caches
+    builds, lowers = [], []
+    for _ in range(args.compiles):  # medians, as for the compiles: one lowering is noisy
+        build, fusion = timed(lambda: chain(n))
+        lower, ex = timed(lambda f=fusion: fl.FusionExecutor(f, compute="interpret"))
+        builds.append(build)
+        lowers.append(lower)
+    build_s, lower_s = statistics.median(builds), statistics.median(lowers)
     inputs = fl.random_inputs(fusion, seed=0)
     (x,) = inputs
-    fl.FusionExecutor(chain(n), compute="interpret")  # warm-up: imports, first-use caches
-    lower_s, ex = timed(lambda: fl.FusionExecutor(fusion, compute="interpret"))
     kernels = ex.program.kernels
     cold, warm = [], []
     for _ in range(args.compiles):
