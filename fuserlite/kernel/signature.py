@@ -203,7 +203,7 @@ def signature(kernel: Kernel) -> str | None:
 
 def _expr(e: Expr, inputs: list[int]) -> str:
     cls = type(e)
-    if not (cls is LoadStoreOp or _ours(cls, e.op_def)):  # _vouched(e)
+    if not _vouched(e):
         raise Unsigned(f"{cls.__name__} {e.op_name}")
     scalars = getattr(e, "scalars", None)
     attrs = getattr(e, "attrs", None)  # an Op's (read-only): attributes() would copy them

@@ -345,18 +345,11 @@ def non_local_inputs(expr: Expr) -> list[TensorView]:
     a block permutation: it is a communication)."""
     if isinstance(expr, LoadStoreOp):
         return []
-    d = expr.op_def
-    if d is not None and d.reads_layouts_only:  # view(expr), inlined: every check asks
-        ins, outs = expr.inputs, expr.outputs
-        layouts = ((ins[0].domain, ins[0].mesh),) if len(ins) == 1 else _layouts(ins)
-        out_layouts = ((outs[0].domain, outs[0].mesh),) if len(outs) == 1 else _layouts(outs)
-        # never a block permutation
-        wrong = _non_local_fact(
-            _new_view(PositionalView, (layouts, out_layouts, d.indexed_pointwise))
-        )
-    else:
-        v = ExprView(expr)
+    v = view(expr)
+    if type(v) is ExprView:
         wrong = () if block_permutation(expr) is not None else _non_local(v)
+    else:
+        wrong = _non_local_fact(v)  # never a block permutation
     if not wrong:  # the common answer: nothing to name
         return []
     return list(dict.fromkeys(expr.inputs[k] for k in wrong))  # a tensor read twice: once
