@@ -34,10 +34,33 @@ def test_a_bad_input_is_one_located_paragraph(
     assert not problems(case, status, err, path), err[:2000]
 
 
+def _wait_in_read_of_stdin(pid: int, timeout: float = 30.0) -> None:
+    """Until process `pid` sleeps in read(2) of fd 0 (Linux's /proc/PID/syscall says
+    "0 0x0 ..."); where /proc cannot say, half a second, as before."""
+    path = Path(f"/proc/{pid}/syscall")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fields = path.read_text().split()
+        except OSError:
+            time.sleep(0.5)
+            return
+        if fields[:2] == ["0", "0x0"]:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never read its stdin in {timeout} s")
+
+
 def test_ctrl_c_is_one_line_and_status_130() -> None:
-    """SIGINT while the command waits for its input: no traceback, the shell's 130."""
+    """SIGINT while the command waits for its input: no traceback, the shell's 130.
+
+    The child takes SIGINT as a terminal's foreground job does: a suite run from a
+    background job of a script inherits SIGINT ignored (POSIX), and Python then keeps
+    ignoring it, so the child sets Python's handler itself before it says ready."""
     code = (
-        "import sys, fuserlite.cli; sys.stderr.write('ready\\n'); sys.stderr.flush(); "
+        "import signal, sys, fuserlite.cli; "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.stderr.write('ready\\n'); sys.stderr.flush(); "
         "sys.exit(fuserlite.cli.main(['run', '-']))"
     )
     proc = subprocess.Popen(
@@ -49,7 +72,7 @@ def test_ctrl_c_is_one_line_and_status_130() -> None:
         cwd=ROOT,
     )
     assert proc.stderr.readline() == "ready\n"
-    time.sleep(0.5)  # into main's read of stdin
+    _wait_in_read_of_stdin(proc.pid)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out, err) == (130, "", "fuserlite: interrupted\n")
